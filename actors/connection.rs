@@ -1,0 +1,522 @@
+//! `Connection(gen)`: one rmcp session with one server instance.
+//!
+//! Owns exclusively: the transport of one generation — for stdio the child
+//! process group (via [`ProcessHandle`]), for HTTP the rmcp session, for
+//! in-process servers the stream. Supervisor: `ServerSupervisor`, restart type
+//! temporary (the supervisor decides about a *new* generation under its budget).
+//!
+//! ```text
+//!  Connecting ──handshake+catalog ok──▶ Up ──transport closed / pings fail──▶ stop(cause)
+//!      └──error/timeout──▶ stop(cause)          Up ──stop──▶ post_stop: close
+//! ```
+//! Every exit path runs the close sequence in a detached task that reports
+//! `ConnectionEnded { gen, reaped }` to the supervisor: the close barrier
+//! (RECO-3) waits for that message, never for this actor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, ErrorCode, Implementation, ListToolsRequest,
+    PaginatedRequestParams, PingRequest, ProtocolVersion, ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+};
+use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use super::stdio::{self, Diagnostics, ProcessHandle};
+use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::server::{ConnInfo, ConnectionMsg, ServerSupervisorMsg};
+
+/// Most `tools/list` pages accepted in one catalog (SYNC-3).
+pub const MAX_CATALOG_PAGES: usize = 1000;
+/// How long a crash error waits for the exit status and stderr (CONN-7).
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// How long closing waits for rmcp's service loop to end.
+const SERVICE_CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// How long an in-process server may take to confirm its close.
+const IN_PROCESS_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+// ===== Client handler (CONN-10, CONN-11) =====
+
+/// The rmcp client handler: explicit client info, EMPTY capabilities, and -32601
+/// for every server→client request.
+#[derive(Debug, Clone)]
+pub struct SupervisedClient {
+    gen: u64,
+    supervisor: ActorRef<ServerSupervisorMsg>,
+}
+
+fn no_capabilities(method: &str) -> McpError {
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("{method}: this client exposes no MCP capabilities"),
+        None,
+    )
+}
+
+#[allow(deprecated)]
+impl ClientHandler for SupervisedClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("mcpvisor", env!("CARGO_PKG_VERSION")).with_title("mcpvisor"),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_message(
+        &self,
+        _: rmcp::model::CreateMessageRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        Err(no_capabilities("sampling/createMessage"))
+    }
+
+    async fn list_roots(
+        &self,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, McpError> {
+        Err(no_capabilities("roots/list"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _: rmcp::model::ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, McpError> {
+        Err(no_capabilities("elicitation/create"))
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .supervisor
+            .cast(ServerSupervisorMsg::ToolsListChanged { gen: self.gen });
+    }
+}
+
+// ===== Catalog fetch (SYNC-3 phase 1) =====
+
+/// Fetch every page of `tools/list`, bypassing rmcp's response cache. Entries
+/// come back as raw JSON so malformed ones can be dropped one by one (SYNC-7).
+pub async fn fetch_catalog(
+    peer: &Peer<RoleClient>,
+    request_timeout: Duration,
+    diag: &Diagnostics,
+) -> Result<Vec<Value>, String> {
+    let mut entries = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
+    for _page in 0..MAX_CATALOG_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
+            .await
+            .map_err(|e| format!("tools/list could not be sent: {e}"))?;
+        let response = handle
+            .await_response()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        let next = match response {
+            ServerResult::ListToolsResult(page) => {
+                for tool in &page.tools {
+                    entries.push(serde_json::to_value(tool).map_err(|e| e.to_string())?);
+                }
+                page.next_cursor
+            }
+            ServerResult::CustomResult(raw) => {
+                // A page rmcp's typed model could not read (e.g. one malformed entry).
+                let value = raw.0;
+                let tools = value
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
+                let names = tools.iter().filter_map(|t| {
+                    let required = t.pointer("/execution/taskSupport").and_then(Value::as_str)
+                        == Some("required");
+                    required
+                        .then(|| t.get("name").and_then(Value::as_str).map(str::to_owned))
+                        .flatten()
+                });
+                diag.note_task_required(names);
+                entries.extend(tools.iter().cloned());
+                value
+                    .get("nextCursor")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }
+            _ => return Err("tools/list answered with an unexpected result type".into()),
+        };
+        match next {
+            None => return Ok(entries),
+            Some(c) => {
+                if !seen.insert(c.clone()) {
+                    return Err(format!("tools/list repeated cursor {c:?}: invalid catalog"));
+                }
+                cursor = Some(c);
+            }
+        }
+    }
+    Err(format!(
+        "tools/list exceeded {MAX_CATALOG_PAGES} pages: invalid catalog"
+    ))
+}
+
+// ===== The actor =====
+
+/// Arguments of one connection generation.
+pub struct ConnectionArgs {
+    /// Generation.
+    pub gen: u64,
+    /// The server's config.
+    pub config: Arc<ServerConfig>,
+    /// Where to report.
+    pub supervisor: ActorRef<ServerSupervisorMsg>,
+    /// Shared with the status.
+    pub diag: Arc<Diagnostics>,
+}
+
+/// What the handshake task hands the actor.
+pub struct Established {
+    running: RunningService<RoleClient, SupervisedClient>,
+    info: ConnInfo,
+    catalog: Vec<Value>,
+}
+
+/// How this generation's transport is closed and confirmed.
+enum Closer {
+    Process(ProcessHandle),
+    InProcess(BoxFuture<'static, bool>),
+    Network,
+}
+
+/// The `Connection` actor.
+#[derive(Debug, Default)]
+pub struct Connection;
+
+/// State of one connection.
+pub struct ConnectionState {
+    /// Generation.
+    gen: u64,
+    /// Config.
+    config: Arc<ServerConfig>,
+    /// Supervisor.
+    supervisor: ActorRef<ServerSupervisorMsg>,
+    /// Output diagnostics.
+    diag: Arc<Diagnostics>,
+    /// The close half of the transport; taken by the close task.
+    closer: Option<Closer>,
+    /// Child pid (stdio).
+    pid: Option<u32>,
+    /// The handshake task while connecting.
+    connect_task: Option<JoinHandle<()>>,
+    /// Cancels rmcp's service loop.
+    service_ct: Option<rmcp::service::RunningServiceCancellationToken>,
+    /// Ends when the service loop ends.
+    watcher: Option<JoinHandle<()>>,
+    /// HTTP liveness pings (CONN-14).
+    pinger: Option<JoinHandle<()>>,
+}
+
+impl Actor for Connection {
+    type Msg = ConnectionMsg;
+    type State = ConnectionState;
+    type Arguments = ConnectionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ConnectionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = ConnectionState {
+            gen: args.gen,
+            config: args.config,
+            supervisor: args.supervisor,
+            diag: args.diag,
+            closer: None,
+            pid: None,
+            connect_task: None,
+            service_ct: None,
+            watcher: None,
+            pinger: None,
+        };
+        let handler = SupervisedClient {
+            gen: state.gen,
+            supervisor: state.supervisor.clone(),
+        };
+        let cfg = state.config.clone();
+        let diag = state.diag.clone();
+        let me = myself.clone();
+        // Start the transport synchronously so the process is owned from the first instant.
+        let connect: BoxFuture<'static, Result<Box<Established>, String>> = match &cfg.transport {
+            TransportConfig::Stdio(stdio_cfg) => match stdio::spawn(stdio_cfg, diag.clone()) {
+                Ok(child) => {
+                    state.pid = Some(child.process.pid);
+                    state.closer = Some(Closer::Process(child.process));
+                    let pid = state.pid;
+                    Box::pin(handshake(
+                        handler,
+                        child.transport,
+                        cfg.clone(),
+                        diag.clone(),
+                        pid,
+                    ))
+                }
+                Err(e) => Box::pin(futures::future::ready(Err(e))),
+            },
+            TransportConfig::StreamableHttp(http_cfg) => {
+                state.closer = Some(Closer::Network);
+                match super::http::transport(http_cfg) {
+                    Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
+                    Err(e) => Box::pin(futures::future::ready(Err(e))),
+                }
+            }
+            TransportConfig::InProcess(factory) => match (factory.0)() {
+                Ok(conn) => {
+                    state.closer = Some(Closer::InProcess(conn.closed));
+                    Box::pin(handshake(
+                        handler,
+                        conn.stream,
+                        cfg.clone(),
+                        diag.clone(),
+                        None,
+                    ))
+                }
+                Err(e) => Box::pin(futures::future::ready(Err(e))),
+            },
+        };
+        let startup = cfg.startup_timeout;
+        state.connect_task = Some(tokio::spawn(async move {
+            let result = match tokio::time::timeout(startup, connect).await {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "startup timed out after {} ms (spawn/connect through initialize and the first tools/list)",
+                    startup.as_millis()
+                )),
+            };
+            let _ = me.cast(ConnectionMsg::Established(result));
+        }));
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ConnectionMsg::Established(Ok(est)) => {
+                state.connect_task = None;
+                let Established {
+                    running,
+                    info,
+                    catalog,
+                } = *est;
+                let peer = running.peer().clone();
+                state.service_ct = Some(running.cancellation_token());
+                let me = myself.clone();
+                state.watcher = Some(tokio::spawn(async move {
+                    let reason = match running.waiting().await {
+                        Ok(rmcp::service::QuitReason::Cancelled) => return,
+                        Ok(r) => format!("the transport closed ({r:?})"),
+                        Err(e) => format!("the service task failed: {e}"),
+                    };
+                    let _ = me.cast(ConnectionMsg::Lost(reason));
+                }));
+                if let TransportConfig::StreamableHttp(h) = &state.config.transport {
+                    state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
+                }
+                state.supervisor.cast(ServerSupervisorMsg::ConnUp {
+                    gen: state.gen,
+                    peer,
+                    info,
+                    catalog,
+                })?;
+            }
+            ConnectionMsg::Established(Err(e)) => {
+                state.connect_task = None;
+                let cause = compose_cause(state, &e).await;
+                myself.stop(Some(cause));
+            }
+            ConnectionMsg::Lost(reason) => {
+                let cause = compose_cause(state, &reason).await;
+                myself.stop(Some(cause));
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        start_close(state);
+        Ok(())
+    }
+}
+
+/// The error text of a failed connection: the real cause, with exit status,
+/// stderr tail and non-JSON hints (CONN-6, CONN-7, CONN-8).
+async fn compose_cause(state: &mut ConnectionState, reason: &str) -> String {
+    let mut cause = match &mut state.closer {
+        Some(Closer::Process(p)) => match p.wait_exit(EXIT_WAIT).await {
+            Some(status) => format!("server {status}"),
+            None => reason.to_owned(),
+        },
+        _ => reason.to_owned(),
+    };
+    if let Some(fatal) = state.diag.fatal() {
+        cause = format!("{fatal} ({cause})");
+    }
+    cause.push_str(&state.diag.explain());
+    cause
+}
+
+/// Run the close sequence in a detached task that reports `ConnectionEnded`.
+/// Safe to call more than once: the closer is taken.
+fn start_close(state: &mut ConnectionState) {
+    if let Some(t) = state.connect_task.take() {
+        t.abort();
+    }
+    if let Some(t) = state.pinger.take() {
+        t.abort();
+    }
+    let Some(closer) = state.closer.take() else {
+        return;
+    };
+    let ct = state.service_ct.take();
+    let watcher = state.watcher.take();
+    let supervisor = state.supervisor.clone();
+    let gen = state.gen;
+    let pid = state.pid;
+    tokio::spawn(async move {
+        if let Some(ct) = ct {
+            ct.cancel();
+        }
+        if let Some(w) = watcher {
+            let _ = tokio::time::timeout(SERVICE_CLOSE_WAIT, w).await;
+        }
+        let reaped = match closer {
+            Closer::Process(mut p) => p.close().await,
+            Closer::InProcess(closed) => tokio::time::timeout(IN_PROCESS_CLOSE_WAIT, closed)
+                .await
+                .unwrap_or(false),
+            Closer::Network => true,
+        };
+        let _ = supervisor.cast(ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid });
+    });
+}
+
+/// `initialize` (empty capabilities), `notifications/initialized`, then the whole
+/// catalog when the server has tools (CONN-10, SYNC-3).
+async fn handshake<T, E, A>(
+    handler: SupervisedClient,
+    transport: T,
+    cfg: Arc<ServerConfig>,
+    diag: Arc<Diagnostics>,
+    pid: Option<u32>,
+) -> Result<Box<Established>, String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = handler
+        .serve(transport)
+        .await
+        .map_err(|e| format!("initialize failed: {e}"))?;
+    let peer = running.peer().clone();
+    peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
+        .await;
+    let Some(server) = peer.peer_info() else {
+        return Err("initialize finished without server info".into());
+    };
+    let instructions = match server
+        .instructions
+        .as_deref()
+        .filter(|s| !s.trim().is_empty())
+    {
+        None => None,
+        Some(text) => {
+            let attributed = format!(
+                "## Instructions from MCP server \"{}\"\n\n{text}",
+                cfg.server_name
+            );
+            if attributed.len() > cfg.max_instruction_bytes {
+                return Err(format!(
+                    "the server's instructions are {} bytes with attribution, over max_instruction_bytes = {}",
+                    attributed.len(),
+                    cfg.max_instruction_bytes
+                ));
+            }
+            Some(attributed)
+        }
+    };
+    let has_tools = server.capabilities.tools.is_some();
+    let info = ConnInfo {
+        protocol_version: server.protocol_version.to_string(),
+        server_info: server
+            .server_info
+            .as_ref()
+            .map(|i| format!("{} {}", i.name, i.version)),
+        instructions,
+        has_tools,
+        pid,
+    };
+    let catalog = if has_tools {
+        fetch_catalog(&peer, cfg.request_timeout, &diag).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Box::new(Established {
+        running,
+        info,
+        catalog,
+    }))
+}
+
+/// Ping on an interval; past the failure threshold the connection is lost (CONN-14).
+fn spawn_pinger(
+    peer: Peer<RoleClient>,
+    cfg: &crate::messages::config::HttpConfig,
+    conn: ActorRef<ConnectionMsg>,
+) -> JoinHandle<()> {
+    let interval = cfg.ping_interval;
+    let timeout = cfg.ping_timeout;
+    let threshold = cfg.ping_failure_threshold.max(1);
+    tokio::spawn(async move {
+        let mut failures = 0u32;
+        let mut last = String::new();
+        loop {
+            tokio::time::sleep(interval).await;
+            let ping = ClientRequest::PingRequest(PingRequest::default());
+            let result = match peer
+                .send_request_with_option(ping, PeerRequestOptions::with_timeout(timeout))
+                .await
+            {
+                Ok(h) => h.await_response().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    last = e.to_string();
+                }
+            }
+            if failures >= threshold {
+                let _ = conn.cast(ConnectionMsg::Lost(format!(
+                    "the endpoint failed {failures} consecutive liveness pings (last: {last})"
+                )));
+                return;
+            }
+        }
+    })
+}

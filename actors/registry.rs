@@ -1,0 +1,379 @@
+//! `ToolRegistry(scope)`: the catalog of one scope.
+//!
+//! Owns exclusively: the scope's published snapshot (a `watch` channel of
+//! immutable, generation-stamped [`ScopeSnapshot`]s). Supervisor:
+//! `ScopeSupervisor`, permanent. Every server's status, live call handle and
+//! tools change only through this actor's mailbox, so readers never see a half
+//! catalog or two generations of one server (SYNC-3, SYNC-6); callers read the
+//! snapshot directly and never queue behind this mailbox.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use rmcp::service::{Peer, RoleClient};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::messages::call::ToolDefinition;
+use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::status::{RuntimeEvent, ServerStatus};
+
+/// Activity of one server, updated by calls in the caller's task (RECO-6).
+#[derive(Debug)]
+pub struct Activity {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    /// A fresh activity record; "last call" is now.
+    pub fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Mark a call as started; the guard marks it finished.
+    pub fn begin(self: &Arc<Self>) -> ActivityGuard {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.last_ms.store(self.now_ms(), Ordering::SeqCst);
+        ActivityGuard(self.clone())
+    }
+
+    /// Time since the last call started or finished, or `None` while calls are in flight.
+    pub fn idle_for(&self) -> Option<std::time::Duration> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let last = self.last_ms.load(Ordering::SeqCst);
+        Some(std::time::Duration::from_millis(
+            self.now_ms().saturating_sub(last),
+        ))
+    }
+
+    /// Restart the idle clock (on connect).
+    pub fn reset(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::SeqCst);
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Ends one call's activity.
+#[derive(Debug)]
+pub struct ActivityGuard(Arc<Activity>);
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        self.0.last_ms.store(self.0.now_ms(), Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The live connection of a server: the cloneable call handle of one generation.
+#[derive(Debug, Clone)]
+pub struct LiveConn {
+    /// Connection generation.
+    pub gen: u64,
+    /// rmcp call handle.
+    pub peer: Peer<RoleClient>,
+}
+
+/// One server as the scope's snapshot shows it.
+#[derive(Debug, Clone)]
+pub struct ServerEntry {
+    /// Status (OBS-1).
+    pub status: ServerStatus,
+    /// The live call handle while ready.
+    pub live: Option<LiveConn>,
+    /// When the current connection came up.
+    pub up_since: Option<Instant>,
+    /// The registered tools of the current catalog generation.
+    pub tools: Arc<Vec<Arc<ToolDefinition>>>,
+    /// Attributed instructions (RES-5).
+    pub instructions: Option<String>,
+    /// The server's supervisor (cold-path requests: wake, restart).
+    pub supervisor: ActorRef<ServerSupervisorMsg>,
+    /// Call activity.
+    pub activity: Arc<Activity>,
+    /// Config.
+    pub config: Arc<ServerConfig>,
+}
+
+/// An immutable view of one scope's catalog and servers.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeSnapshot {
+    /// Servers by name.
+    pub servers: BTreeMap<String, ServerEntry>,
+    /// Public tool name → (server, index in its tools).
+    pub index: BTreeMap<String, (String, usize)>,
+}
+
+impl ScopeSnapshot {
+    /// Resolve a public tool name.
+    pub fn resolve(&self, public: &str) -> Option<(&ServerEntry, &Arc<ToolDefinition>)> {
+        let (server, i) = self.index.get(public)?;
+        let entry = self.servers.get(server)?;
+        Some((entry, entry.tools.get(*i)?))
+    }
+
+    /// Every tool of the scope, by server then server order.
+    pub fn tools(&self) -> Vec<Arc<ToolDefinition>> {
+        self.servers
+            .values()
+            .flat_map(|s| s.tools.iter().cloned())
+            .collect()
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for (name, entry) in &self.servers {
+            for (i, t) in entry.tools.iter().enumerate() {
+                self.index.insert(t.name.clone(), (name.clone(), i));
+            }
+        }
+    }
+}
+
+/// Messages of the registry.
+pub enum RegistryMsg {
+    /// Add a server entry (before its supervisor starts connecting).
+    Register {
+        /// The initial entry.
+        entry: Box<ServerEntry>,
+    },
+    /// Replace a server's status and live handle.
+    Publish {
+        /// Status.
+        status: ServerStatus,
+        /// Live handle (`None` = not callable).
+        live: Option<LiveConn>,
+        /// Instructions, published with the tools (RES-5).
+        instructions: Option<String>,
+    },
+    /// Phase 2 of a sync: swap in generation `generation` of `server`'s tools,
+    /// if connection `conn_gen` is still the live one (SYNC-6). A public-name
+    /// conflict with another server leaves this server with zero tools (SYNC-4).
+    Swap {
+        /// Server.
+        server: String,
+        /// Connection generation that fetched the catalog.
+        conn_gen: u64,
+        /// The new catalog generation.
+        generation: u64,
+        /// The new definitions.
+        tools: Vec<Arc<ToolDefinition>>,
+        /// Ok(count) or the conflict / staleness.
+        reply: RpcReplyPort<Result<usize, String>>,
+    },
+    /// Remove a server's tools (RECO-4, RECO-5).
+    RemoveTools {
+        /// Server.
+        server: String,
+    },
+    /// Remove a server entirely (shutdown).
+    Unregister {
+        /// Server.
+        server: String,
+    },
+}
+
+/// The registry actor.
+#[derive(Debug, Default)]
+pub struct ToolRegistry;
+
+/// Arguments: the scope and the channels it publishes on.
+#[derive(Debug)]
+pub struct RegistryArgs {
+    /// The scope.
+    pub scope: Scope,
+    /// Snapshot publisher.
+    pub snapshot: watch::Sender<Arc<ScopeSnapshot>>,
+    /// Runtime events.
+    pub events: broadcast::Sender<RuntimeEvent>,
+}
+
+/// Registry state.
+#[derive(Debug)]
+pub struct RegistryState {
+    scope: Scope,
+    current: ScopeSnapshot,
+    snapshot: watch::Sender<Arc<ScopeSnapshot>>,
+    events: broadcast::Sender<RuntimeEvent>,
+}
+
+impl RegistryState {
+    fn publish(&mut self) {
+        self.snapshot.send_replace(Arc::new(self.current.clone()));
+    }
+
+    fn emit_status(&self, server: &str) {
+        if let Some(e) = self.current.servers.get(server) {
+            let _ = self
+                .events
+                .send(RuntimeEvent::ServerStatus(e.status.clone()));
+        }
+    }
+
+    fn emit_catalog(&self, server: &str) {
+        if let Some(e) = self.current.servers.get(server) {
+            let _ = self.events.send(RuntimeEvent::CatalogChanged {
+                scope: self.scope.clone(),
+                server: server.to_owned(),
+                generation: e.status.generation,
+                tools: e.tools.len(),
+            });
+        }
+    }
+}
+
+impl Actor for ToolRegistry {
+    type Msg = RegistryMsg;
+    type State = RegistryState;
+    type Arguments = RegistryArgs;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<Self::Msg>,
+        args: RegistryArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(RegistryState {
+            scope: args.scope,
+            current: ScopeSnapshot::default(),
+            snapshot: args.snapshot,
+            events: args.events,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RegistryMsg::Register { entry } => {
+                let name = entry.status.server.clone();
+                st.current.servers.insert(name.clone(), *entry);
+                st.current.reindex();
+                st.publish();
+                st.emit_status(&name);
+            }
+            RegistryMsg::Publish {
+                mut status,
+                live,
+                instructions,
+            } => {
+                let name = status.server.clone();
+                let Some(entry) = st.current.servers.get_mut(&name) else {
+                    return Ok(());
+                };
+                status.tools = entry.tools.len();
+                status.generation = entry.status.generation;
+                let changed = entry.status != status;
+                entry.up_since = match (&entry.live, &live) {
+                    (Some(old), Some(new)) if old.gen == new.gen => entry.up_since,
+                    (_, Some(_)) => Some(Instant::now()),
+                    (_, None) => None,
+                };
+                entry.status = status;
+                entry.live = live;
+                entry.instructions = instructions;
+                st.publish();
+                if changed {
+                    st.emit_status(&name);
+                }
+            }
+            RegistryMsg::Swap {
+                server,
+                conn_gen,
+                generation,
+                tools,
+                reply,
+            } => {
+                let result = swap(st, &server, conn_gen, generation, tools);
+                st.publish();
+                if result.is_ok() {
+                    st.emit_catalog(&server);
+                }
+                st.emit_status(&server);
+                let _ = reply.send(result);
+            }
+            RegistryMsg::RemoveTools { server } => {
+                if let Some(entry) = st.current.servers.get_mut(&server) {
+                    entry.tools = Arc::new(Vec::new());
+                    entry.status.tools = 0;
+                    entry.instructions = None;
+                    st.current.reindex();
+                    st.publish();
+                    st.emit_catalog(&server);
+                }
+            }
+            RegistryMsg::Unregister { server } => {
+                if st.current.servers.remove(&server).is_some() {
+                    st.current.reindex();
+                    st.publish();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn swap(
+    st: &mut RegistryState,
+    server: &str,
+    conn_gen: u64,
+    generation: u64,
+    tools: Vec<Arc<ToolDefinition>>,
+) -> Result<usize, String> {
+    let Some(entry) = st.current.servers.get(server) else {
+        return Err(format!("server \"{server}\" is not registered"));
+    };
+    match &entry.live {
+        Some(live) if live.gen == conn_gen => {}
+        _ => {
+            return Err(format!(
+                "stale catalog of connection {conn_gen} dropped: no longer the live connection"
+            ))
+        }
+    }
+    let conflict = tools
+        .iter()
+        .find_map(|t| match st.current.index.get(&t.name) {
+            Some((owner, _)) if owner != server => Some((t.name.clone(), owner.clone())),
+            _ => None,
+        });
+    let Some(entry) = st.current.servers.get_mut(server) else {
+        return Err(format!("server \"{server}\" is not registered"));
+    };
+    entry.status.generation = generation;
+    if let Some((name, owner)) = conflict {
+        // SYNC-4: the partial new generation is rolled back; the server ends with zero tools.
+        entry.tools = Arc::new(Vec::new());
+        entry.status.tools = 0;
+        let msg = format!("tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools");
+        entry.status.error = Some(msg.clone());
+        st.current.reindex();
+        return Err(msg);
+    }
+    let n = tools.len();
+    entry.tools = Arc::new(tools);
+    entry.status.tools = n;
+    st.current.reindex();
+    Ok(n)
+}

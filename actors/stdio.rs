@@ -1,0 +1,590 @@
+//! stdio transport glue owned by the `Connection` actor: the child process in its
+//! own process group (CONN-5), the stdout line guard (CONN-6), the stderr ring
+//! buffer (CONN-7) and the close sequence (CONN-8).
+//!
+//! rmcp's own child-process transport silently drops unparsable lines, so this
+//! module reads stdout itself and hands rmcp parsed messages through the
+//! [`rmcp::transport::Transport`] trait.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::watch;
+
+use crate::messages::config::StdioConfig;
+
+/// Longest stdout line accepted (CONN-6).
+pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+/// Size of the stderr tail kept per instance (CONN-7).
+pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// Parent variables passed to every stdio child (CONN-5).
+pub const ENV_ALLOWLIST: [&str; 10] = [
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
+];
+
+/// How long the close sequence waits after closing stdin, and after SIGTERM (CONN-8).
+const GRACE_AFTER_STDIN: Duration = Duration::from_secs(1);
+const GRACE_AFTER_TERM: Duration = Duration::from_secs(2);
+const GRACE_AFTER_KILL: Duration = Duration::from_secs(2);
+
+// ===== Diagnostics =====
+
+/// What one connection learned about its server's output: shared between the
+/// transport, the stderr reader, the reaper and the connection actor.
+#[derive(Debug, Default)]
+pub struct Diagnostics {
+    inner: Mutex<DiagInner>,
+}
+
+#[derive(Debug, Default)]
+struct DiagInner {
+    stderr: Vec<u8>,
+    non_json_lines: u64,
+    first_non_json: Option<String>,
+    fatal: Option<String>,
+    task_required: HashSet<String>,
+}
+
+impl Diagnostics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DiagInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Append stderr bytes, keeping the last [`STDERR_TAIL_BYTES`].
+    pub fn push_stderr(&self, bytes: &[u8]) {
+        let mut d = self.lock();
+        d.stderr.extend_from_slice(bytes);
+        if d.stderr.len() > STDERR_TAIL_BYTES {
+            let cut = d.stderr.len() - STDERR_TAIL_BYTES;
+            d.stderr.drain(..cut);
+        }
+    }
+
+    /// The stderr tail as text (lossy UTF-8, trimmed).
+    pub fn stderr_tail(&self) -> String {
+        String::from_utf8_lossy(&self.lock().stderr)
+            .trim()
+            .to_owned()
+    }
+
+    /// Count a non-JSON stdout line; keep the first one's start.
+    pub fn note_non_json(&self, line: &[u8]) {
+        let mut d = self.lock();
+        d.non_json_lines += 1;
+        if d.first_non_json.is_none() {
+            let text = String::from_utf8_lossy(&line[..line.len().min(200)])
+                .trim()
+                .to_owned();
+            d.first_non_json = Some(text);
+        }
+    }
+
+    /// Non-JSON lines so far, and the first one.
+    pub fn non_json(&self) -> (u64, Option<String>) {
+        let d = self.lock();
+        (d.non_json_lines, d.first_non_json.clone())
+    }
+
+    /// Record why the transport failed on its own (e.g. an over-long line).
+    pub fn set_fatal(&self, why: String) {
+        let mut d = self.lock();
+        if d.fatal.is_none() {
+            d.fatal = Some(why);
+        }
+    }
+
+    /// The transport's own failure, if any.
+    pub fn fatal(&self) -> Option<String> {
+        self.lock().fatal.clone()
+    }
+
+    /// Tools seen with `execution.taskSupport == "required"` (rmcp's model drops that field).
+    pub fn task_required(&self) -> HashSet<String> {
+        self.lock().task_required.clone()
+    }
+
+    pub(crate) fn note_task_required(&self, names: impl IntoIterator<Item = String>) {
+        self.lock().task_required.extend(names);
+    }
+
+    /// Scan a raw `tools/list` result for `execution.taskSupport == "required"`.
+    pub(crate) fn tap_tools_list(&self, raw: &[u8]) {
+        if memfind(raw, b"taskSupport").is_none() {
+            return;
+        }
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) else {
+            return;
+        };
+        let tools = v.pointer("/result/tools").and_then(|t| t.as_array());
+        let names = tools.into_iter().flatten().filter_map(|t| {
+            let required =
+                t.pointer("/execution/taskSupport").and_then(|s| s.as_str()) == Some("required");
+            required
+                .then(|| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                .flatten()
+        });
+        self.note_task_required(names);
+    }
+
+    /// A one-paragraph explanation for an error message: stderr tail and non-JSON hints.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let (count, first) = self.non_json();
+        if let Some(first) = first {
+            out.push_str(&format!(
+                "; the server wrote {count} non-JSON line(s) on stdout (first: {first:?}), the likely cause"
+            ));
+        }
+        let tail = self.stderr_tail();
+        if !tail.is_empty() {
+            out.push_str(&format!("; stderr: {tail}"));
+        }
+        out
+    }
+}
+
+fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+// ===== Spawning =====
+
+/// A spawned stdio child, before the handshake.
+pub struct SpawnedChild {
+    /// The transport rmcp serves on.
+    pub transport: StdioTransport,
+    /// The handle that closes and reaps the process group.
+    pub process: ProcessHandle,
+}
+
+/// Locate `command` on `path` and the common prefixes (CONN-5).
+pub fn resolve_executable(
+    command: &str,
+    path: Option<&str>,
+    home: Option<&Path>,
+) -> Result<PathBuf, String> {
+    if command.contains('/') {
+        return Ok(PathBuf::from(command));
+    }
+    let mut dirs: Vec<PathBuf> = path
+        .unwrap_or_default()
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    dirs.push(PathBuf::from("/usr/local/bin"));
+    if let Some(home) = home {
+        dirs.push(home.join(".local/bin"));
+        dirs.push(home.join(".cargo/bin"));
+        if let Ok(rd) = std::fs::read_dir(home.join(".nvm/versions/node")) {
+            let mut versions: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect();
+            versions.sort();
+            versions.reverse();
+            dirs.extend(versions);
+        }
+    }
+    for dir in &dirs {
+        let candidate = dir.join(command);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "executable \"{command}\" not found; searched: {}",
+        searched.join(", ")
+    ))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|s| upper.contains(s))
+}
+
+/// The environment of a stdio child (CONN-5): allowlisted parent variables,
+/// explicit passthrough, the instance's `env`, then `NO_COLOR=1`.
+pub fn child_environment(
+    cfg: &StdioConfig,
+    parent: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let mut env: std::collections::BTreeMap<String, String> = Default::default();
+    for name in ENV_ALLOWLIST {
+        if let Some(v) = parent(name) {
+            env.insert(name.to_owned(), v);
+        }
+    }
+    for name in &cfg.env_passthrough {
+        if let Some(v) = parent(name) {
+            env.insert(name.clone(), v);
+        }
+    }
+    for (k, v) in &cfg.env {
+        env.insert(k.clone(), v.clone());
+    }
+    env.insert("NO_COLOR".into(), "1".into());
+    debug_assert!(ENV_ALLOWLIST.iter().all(|n| !looks_secret(n)));
+    env.into_iter().collect()
+}
+
+/// Spawn the child in its own process group with piped stdio, start the stderr
+/// reader and the reaper.
+pub fn spawn(cfg: &StdioConfig, diag: Arc<Diagnostics>) -> Result<SpawnedChild, String> {
+    let env = child_environment(cfg, |n| std::env::var(n).ok());
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let exe = resolve_executable(&cfg.command, path, home.as_deref())?;
+    let mut cmd = tokio::process::Command::new(&exe);
+    cmd.args(&cfg.args)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &cfg.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", exe.display()))?;
+    let pid = child
+        .id()
+        .ok_or_else(|| "child exited before its pid was read".to_owned())?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err("child stdio pipes missing".into());
+    };
+    let (stderr_done_tx, stderr_done) = watch::channel(false);
+    let d = diag.clone();
+    tokio::spawn(async move {
+        let mut stderr = stderr;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match stderr.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => d.push_stderr(&buf[..n]),
+            }
+        }
+        let _ = stderr_done_tx.send(true);
+    });
+    let (exit_tx, exit) = watch::channel(None);
+    tokio::spawn(async move {
+        let status = match child.wait().await {
+            Ok(s) => describe_status(s),
+            Err(e) => format!("could not be waited for: {e}"),
+        };
+        let _ = exit_tx.send(Some(status));
+    });
+    Ok(SpawnedChild {
+        transport: StdioTransport::new(stdin, stdout, diag),
+        process: ProcessHandle {
+            pid,
+            exit,
+            stderr_done,
+            reaped: false,
+        },
+    })
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => "exited".into(),
+    }
+}
+
+// ===== The process handle =====
+
+/// Owns the close sequence of one child process group. Dropping it without a
+/// confirmed close SIGKILLs the group (the reaper task still reaps the leader).
+#[derive(Debug)]
+pub struct ProcessHandle {
+    /// The child's pid, also its process group id.
+    pub pid: u32,
+    exit: watch::Receiver<Option<String>>,
+    stderr_done: watch::Receiver<bool>,
+    reaped: bool,
+}
+
+impl ProcessHandle {
+    /// The exit description once the child has been reaped.
+    pub fn exit_status(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    /// Wait up to `limit` for the child to be reaped, then up to 200 ms more for
+    /// stderr to drain (so the error can quote what the server printed last, CONN-7).
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<String> {
+        let waited = tokio::time::timeout(limit, async {
+            self.exit
+                .wait_for(Option::is_some)
+                .await
+                .map(|v| v.clone())
+                .ok()
+                .flatten()
+        })
+        .await;
+        let status = waited.ok().flatten();
+        if status.is_some() {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(200),
+                self.stderr_done.wait_for(|d| *d),
+            )
+            .await;
+        }
+        status
+    }
+
+    fn signal_group(&self, sig: i32) {
+        let Ok(pgid) = libc::pid_t::try_from(self.pid) else {
+            return;
+        };
+        // SAFETY: killpg has no memory-safety preconditions; ESRCH is ignored.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::killpg(pgid, sig);
+        }
+    }
+
+    /// The close sequence (CONN-8) after stdin was closed by the transport:
+    /// wait 1 s, SIGTERM the group, wait, SIGKILL, wait for the reap. Finally
+    /// SIGKILL the group once more so no grandchild outlives its leader.
+    /// Returns whether the leader was confirmed reaped.
+    pub async fn close(&mut self) -> bool {
+        let mut status = self.wait_exit(GRACE_AFTER_STDIN).await;
+        if status.is_none() {
+            self.signal_group(libc::SIGTERM);
+            status = self.wait_exit(GRACE_AFTER_TERM).await;
+        }
+        if status.is_none() {
+            self.signal_group(libc::SIGKILL);
+            status = self.wait_exit(GRACE_AFTER_KILL).await;
+        }
+        self.signal_group(libc::SIGKILL);
+        self.reaped = status.is_some();
+        self.reaped
+    }
+}
+
+impl Drop for ProcessHandle {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.signal_group(libc::SIGKILL);
+        }
+    }
+}
+
+// ===== The transport =====
+
+/// rmcp transport over a child's stdin/stdout with the CONN-6 line guard.
+pub struct StdioTransport {
+    reader: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    writer: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    diag: Arc<Diagnostics>,
+}
+
+impl StdioTransport {
+    fn new(stdin: ChildStdin, stdout: ChildStdout, diag: Arc<Diagnostics>) -> Self {
+        Self {
+            reader: BufReader::with_capacity(64 * 1024, stdout),
+            line: Vec::with_capacity(8 * 1024),
+            writer: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            diag,
+        }
+    }
+
+    /// Read one line (without its newline) into `self.line`, bounded by [`MAX_LINE_BYTES`].
+    /// Returns false on EOF, error or an over-long line (recorded as fatal).
+    async fn read_line(&mut self) -> bool {
+        self.line.clear();
+        loop {
+            let (done, used) = {
+                let buf = match self.reader.fill_buf().await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.diag
+                            .set_fatal(format!("reading the server's stdout failed: {e}"));
+                        return false;
+                    }
+                };
+                if buf.is_empty() {
+                    return false;
+                }
+                match buf.iter().position(|b| *b == b'\n') {
+                    Some(i) => {
+                        self.line.extend_from_slice(&buf[..i]);
+                        (true, i + 1)
+                    }
+                    None => {
+                        self.line.extend_from_slice(buf);
+                        (false, buf.len())
+                    }
+                }
+            };
+            self.reader.consume(used);
+            if self.line.len() > MAX_LINE_BYTES {
+                self.diag.set_fatal(format!(
+                    "the server wrote a stdout line longer than {} MiB without a newline",
+                    MAX_LINE_BYTES / (1024 * 1024)
+                ));
+                return false;
+            }
+            if done {
+                return true;
+            }
+        }
+    }
+}
+
+impl rmcp::transport::Transport<RoleClient> for StdioTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = self.writer.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            let mut guard = writer.lock().await;
+            let Some(stdin) = guard.as_mut() else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "stdin closed",
+                ));
+            };
+            stdin.write_all(&bytes).await?;
+            stdin.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            if !self.read_line().await {
+                return None;
+            }
+            let line = trim_cr(&self.line);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
+                Ok(msg) => {
+                    if line.len() > 64
+                        && memfind(&line[..line.len().min(256)], b"\"tools\"").is_some()
+                    {
+                        self.diag.tap_tools_list(line);
+                    }
+                    return Some(msg);
+                }
+                Err(_) => self.diag.note_non_json(line),
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        if let Some(mut stdin) = self.writer.lock().await.take() {
+            let _ = stdin.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_ring_keeps_only_the_tail() {
+        // CONN-7
+        let d = Diagnostics::default();
+        d.push_stderr(&vec![b'a'; STDERR_TAIL_BYTES]);
+        d.push_stderr(b"LAST WORDS");
+        let tail = d.stderr_tail();
+        assert_eq!(tail.len(), STDERR_TAIL_BYTES);
+        assert!(tail.ends_with("LAST WORDS"));
+    }
+
+    #[test]
+    fn environment_is_scrubbed_to_the_allowlist_plus_explicit_values() {
+        // CONN-5
+        let cfg = StdioConfig {
+            command: "x".into(),
+            args: vec![],
+            env: [("FOO".to_owned(), "bar".to_owned())].into(),
+            env_passthrough: vec!["EXTRA".into()],
+            cwd: None,
+        };
+        let env = child_environment(&cfg, |n| match n {
+            "PATH" => Some("/bin".into()),
+            "EXTRA" => Some("1".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("nope".into()),
+            _ => None,
+        });
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, vec!["EXTRA", "FOO", "NO_COLOR", "PATH"]);
+    }
+
+    #[test]
+    fn missing_executable_error_names_what_was_searched() {
+        // CONN-5
+        let err = resolve_executable(
+            "no-such-binary-xyz",
+            Some("/nope1:/nope2"),
+            Some(Path::new("/h")),
+        )
+        .unwrap_err();
+        assert!(err.contains("no-such-binary-xyz"), "{err}");
+        assert!(
+            err.contains("/nope1, /nope2, /usr/local/bin, /h/.local/bin, /h/.cargo/bin"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn task_support_tap_reads_required_tools() {
+        let d = Diagnostics::default();
+        d.tap_tools_list(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#,
+        );
+        assert_eq!(d.task_required(), HashSet::from(["a".to_owned()]));
+    }
+}

@@ -1,0 +1,212 @@
+//! `mcpvisor bench` (PERF-1, first two rows): tools/call latency through the
+//! runtime vs a bare rmcp client on the demo server, in the same run; and
+//! catalog sync of 1k and 10k tools. Figures, never assertions.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mcpvisor::{CallOptions, Runtime, Scope};
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::ServiceExt;
+use serde_json::json;
+
+struct Latency {
+    p50_us: f64,
+    p99_us: f64,
+    calls_per_s: f64,
+}
+
+fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
+    samples.sort();
+    let pick = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples.get(i).map(|d| d.as_secs_f64() * 1e6).unwrap_or(0.0)
+    };
+    Latency {
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+        calls_per_s: samples.len() as f64 / total.as_secs_f64().max(1e-9),
+    }
+}
+
+async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
+    let exe = std::env::current_exe()?;
+    let mut child = tokio::process::Command::new(exe)
+        .arg("serve-demo")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        anyhow::bail!("no pipes");
+    };
+    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    let args = json!({"message": "bench"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for _ in 0..100 {
+        client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
+            .await?;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    let start = Instant::now();
+    for _ in 0..calls {
+        let t = Instant::now();
+        client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
+            .await?;
+        samples.push(t.elapsed());
+    }
+    let total = start.elapsed();
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+    Ok(summarize(samples, total))
+}
+
+async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
+    let runtime = Runtime::builder()
+        .server(Scope::Global, crate::demo_config("demo", 0)?)
+        .start()
+        .await?;
+    runtime
+        .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
+        .await?;
+    let scope = Scope::Global;
+    let args = json!({"message": "bench"});
+    for _ in 0..100 {
+        runtime
+            .call(
+                &scope,
+                "mcp__demo__echo",
+                Some(args.clone()),
+                CallOptions::default(),
+            )
+            .await;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    let start = Instant::now();
+    for _ in 0..calls {
+        let t = Instant::now();
+        let o = runtime
+            .call(
+                &scope,
+                "mcp__demo__echo",
+                Some(args.clone()),
+                CallOptions::default(),
+            )
+            .await;
+        samples.push(t.elapsed());
+        if !o.is_ok() {
+            anyhow::bail!("call failed during bench: {}", o.projection);
+        }
+    }
+    let total = start.elapsed();
+    runtime.shutdown(Duration::from_secs(20)).await;
+    Ok(summarize(samples, total))
+}
+
+async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
+    // Through the runtime: add_server → ready with the whole catalog registered.
+    let runtime = Runtime::builder().start().await?;
+    let t = Instant::now();
+    runtime
+        .add_server(Scope::Global, crate::demo_config("cat", n)?)
+        .await?;
+    runtime
+        .wait_ready(&Scope::Global, "cat", Duration::from_secs(60))
+        .await?;
+    let ours = t.elapsed();
+    let count = runtime.tools(&Scope::Global).len();
+    runtime.shutdown(Duration::from_secs(20)).await;
+    anyhow::ensure!(count == n + 4, "expected {} tools, got {count}", n + 4);
+    // Bare rmcp: spawn + initialize + list_all_tools.
+    let exe = std::env::current_exe()?;
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(exe)
+        .args(["serve-demo", "--tools", &n.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        anyhow::bail!("no pipes");
+    };
+    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    let tools = client
+        .list_all_tools()
+        .await
+        .context("bare list_all_tools")?;
+    let bare = t.elapsed();
+    anyhow::ensure!(tools.len() == n + 4);
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+    Ok((ours.as_secs_f64() * 1e3, bare.as_secs_f64() * 1e3))
+}
+
+/// Run the benchmarks and print a table (or JSON).
+pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
+    let bare = bare_rmcp(calls).await?;
+    let ours = through_runtime(calls).await?;
+    let (c1k, b1k) = catalog_sync(1_000).await?;
+    let (c10k, b10k) = catalog_sync(10_000).await?;
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "calls": calls,
+                "tools_call": {
+                    "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s},
+                    "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s},
+                    "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
+                },
+                "catalog_sync_ms": {
+                    "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
+                    "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
+                },
+            })
+        );
+    } else {
+        println!("tools/call echo, {calls} sequential calls, demo server over stdio");
+        println!(
+            "  {:<12} {:>10} {:>10} {:>12}",
+            "", "p50 µs", "p99 µs", "calls/s"
+        );
+        println!(
+            "  {:<12} {:>10.1} {:>10.1} {:>12.0}",
+            "bare rmcp", bare.p50_us, bare.p99_us, bare.calls_per_s
+        );
+        println!(
+            "  {:<12} {:>10.1} {:>10.1} {:>12.0}",
+            "mcpvisor", ours.p50_us, ours.p99_us, ours.calls_per_s
+        );
+        println!(
+            "  ratio p50 (mcpvisor / bare): {:.2}",
+            ours.p50_us / bare.p50_us.max(1e-9)
+        );
+        println!("catalog sync (spawn → initialize → all pages → registered), ms");
+        println!(
+            "  {:<12} {:>10} {:>10} {:>8}",
+            "tools", "mcpvisor", "bare rmcp", "ratio"
+        );
+        println!(
+            "  {:<12} {:>10.1} {:>10.1} {:>8.2}",
+            "1k",
+            c1k,
+            b1k,
+            c1k / b1k.max(1e-9)
+        );
+        println!(
+            "  {:<12} {:>10.1} {:>10.1} {:>8.2}",
+            "10k",
+            c10k,
+            b10k,
+            c10k / b10k.max(1e-9)
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,519 @@
+//! `mcpvisor`: the reference binary. Thin: parse arguments, build the config,
+//! call the library, render the output.
+
+mod bench;
+mod demo_server;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use mcpvisor::{
+    parse_config_file, CallOptions, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState,
+    ServerStatus, ShutdownReport,
+};
+use serde_json::{json, Value};
+
+/// A supervised runtime for MCP servers.
+#[derive(Parser, Debug)]
+#[command(name = "mcpvisor", version, about, long_about = None)]
+struct Cli {
+    /// Config file (else $MCPVISOR_CONFIG, else ./mcpvisor.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the built-in demo server under supervision: list tools, call two, shut down.
+    Demo,
+    /// Real handshake with one or all servers: state, protocol version, tool count.
+    Check {
+        /// Only this server.
+        server: Option<String>,
+    },
+    /// List public tool names.
+    Tools {
+        /// Only this server's tools.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Call a tool by public name and print what the model would see.
+    Call {
+        /// Public tool name, e.g. mcp__everything__echo.
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(long)]
+        args: Option<String>,
+    },
+    /// The supervision tree with each server's status.
+    Status {
+        /// Keep running and print every state change until SIGINT/SIGTERM.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Benchmarks: call latency vs a bare rmcp client, catalog sync of 1k/10k tools.
+    Bench {
+        /// Sequential calls per latency sample.
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+    },
+    /// Serve the built-in demo MCP server on stdio.
+    #[command(hide = true)]
+    ServeDemo {
+        /// Extra generated tools.
+        #[arg(long, default_value_t = 0)]
+        tools: usize,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcpvisor: could not start tokio: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if !matches!(cli.command, Command::ServeDemo { .. }) {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("MCPVISOR_LOG")
+                    .unwrap_or_else(|_| "off".into()),
+            )
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    match rt.block_on(run(cli)) {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("mcpvisor: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    match &cli.command {
+        Command::ServeDemo { tools } => {
+            demo_server::serve(*tools).await?;
+            Ok(0)
+        }
+        Command::Demo => demo(&cli).await,
+        Command::Check { server } => check(&cli, server.as_deref()).await,
+        Command::Tools { server } => tools(&cli, server.as_deref()).await,
+        Command::Call { name, args } => call(&cli, name, args.as_deref()).await,
+        Command::Status { watch } => status(&cli, *watch).await,
+        Command::Bench { calls } => bench::run(*calls, cli.json).await,
+    }
+}
+
+/// The demo server as a config entry: this same binary, hidden subcommand.
+pub(crate) fn demo_config(name: &str, extra_tools: usize) -> anyhow::Result<ServerConfig> {
+    let exe = std::env::current_exe().context("cannot locate the mcpvisor executable")?;
+    let mut args = vec!["serve-demo".to_owned()];
+    if extra_tools > 0 {
+        args.push("--tools".into());
+        args.push(extra_tools.to_string());
+    }
+    Ok(ServerConfig::stdio(name, exe.to_string_lossy(), args))
+}
+
+fn config_path(cli: &Cli) -> PathBuf {
+    cli.config
+        .clone()
+        .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("mcpvisor.toml"))
+}
+
+/// Load the servers. With no config file anywhere, `check`/`status` fall back
+/// to the demo server (BIN-4).
+fn load_servers(cli: &Cli, allow_demo: bool) -> anyhow::Result<Vec<ServerConfig>> {
+    let path = config_path(cli);
+    let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
+    if !path.exists() {
+        if allow_demo && !explicit {
+            return Ok(vec![demo_config("demo", 0)?]);
+        }
+        bail!(
+            "config file {} not found (use --config FILE or MCPVISOR_CONFIG)",
+            path.display()
+        );
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(parse_config_file(&path.display().to_string(), &text)?)
+}
+
+async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtime> {
+    let mut b = Runtime::builder();
+    let names: Vec<String> = servers
+        .iter()
+        .filter(|s| s.enabled)
+        .map(|s| s.server_name.clone())
+        .collect();
+    for s in servers {
+        b = b.server(Scope::Global, s);
+    }
+    let runtime = b.start().await?;
+    if !quiet && !names.is_empty() {
+        eprint!(
+            "connecting to {} server(s): {} …",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    settle(&runtime, &names).await;
+    if !quiet && !names.is_empty() {
+        eprintln!(" done");
+    }
+    Ok(runtime)
+}
+
+/// Wait until every named server has left `connecting` for the first time
+/// (ready, failed, reconnecting, exhausted…), bounded by its startup timeout.
+async fn settle(runtime: &Runtime, names: &[String]) {
+    let mut events = runtime.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let statuses = runtime.status();
+        let pending = names.iter().any(|n| {
+            statuses.iter().find(|s| &s.server == n).is_none_or(|s| {
+                matches!(s.state, ServerState::Connecting | ServerState::Stopped)
+                    && s.error.is_none()
+            })
+        });
+        if !pending {
+            // Give a list_changed-triggered re-sync a moment to land.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            return;
+        }
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Err(_) => return,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn finish(runtime: Runtime) -> ShutdownReport {
+    let report = runtime.shutdown(Duration::from_secs(20)).await;
+    if !report.is_clean() {
+        eprintln!("shutdown did not confirm everything:");
+        for u in &report.unconfirmed {
+            eprintln!("  - {u}");
+        }
+    }
+    report
+}
+
+async fn demo(cli: &Cli) -> anyhow::Result<u8> {
+    let runtime = start(vec![demo_config("demo", 0)?], cli.json).await?;
+    let scope = Scope::Global;
+    let tools = runtime.tools(&scope);
+    let echo = runtime
+        .call(
+            &scope,
+            "mcp__demo__echo",
+            Some(json!({"message": "hello from mcpvisor"})),
+            CallOptions::default(),
+        )
+        .await;
+    let add = runtime
+        .call(
+            &scope,
+            "mcp__demo__add",
+            Some(json!({"a": 2, "b": 40})),
+            CallOptions::default(),
+        )
+        .await;
+    let status = runtime.status();
+    let report = finish(runtime).await;
+    if cli.json {
+        println!(
+            "{}",
+            json!({
+                "tools": tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
+                "calls": [outcome_json(&echo), outcome_json(&add)],
+                "status": status,
+                "shutdown": report,
+            })
+        );
+    } else {
+        println!("demo server started under supervision:");
+        for s in &status {
+            println!("  {}", status_line(s));
+        }
+        println!("tools ({}):", tools.len());
+        for t in &tools {
+            println!(
+                "  {:<24} {}",
+                t.name,
+                t.description.as_deref().unwrap_or("")
+            );
+        }
+        println!(
+            "call mcp__demo__echo → {}: {}",
+            echo.kind.name(),
+            echo.projection
+        );
+        println!(
+            "call mcp__demo__add  → {}: {}",
+            add.kind.name(),
+            add.projection
+        );
+        println!(
+            "shutdown: {} server(s) stopped, processes reaped {:?}, {} ms, {}",
+            report.servers_stopped.len(),
+            report.processes_reaped,
+            report.duration_ms,
+            if report.is_clean() {
+                "clean"
+            } else {
+                "NOT CLEAN"
+            }
+        );
+    }
+    Ok(if echo.is_ok() && add.is_ok() && report.is_clean() {
+        0
+    } else {
+        1
+    })
+}
+
+fn status_line(s: &ServerStatus) -> String {
+    let mut line = format!(
+        "{:<16} {:<28} tools={:<4} gen={}",
+        s.server,
+        s.state.to_string(),
+        s.tools,
+        s.generation
+    );
+    if let Some(v) = &s.protocol_version {
+        line.push_str(&format!(" protocol={v}"));
+    }
+    if let Some(p) = s.pid {
+        line.push_str(&format!(" pid={p}"));
+    }
+    line
+}
+
+fn status_json(s: &ServerStatus) -> Value {
+    let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+    if let (Value::Object(m), ServerState::Reconnecting { attempt, .. }) = (&mut v, &s.state) {
+        m.insert("attempt".into(), json!(attempt));
+    }
+    v
+}
+
+async fn check(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
+    let mut servers = load_servers(cli, true)?;
+    if let Some(name) = only {
+        servers.retain(|s| s.server_name == name);
+        if servers.is_empty() {
+            bail!("no server named \"{name}\" in the config");
+        }
+    }
+    for s in &mut servers {
+        // A check is one real handshake: no reconnect loop, no idle timer.
+        s.reconnect.enabled = false;
+        s.enabled = true;
+    }
+    let runtime = start(servers, cli.json).await?;
+    let statuses = runtime.status();
+    let _ = finish(runtime).await;
+    let failed = statuses
+        .iter()
+        .filter(|s| s.state != ServerState::Ready)
+        .count();
+    if cli.json {
+        println!(
+            "{}",
+            Value::Array(statuses.iter().map(status_json).collect())
+        );
+    } else {
+        for s in &statuses {
+            if s.state == ServerState::Ready {
+                println!(
+                    "ok     {:<16} protocol {}  {} tool(s){}",
+                    s.server,
+                    s.protocol_version.as_deref().unwrap_or("?"),
+                    s.tools,
+                    s.server_info
+                        .as_deref()
+                        .map(|i| format!("  ({i})"))
+                        .unwrap_or_default()
+                );
+                for w in &s.warnings {
+                    println!("       warning: {w}");
+                }
+            } else {
+                println!("FAILED {:<16} {}", s.server, s.state);
+                if let Some(e) = &s.error {
+                    println!("       error: {e}");
+                }
+                if !s.stderr_tail.is_empty()
+                    && !s.error.as_deref().unwrap_or("").contains(&s.stderr_tail)
+                {
+                    println!(
+                        "       stderr tail:\n{}",
+                        indent(&s.stderr_tail, "         ")
+                    );
+                }
+            }
+        }
+    }
+    Ok(u8::from(failed > 0))
+}
+
+fn indent(text: &str, pad: &str) -> String {
+    text.lines()
+        .map(|l| format!("{pad}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn tools(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
+    let runtime = start(load_servers(cli, true)?, cli.json).await?;
+    let mut tools = runtime.tools(&Scope::Global);
+    let _ = finish(runtime).await;
+    if let Some(s) = only {
+        tools.retain(|t| t.server == s);
+    }
+    if cli.json {
+        let arr: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                let mut o = json!({
+                    "name": t.name, "server": t.server, "raw_name": t.raw_name, "generation": t.generation,
+                    "title": t.title, "description": t.description, "input_schema": &*t.input_schema,
+                    "task_support_required": t.task_support_required,
+                });
+                if let (Some(schema), Value::Object(m)) = (&t.output_schema, &mut o) {
+                    m.insert("output_schema".into(), Value::Object((**schema).clone()));
+                }
+                o
+            })
+            .collect();
+        println!("{}", Value::Array(arr));
+    } else {
+        for t in &tools {
+            println!(
+                "{:<48} {}",
+                t.name,
+                t.description
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn outcome_json(o: &mcpvisor::ToolOutcome) -> Value {
+    json!({
+        "outcome": o.kind.name(),
+        "projection": o.projection,
+        "canonical": o.canonical,
+        "error": o.error,
+        "server": o.server,
+        "raw_name": o.raw_name,
+        "generation": o.generation,
+    })
+}
+
+async fn call(cli: &Cli, name: &str, args: Option<&str>) -> anyhow::Result<u8> {
+    let args: Option<Value> = match args {
+        None => None,
+        Some(text) => Some(
+            serde_json::from_str(text)
+                .with_context(|| format!("--args is not valid JSON: {text}"))?,
+        ),
+    };
+    let runtime = start(load_servers(cli, true)?, cli.json).await?;
+    let outcome = runtime
+        .call(&Scope::Global, name, args, CallOptions::default())
+        .await;
+    let _ = finish(runtime).await;
+    if cli.json {
+        println!("{}", outcome_json(&outcome));
+    } else {
+        println!("{}", outcome.projection);
+        if let Some(e) = &outcome.error {
+            if !outcome.projection.contains(e.as_str()) {
+                eprintln!("{}: {e}", outcome.kind.name());
+            }
+        }
+    }
+    Ok(u8::from(!outcome.is_ok()))
+}
+
+async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
+    let servers = load_servers(cli, true)?;
+    if !watch {
+        let runtime = start(servers, cli.json).await?;
+        let statuses = runtime.status();
+        let _ = finish(runtime).await;
+        if cli.json {
+            println!(
+                "{}",
+                Value::Array(statuses.iter().map(status_json).collect())
+            );
+        } else {
+            println!("Runtime\n└── RootSupervisor\n    └── ScopeSupervisor(global)\n        ├── ToolRegistry(global)");
+            let n = statuses.len();
+            for (i, s) in statuses.iter().enumerate() {
+                let branch = if i + 1 == n { "└──" } else { "├──" };
+                println!("        {branch} ServerSupervisor {}", status_line(s));
+                if let Some(e) = &s.error {
+                    println!(
+                        "        {}       error: {e}",
+                        if i + 1 == n { " " } else { "│" }
+                    );
+                }
+            }
+        }
+        return Ok(0);
+    }
+    let runtime = Runtime::builder().start().await?;
+    let mut events = runtime.subscribe();
+    for s in servers {
+        runtime.add_server(Scope::Global, s).await?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut out = std::io::stdout();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            ev = events.recv() => match ev {
+                Ok(RuntimeEvent::ServerStatus(s)) => {
+                    let line = if cli.json { status_json(&s).to_string() } else { status_line(&s) };
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }
+    let report = finish(runtime).await;
+    if cli.json {
+        let _ = writeln!(out, "{}", json!({"shutdown": report}));
+    }
+    Ok(u8::from(!report.is_clean()))
+}

@@ -1,0 +1,71 @@
+//! mcpvisor: a supervised runtime for MCP servers, built on `ractor` actors.
+//!
+//! An agent host embeds a [`Runtime`], registers MCP servers (stdio child
+//! processes or streamable-HTTP endpoints) in scopes, and calls their tools by
+//! public name. Every server runs under its own supervisor with a reconnect
+//! budget, a close barrier and idle stop; shutdown is quiescent and reports
+//! every process it reaped.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use mcpvisor::{CallOptions, Runtime, Scope, ServerConfig};
+//! use std::time::Duration;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = ServerConfig::stdio("everything", "npx", vec!["-y".into(), "@modelcontextprotocol/server-everything".into()]);
+//! let runtime = Runtime::builder().server(Scope::Global, server).start().await?;
+//! runtime.wait_ready(&Scope::Global, "everything", Duration::from_secs(30)).await?;
+//! for tool in runtime.tools(&Scope::Global) {
+//!     println!("{} ({})", tool.name, tool.raw_name);
+//! }
+//! let outcome = runtime
+//!     .call(&Scope::Global, "mcp__everything__echo", Some(serde_json::json!({"message": "hi"})), CallOptions::default())
+//!     .await;
+//! println!("{:?}: {}", outcome.kind, outcome.projection);
+//! let report = runtime.shutdown(Duration::from_secs(20)).await;
+//! assert!(report.is_clean());
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`messages`]: config types, message enums, events, errors and the pure
+//!   rules on them (tool naming, catalog validation, result projection).
+//! - [`actors`]: one file per actor (connection, tool registry) with the
+//!   transport glue (stdio child processes, streamable HTTP) beside it.
+//! - [`supervisors`]: OTP vocabulary on ractor, the supervision tree, and the
+//!   [`Runtime`] facade.
+//! - `bin/`: the reference binary `mcpvisor` (and the built-in demo server).
+//!
+//! # The supervision tree
+//!
+//! ```text
+//! Runtime (handle)
+//! └── RootSupervisor                 one_for_one, escalates nothing
+//!     └── ScopeSupervisor(scope)     one per scope
+//!         ├── ToolRegistry(scope)    publishes generation-stamped snapshots
+//!         └── ServerSupervisor(srv)  budget, stability window, close barrier, idle stop
+//!             └── Connection(gen)    one rmcp session; owns the process group
+//! ```
+//!
+//! Calls do not pass through actors: a call resolves its tool in the scope's
+//! published snapshot and sends the request from the caller's task.
+
+#![warn(missing_docs, rust_2018_idioms)]
+#![deny(unsafe_code)]
+
+pub mod actors;
+pub mod messages;
+pub mod supervisors;
+
+pub use messages::call::{
+    CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
+};
+pub use messages::config::{
+    parse_config_file, ConfigError, HttpConfig, InProcessConnection, InProcessConnector,
+    OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig, TrustMode,
+};
+pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+pub use supervisors::runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use tokio_util::sync::CancellationToken;

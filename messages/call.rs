@@ -1,0 +1,197 @@
+//! Tool definitions (SYNC-8), call options, outcomes (CALL-4) and the policy seam (CALL-1).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::config::Scope;
+
+/// One tool of one catalog generation (SYNC-8).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    /// The public name the model sees (SYNC-1).
+    pub name: String,
+    /// The scope it is registered in.
+    pub scope: Scope,
+    /// `server_name`.
+    pub server: String,
+    /// The name on the wire.
+    pub raw_name: String,
+    /// Catalog generation this definition belongs to.
+    pub generation: u64,
+    /// Display title (`title`, else `annotations.title`).
+    pub title: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// Input schema (`{"type":"object"}` when the server sent none).
+    pub input_schema: Arc<Map<String, Value>>,
+    /// Output schema, when inside the supported subset (SYNC-7).
+    pub output_schema: Option<Arc<Map<String, Value>>>,
+    /// Annotations as sent.
+    pub annotations: Option<Value>,
+    /// `execution.taskSupport == "required"`: listed, but every call is refused.
+    pub task_support_required: bool,
+}
+
+/// The outcome of a call (CALL-4). `Ok` is the only success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// The tool succeeded.
+    Ok,
+    /// The trust gate refused the call (TRUST-4).
+    RefusedByTrust,
+    /// A pre-tool hook denied the call (HOOK-6).
+    DeniedByHook,
+    /// No tool of that name in the scope.
+    UnknownTool,
+    /// The caller expected a catalog generation that is no longer current.
+    StaleGeneration,
+    /// The server is not connected.
+    ServerNotReady,
+    /// The tool requires task-based execution, which is not implemented (SYNC-7).
+    TaskSupportRequired,
+    /// Arguments were not a JSON object (CALL-2).
+    InvalidArguments,
+    /// `tool_call_timeout_ms` elapsed; the server was sent `notifications/cancelled`.
+    Timeout,
+    /// The caller cancelled; the server was sent `notifications/cancelled`.
+    Cancelled,
+    /// The connection was lost while the call was in flight: side effects unknown (CALL-5).
+    TransportLostDuringCall,
+    /// The tool returned `isError: true`.
+    ServerError,
+    /// The result is not a valid `CallToolResult` (or the server answered with a JSON-RPC error).
+    InvalidResult,
+    /// `structuredContent` missing or violating the tool's output schema (CALL-3).
+    OutputSchemaViolation,
+}
+
+impl OutcomeKind {
+    /// snake_case name, as in `--json` output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::RefusedByTrust => "refused_by_trust",
+            Self::DeniedByHook => "denied_by_hook",
+            Self::UnknownTool => "unknown_tool",
+            Self::StaleGeneration => "stale_generation",
+            Self::ServerNotReady => "server_not_ready",
+            Self::TaskSupportRequired => "task_support_required",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::TransportLostDuringCall => "transport_lost_during_call",
+            Self::ServerError => "server_error",
+            Self::InvalidResult => "invalid_result",
+            Self::OutputSchemaViolation => "output_schema_violation",
+        }
+    }
+}
+
+/// The result of `Runtime::call`: exactly one per call (CALL-4, CALL-6).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolOutcome {
+    /// What happened.
+    pub kind: OutcomeKind,
+    /// The failure detail, for every kind but `Ok`.
+    pub error: Option<String>,
+    /// What the model sees: the projection of the result, or the failure text.
+    pub projection: String,
+    /// The `CallToolResult` as received, full fidelity, when there was one.
+    pub canonical: Option<Value>,
+    /// The server that handled (or would have handled) the call.
+    pub server: Option<String>,
+    /// The raw tool name on the wire.
+    pub raw_name: Option<String>,
+    /// The catalog generation the call resolved against.
+    pub generation: Option<u64>,
+}
+
+impl ToolOutcome {
+    /// True for `OutcomeKind::Ok`.
+    pub fn is_ok(&self) -> bool {
+        self.kind == OutcomeKind::Ok
+    }
+
+    /// A failure without a result.
+    pub fn failure(kind: OutcomeKind, error: impl Into<String>) -> Self {
+        let error = error.into();
+        Self {
+            kind,
+            projection: format!("Tool call failed ({}): {error}", kind.name()),
+            error: Some(error),
+            canonical: None,
+            server: None,
+            raw_name: None,
+            generation: None,
+        }
+    }
+
+    pub(crate) fn for_tool(mut self, def: &ToolDefinition) -> Self {
+        self.server = Some(def.server.clone());
+        self.raw_name = Some(def.raw_name.clone());
+        self.generation = Some(def.generation);
+        self
+    }
+}
+
+/// Per-call options (CALL-2).
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Cancel the call; the server is sent `notifications/cancelled`.
+    pub cancel: Option<CancellationToken>,
+    /// Refuse with `StaleGeneration` unless the tool's catalog generation is this one.
+    pub expected_generation: Option<u64>,
+    /// The chat the call belongs to (for policies such as per-chat grants).
+    pub chat: Option<String>,
+}
+
+/// What a policy sees of a call.
+#[derive(Debug, Clone)]
+pub struct PolicyCall {
+    /// The scope.
+    pub scope: Scope,
+    /// The resolved tool.
+    pub tool: Arc<ToolDefinition>,
+    /// The arguments that will be sent (after normalisation).
+    pub arguments: Map<String, Value>,
+    /// The chat, when given.
+    pub chat: Option<String>,
+}
+
+/// A policy's decision before the call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyVerdict {
+    /// Go on.
+    Proceed,
+    /// Go on with these arguments instead.
+    ProceedWith(Map<String, Value>),
+    /// Stop: the outcome kind (`RefusedByTrust` or `DeniedByHook`) and the reason.
+    Deny {
+        /// Which refusal this is.
+        kind: OutcomeKind,
+        /// Shown to the model.
+        reason: String,
+    },
+}
+
+/// A link of the policy chain every call passes through (CALL-1): trust and hooks
+/// plug in here. Policies run in the caller's task, in the order installed:
+/// `before` in order, then the call, then `after` in order.
+pub trait CallPolicy: Send + Sync + 'static {
+    /// Decide before the call reaches the server.
+    fn before<'a>(&'a self, call: &'a PolicyCall) -> BoxFuture<'a, PolicyVerdict>;
+    /// Observe or amend the outcome after the call.
+    fn after<'a>(
+        &'a self,
+        call: &'a PolicyCall,
+        outcome: &'a mut ToolOutcome,
+    ) -> BoxFuture<'a, ()> {
+        let _ = (call, outcome);
+        Box::pin(async {})
+    }
+}

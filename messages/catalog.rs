@@ -1,0 +1,191 @@
+//! Building one catalog generation from a server's `tools/list` entries (SYNC-3, SYNC-7, SYNC-8).
+//!
+//! Pure: takes the raw JSON entries of every page, returns the definitions or the
+//! reason the whole catalog is rejected.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::call::ToolDefinition;
+use super::config::Scope;
+use super::naming::public_tool_name;
+use super::schema::check_supported;
+
+/// A built catalog: definitions plus the warnings about dropped or degraded entries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuiltCatalog {
+    /// The definitions, in server order.
+    pub tools: Vec<Arc<ToolDefinition>>,
+    /// One line per dropped entry or degraded output schema.
+    pub warnings: Vec<String>,
+}
+
+/// Build a catalog from raw `tools/list` entries.
+///
+/// - malformed entries (not an object, no string `name`, non-object `inputSchema`)
+///   are dropped with a warning (SYNC-7);
+/// - a missing `inputSchema` becomes `{"type":"object"}`;
+/// - an `outputSchema` outside the supported subset degrades to "any JSON value"
+///   (dropped, with every problem in the warning);
+/// - `execution.taskSupport == "required"` (in the entry, or named in `task_required`)
+///   marks the tool as refused at call time;
+/// - a duplicate raw or public name rejects the whole catalog (SYNC-3).
+pub fn build_catalog(
+    scope: &Scope,
+    server: &str,
+    generation: u64,
+    entries: Vec<Value>,
+    task_required: &HashSet<String>,
+) -> Result<BuiltCatalog, String> {
+    let mut tools = Vec::with_capacity(entries.len());
+    let mut warnings = Vec::new();
+    let mut raw_seen: HashSet<String> = HashSet::with_capacity(entries.len());
+    let mut public_seen: HashMap<String, String> = HashMap::with_capacity(entries.len());
+    for (index, entry) in entries.into_iter().enumerate() {
+        let Value::Object(mut obj) = entry else {
+            warnings.push(format!("tools/list entry {index} dropped: not an object"));
+            continue;
+        };
+        let Some(raw_name) = obj.get("name").and_then(Value::as_str).map(str::to_owned) else {
+            warnings.push(format!(
+                "tools/list entry {index} dropped: no string \"name\""
+            ));
+            continue;
+        };
+        if raw_name.is_empty() {
+            warnings.push(format!("tools/list entry {index} dropped: empty \"name\""));
+            continue;
+        }
+        let input_schema = match obj.remove("inputSchema") {
+            None | Some(Value::Null) => {
+                let mut m = Map::new();
+                m.insert("type".into(), Value::String("object".into()));
+                m
+            }
+            Some(Value::Object(m)) => m,
+            Some(_) => {
+                warnings.push(format!(
+                    "tool \"{raw_name}\" dropped: inputSchema is not an object"
+                ));
+                continue;
+            }
+        };
+        let output_schema = match obj.remove("outputSchema") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => match check_supported(&m) {
+                Ok(()) => Some(Arc::new(m)),
+                Err(problems) => {
+                    warnings.push(format!(
+                        "tool \"{raw_name}\": outputSchema outside the supported subset, treated as any JSON value: {}",
+                        problems.join("; ")
+                    ));
+                    None
+                }
+            },
+            Some(_) => {
+                warnings.push(format!(
+                    "tool \"{raw_name}\": outputSchema is not an object, treated as any JSON value"
+                ));
+                None
+            }
+        };
+        if !raw_seen.insert(raw_name.clone()) {
+            return Err(format!("duplicate tool name \"{raw_name}\" in one catalog"));
+        }
+        let public = public_tool_name(server, &raw_name);
+        if let Some(other) = public_seen.insert(public.clone(), raw_name.clone()) {
+            return Err(format!(
+                "tools \"{other}\" and \"{raw_name}\" map to the same public name \"{public}\""
+            ));
+        }
+        let annotations = obj.remove("annotations").filter(|v| !v.is_null());
+        let title = obj
+            .get("title")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| {
+                annotations
+                    .as_ref()
+                    .and_then(|a| a.get("title"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        let task_support_required = task_required.contains(&raw_name)
+            || obj
+                .get("execution")
+                .and_then(|e| e.get("taskSupport"))
+                .and_then(Value::as_str)
+                == Some("required");
+        tools.push(Arc::new(ToolDefinition {
+            name: public,
+            scope: scope.clone(),
+            server: server.to_owned(),
+            description: obj
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            raw_name,
+            generation,
+            title,
+            input_schema: Arc::new(input_schema),
+            output_schema,
+            annotations,
+            task_support_required,
+        }));
+    }
+    Ok(BuiltCatalog { tools, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn build(entries: Vec<Value>) -> Result<BuiltCatalog, String> {
+        build_catalog(&Scope::Global, "srv", 3, entries, &HashSet::new())
+    }
+
+    #[test]
+    fn malformed_entries_are_dropped_with_a_warning_not_the_catalog() {
+        // SYNC-7
+        let c = build(vec![
+            json!({"name": "ok"}),
+            json!(42),
+            json!({"description": "no name"}),
+            json!({"name": "bad", "inputSchema": "nope"}),
+        ])
+        .unwrap();
+        assert_eq!(c.tools.len(), 1);
+        assert_eq!(c.tools[0].raw_name, "ok");
+        assert_eq!(c.tools[0].input_schema.get("type"), Some(&json!("object")));
+        assert_eq!(c.warnings.len(), 3, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn duplicate_raw_or_public_names_reject_the_whole_catalog() {
+        // SYNC-3
+        assert!(build(vec![json!({"name": "a"}), json!({"name": "a"})]).is_err());
+        let err = build(vec![json!({"name": "a.b"}), json!({"name": "a b"})]);
+        // different raw names, but each is hashed from its own raw name: no clash.
+        assert!(err.is_ok());
+    }
+
+    #[test]
+    fn unsupported_output_schema_degrades_and_task_support_is_read() {
+        // SYNC-7
+        let c = build(vec![
+            json!({"name": "s", "outputSchema": {"type": "object", "properties": {"x": {"type": "number", "minimum": 0}}}}),
+            json!({"name": "k", "outputSchema": {"type": "object", "properties": {"x": {"type": "number"}}, "$schema": "https://json-schema.org/draft/2020-12/schema"}}),
+            json!({"name": "t", "execution": {"taskSupport": "required"}}),
+        ])
+        .unwrap();
+        assert!(c.tools[0].output_schema.is_none());
+        assert!(c.tools[1].output_schema.is_some());
+        assert!(c.tools[2].task_support_required);
+        assert!(c.warnings[0].contains("minimum"), "{:?}", c.warnings);
+        assert_eq!(c.tools[0].name, "mcp__srv__s");
+        assert_eq!(c.tools[0].generation, 3);
+    }
+}

@@ -1,0 +1,672 @@
+//! Configuration types and their validation (CONN-2, CONN-3, CONN-5, RECO-1, RECO-5).
+//!
+//! Two layers: the `Raw*` structs mirror the TOML file exactly (unknown keys are
+//! rejected by serde, which reports line and column), and [`ServerConfig`] is the
+//! validated form the runtime uses. [`ServerConfig::from_raw`] reports every
+//! problem it finds, each naming its field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::naming::validate_server_name;
+
+/// Default `tool_call_timeout_ms` (CONN-2).
+pub const DEFAULT_TOOL_CALL_TIMEOUT_MS: u64 = 60_000;
+/// Default `startup_timeout_ms` (CONN-2): spawn/connect through `initialize` and the first full `tools/list`.
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+/// Default `request_timeout_ms` (CONN-2): every request other than `tools/call`.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 15_000;
+/// Default `max_instruction_bytes` (CONN-2, RES-5).
+pub const DEFAULT_MAX_INSTRUCTION_BYTES: usize = 32_768;
+/// Default `idle_stop_after_s` (CONN-2, RECO-6).
+pub const DEFAULT_IDLE_STOP_AFTER_S: u64 = 600;
+/// Default HTTP liveness ping interval (CONN-14).
+pub const DEFAULT_PING_INTERVAL_MS: u64 = 15_000;
+/// Default HTTP liveness ping timeout (CONN-14).
+pub const DEFAULT_PING_TIMEOUT_MS: u64 = 5_000;
+/// Consecutive failed pings / transport errors that end an HTTP connection (CONN-14).
+pub const DEFAULT_PING_FAILURE_THRESHOLD: u32 = 3;
+
+/// A caller-visible scope in which servers are registered (CONN-4).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "snake_case")]
+pub enum Scope {
+    /// Visible to every caller of the runtime.
+    Global,
+    /// One agent's scope.
+    Agent(String),
+    /// One chat's scope.
+    Chat(String),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Global => f.write_str("global"),
+            Scope::Agent(id) => write!(f, "agent:{id}"),
+            Scope::Chat(id) => write!(f, "chat:{id}"),
+        }
+    }
+}
+
+/// Reconnect policy of one server (RECO-1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReconnectPolicy {
+    /// Reconnect after a connection loss at all.
+    pub enabled: bool,
+    /// Delay before attempt 1.
+    pub initial_delay: Duration,
+    /// Cap of the delay; also the stability window (RECO-2).
+    pub max_delay: Duration,
+    /// Consecutive failed attempts allowed in one outage.
+    pub max_attempts: u32,
+    /// Spread delays randomly in `[delay/2, delay]` so fleets do not reconnect in lockstep.
+    pub jitter: bool,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_delay: Duration::from_millis(500),
+            max_delay: Duration::from_millis(30_000),
+            max_attempts: 10,
+            jitter: false,
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// The delay before attempt `k` (1-based): `min(max_delay, initial_delay × 2^(k−1))` (RECO-1).
+    /// Jitter is applied by the caller, which owns the random source.
+    pub fn delay_for_attempt(&self, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(30);
+        let factor = 1u64 << exp;
+        let initial = u64::try_from(self.initial_delay.as_millis()).unwrap_or(u64::MAX);
+        let max = u64::try_from(self.max_delay.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(initial.saturating_mul(factor).min(max))
+    }
+
+    /// The stability window: a connection that stayed up this long ends the outage (RECO-2).
+    pub fn stability_window(&self) -> Duration {
+        self.max_delay
+    }
+}
+
+/// What happens to a server's registered tools when its connection is lost and
+/// reconnect is disabled (RECO-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDisconnect {
+    /// Tools stay registered and fail with server-not-ready.
+    #[default]
+    Keep,
+    /// Tools are removed from the registry.
+    Remove,
+}
+
+/// Trust mode of a server (TRUST-4). Stored now; enforced by the trust gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustMode {
+    /// Ask the approver.
+    #[default]
+    Ask,
+    /// Always allowed.
+    Always,
+    /// Never allowed.
+    Never,
+}
+
+/// How a stdio server is started (CONN-3, CONN-5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StdioConfig {
+    /// Executable, located on PATH and common prefixes when it has no `/`.
+    pub command: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Explicit environment for the child (added to the scrubbed parent environment).
+    pub env: BTreeMap<String, String>,
+    /// Further parent variables passed through explicitly.
+    pub env_passthrough: Vec<String>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+}
+
+/// How a streamable-HTTP server is reached (CONN-3, CONN-9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpConfig {
+    /// Endpoint URL (`http://` or `https://`).
+    pub url: String,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Liveness ping interval (CONN-14).
+    pub ping_interval: Duration,
+    /// Liveness ping timeout (CONN-14).
+    pub ping_timeout: Duration,
+    /// Consecutive ping/transport failures that end the connection.
+    pub ping_failure_threshold: u32,
+}
+
+/// The transport of a server instance.
+#[derive(Clone, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum TransportConfig {
+    /// A child process speaking newline-delimited JSON-RPC on stdio.
+    Stdio(StdioConfig),
+    /// A streamable-HTTP endpoint.
+    StreamableHttp(HttpConfig),
+    /// An in-process server reached through a byte stream: for tests and embedders
+    /// that host a server in the same process. Not reachable from a config file.
+    #[serde(skip)]
+    InProcess(InProcessConnector),
+}
+
+impl fmt::Debug for TransportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdio(c) => f.debug_tuple("Stdio").field(c).finish(),
+            Self::StreamableHttp(c) => f.debug_tuple("StreamableHttp").field(c).finish(),
+            Self::InProcess(_) => f.write_str("InProcess"),
+        }
+    }
+}
+
+impl TransportConfig {
+    /// The transport's name as shown in status (OBS-1).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Stdio(_) => "stdio",
+            Self::StreamableHttp(_) => "streamable-http",
+            Self::InProcess(_) => "in-process",
+        }
+    }
+}
+
+/// One in-process connection: the client's end of a byte stream plus a future that
+/// resolves to `true` once the server side confirms it has fully closed (the
+/// in-process analogue of "the child was reaped", RECO-3).
+pub struct InProcessConnection {
+    /// The client's end of the stream.
+    pub stream: tokio::io::DuplexStream,
+    /// Resolves when the server side has closed; `true` = confirmed.
+    pub closed: futures::future::BoxFuture<'static, bool>,
+}
+
+impl fmt::Debug for InProcessConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InProcessConnection")
+    }
+}
+
+/// Factory of in-process connections; called once per connection attempt.
+#[derive(Clone)]
+pub struct InProcessConnector(
+    pub Arc<dyn Fn() -> Result<InProcessConnection, String> + Send + Sync>,
+);
+
+impl fmt::Debug for InProcessConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InProcessConnector")
+    }
+}
+
+/// The validated configuration of one server instance (CONN-2).
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerConfig {
+    /// `[A-Za-z0-9_-]{1,32}`; part of every public tool name.
+    pub server_name: String,
+    /// How to reach the server.
+    pub transport: TransportConfig,
+    /// Timeout of one `tools/call`.
+    pub tool_call_timeout: Duration,
+    /// Spawn/connect through `initialize` and the first full `tools/list`.
+    pub startup_timeout: Duration,
+    /// Timeout of every other request.
+    pub request_timeout: Duration,
+    /// Fail `add_server`/start when the first connect fails (CONN-12).
+    pub fail_on_startup_error: bool,
+    /// Cap of the attributed instructions text (RES-5).
+    pub max_instruction_bytes: usize,
+    /// Reconnect policy (RECO-1).
+    pub reconnect: ReconnectPolicy,
+    /// Disabled servers are configured but never started.
+    pub enabled: bool,
+    /// Trust mode (TRUST-4).
+    pub trust: TrustMode,
+    /// Idle stop for stdio servers; `None` = never (RECO-6).
+    pub idle_stop_after: Option<Duration>,
+    /// Tools on connection loss without reconnect (RECO-5).
+    pub on_disconnect: OnDisconnect,
+}
+
+impl ServerConfig {
+    /// A stdio server with every option at its default.
+    pub fn stdio(
+        server_name: impl Into<String>,
+        command: impl Into<String>,
+        args: Vec<String>,
+    ) -> Self {
+        Self::with_transport(
+            server_name,
+            TransportConfig::Stdio(StdioConfig {
+                command: command.into(),
+                args,
+                env: BTreeMap::new(),
+                env_passthrough: Vec::new(),
+                cwd: None,
+            }),
+        )
+    }
+
+    /// A streamable-HTTP server with every option at its default.
+    pub fn http(server_name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::with_transport(
+            server_name,
+            TransportConfig::StreamableHttp(HttpConfig {
+                url: url.into(),
+                headers: BTreeMap::new(),
+                ping_interval: Duration::from_millis(DEFAULT_PING_INTERVAL_MS),
+                ping_timeout: Duration::from_millis(DEFAULT_PING_TIMEOUT_MS),
+                ping_failure_threshold: DEFAULT_PING_FAILURE_THRESHOLD,
+            }),
+        )
+    }
+
+    /// A server with the given transport and every option at its default.
+    pub fn with_transport(server_name: impl Into<String>, transport: TransportConfig) -> Self {
+        Self {
+            server_name: server_name.into(),
+            transport,
+            tool_call_timeout: Duration::from_millis(DEFAULT_TOOL_CALL_TIMEOUT_MS),
+            startup_timeout: Duration::from_millis(DEFAULT_STARTUP_TIMEOUT_MS),
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
+            fail_on_startup_error: false,
+            max_instruction_bytes: DEFAULT_MAX_INSTRUCTION_BYTES,
+            reconnect: ReconnectPolicy::default(),
+            enabled: true,
+            trust: TrustMode::default(),
+            idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
+            on_disconnect: OnDisconnect::default(),
+        }
+    }
+
+    /// Check the invariants a hand-built config must hold (the same ones the
+    /// file loader checks). Returns every problem, each naming its field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let prefix = format!("servers.{}", self.server_name);
+        let mut problems = Vec::new();
+        if let Err(e) = validate_server_name(&self.server_name) {
+            problems.push(e);
+        }
+        check_reconnect(&prefix, &self.reconnect, &mut problems);
+        for (field, d) in [
+            ("tool_call_timeout_ms", self.tool_call_timeout),
+            ("startup_timeout_ms", self.startup_timeout),
+            ("request_timeout_ms", self.request_timeout),
+        ] {
+            if d.is_zero() {
+                problems.push(format!("{prefix}.{field} must be greater than 0"));
+            }
+        }
+        match &self.transport {
+            TransportConfig::Stdio(s) if s.command.trim().is_empty() => {
+                problems.push(format!("{prefix}.command must not be empty"));
+            }
+            TransportConfig::StreamableHttp(h) => check_url(&prefix, &h.url, &mut problems),
+            _ => {}
+        }
+        ConfigError::from_problems(problems)
+    }
+}
+
+fn check_url(prefix: &str, url: &str, problems: &mut Vec<String>) {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        problems.push(format!(
+            "{prefix}.url \"{url}\" must start with http:// or https://"
+        ));
+    }
+}
+
+fn check_reconnect(prefix: &str, r: &ReconnectPolicy, problems: &mut Vec<String>) {
+    if r.initial_delay.is_zero() {
+        problems.push(format!(
+            "{prefix}.reconnect.initial_delay_ms must be greater than 0"
+        ));
+    }
+    if r.max_delay.is_zero() {
+        problems.push(format!(
+            "{prefix}.reconnect.max_delay_ms must be greater than 0"
+        ));
+    }
+    if r.initial_delay > r.max_delay {
+        problems.push(format!(
+            "{prefix}.reconnect.initial_delay_ms ({}) must not exceed max_delay_ms ({})",
+            r.initial_delay.as_millis(),
+            r.max_delay.as_millis()
+        ));
+    }
+    if r.max_attempts < 1 {
+        problems.push(format!(
+            "{prefix}.reconnect.max_attempts must be at least 1"
+        ));
+    }
+}
+
+/// Configuration problems; every one names its field (and file position when known).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .problems.join("\n  - "))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    fn from_problems(problems: Vec<String>) -> Result<(), ConfigError> {
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+}
+
+// ===== The TOML file =====
+
+/// The `mcpvisor.toml` file as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfigFile {
+    /// `[servers.<server_name>]` tables.
+    #[serde(default)]
+    pub servers: BTreeMap<String, RawServerConfig>,
+}
+
+/// One `[servers.<name>]` table as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServerConfig {
+    /// stdio: executable.
+    pub command: Option<String>,
+    /// stdio: arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: explicit environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: parent variables passed explicitly.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
+    /// stdio: working directory.
+    pub cwd: Option<PathBuf>,
+    /// HTTP: endpoint.
+    pub url: Option<String>,
+    /// HTTP: headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// HTTP: liveness ping interval.
+    pub ping_interval_ms: Option<u64>,
+    /// HTTP: liveness ping timeout.
+    pub ping_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::tool_call_timeout`].
+    pub tool_call_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::startup_timeout`].
+    pub startup_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::request_timeout`].
+    pub request_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::fail_on_startup_error`].
+    pub fail_on_startup_error: Option<bool>,
+    /// See [`ServerConfig::max_instruction_bytes`].
+    pub max_instruction_bytes: Option<usize>,
+    /// See [`ServerConfig::enabled`].
+    pub enabled: Option<bool>,
+    /// See [`ServerConfig::trust`].
+    pub trust: Option<TrustMode>,
+    /// 0 = never.
+    pub idle_stop_after_s: Option<u64>,
+    /// See [`ServerConfig::on_disconnect`].
+    pub on_disconnect: Option<OnDisconnect>,
+    /// `[servers.<name>.reconnect]`.
+    pub reconnect: Option<RawReconnect>,
+}
+
+/// `[servers.<name>.reconnect]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReconnect {
+    /// See [`ReconnectPolicy::enabled`].
+    pub enabled: Option<bool>,
+    /// See [`ReconnectPolicy::initial_delay`].
+    pub initial_delay_ms: Option<u64>,
+    /// See [`ReconnectPolicy::max_delay`].
+    pub max_delay_ms: Option<u64>,
+    /// See [`ReconnectPolicy::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// See [`ReconnectPolicy::jitter`].
+    pub jitter: Option<bool>,
+}
+
+impl ServerConfig {
+    /// Validate one `[servers.<name>]` table into a config, reporting every problem.
+    pub fn from_raw(name: &str, raw: RawServerConfig) -> Result<ServerConfig, ConfigError> {
+        let prefix = format!("servers.{name}");
+        let mut problems = Vec::new();
+        let transport = match (raw.command, raw.url) {
+            (Some(command), None) => {
+                if !raw.headers.is_empty() {
+                    problems.push(format!("{prefix}.headers applies only to url servers"));
+                }
+                TransportConfig::Stdio(StdioConfig {
+                    command,
+                    args: raw.args,
+                    env: raw.env,
+                    env_passthrough: raw.env_passthrough,
+                    cwd: raw.cwd,
+                })
+            }
+            (None, Some(url)) => {
+                if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
+                    problems.push(format!(
+                        "{prefix}: args, env and cwd apply only to command (stdio) servers"
+                    ));
+                }
+                TransportConfig::StreamableHttp(HttpConfig {
+                    url,
+                    headers: raw.headers,
+                    ping_interval: Duration::from_millis(
+                        raw.ping_interval_ms.unwrap_or(DEFAULT_PING_INTERVAL_MS),
+                    ),
+                    ping_timeout: Duration::from_millis(
+                        raw.ping_timeout_ms.unwrap_or(DEFAULT_PING_TIMEOUT_MS),
+                    ),
+                    ping_failure_threshold: DEFAULT_PING_FAILURE_THRESHOLD,
+                })
+            }
+            (Some(_), Some(_)) => {
+                problems.push(format!(
+                    "{prefix}: set either command (stdio) or url (streamable HTTP), not both"
+                ));
+                return Err(ConfigError { problems });
+            }
+            (None, None) => {
+                problems.push(format!(
+                    "{prefix}: missing command (stdio) or url (streamable HTTP)"
+                ));
+                return Err(ConfigError { problems });
+            }
+        };
+        let mut cfg = ServerConfig::with_transport(name, transport);
+        let ms = Duration::from_millis;
+        if let Some(v) = raw.tool_call_timeout_ms {
+            cfg.tool_call_timeout = ms(v);
+        }
+        if let Some(v) = raw.startup_timeout_ms {
+            cfg.startup_timeout = ms(v);
+        }
+        if let Some(v) = raw.request_timeout_ms {
+            cfg.request_timeout = ms(v);
+        }
+        if let Some(v) = raw.fail_on_startup_error {
+            cfg.fail_on_startup_error = v;
+        }
+        if let Some(v) = raw.max_instruction_bytes {
+            cfg.max_instruction_bytes = v;
+        }
+        if let Some(v) = raw.enabled {
+            cfg.enabled = v;
+        }
+        if let Some(v) = raw.trust {
+            cfg.trust = v;
+        }
+        if let Some(v) = raw.on_disconnect {
+            cfg.on_disconnect = v;
+        }
+        if let Some(v) = raw.idle_stop_after_s {
+            cfg.idle_stop_after = (v > 0).then(|| Duration::from_secs(v));
+        }
+        if let Some(r) = raw.reconnect {
+            let d = &mut cfg.reconnect;
+            if let Some(v) = r.enabled {
+                d.enabled = v;
+            }
+            if let Some(v) = r.initial_delay_ms {
+                d.initial_delay = ms(v);
+            }
+            if let Some(v) = r.max_delay_ms {
+                d.max_delay = ms(v);
+            }
+            if let Some(v) = r.max_attempts {
+                d.max_attempts = v;
+            }
+            if let Some(v) = r.jitter {
+                d.jitter = v;
+            }
+        }
+        if let Err(e) = cfg.validate() {
+            problems.extend(e.problems);
+        }
+        ConfigError::from_problems(problems).map(|()| cfg)
+    }
+}
+
+/// Parse a whole config file; `origin` (the path) prefixes every problem.
+pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
+    let raw: RawConfigFile = toml::from_str(text).map_err(|e| ConfigError {
+        problems: vec![format!("{origin}: {}", e.to_string().trim_end())],
+    })?;
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for (name, server) in raw.servers {
+        match ServerConfig::from_raw(&name, server) {
+            Ok(c) => out.push(c),
+            Err(e) => problems.extend(e.problems.into_iter().map(|p| format!("{origin}: {p}"))),
+        }
+    }
+    ConfigError::from_problems(problems).map(|()| out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_delay_doubles_from_initial_and_caps_at_max() {
+        // RECO-1: delay(k) = min(max, initial * 2^(k-1))
+        let p = ReconnectPolicy::default();
+        let got: Vec<u128> = (1..=8)
+            .map(|k| p.delay_for_attempt(k).as_millis())
+            .collect();
+        assert_eq!(got, vec![500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        assert_eq!(p.delay_for_attempt(1000).as_millis(), 30000);
+    }
+
+    #[test]
+    fn config_file_with_both_transports_parses_with_defaults() {
+        let cfg = parse_config_file(
+            "t.toml",
+            r#"
+[servers.everything]
+command = "node"
+args = ["server.js", "stdio"]
+tool_call_timeout_ms = 1000
+idle_stop_after_s = 0
+[servers.everything.reconnect]
+max_attempts = 3
+[servers.remote]
+url = "https://example.com/mcp"
+headers = { "x-tenant" = "acme" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.len(), 2);
+        assert_eq!(cfg[0].server_name, "everything");
+        assert_eq!(cfg[0].tool_call_timeout, Duration::from_millis(1000));
+        assert_eq!(cfg[0].idle_stop_after, None);
+        assert_eq!(cfg[0].reconnect.max_attempts, 3);
+        assert_eq!(cfg[0].reconnect.initial_delay, Duration::from_millis(500));
+        assert_eq!(cfg[1].transport.kind(), "streamable-http");
+        assert_eq!(cfg[1].request_timeout, Duration::from_millis(15000));
+    }
+
+    #[test]
+    fn invalid_reconnect_policy_is_rejected_naming_every_field() {
+        // RECO-1: delays <= 0, initial > max, attempts < 1 rejected at load.
+        let err = parse_config_file(
+            "t.toml",
+            r#"
+[servers.bad]
+command = "x"
+[servers.bad.reconnect]
+initial_delay_ms = 0
+max_attempts = 0
+[servers.worse]
+command = "x"
+[servers.worse.reconnect]
+initial_delay_ms = 5000
+max_delay_ms = 100
+"#,
+        )
+        .unwrap_err();
+        let all = err.problems.join("\n");
+        assert!(
+            all.contains("servers.bad.reconnect.initial_delay_ms must be greater than 0"),
+            "{all}"
+        );
+        assert!(
+            all.contains("servers.bad.reconnect.max_attempts must be at least 1"),
+            "{all}"
+        );
+        assert!(all.contains("servers.worse.reconnect.initial_delay_ms (5000) must not exceed max_delay_ms (100)"), "{all}");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_position() {
+        let err = parse_config_file(
+            "t.toml",
+            "[servers.a]\ncommand = \"x\"\n[servers.a.reconnect]\nbogus = 1\n",
+        )
+        .unwrap_err();
+        let all = err.problems.join("\n");
+        assert!(all.contains("t.toml"), "{all}");
+        assert!(all.contains("bogus"), "{all}");
+        assert!(all.contains("line 4"), "{all}");
+    }
+
+    #[test]
+    fn bad_server_name_and_missing_transport_are_reported() {
+        // CONN-2: the error names the field.
+        let err = parse_config_file(
+            "t.toml",
+            "[servers.\"my server\"]\ncommand = \"x\"\n[servers.b]\n",
+        )
+        .unwrap_err();
+        let all = err.problems.join("\n");
+        assert!(all.contains("server_name \"my server\""), "{all}");
+        assert!(all.contains("servers.b: missing command"), "{all}");
+    }
+}

@@ -1,0 +1,11 @@
+//! The vocabulary: configuration, messages, events, errors, and the pure rules
+//! on them. No I/O and no tasks live here.
+
+pub mod call;
+pub mod catalog;
+pub mod config;
+pub mod naming;
+pub mod projection;
+pub mod schema;
+pub mod server;
+pub mod status;

@@ -1,0 +1,389 @@
+//! `CallToolResult` shape check (CALL-3) and the model projection (CALL-6),
+//! both working on the raw JSON as received so unknown block types survive
+//! in the canonical value.
+
+use serde_json::Value;
+
+/// The projection when a result has no model-visible content at all (CALL-6).
+pub const NO_CONTENT: &str = "The tool returned no content.";
+
+/// Sentence appended to every placeholder (CALL-6).
+const RAW_KEPT: &str = "the raw data remains available to programmatic callers";
+
+/// The JSON kind of a value, as used in messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Checks that `value` has the shape of a `CallToolResult` (CALL-3).
+///
+/// It must be an object; `content`, if present, must be an array (it may be
+/// absent only when `structuredContent` is present); `isError`, if present,
+/// must be a boolean; `structuredContent` may be any JSON value. A `null`
+/// counts as present (and so is a wrong type for `content` and `isError`).
+/// Content blocks themselves are not checked: [`project`] handles any block.
+pub fn check_call_tool_result(value: &Value) -> Result<(), String> {
+    let Value::Object(result) = value else {
+        return Err(format!("result must be an object, got {}", kind(value)));
+    };
+    match result.get("content") {
+        Some(Value::Array(_)) => {}
+        Some(other) => {
+            return Err(format!(
+                "result content must be an array, got {}",
+                kind(other)
+            ));
+        }
+        None => {
+            if !result.contains_key("structuredContent") {
+                return Err("result has no content array".to_string());
+            }
+        }
+    }
+    match result.get("isError") {
+        None | Some(Value::Bool(_)) => Ok(()),
+        Some(other) => Err(format!(
+            "result isError must be a boolean, got {}",
+            kind(other)
+        )),
+    }
+}
+
+/// Whether the result is a failed outcome: `isError` is `true` (CALL-3).
+pub fn is_error(value: &Value) -> bool {
+    value.get("isError") == Some(&Value::Bool(true))
+}
+
+/// Decoded size of a base64 string, estimated from its length: `len * 3 / 4`
+/// minus padding, ignoring ASCII whitespace.
+fn base64_size(data: &str) -> usize {
+    let len = data.bytes().filter(|b| !b.is_ascii_whitespace()).count();
+    let padding = data
+        .trim_end()
+        .bytes()
+        .rev()
+        .take(2)
+        .take_while(|&b| b == b'=')
+        .count();
+    (len * 3 / 4).saturating_sub(padding)
+}
+
+/// A string field of an object, if present and a string.
+fn str_field<'a>(block: &'a Value, key: &str) -> Option<&'a str> {
+    block.get(key).and_then(Value::as_str)
+}
+
+/// Size in bytes of the base64 `data` field of a block (0 if absent).
+fn data_size(block: &Value, key: &str) -> usize {
+    str_field(block, key).map_or(0, base64_size)
+}
+
+/// Projects one content block to its model-visible line(s).
+fn project_block(block: &Value) -> String {
+    if !block.is_object() {
+        return format!(
+            "[unsupported content block: not an object ({})]",
+            kind(block)
+        );
+    }
+    let Some(block_type) = str_field(block, "type") else {
+        return format!("[unsupported content block with no type — {RAW_KEPT}]");
+    };
+    match block_type {
+        "text" => match str_field(block, "text") {
+            Some(text) => text.to_string(),
+            None => format!("[text block without text — {RAW_KEPT}]"),
+        },
+        "resource_link" => match (str_field(block, "name"), str_field(block, "uri")) {
+            (Some(name), Some(uri)) => match str_field(block, "mimeType") {
+                Some(mime) => format!("[resource link] {name}: {uri} ({mime})"),
+                None => format!("[resource link] {name}: {uri}"),
+            },
+            (Some(name), None) => {
+                format!("[resource link missing its URI (name: {name})]")
+            }
+            (None, Some(uri)) => {
+                format!("[resource link missing its name (URI: {uri})]")
+            }
+            (None, None) => "[resource link missing its name and URI]".to_string(),
+        },
+        "resource" => {
+            let resource = block.get("resource");
+            let uri = resource
+                .and_then(|r| str_field(r, "uri"))
+                .unwrap_or("without URI");
+            if let Some(text) = resource.and_then(|r| str_field(r, "text")) {
+                text.to_string()
+            } else if let Some(r) = resource.filter(|r| str_field(r, "blob").is_some()) {
+                let mime = str_field(r, "mimeType").unwrap_or("unknown type");
+                format!(
+                    "[unsupported content: embedded blob resource {uri}, {mime}, {} bytes — {RAW_KEPT}]",
+                    data_size(r, "blob")
+                )
+            } else {
+                format!("[embedded resource {uri} has neither text nor blob — {RAW_KEPT}]")
+            }
+        }
+        "audio" => {
+            let mime = str_field(block, "mimeType").unwrap_or("unknown type");
+            format!(
+                "[unsupported content: audio {mime}, {} bytes — {RAW_KEPT}]",
+                data_size(block, "data")
+            )
+        }
+        "image" => {
+            let mime = str_field(block, "mimeType").unwrap_or("unknown type");
+            format!(
+                "[image {mime}, {} bytes — not shown: this route does not admit images; {RAW_KEPT}]",
+                data_size(block, "data")
+            )
+        }
+        other => format!("[unsupported content block of type {other:?} — {RAW_KEPT}]"),
+    }
+}
+
+/// The model projection of a `CallToolResult` (CALL-6): one line (or text)
+/// per content block, in order, joined with `"\n"`.
+///
+/// When `content` is missing, not an array, empty, or projects to whitespace
+/// only, and `structuredContent` is present and not `null`, the projection is
+/// the compact JSON of `structuredContent`; when both have content, the
+/// content wins. With nothing model-visible at all, it is [`NO_CONTENT`].
+pub fn project(value: &Value) -> String {
+    let projected = value
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .map(project_block)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default();
+    if !projected.trim().is_empty() {
+        return projected;
+    }
+    match value.get("structuredContent") {
+        Some(structured) if !structured.is_null() => structured.to_string(),
+        _ => NO_CONTENT.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // CALL-3
+    #[test]
+    fn a_result_with_a_content_array_is_well_formed() {
+        assert_eq!(
+            check_call_tool_result(&json!({"content": [], "isError": false})),
+            Ok(())
+        );
+        assert_eq!(
+            check_call_tool_result(&json!({"content": [{"type": "weird"}, 3]})),
+            Ok(())
+        );
+    }
+
+    // CALL-3
+    #[test]
+    fn missing_content_is_allowed_only_with_structured_content() {
+        assert_eq!(
+            check_call_tool_result(&json!({"structuredContent": {"a": 1}})),
+            Ok(())
+        );
+        assert_eq!(
+            check_call_tool_result(&json!({"isError": true})),
+            Err("result has no content array".to_string())
+        );
+    }
+
+    // CALL-3: the error says what was wrong.
+    #[test]
+    fn wrong_shapes_are_rejected_with_a_reason() {
+        assert_eq!(
+            check_call_tool_result(&json!([1])),
+            Err("result must be an object, got array".to_string())
+        );
+        assert_eq!(
+            check_call_tool_result(&json!({"content": "hi"})),
+            Err("result content must be an array, got string".to_string())
+        );
+        assert_eq!(
+            check_call_tool_result(&json!({"content": [], "isError": "yes"})),
+            Err("result isError must be a boolean, got string".to_string())
+        );
+    }
+
+    // CALL-3
+    #[test]
+    fn is_error_is_true_only_for_a_true_flag() {
+        assert!(is_error(&json!({"content": [], "isError": true})));
+        assert!(!is_error(&json!({"content": [], "isError": false})));
+        assert!(!is_error(&json!({"content": []})));
+        assert!(!is_error(&json!({"content": [], "isError": "true"})));
+    }
+
+    // CALL-6: text blocks merged in order.
+    #[test]
+    fn text_blocks_are_joined_in_order() {
+        let v = json!({"content": [
+            {"type": "text", "text": "one"},
+            {"type": "text", "text": "two"}
+        ]});
+        assert_eq!(project(&v), "one\ntwo");
+    }
+
+    // CALL-6: an image between texts keeps its place.
+    #[test]
+    fn text_image_text_keeps_order() {
+        let v = json!({"content": [
+            {"type": "text", "text": "before"},
+            {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="},
+            {"type": "text", "text": "after"}
+        ]});
+        assert_eq!(
+            project(&v),
+            "before\n[image image/png, 8 bytes — not shown: this route does not admit images; the raw data remains available to programmatic callers]\nafter"
+        );
+    }
+
+    // CALL-6: resource_link → its name and URI.
+    #[test]
+    fn a_resource_link_becomes_a_line_with_name_and_uri() {
+        let v = json!({"content": [
+            {"type": "resource_link", "name": "report", "uri": "file:///r.pdf", "mimeType": "application/pdf"},
+            {"type": "resource_link", "name": "notes", "uri": "file:///n.txt"}
+        ]});
+        assert_eq!(
+            project(&v),
+            "[resource link] report: file:///r.pdf (application/pdf)\n[resource link] notes: file:///n.txt"
+        );
+    }
+
+    // CALL-6: a link missing its name or URI → a notice saying which.
+    #[test]
+    fn a_resource_link_missing_name_or_uri_gets_a_notice() {
+        let v = json!({"content": [
+            {"type": "resource_link", "uri": "file:///a"},
+            {"type": "resource_link", "name": "a"},
+            {"type": "resource_link"}
+        ]});
+        assert_eq!(
+            project(&v),
+            "[resource link missing its name (URI: file:///a)]\n[resource link missing its URI (name: a)]\n[resource link missing its name and URI]"
+        );
+    }
+
+    // CALL-6: an embedded text resource → its text.
+    #[test]
+    fn an_embedded_text_resource_shows_its_text() {
+        let v = json!({"content": [
+            {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "hello"}}
+        ]});
+        assert_eq!(project(&v), "hello");
+    }
+
+    // CALL-6: a blob resource → placeholder naming URI, type and size.
+    #[test]
+    fn an_embedded_blob_resource_gets_a_placeholder() {
+        let v = json!({"content": [
+            {"type": "resource", "resource": {"uri": "file:///a.bin", "mimeType": "application/octet-stream", "blob": "AAECAw=="}},
+            {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAEC"}}
+        ]});
+        assert_eq!(
+            project(&v),
+            "[unsupported content: embedded blob resource file:///a.bin, application/octet-stream, 4 bytes — the raw data remains available to programmatic callers]\n\
+             [unsupported content: embedded blob resource file:///b.bin, unknown type, 3 bytes — the raw data remains available to programmatic callers]"
+        );
+    }
+
+    // CALL-6: audio → placeholder naming type and size.
+    #[test]
+    fn audio_gets_a_placeholder_naming_type_and_size() {
+        let v = json!({"content": [
+            {"type": "audio", "mimeType": "audio/wav", "data": "UklGRg"}
+        ]});
+        assert_eq!(
+            project(&v),
+            "[unsupported content: audio audio/wav, 4 bytes — the raw data remains available to programmatic callers]"
+        );
+    }
+
+    // CALL-6: unknown types and non-object blocks → explicit notices.
+    #[test]
+    fn unknown_and_non_object_blocks_get_notices() {
+        let v = json!({"content": [
+            {"type": "hologram", "data": "x"},
+            "just a string",
+            42,
+            {"text": "untyped"}
+        ]});
+        assert_eq!(
+            project(&v),
+            "[unsupported content block of type \"hologram\" — the raw data remains available to programmatic callers]\n\
+             [unsupported content block: not an object (string)]\n\
+             [unsupported content block: not an object (number)]\n\
+             [unsupported content block with no type — the raw data remains available to programmatic callers]"
+        );
+    }
+
+    // CALL-6: never silently drop content.
+    #[test]
+    fn content_is_kept_when_structured_content_also_exists() {
+        let v = json!({
+            "content": [{"type": "text", "text": "22.5 C, sunny"}],
+            "structuredContent": {"temperature": 22.5}
+        });
+        assert_eq!(project(&v), "22.5 C, sunny");
+    }
+
+    // CALL-6: only structuredContent → its JSON.
+    #[test]
+    fn only_structured_content_becomes_its_json() {
+        let v = json!({"structuredContent": {"temperature": 22.5, "conditions": "Sunny"}});
+        let projected: Value = serde_json::from_str(&project(&v)).unwrap_or_default();
+        assert_eq!(
+            projected,
+            json!({"temperature": 22.5, "conditions": "Sunny"})
+        );
+        assert!(!project(&v).contains('\n'), "compact JSON");
+        let v = json!({"content": [], "structuredContent": [1, 2]});
+        assert_eq!(project(&v), "[1,2]");
+    }
+
+    // CALL-6: nothing model-visible → a line saying so.
+    #[test]
+    fn an_empty_result_says_the_tool_returned_no_content() {
+        assert_eq!(project(&json!({"content": []})), NO_CONTENT);
+        assert_eq!(project(&json!({})), NO_CONTENT);
+        assert_eq!(
+            project(&json!({"content": [{"type": "text", "text": ""}]})),
+            NO_CONTENT
+        );
+        assert_eq!(
+            project(&json!({"content": [], "structuredContent": null})),
+            NO_CONTENT
+        );
+    }
+
+    // CALL-6: the size is estimated from the base64 length minus padding.
+    #[test]
+    fn base64_sizes_account_for_padding() {
+        assert_eq!(base64_size(""), 0);
+        assert_eq!(base64_size("QQ=="), 1);
+        assert_eq!(base64_size("QUI="), 2);
+        assert_eq!(base64_size("QUJD"), 3);
+        assert_eq!(base64_size("QUJD\nREVG"), 6);
+    }
+}

@@ -1,0 +1,99 @@
+//! Messages of the per-server actors: `ServerSupervisor` and `Connection`.
+//!
+//! The reconnect budget, the stability window, the close barrier and the
+//! quiescent shutdown are all expressed as these messages (RECO-1..7).
+
+use ractor::RpcReplyPort;
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+
+use super::status::ShutdownReport;
+
+/// What a connection learned from `initialize`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnInfo {
+    /// Negotiated protocol version.
+    pub protocol_version: String,
+    /// `serverInfo` as "name version".
+    pub server_info: Option<String>,
+    /// Attributed instructions text (RES-5), within the byte cap.
+    pub instructions: Option<String>,
+    /// Whether the server declared the `tools` capability (SYNC-3).
+    pub has_tools: bool,
+    /// Child pid (stdio).
+    pub pid: Option<u32>,
+}
+
+/// Messages of the `ServerSupervisor` actor.
+pub enum ServerSupervisorMsg {
+    /// Connection `gen` finished its handshake and first catalog fetch.
+    ConnUp {
+        /// Connection generation.
+        gen: u64,
+        /// Cloneable call handle.
+        peer: Peer<RoleClient>,
+        /// Handshake facts.
+        info: ConnInfo,
+        /// Raw `tools/list` entries of all pages (empty without the tools capability).
+        catalog: Vec<Value>,
+    },
+    /// The transport of connection `gen` is closed; `reaped` = the process was
+    /// confirmed gone (RECO-3).
+    ConnectionEnded {
+        /// Connection generation.
+        gen: u64,
+        /// Close confirmed.
+        reaped: bool,
+        /// The reaped pid (stdio).
+        pid: Option<u32>,
+    },
+    /// `notifications/tools/list_changed` from connection `gen` (SYNC-5).
+    ToolsListChanged {
+        /// Connection generation.
+        gen: u64,
+    },
+    /// A catalog re-sync of connection `gen` finished phase 1 (SYNC-3).
+    SyncDone {
+        /// Connection generation.
+        gen: u64,
+        /// All entries, or why the fetch failed.
+        result: Result<Vec<Value>, String>,
+    },
+    /// The backoff timer for attempt `attempt` fired (RECO-1).
+    Reconnect {
+        /// 1-based attempt.
+        attempt: u32,
+    },
+    /// The close barrier's deadline for connection `gen` (RECO-3).
+    CloseDeadline {
+        /// Connection generation.
+        gen: u64,
+    },
+    /// Check the idle timer (RECO-6).
+    IdleCheck,
+    /// A call found the server idle-stopped: start it and answer when ready (RECO-6).
+    Wake {
+        /// Ok when ready, or the error.
+        reply: RpcReplyPort<Result<(), String>>,
+    },
+    /// Explicit restart (RECO-4): resets the budget and starts a fresh connection.
+    Restart {
+        /// Answered once the restart began.
+        reply: RpcReplyPort<()>,
+    },
+    /// Stop everything and report (RECO-7).
+    Shutdown {
+        /// The report.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// The shutdown's deadline.
+    ShutdownDeadline,
+}
+
+/// Messages of the `Connection` actor.
+pub enum ConnectionMsg {
+    /// The handshake task finished.
+    Established(Result<Box<super::super::actors::connection::Established>, String>),
+    /// The transport ended, or liveness failed (CONN-14).
+    Lost(String),
+}

@@ -1,0 +1,167 @@
+//! Server state (CONN-10), status (OBS-1) and the typed event stream (OBS-2).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::config::Scope;
+
+/// The state machine of one server instance (CONN-10).
+///
+/// ```text
+///  stopped ─▶ connecting ─▶ ready(tools: N)
+///                 │             │ lost
+///                 ▼             ▼
+///               failed   reconnecting(k of n) ─▶ connecting … ─▶ exhausted
+///  ready ─idle─▶ idle_stopped ─call─▶ connecting
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum ServerState {
+    /// Not running (disabled, not started yet, or shut down).
+    Stopped,
+    /// Spawning/connecting, handshake and first catalog in progress.
+    Connecting,
+    /// Connected, catalog registered.
+    Ready,
+    /// Waiting before reconnect attempt `attempt` of `of`.
+    Reconnecting {
+        /// The attempt about to be made (1-based).
+        attempt: u32,
+        /// The budget (`max_attempts`).
+        of: u32,
+    },
+    /// Failed and not retrying (initial failure without reconnect, close barrier, …).
+    Failed,
+    /// The reconnect budget is used up (RECO-4); only an explicit restart starts it again.
+    Exhausted,
+    /// Stopped after `idle_stop_after_s` without calls; the next call restarts it (RECO-6).
+    IdleStopped,
+}
+
+impl ServerState {
+    /// The snake_case name used by `status --json`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Stopped => "stopped",
+            Self::Connecting => "connecting",
+            Self::Ready => "ready",
+            Self::Reconnecting { .. } => "reconnecting",
+            Self::Failed => "failed",
+            Self::Exhausted => "exhausted",
+            Self::IdleStopped => "idle_stopped",
+        }
+    }
+}
+
+impl fmt::Display for ServerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Reconnecting { attempt, of } => {
+                write!(f, "reconnecting (attempt {attempt} of {of})")
+            }
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// Status of one server instance (OBS-1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerStatus {
+    /// The scope the server is registered in.
+    pub scope: Scope,
+    /// `server_name`.
+    pub server: String,
+    /// Current state.
+    #[serde(flatten)]
+    pub state: ServerState,
+    /// `stdio`, `streamable-http`, `in-process`.
+    pub transport: &'static str,
+    /// Child process id (stdio) while one is alive.
+    pub pid: Option<u32>,
+    /// Negotiated protocol version.
+    pub protocol_version: Option<String>,
+    /// `serverInfo.name` and `.version` from `initialize`.
+    pub server_info: Option<String>,
+    /// Connection generation (incremented on every connect).
+    pub connection_generation: u64,
+    /// Catalog generation of the registered tools (incremented on every swap).
+    pub generation: u64,
+    /// Registered tool count.
+    pub tools: usize,
+    /// Restarts after a failure since the runtime started.
+    pub restarts: u32,
+    /// Failed attempts in the current outage.
+    pub consecutive_failures: u32,
+    /// Attempts left in the current outage's budget.
+    pub budget_left: u32,
+    /// Milliseconds the current connection has been up.
+    pub uptime_ms: Option<u64>,
+    /// Seconds until idle stop, when an idle timer runs.
+    pub idle_stop_in_s: Option<u64>,
+    /// Last error, with the stderr tail when there was one.
+    pub error: Option<String>,
+    /// The stderr tail (CONN-7).
+    pub stderr_tail: String,
+    /// Non-JSON lines seen on stdout in this connection (CONN-6).
+    pub non_json_lines: u64,
+    /// Warnings (first non-JSON line, dropped tool entries, degraded schemas…).
+    pub warnings: Vec<String>,
+}
+
+/// A typed runtime event (OBS-2). Subscribe with `Runtime::subscribe`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RuntimeEvent {
+    /// A server's status changed (state, pid, tools, error…).
+    ServerStatus(ServerStatus),
+    /// A new catalog generation was registered (or the tools were removed).
+    CatalogChanged {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// The new catalog generation.
+        generation: u64,
+        /// Tool count after the change.
+        tools: usize,
+    },
+    /// A call finished with an outcome.
+    CallFinished {
+        /// Scope.
+        scope: Scope,
+        /// Public tool name.
+        tool: String,
+        /// The outcome kind, snake_case.
+        outcome: &'static str,
+        /// Wall time.
+        duration_ms: u64,
+    },
+}
+
+/// What `Runtime::shutdown` returns (RECO-7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ShutdownReport {
+    /// Servers stopped.
+    pub servers_stopped: Vec<String>,
+    /// Child processes confirmed reaped.
+    pub processes_reaped: Vec<u32>,
+    /// Anything that did not confirm before its deadline.
+    pub unconfirmed: Vec<String>,
+    /// Whole shutdown wall time.
+    pub duration_ms: u64,
+}
+
+impl ShutdownReport {
+    /// True when every server stopped and every process was confirmed reaped.
+    pub fn is_clean(&self) -> bool {
+        self.unconfirmed.is_empty()
+    }
+
+    /// Merge a child's report into this one.
+    pub fn absorb(&mut self, other: ShutdownReport) {
+        self.servers_stopped.extend(other.servers_stopped);
+        self.processes_reaped.extend(other.processes_reaped);
+        self.unconfirmed.extend(other.unconfirmed);
+    }
+}

@@ -1,0 +1,7 @@
+//! OTP-style supervision on ractor, the supervision tree, and the `Runtime` facade.
+
+pub mod root;
+pub mod runtime;
+pub mod scope;
+pub mod server;
+pub mod spec;

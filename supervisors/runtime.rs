@@ -1,0 +1,809 @@
+//! `Runtime`: the embedded API facade over the supervision tree.
+//!
+//! Lifecycle requests (add a server, restart, shut down) are messages to the
+//! supervisors. Calls are not: a call resolves its tool in the scope's
+//! published snapshot and runs the policy chain and the request in the
+//! caller's task (design.md, "The call path"), so it never queues behind an
+//! actor's mailbox.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorRef};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::ServiceError;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::root::{RootArgs, RootMsg, RootSupervisor, ScopeHandle};
+use super::scope::ScopeMsg;
+use crate::actors::registry::ScopeSnapshot;
+use crate::messages::call::{
+    CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
+};
+use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::projection::{check_call_tool_result, is_error, project};
+use crate::messages::schema::validate;
+use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+
+/// Default deadline of [`Runtime::shutdown`].
+pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a lost call waits for the connection's real cause (CONN-8).
+const CAUSE_WAIT: Duration = Duration::from_secs(3);
+
+/// Errors of the runtime's lifecycle API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// A configuration problem.
+    #[error(transparent)]
+    Config(#[from] crate::messages::config::ConfigError),
+    /// A server could not be added or did not come up (CONN-12).
+    #[error("server \"{server}\": {message}")]
+    Server {
+        /// The server.
+        server: String,
+        /// What happened, with the stderr tail when there is one.
+        message: String,
+    },
+    /// The runtime's actors could not be reached (it was shut down).
+    #[error("runtime unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Builds a [`Runtime`].
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    servers: Vec<(Scope, ServerConfig)>,
+    policies: Vec<Arc<dyn CallPolicy>>,
+    skip_close_barrier: bool,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("servers", &self.servers)
+            .field("policies", &self.policies.len())
+            .finish()
+    }
+}
+
+impl RuntimeBuilder {
+    /// Register a server in a scope at start.
+    pub fn server(mut self, scope: Scope, config: ServerConfig) -> Self {
+        self.servers.push((scope, config));
+        self
+    }
+
+    /// Append a policy to the chain every call passes through (CALL-1).
+    pub fn policy(mut self, policy: Arc<dyn CallPolicy>) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Test-only: let a replacement connection start before the previous one
+    /// confirmed its close. Exists so the chaos runner can show that its
+    /// `no_overlap` invariant detects a broken close barrier.
+    #[cfg(feature = "chaos")]
+    pub fn skip_close_barrier_for_chaos(mut self) -> Self {
+        self.skip_close_barrier = true;
+        self
+    }
+
+    /// Start the tree and every configured server. Servers with
+    /// `fail_on_startup_error` are awaited; if one fails, everything is shut
+    /// down again and its error returned (CONN-12).
+    pub async fn start(self) -> Result<Runtime, RuntimeError> {
+        let (events, _) = broadcast::channel(1024);
+        let args = RootArgs {
+            events: events.clone(),
+            skip_close_barrier: self.skip_close_barrier,
+        };
+        let (root, task) = Actor::spawn(None, RootSupervisor, args)
+            .await
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        let runtime = Runtime {
+            inner: Arc::new(Inner {
+                root,
+                root_task: Mutex::new(Some(task)),
+                scopes: RwLock::new(HashMap::new()),
+                events,
+                policies: self.policies,
+            }),
+        };
+        for (scope, config) in self.servers {
+            if let Err(e) = runtime.add_server(scope, config).await {
+                runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;
+                return Err(e);
+            }
+        }
+        Ok(runtime)
+    }
+}
+
+struct Inner {
+    root: ActorRef<RootMsg>,
+    root_task: Mutex<Option<JoinHandle<()>>>,
+    scopes: RwLock<HashMap<Scope, ScopeHandle>>,
+    events: broadcast::Sender<RuntimeEvent>,
+    policies: Vec<Arc<dyn CallPolicy>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Without an explicit shutdown, stopping the root kills the tree; every
+        // process handle SIGKILLs its group on drop, and the reapers reap.
+        self.root.stop(None);
+    }
+}
+
+/// The embedded runtime. Cheap to clone; all clones share one tree.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A builder.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    async fn scope_handle(&self, scope: &Scope) -> Result<ScopeHandle, RuntimeError> {
+        if let Some(h) = self.cached_scope(scope) {
+            return Ok(h);
+        }
+        let scope2 = scope.clone();
+        let h = match self
+            .inner
+            .root
+            .call(
+                |reply| RootMsg::Scope {
+                    scope: scope2,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(Ok(h))) => h,
+            Ok(CallResult::Success(Err(e))) => return Err(RuntimeError::Unavailable(e)),
+            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
+            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
+        };
+        if let Ok(mut map) = self.inner.scopes.write() {
+            map.insert(scope.clone(), h.clone());
+        }
+        Ok(h)
+    }
+
+    fn cached_scope(&self, scope: &Scope) -> Option<ScopeHandle> {
+        self.inner
+            .scopes
+            .read()
+            .ok()
+            .and_then(|m| m.get(scope).cloned())
+    }
+
+    fn snapshot(&self, scope: &Scope) -> Option<Arc<ScopeSnapshot>> {
+        self.cached_scope(scope)
+            .map(|h| h.snapshot.borrow().clone())
+    }
+
+    /// Add and start a server in a scope (CONN-4). With `fail_on_startup_error`
+    /// this waits for the first connection and returns its error (CONN-12).
+    pub async fn add_server(&self, scope: Scope, config: ServerConfig) -> Result<(), RuntimeError> {
+        config.validate()?;
+        let name = config.server_name.clone();
+        let strict = config.fail_on_startup_error && config.enabled;
+        let wait = config.startup_timeout + Duration::from_secs(2);
+        let handle = self.scope_handle(&scope).await?;
+        let added = handle
+            .actor
+            .call(|reply| ScopeMsg::AddServer { config, reply }, None)
+            .await;
+        match added {
+            Ok(CallResult::Success(Ok(()))) => {}
+            Ok(CallResult::Success(Err(message))) => {
+                return Err(RuntimeError::Server {
+                    server: name,
+                    message,
+                })
+            }
+            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
+            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
+        }
+        if strict {
+            self.first_attempt(&scope, &name, wait).await?;
+        }
+        Ok(())
+    }
+
+    /// Wait until the server's first connection attempt has an outcome: Ok when
+    /// ready, else its error.
+    async fn first_attempt(
+        &self,
+        scope: &Scope,
+        server: &str,
+        limit: Duration,
+    ) -> Result<ServerStatus, RuntimeError> {
+        let err = |message: String| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        };
+        let handle = self.scope_handle(scope).await?;
+        let mut rx = handle.snapshot.clone();
+        let waited = tokio::time::timeout(limit, async {
+            loop {
+                let verdict = rx.borrow_and_update().servers.get(server).and_then(|e| {
+                    let s = &e.status;
+                    match s.state {
+                        ServerState::Ready if e.live.is_some() => Some(Ok(s.clone())),
+                        ServerState::Failed | ServerState::Exhausted => Some(Err(s.clone())),
+                        _ if s.consecutive_failures > 0 => Some(Err(s.clone())),
+                        _ => None,
+                    }
+                });
+                if let Some(v) = verdict {
+                    return v;
+                }
+                if rx.changed().await.is_err() {
+                    return Err(initial_unknown(scope, server));
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(s)) => Err(err(s.error.unwrap_or_else(|| s.state.to_string()))),
+            Err(_) => Err(err(format!("not ready within {} ms", limit.as_millis()))),
+        }
+    }
+
+    /// Wait until the server is ready, up to `limit` (CONN-12's `first_ready`).
+    /// Reconnect attempts in between are waited through; `failed` and
+    /// `exhausted` end the wait with the server's error.
+    pub async fn wait_ready(
+        &self,
+        scope: &Scope,
+        server: &str,
+        limit: Duration,
+    ) -> Result<ServerStatus, RuntimeError> {
+        let handle = self.scope_handle(scope).await?;
+        let mut rx = handle.snapshot.clone();
+        let server_owned = server.to_owned();
+        let waited = tokio::time::timeout(limit, async move {
+            loop {
+                let verdict =
+                    rx.borrow_and_update()
+                        .servers
+                        .get(&server_owned)
+                        .and_then(|e| match e.status.state {
+                            ServerState::Ready if e.live.is_some() => Some(Ok(e.status.clone())),
+                            ServerState::Failed | ServerState::Exhausted => {
+                                Some(Err(e.status.clone()))
+                            }
+                            _ => None,
+                        });
+                if let Some(v) = verdict {
+                    return v;
+                }
+                if rx.changed().await.is_err() {
+                    return Err(initial_unknown(&Scope::Global, &server_owned));
+                }
+            }
+        })
+        .await;
+        let err = |message: String| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        };
+        match waited {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(s)) => Err(err(s.error.unwrap_or_else(|| s.state.to_string()))),
+            Err(_) => Err(err(format!("not ready within {} ms", limit.as_millis()))),
+        }
+    }
+
+    /// Restart a server explicitly: resets its budget (RECO-4).
+    pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
+        let Some(entry) = self
+            .snapshot(scope)
+            .and_then(|s| s.servers.get(server).cloned())
+        else {
+            return Err(RuntimeError::Server {
+                server: server.to_owned(),
+                message: format!("no such server in scope {scope}"),
+            });
+        };
+        entry
+            .supervisor
+            .call(
+                |reply| ServerSupervisorMsg::Restart { reply },
+                Some(Duration::from_secs(5)),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+    }
+
+    /// The tools of a scope, ordered by server (SYNC-8).
+    pub fn tools(&self, scope: &Scope) -> Vec<Arc<ToolDefinition>> {
+        self.snapshot(scope).map(|s| s.tools()).unwrap_or_default()
+    }
+
+    /// The attributed instructions of a scope's ready servers (RES-5).
+    pub fn instructions(&self, scope: &Scope) -> Vec<String> {
+        self.snapshot(scope)
+            .map(|s| {
+                s.servers
+                    .values()
+                    .filter_map(|e| e.instructions.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Status of every server in every scope (OBS-1).
+    pub fn status(&self) -> Vec<ServerStatus> {
+        let handles: Vec<ScopeHandle> = self
+            .inner
+            .scopes
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for h in handles {
+            let snap = h.snapshot.borrow().clone();
+            for e in snap.servers.values() {
+                let mut s = e.status.clone();
+                s.uptime_ms = e
+                    .up_since
+                    .filter(|_| e.live.is_some())
+                    .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX));
+                s.idle_stop_in_s = match (&e.live, e.config.idle_stop_after, e.activity.idle_for())
+                {
+                    (Some(_), Some(limit), Some(idle)) if s.transport != "streamable-http" => {
+                        Some(limit.saturating_sub(idle).as_secs())
+                    }
+                    _ => None,
+                };
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| (&a.scope, &a.server).cmp(&(&b.scope, &b.server)));
+        out
+    }
+
+    /// Subscribe to runtime events (OBS-2).
+    pub fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Call a tool by public name (CALL-1..6). Exactly one outcome per call.
+    pub async fn call(
+        &self,
+        scope: &Scope,
+        name: &str,
+        arguments: Option<Value>,
+        options: CallOptions,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let outcome = self.call_inner(scope, name, arguments, options).await;
+        let _ = self.inner.events.send(RuntimeEvent::CallFinished {
+            scope: scope.clone(),
+            tool: name.to_owned(),
+            outcome: outcome.kind.name(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+        outcome
+    }
+
+    async fn call_inner(
+        &self,
+        scope: &Scope,
+        name: &str,
+        arguments: Option<Value>,
+        options: CallOptions,
+    ) -> ToolOutcome {
+        let unknown = || {
+            ToolOutcome::failure(
+                OutcomeKind::UnknownTool,
+                format!("no tool named \"{name}\" in scope {scope}"),
+            )
+        };
+        let Some(mut snap) = self.snapshot(scope) else {
+            return unknown();
+        };
+        let Some((_, def)) = snap.resolve(name) else {
+            return unknown();
+        };
+        let mut def = def.clone();
+        let arguments = match arguments {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(other) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    format!("arguments must be a JSON object, got {}", json_kind(&other)),
+                )
+                .for_tool(&def)
+            }
+        };
+        if let Some(expected) = options.expected_generation {
+            if expected != def.generation {
+                return ToolOutcome::failure(
+                    OutcomeKind::StaleGeneration,
+                    format!(
+                        "expected catalog generation {expected}, current is {}",
+                        def.generation
+                    ),
+                )
+                .for_tool(&def);
+            }
+        }
+        if def.task_support_required {
+            return ToolOutcome::failure(
+                OutcomeKind::TaskSupportRequired,
+                format!(
+                    "tool \"{}\" requires task-based execution, which mcpvisor does not implement",
+                    def.raw_name
+                ),
+            )
+            .for_tool(&def);
+        }
+        let mut call = PolicyCall {
+            scope: scope.clone(),
+            tool: def.clone(),
+            arguments,
+            chat: options.chat.clone(),
+        };
+        for policy in &self.inner.policies {
+            match policy.before(&call).await {
+                PolicyVerdict::Proceed => {}
+                PolicyVerdict::ProceedWith(args) => call.arguments = args,
+                PolicyVerdict::Deny { kind, reason } => {
+                    return ToolOutcome::failure(kind, reason).for_tool(&def)
+                }
+            }
+        }
+        // Resolve the live connection; wake an idle-stopped server (RECO-6).
+        let mut entry = snap.servers.get(&def.server).cloned();
+        if entry
+            .as_ref()
+            .is_some_and(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped)
+        {
+            if let Some(e) = &entry {
+                let limit = e.config.startup_timeout + Duration::from_secs(1);
+                let woke = e
+                    .supervisor
+                    .call(|reply| ServerSupervisorMsg::Wake { reply }, Some(limit))
+                    .await;
+                let failed = match woke {
+                    Ok(CallResult::Success(Ok(()))) => None,
+                    Ok(CallResult::Success(Err(e))) => Some(e),
+                    Ok(CallResult::Timeout) => Some("the server did not come back in time".into()),
+                    Ok(CallResult::SenderError) | Err(_) => {
+                        Some("the server's supervisor is gone".into())
+                    }
+                };
+                if let Some(why) = failed {
+                    return ToolOutcome::failure(
+                        OutcomeKind::ServerNotReady,
+                        format!("server \"{}\": {why}", def.server),
+                    )
+                    .for_tool(&def);
+                }
+            }
+            if let Some(s) = self.snapshot(scope) {
+                snap = s;
+                if let Some((_, d)) = snap.resolve(name) {
+                    def = d.clone();
+                }
+                entry = snap.servers.get(&def.server).cloned();
+            }
+        }
+        let Some(entry) = entry else {
+            return unknown();
+        };
+        let Some(live) = entry.live.clone() else {
+            let why = entry
+                .status
+                .error
+                .clone()
+                .unwrap_or_else(|| "not connected".into());
+            return ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\" is {}: {why}", def.server, entry.status.state),
+            )
+            .for_tool(&def);
+        };
+        let _activity = entry.activity.begin();
+        let mut outcome = self
+            .send_call(
+                scope,
+                &def,
+                &live,
+                call.arguments.clone(),
+                entry.config.tool_call_timeout,
+                &options,
+            )
+            .await
+            .for_tool(&def);
+        for policy in &self.inner.policies {
+            policy.after(&call, &mut outcome).await;
+        }
+        outcome
+    }
+
+    async fn send_call(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        live: &crate::actors::registry::LiveConn,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+        options: &CallOptions,
+    ) -> ToolOutcome {
+        let params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle = match live
+            .peer
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => return self.lost(scope, def, live.gen, e.to_string(), false).await,
+        };
+        let cancel = options.cancel.clone().unwrap_or_default();
+        enum Ended {
+            Response(
+                Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
+            ),
+            Timeout,
+            Cancelled,
+        }
+        let ended = tokio::select! {
+            r = &mut handle.rx => Ended::Response(r),
+            _ = tokio::time::sleep(timeout) => Ended::Timeout,
+            _ = cancel.cancelled() => Ended::Cancelled,
+        };
+        let response = match ended {
+            Ended::Response(Ok(r)) => r,
+            Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
+            Ended::Timeout => {
+                let _ = handle.cancel(Some("tool call timed out".into())).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Timeout,
+                    format!(
+                        "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
+                        timeout.as_millis()
+                    ),
+                );
+            }
+            Ended::Cancelled => {
+                let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Cancelled,
+                    "cancelled by the caller; the server was told to cancel; side effects unknown",
+                );
+            }
+        };
+        let canonical = match response {
+            Ok(ServerResult::CallToolResult(r)) => match serde_json::to_value(&r) {
+                Ok(v) => v,
+                Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
+            },
+            Ok(ServerResult::CustomResult(v)) => v.0,
+            Ok(_) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidResult,
+                    "the server answered tools/call with another result type",
+                )
+            }
+            Err(ServiceError::McpError(e)) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerError,
+                    format!(
+                        "the server answered with JSON-RPC error {}: {}",
+                        e.code.0, e.message
+                    ),
+                )
+            }
+            Err(ServiceError::TransportClosed) => {
+                return self
+                    .lost(scope, def, live.gen, "the transport closed".into(), true)
+                    .await
+            }
+            Err(e) => return self.lost(scope, def, live.gen, e.to_string(), true).await,
+        };
+        judge_result(def, canonical)
+    }
+
+    /// The connection was lost (or a send failed): wait briefly for the
+    /// connection's real cause so the outcome names it (CONN-8).
+    async fn lost(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        gen: u64,
+        fallback: String,
+        in_flight: bool,
+    ) -> ToolOutcome {
+        let mut cause = fallback;
+        if let Some(h) = self.cached_scope(scope) {
+            let mut rx = h.snapshot.clone();
+            let server = def.server.clone();
+            let waited = tokio::time::timeout(CAUSE_WAIT, async move {
+                loop {
+                    let found = rx.borrow_and_update().servers.get(&server).and_then(|e| {
+                        let moved_on = e.live.as_ref().map(|l| l.gen) != Some(gen);
+                        (moved_on && e.status.error.is_some())
+                            .then(|| e.status.error.clone())
+                            .flatten()
+                    });
+                    if found.is_some() || rx.changed().await.is_err() {
+                        return found;
+                    }
+                }
+            })
+            .await;
+            if let Ok(Some(real)) = waited {
+                cause = real;
+            }
+        }
+        if in_flight {
+            ToolOutcome::failure(
+                OutcomeKind::TransportLostDuringCall,
+                format!("connection lost during the call, side effects unknown: {cause}"),
+            )
+        } else {
+            ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\": {cause}", def.server),
+            )
+        }
+    }
+
+    /// Shut everything down quiescently (RECO-7). Idempotent: a second call
+    /// returns an empty report.
+    pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        let started = Instant::now();
+        let mut report = match self
+            .inner
+            .root
+            .call(|reply| RootMsg::Shutdown { reply }, Some(deadline))
+            .await
+        {
+            Ok(CallResult::Success(r)) => r,
+            Ok(CallResult::Timeout) => ShutdownReport {
+                unconfirmed: vec![format!(
+                    "the shutdown did not finish within {} ms",
+                    deadline.as_millis()
+                )],
+                ..Default::default()
+            },
+            _ => ShutdownReport::default(),
+        };
+        let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let left = deadline
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(100));
+            if tokio::time::timeout(left, task).await.is_err() {
+                report
+                    .unconfirmed
+                    .push("the root supervisor did not stop".into());
+                self.inner.root.kill();
+            }
+        }
+        if let Ok(mut m) = self.inner.scopes.write() {
+            m.clear();
+        }
+        report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        report
+    }
+}
+
+fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {
+    ServerStatus {
+        scope: scope.clone(),
+        server: server.to_owned(),
+        state: ServerState::Stopped,
+        transport: "unknown",
+        pid: None,
+        protocol_version: None,
+        server_info: None,
+        connection_generation: 0,
+        generation: 0,
+        tools: 0,
+        restarts: 0,
+        consecutive_failures: 0,
+        budget_left: 0,
+        uptime_ms: None,
+        idle_stop_in_s: None,
+        error: Some("the scope was shut down".into()),
+        stderr_tail: String::new(),
+        non_json_lines: 0,
+        warnings: Vec::new(),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Validate a received result and project it (CALL-3, CALL-6).
+pub(crate) fn judge_result(def: &ToolDefinition, mut canonical: Value) -> ToolOutcome {
+    if let Err(e) = check_call_tool_result(&canonical) {
+        let mut o = ToolOutcome::failure(OutcomeKind::InvalidResult, e);
+        o.canonical = Some(canonical);
+        return o;
+    }
+    if let Value::Object(m) = &mut canonical {
+        // CALL-3: content and structuredContent (and isError), no transport metadata.
+        m.retain(|k, _| matches!(k.as_str(), "content" | "structuredContent" | "isError"));
+    }
+    let projection = project(&canonical);
+    let mut outcome = ToolOutcome {
+        kind: OutcomeKind::Ok,
+        error: None,
+        projection,
+        canonical: None,
+        server: None,
+        raw_name: None,
+        generation: None,
+    };
+    if is_error(&canonical) {
+        outcome.kind = OutcomeKind::ServerError;
+        outcome.error = Some("the tool reported an error (isError: true)".into());
+    } else if let Some(schema) = &def.output_schema {
+        match canonical.get("structuredContent") {
+            None | Some(Value::Null) => {
+                outcome.kind = OutcomeKind::OutputSchemaViolation;
+                outcome.error = Some(
+                    "the tool declares an output schema but returned no structuredContent".into(),
+                );
+            }
+            Some(sc) => {
+                let violations = validate(sc, schema);
+                if !violations.is_empty() {
+                    let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                    outcome.kind = OutcomeKind::OutputSchemaViolation;
+                    outcome.error = Some(format!(
+                        "structuredContent violates the output schema: {}",
+                        list.join("; ")
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(err) = &outcome.error {
+        if outcome.kind == OutcomeKind::OutputSchemaViolation {
+            outcome.projection = format!(
+                "Tool call failed ({}): {err}\n{}",
+                outcome.kind.name(),
+                outcome.projection
+            );
+        }
+    }
+    outcome.canonical = Some(canonical);
+    outcome
+}

@@ -1,0 +1,255 @@
+//! `ScopeSupervisor(scope)`: one per caller-visible scope (CONN-4).
+//!
+//! Children, in start order: the scope's `ToolRegistry` (permanent), then one
+//! `ServerSupervisor` per server (transient, intensity 3 restarts / 5 s).
+//! Shutdown stops the servers concurrently (no server can block another's
+//! shutdown, CONN-1), then the registry: reverse start order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use super::server::{ServerSupervisor, ServerSupervisorArgs, SHUTDOWN_DEADLINE};
+use super::spec::{Intensity, Restart};
+use crate::actors::registry::{Activity, RegistryArgs, RegistryMsg, ScopeSnapshot, ToolRegistry};
+use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::status::{RuntimeEvent, ShutdownReport};
+
+/// Messages of a scope supervisor.
+pub enum ScopeMsg {
+    /// Add and start a server; refused when the name is taken in this scope (CONN-4).
+    AddServer {
+        /// Validated config.
+        config: ServerConfig,
+        /// Ok once the server's supervisor runs.
+        reply: RpcReplyPort<Result<(), String>>,
+    },
+    /// Stop everything in reverse start order and report (RECO-7).
+    Shutdown {
+        /// The report.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+}
+
+/// Arguments.
+#[derive(Debug)]
+pub struct ScopeArgs {
+    /// The scope.
+    pub scope: Scope,
+    /// Snapshot publisher handed to the registry.
+    pub snapshot: watch::Sender<Arc<ScopeSnapshot>>,
+    /// Runtime events.
+    pub events: broadcast::Sender<RuntimeEvent>,
+    /// Test-only (feature `chaos`): see [`ServerSupervisorArgs::skip_close_barrier`].
+    pub skip_close_barrier: bool,
+}
+
+/// One server child.
+#[derive(Debug)]
+struct ServerChild {
+    actor: ActorRef<ServerSupervisorMsg>,
+    config: Arc<ServerConfig>,
+    activity: Arc<Activity>,
+}
+
+/// The scope supervisor.
+#[derive(Debug, Default)]
+pub struct ScopeSupervisor;
+
+/// Its state.
+#[derive(Debug)]
+pub struct ScopeState {
+    scope: Scope,
+    registry: ActorRef<RegistryMsg>,
+    servers: BTreeMap<String, ServerChild>,
+    intensity: Intensity,
+    skip_close_barrier: bool,
+    shutting_down: bool,
+}
+
+async fn spawn_server(
+    myself: &ActorRef<ScopeMsg>,
+    st: &ScopeState,
+    config: Arc<ServerConfig>,
+    activity: Arc<Activity>,
+) -> Result<ActorRef<ServerSupervisorMsg>, String> {
+    let args = ServerSupervisorArgs {
+        scope: st.scope.clone(),
+        config,
+        registry: st.registry.clone(),
+        activity,
+        skip_close_barrier: st.skip_close_barrier,
+    };
+    Actor::spawn_linked(None, ServerSupervisor, args, myself.get_cell())
+        .await
+        .map(|(a, _)| a)
+        .map_err(|e| format!("could not start the server supervisor: {e}"))
+}
+
+impl Actor for ScopeSupervisor {
+    type Msg = ScopeMsg;
+    type State = ScopeState;
+    type Arguments = ScopeArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ScopeArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let reg_args = RegistryArgs {
+            scope: args.scope.clone(),
+            snapshot: args.snapshot,
+            events: args.events,
+        };
+        let (registry, _) =
+            Actor::spawn_linked(None, ToolRegistry, reg_args, myself.get_cell()).await?;
+        Ok(ScopeState {
+            scope: args.scope,
+            registry,
+            servers: BTreeMap::new(),
+            intensity: Intensity::new(3, Duration::from_secs(5)),
+            skip_close_barrier: args.skip_close_barrier,
+            shutting_down: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ScopeMsg::AddServer { config, reply } => {
+                let name = config.server_name.clone();
+                let result = if st.shutting_down {
+                    Err("the runtime is shutting down".to_owned())
+                } else if st.servers.contains_key(&name) {
+                    Err(format!(
+                        "server_name \"{name}\" is already registered in scope {}",
+                        st.scope
+                    ))
+                } else if let Err(e) = config.validate() {
+                    Err(e.to_string())
+                } else {
+                    let config = Arc::new(config);
+                    let activity = Arc::new(Activity::new());
+                    match spawn_server(&myself, st, config.clone(), activity.clone()).await {
+                        Ok(actor) => {
+                            st.servers.insert(
+                                name,
+                                ServerChild {
+                                    actor,
+                                    config,
+                                    activity,
+                                },
+                            );
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            ScopeMsg::Shutdown { reply } => {
+                st.shutting_down = true;
+                let waits = st.servers.values().map(|child| {
+                    let actor = child.actor.clone();
+                    let name = child.config.server_name.clone();
+                    let scope = st.scope.clone();
+                    async move {
+                        let limit = SHUTDOWN_DEADLINE + Duration::from_secs(2);
+                        match actor
+                            .call(|r| ServerSupervisorMsg::Shutdown { reply: r }, Some(limit))
+                            .await
+                        {
+                            Ok(ractor::rpc::CallResult::Success(report)) => report,
+                            _ => ShutdownReport {
+                                unconfirmed: vec![format!(
+                                    "{scope}/{name}: server supervisor did not report"
+                                )],
+                                ..Default::default()
+                            },
+                        }
+                    }
+                });
+                let reports = futures::future::join_all(waits).await;
+                let mut report = ShutdownReport::default();
+                for r in reports {
+                    report.absorb(r);
+                }
+                for child in std::mem::take(&mut st.servers).into_values() {
+                    let _ = child
+                        .actor
+                        .stop_and_wait(None, Some(Duration::from_secs(1)))
+                        .await;
+                }
+                let _ = st
+                    .registry
+                    .stop_and_wait(None, Some(Duration::from_secs(1)))
+                    .await;
+                let _ = reply.send(report);
+                myself.stop(Some("shutdown".into()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        evt: SupervisionEvent,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, abnormal, why) = match evt {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, true, err.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, false, reason.unwrap_or_default())
+            }
+            _ => return Ok(()),
+        };
+        if cell.get_id() == st.registry.get_id() {
+            if st.shutting_down {
+                return Ok(());
+            }
+            // The registry is permanent and the servers depend on it: escalate.
+            return Err(format!("the tool registry of scope {} exited: {why}", st.scope).into());
+        }
+        let Some(name) = st
+            .servers
+            .iter()
+            .find(|(_, c)| c.actor.get_id() == cell.get_id())
+            .map(|(n, _)| n.clone())
+        else {
+            return Ok(());
+        };
+        if st.shutting_down || !Restart::Transient.restarts_after(abnormal) {
+            st.servers.remove(&name);
+            return Ok(());
+        }
+        tracing::error!(scope = %st.scope, server = %name, "server supervisor failed: {why}");
+        if !st.intensity.allow(Instant::now()) {
+            st.servers.remove(&name);
+            return Ok(());
+        }
+        if let Some(child) = st.servers.get(&name) {
+            let (config, activity) = (child.config.clone(), child.activity.clone());
+            match spawn_server(&myself, st, config, activity).await {
+                Ok(actor) => {
+                    if let Some(child) = st.servers.get_mut(&name) {
+                        child.actor = actor;
+                    }
+                }
+                Err(_) => {
+                    st.servers.remove(&name);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! OTP vocabulary for supervision written on top of ractor (G6 of the style guide).
+//!
+//! ractor links actors and reports `SupervisionEvent`s but leaves strategy,
+//! intensity and shutdown order to the implementor. The pieces here are the
+//! pure parts of that: restart types, shutdown specs and the intensity window.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// When a child is restarted (OTP `restart()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// Always restarted.
+    Permanent,
+    /// Restarted only after an abnormal exit.
+    Transient,
+    /// Never restarted.
+    Temporary,
+}
+
+impl Restart {
+    /// Whether a child with this restart type is restarted after an exit.
+    pub fn restarts_after(self, abnormal: bool) -> bool {
+        match self {
+            Restart::Permanent => true,
+            Restart::Transient => abnormal,
+            Restart::Temporary => false,
+        }
+    }
+}
+
+/// How a child is stopped (OTP `shutdown()`): `Timeout(t)` = `stop_and_wait`
+/// for `t`, then kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Killed at once.
+    BrutalKill,
+    /// Asked to stop, killed after the timeout.
+    Timeout(Duration),
+    /// Waited for without limit (supervisors, whose children have their own deadlines).
+    Infinity,
+}
+
+/// OTP's default worker shutdown: "5000" ms.
+pub const DEFAULT_WORKER_SHUTDOWN: Shutdown = Shutdown::Timeout(Duration::from_millis(5000));
+
+/// Restart intensity: more than `max_restarts` restarts within `period` and the
+/// supervisor gives up on the child (OTP `intensity`/`period`; defaults 1 / 5 s:
+/// "a supervisor that restarts a child more often than that is hiding a bug").
+#[derive(Debug, Clone)]
+pub struct Intensity {
+    /// Restarts allowed within the period.
+    pub max_restarts: u32,
+    /// The sliding window.
+    pub period: Duration,
+    log: VecDeque<Instant>,
+}
+
+impl Default for Intensity {
+    fn default() -> Self {
+        Self::new(1, Duration::from_secs(5))
+    }
+}
+
+impl Intensity {
+    /// A new window.
+    pub fn new(max_restarts: u32, period: Duration) -> Self {
+        Self {
+            max_restarts,
+            period,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// Record a restart at `now`; false when that exceeds the intensity.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        while self
+            .log
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.period)
+        {
+            self.log.pop_front();
+        }
+        self.log.push_back(now);
+        self.log.len() <= self.max_restarts as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn intensity_allows_max_restarts_per_period_then_refuses() {
+        let mut i = Intensity::new(2, Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert!(i.allow(t0));
+        assert!(i.allow(t0 + Duration::from_secs(1)));
+        assert!(!i.allow(t0 + Duration::from_secs(2)));
+        // after the window slides past the first entries, restarts are allowed again
+        assert!(i.allow(t0 + Duration::from_secs(9)));
+    }
+
+    #[test]
+    fn restart_types_follow_otp() {
+        assert!(Restart::Permanent.restarts_after(false));
+        assert!(Restart::Transient.restarts_after(true));
+        assert!(!Restart::Transient.restarts_after(false));
+        assert!(!Restart::Temporary.restarts_after(true));
+    }
+}
