@@ -8,6 +8,31 @@
 //!
 //! # Example
 //!
+//! This runs as a doc-test: a runtime whose only server cannot start. The
+//! failure is a status with a clear error, never a panic, and the shutdown
+//! reports what it stopped.
+//!
+//! ```
+//! use mcpvisor::{CallOptions, OutcomeKind, Runtime, Scope, ServerConfig, ServerState};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut server = ServerConfig::stdio("missing", "no-such-mcp-server-xyz", vec![]);
+//! server.reconnect.enabled = false;
+//! let runtime = Runtime::builder().server(Scope::Global, server).start().await?;
+//! let err = runtime.wait_ready(&Scope::Global, "missing", Duration::from_secs(10)).await.unwrap_err();
+//! assert!(err.to_string().contains("executable \"no-such-mcp-server-xyz\" not found"));
+//! assert_eq!(runtime.status()[0].state, ServerState::Failed);
+//! let outcome = runtime.call(&Scope::Global, "mcp__missing__anything", None, CallOptions::default()).await;
+//! assert_eq!(outcome.kind, OutcomeKind::UnknownTool);
+//! let report = runtime.shutdown(Duration::from_secs(20)).await;
+//! assert!(report.is_clean());
+//! # Ok(()) }
+//! ```
+//!
+//! With a real server (here server-everything through npx), list and call:
+//!
 //! ```no_run
 //! use mcpvisor::{CallOptions, Runtime, Scope, ServerConfig};
 //! use std::time::Duration;
@@ -23,8 +48,7 @@
 //!     .call(&Scope::Global, "mcp__everything__echo", Some(serde_json::json!({"message": "hi"})), CallOptions::default())
 //!     .await;
 //! println!("{:?}: {}", outcome.kind, outcome.projection);
-//! let report = runtime.shutdown(Duration::from_secs(20)).await;
-//! assert!(report.is_clean());
+//! runtime.shutdown(Duration::from_secs(20)).await;
 //! # Ok(()) }
 //! ```
 //!

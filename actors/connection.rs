@@ -222,6 +222,8 @@ pub struct ConnectionState {
     watcher: Option<JoinHandle<()>>,
     /// HTTP liveness pings (CONN-14).
     pinger: Option<JoinHandle<()>>,
+    /// `ConnectionEnded` is sent exactly once.
+    ended_sent: bool,
 }
 
 impl Actor for Connection {
@@ -245,6 +247,7 @@ impl Actor for Connection {
             service_ct: None,
             watcher: None,
             pinger: None,
+            ended_sent: false,
         };
         let handler = SupervisedClient {
             gen: state.gen,
@@ -389,9 +392,12 @@ fn start_close(state: &mut ConnectionState) {
     if let Some(t) = state.pinger.take() {
         t.abort();
     }
-    let Some(closer) = state.closer.take() else {
+    if state.ended_sent {
         return;
-    };
+    }
+    state.ended_sent = true;
+    // Nothing was opened (spawn or connector failed): there is nothing to close.
+    let closer = state.closer.take().unwrap_or(Closer::Network);
     let ct = state.service_ct.take();
     let watcher = state.watcher.take();
     let supervisor = state.supervisor.clone();

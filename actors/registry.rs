@@ -159,7 +159,7 @@ pub enum RegistryMsg {
     /// Replace a server's status and live handle.
     Publish {
         /// Status.
-        status: ServerStatus,
+        status: Box<ServerStatus>,
         /// Live handle (`None` = not callable).
         live: Option<LiveConn>,
         /// Instructions, published with the tools (RES-5).
@@ -225,7 +225,7 @@ impl RegistryState {
         if let Some(e) = self.current.servers.get(server) {
             let _ = self
                 .events
-                .send(RuntimeEvent::ServerStatus(e.status.clone()));
+                .send(RuntimeEvent::ServerStatus(Box::new(e.status.clone())));
         }
     }
 
@@ -274,10 +274,11 @@ impl Actor for ToolRegistry {
                 st.emit_status(&name);
             }
             RegistryMsg::Publish {
-                mut status,
+                status,
                 live,
                 instructions,
             } => {
+                let mut status = *status;
                 let name = status.server.clone();
                 let Some(entry) = st.current.servers.get_mut(&name) else {
                     return Ok(());

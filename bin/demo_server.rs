@@ -90,6 +90,7 @@ impl ServerHandler for Demo {
             .with_instructions("A demo server built into mcpvisor.")
     }
 
+    #[allow(clippy::field_reassign_with_default)] // ListToolsResult is non_exhaustive
     async fn list_tools(
         &self,
         req: Option<PaginatedRequestParams>,

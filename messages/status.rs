@@ -114,7 +114,7 @@ pub struct ServerStatus {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RuntimeEvent {
     /// A server's status changed (state, pid, tools, error…).
-    ServerStatus(ServerStatus),
+    ServerStatus(Box<ServerStatus>),
     /// A new catalog generation was registered (or the tools were removed).
     CatalogChanged {
         /// Scope.

@@ -210,7 +210,13 @@ impl Runtime {
         let handle = self.scope_handle(&scope).await?;
         let added = handle
             .actor
-            .call(|reply| ScopeMsg::AddServer { config, reply }, None)
+            .call(
+                |reply| ScopeMsg::AddServer {
+                    config: Box::new(config),
+                    reply,
+                },
+                None,
+            )
             .await;
         match added {
             Ok(CallResult::Success(Ok(()))) => {}
@@ -566,6 +572,7 @@ impl Runtime {
             Err(e) => return self.lost(scope, def, live.gen, e.to_string(), false).await,
         };
         let cancel = options.cancel.clone().unwrap_or_default();
+        #[allow(clippy::large_enum_variant)] // a local, moved once
         enum Ended {
             Response(
                 Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,

@@ -25,7 +25,7 @@ pub enum ScopeMsg {
     /// Add and start a server; refused when the name is taken in this scope (CONN-4).
     AddServer {
         /// Validated config.
-        config: ServerConfig,
+        config: Box<ServerConfig>,
         /// Ok once the server's supervisor runs.
         reply: RpcReplyPort<Result<(), String>>,
     },
@@ -137,7 +137,7 @@ impl Actor for ScopeSupervisor {
                 } else if let Err(e) = config.validate() {
                     Err(e.to_string())
                 } else {
-                    let config = Arc::new(config);
+                    let config = Arc::new(*config);
                     let activity = Arc::new(Activity::new());
                     match spawn_server(&myself, st, config.clone(), activity.clone()).await {
                         Ok(actor) => {

@@ -157,7 +157,7 @@ impl ServerSupervisorState {
             .saturating_sub(self.failures);
         self.status.connection_generation = self.next_gen.saturating_sub(1);
         let _ = self.registry.cast(RegistryMsg::Publish {
-            status: self.status.clone(),
+            status: Box::new(self.status.clone()),
             live: self.live.clone(),
             instructions: self.instructions.clone(),
         });
@@ -305,9 +305,11 @@ impl Actor for ServerSupervisor {
                 st.status.protocol_version = Some(info.protocol_version.clone());
                 st.status.server_info = info.server_info.clone();
                 st.status.error = None;
-                st.status.state = ServerState::Ready;
+                // Publish the live handle first (the registry's Swap checks it, SYNC-6),
+                // and report `ready` only once the catalog is registered (CONN-10).
                 st.publish();
                 apply_catalog(st, gen, catalog).await;
+                st.set_state(ServerState::Ready);
                 st.answer_waiters(Ok(()));
                 arm_idle(&myself, st, None);
                 if std::mem::take(&mut st.resync_pending) {
@@ -789,3 +791,7 @@ fn finish_if_done(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervi
     }
     myself.stop(Some("shutdown".into()));
 }
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

@@ -1,1 +1,412 @@
-//! chaos
+//! Test support for mcpvisor's real-process integration tests: where the test
+//! binaries live, process-tree inspection through `/proc`, and bounded waits on
+//! runtime events.
+//!
+//! The `fault-server` binary (src/bin/fault_server.rs) is the scripted MCP
+//! server these tests run against.
+
+#![warn(missing_docs)]
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mcpvisor::{Runtime, RuntimeEvent, ServerStatus, ShutdownReport};
+use tokio::sync::broadcast;
+
+/// The pinned server-everything version the peers install script installs.
+pub const EVERYTHING_VERSION: &str = "2026.8.31";
+
+/// The directory holding the running test executable's build profile
+/// (`target/<profile>`): the test exe lives in `target/<profile>/deps`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Path of the `fault-server` binary built next to the current test executable
+/// (`target/<profile>/fault-server`). `CARGO_BIN_EXE_fault-server` only exists
+/// for this package's own tests; this works from any test binary.
+pub fn fault_server_path() -> PathBuf {
+    profile_dir().join("fault-server")
+}
+
+/// Path of the `mcpvisor` binary next to the current test executable
+/// (`target/<profile>/mcpvisor`). It is only there once the `mcpvisor` package's
+/// binary was built (see [`ensure_mcpvisor_built`]).
+pub fn mcpvisor_bin_path() -> PathBuf {
+    profile_dir().join("mcpvisor")
+}
+
+/// Build the `mcpvisor` binary into the current target directory and profile
+/// (a no-op when it is up to date) and return its path. `cargo test -p
+/// mcpvisor-chaos` builds only this package's binaries, so the CLI tests call
+/// this first.
+pub fn ensure_mcpvisor_built() -> Result<PathBuf, String> {
+    let profile_dir = profile_dir();
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug")
+        .to_owned();
+    let target_dir = profile_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "cannot locate the target directory".to_owned())?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo_profile = if profile == "debug" { "dev" } else { &profile };
+    let manifest = workspace_dir().join("Cargo.toml");
+    let out = std::process::Command::new(cargo)
+        .args(["build", "--quiet", "-p", "mcpvisor", "--bin", "mcpvisor"])
+        .arg("--profile")
+        .arg(cargo_profile)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p mcpvisor failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let path = mcpvisor_bin_path();
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!("{} missing after the build", path.display()))
+    }
+}
+
+/// The workspace root (the parent of this crate's manifest directory).
+pub fn workspace_dir() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(Path::to_path_buf).unwrap_or(here)
+}
+
+/// Where `peers/install.sh` installed server-everything: `$MCPVISOR_PEERS_DIR`,
+/// else `<workspace>/target/peers`; `None` unless that directory contains
+/// `node_modules/@modelcontextprotocol/server-everything`.
+pub fn everything_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("MCPVISOR_PEERS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_dir().join("target").join("peers"));
+    let installed = |d: &PathBuf| {
+        d.join("node_modules/@modelcontextprotocol/server-everything")
+            .is_dir()
+    };
+    if !installed(&dir) {
+        // `cargo test --workspace` is the one test command: install the pinned
+        // peers on first use (idempotent; serialized within this test binary).
+        static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+        if !installed(&dir) {
+            let script = workspace_dir().join("chaos-tests/peers/install.sh");
+            let ok = std::process::Command::new("bash")
+                .arg(&script)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok && std::env::var_os("CI").is_some() {
+                panic!(
+                    "could not install the MCP peers with {} (node and npm are required in CI)",
+                    script.display()
+                );
+            }
+        }
+    }
+    installed(&dir).then_some(dir)
+}
+
+/// A unique path in the temp directory: `<tmp>/mcpvisor-chaos-<pid>-<n>-<tag>`.
+pub fn unique_temp_path(tag: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    std::env::temp_dir().join(format!("mcpvisor-chaos-{}-{n}-{tag}", std::process::id()))
+}
+
+/// `(pid, ppid, state)` of every process in `/proc`.
+fn proc_table() -> Vec<(u32, u32, char)> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (state, ppid) = parse_stat(&stat)?;
+            Some((pid, ppid, state))
+        })
+        .collect()
+}
+
+/// State and ppid from a `/proc/PID/stat` line. The command name is in
+/// parentheses and may itself contain spaces and parentheses, so the fields
+/// are read after the last `)`.
+fn parse_stat(stat: &str) -> Option<(char, u32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Every descendant of `pid` (children, grandchildren, …), found by walking
+/// the ppid fields of `/proc/*/stat` transitively. Zombies are included.
+pub fn descendants_of(pid: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (p, ppid, _) in proc_table() {
+        children.entry(ppid).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    let mut seen = HashSet::from([pid]);
+    let mut queue = VecDeque::from([pid]);
+    while let Some(p) = queue.pop_front() {
+        for &c in children.get(&p).into_iter().flatten() {
+            if seen.insert(c) {
+                out.push(c);
+                queue.push_back(c);
+            }
+        }
+    }
+    out
+}
+
+/// The state letter of `pid` from `/proc/PID/stat` (`R`, `S`, `Z`, …).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|(s, _)| s)
+}
+
+/// True when `pid` exists (`kill(pid, 0)` succeeds or fails with EPERM) and is
+/// not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(p, 0) };
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !matches!(process_state(pid), Some('Z') | Some('X') | None)
+}
+
+/// `pid` and all its descendants: the process tree of one stdio server.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    all.extend(descendants_of(pid));
+    all
+}
+
+/// The pids of `pids` that are still alive.
+pub fn alive(pids: &[u32]) -> Vec<u32> {
+    pids.iter().copied().filter(|p| process_alive(*p)).collect()
+}
+
+/// Wait until `pid` has exited (or is a zombie), for at most `limit`; true
+/// when it is gone. Waits on a pidfd (readable once the process exits), so it
+/// returns as soon as the kernel reports the exit; falls back to a bounded poll
+/// only where `pidfd_open` is unavailable.
+pub async fn wait_gone(pid: u32, limit: Duration) -> bool {
+    if !process_alive(pid) {
+        return true;
+    }
+    if let Some(fd) = pidfd_open(pid) {
+        // SAFETY: `fd` is an OwnedFd that moves into the AsyncFd: nothing else
+        // can close or reuse the descriptor while it is registered.
+        let registered = unsafe { tokio::io::unix::AsyncFd::register(fd) };
+        if let Ok(afd) = registered {
+            let _ = tokio::time::timeout(limit, afd.readable()).await;
+            return !process_alive(pid);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    while process_alive(pid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    !process_alive(pid)
+}
+
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let p = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// What [`shutdown_checked`] observed.
+#[derive(Debug)]
+pub struct ShutdownCheck {
+    /// The runtime's report.
+    pub report: ShutdownReport,
+    /// Every process of the runtime's stdio servers seen just before shutdown:
+    /// each server's pid (from status) and its descendants.
+    pub tracked: Vec<u32>,
+    /// Tracked processes still alive the moment `shutdown` returned.
+    pub alive_at_return: Vec<u32>,
+    /// Tracked processes still alive 2 s after `shutdown` returned.
+    pub survivors: Vec<u32>,
+}
+
+/// Shut `runtime` down, checking the process trees of its stdio servers: the
+/// pids of every status (plus `extra`) and their descendants are collected just
+/// before the shutdown, and checked for life once it returned.
+pub async fn shutdown_checked(runtime: &Runtime, extra: &[u32]) -> ShutdownCheck {
+    let mut tracked: Vec<u32> = extra.to_vec();
+    for s in runtime.status() {
+        if let Some(pid) = s.pid {
+            tracked.extend(process_tree(pid));
+        }
+    }
+    let snapshot: Vec<u32> = extra.iter().flat_map(|p| descendants_of(*p)).collect();
+    tracked.extend(snapshot);
+    tracked.sort_unstable();
+    tracked.dedup();
+    let report = runtime.shutdown(Duration::from_secs(20)).await;
+    let alive_at_return = alive(&tracked);
+    let mut survivors = Vec::new();
+    for pid in &alive_at_return {
+        if !wait_gone(*pid, Duration::from_secs(2)).await {
+            survivors.push(*pid);
+        }
+    }
+    ShutdownCheck {
+        report,
+        tracked,
+        alive_at_return,
+        survivors,
+    }
+}
+
+/// Wait until `pred` holds for the status of `server` (any scope), re-checking
+/// after every runtime event, for at most `limit`. Returns the matching status,
+/// or an error describing the last status seen. Never sleeps: it waits on
+/// `events` (subscribe before the action that should cause the change).
+pub async fn wait_for_status(
+    runtime: &Runtime,
+    events: &mut broadcast::Receiver<RuntimeEvent>,
+    server: &str,
+    limit: Duration,
+    pred: impl Fn(&ServerStatus) -> bool,
+) -> Result<ServerStatus, String> {
+    wait_for(runtime, events, limit, |statuses| {
+        statuses
+            .iter()
+            .find(|s| s.server == server && pred(s))
+            .cloned()
+    })
+    .await
+    .map_err(|last| {
+        let mine: Vec<&ServerStatus> = last.iter().filter(|s| s.server == server).collect();
+        format!("server {server}: condition not met within {limit:?}; last status: {mine:#?}")
+    })
+}
+
+/// Wait until `server` in `scope` is ready with its catalog registered
+/// (`tools > 0`) on a connection generation after `after_conn_gen`, for at most
+/// `limit`. `Runtime::wait_ready` alone can return before the first catalog is
+/// swapped in (see the `wait_ready_returns_with_the_catalog_registered` test).
+pub async fn wait_catalog_ready(
+    runtime: &Runtime,
+    events: &mut broadcast::Receiver<RuntimeEvent>,
+    scope: &mcpvisor::Scope,
+    server: &str,
+    after_conn_gen: u64,
+    limit: Duration,
+) -> Result<ServerStatus, String> {
+    wait_for(runtime, events, limit, |statuses| {
+        statuses
+            .iter()
+            .find(|s| {
+                s.server == server
+                    && &s.scope == scope
+                    && s.state == mcpvisor::ServerState::Ready
+                    && s.tools > 0
+                    && s.connection_generation > after_conn_gen
+            })
+            .cloned()
+    })
+    .await
+    .map_err(|last| {
+        format!("{scope}/{server}: not ready with tools within {limit:?}; last status: {last:#?}")
+    })
+}
+
+/// Wait until `check` returns `Some` for the runtime's status list, re-checking
+/// after every event (a lagged receiver just re-checks), for at most `limit`.
+/// On timeout returns the last status list.
+pub async fn wait_for<T>(
+    runtime: &Runtime,
+    events: &mut broadcast::Receiver<RuntimeEvent>,
+    limit: Duration,
+    check: impl Fn(&[ServerStatus]) -> Option<T>,
+) -> Result<T, Vec<ServerStatus>> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let statuses = runtime.status();
+        if let Some(found) = check(&statuses) {
+            return Ok(found);
+        }
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => {
+                let statuses = runtime.status();
+                return match check(&statuses) {
+                    Some(found) => Ok(found),
+                    None => Err(statuses),
+                };
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Wait for the next event matching `pred`, for at most `limit`.
+pub async fn next_event(
+    events: &mut broadcast::Receiver<RuntimeEvent>,
+    limit: Duration,
+    pred: impl Fn(&RuntimeEvent) -> bool,
+) -> Option<RuntimeEvent> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(ev)) if pred(&ev) => return Some(ev),
+            Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return None,
+        }
+    }
+}
+
+/// Find a free TCP port on 127.0.0.1 (bind to port 0, read it, release it).
+pub fn free_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_command_names_parse() {
+        assert_eq!(parse_stat("123 (a b) c) S 45 123 123 0"), Some(('S', 45)));
+        assert_eq!(parse_stat("9 (sleep) Z 1 9 9"), Some(('Z', 1)));
+    }
+
+    #[test]
+    fn the_test_process_is_alive_and_a_descendant_of_its_parent() {
+        let me = std::process::id();
+        assert!(process_alive(me));
+        let parent = std::os::unix::process::parent_id();
+        assert!(descendants_of(parent).contains(&me));
+    }
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Install the third-party MCP peers the chaos tests run against.
+#
+#   chaos-tests/peers/install.sh
+#
+# Installs the pinned @modelcontextprotocol/server-everything into
+# ${MCPVISOR_PEERS_DIR:-<repo>/target/peers} with npm (idempotent: nothing is
+# fetched when that version is already installed) and writes force-loopback.cjs
+# there: a --require preload that makes net.Server listen on 127.0.0.1 when a
+# server (server-everything's `app.listen(PORT)`) names no host.
+#
+# Needs node and npm (node 20 is enough). Tests that need the peers skip with a
+# note when the directory is missing (see mcpvisor_chaos::everything_dir).
+set -euo pipefail
+
+EVERYTHING_VERSION="2026.8.31"
+PACKAGE="@modelcontextprotocol/server-everything"
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+dir="${MCPVISOR_PEERS_DIR:-$repo/target/peers}"
+mkdir -p "$dir"
+
+for tool in node npm; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "peers/install.sh: $tool is not installed" >&2
+        exit 1
+    fi
+done
+
+installed_version() {
+    local pj="$dir/node_modules/$PACKAGE/package.json"
+    [ -f "$pj" ] || return 0
+    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
+}
+
+if [ "$(installed_version)" = "$EVERYTHING_VERSION" ]; then
+    echo "peers: $PACKAGE@$EVERYTHING_VERSION already installed in $dir"
+else
+    echo "peers: installing $PACKAGE@$EVERYTHING_VERSION into $dir"
+    if [ ! -f "$dir/package.json" ]; then
+        printf '{\n  "name": "mcpvisor-peers",\n  "private": true\n}\n' >"$dir/package.json"
+    fi
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact "$PACKAGE@$EVERYTHING_VERSION")
+    got="$(installed_version)"
+    if [ "$got" != "$EVERYTHING_VERSION" ]; then
+        echo "peers/install.sh: expected $PACKAGE@$EVERYTHING_VERSION, found '${got:-nothing}'" >&2
+        exit 1
+    fi
+fi
+
+# The loopback preload (see shared notes, crates.md §3.1): a numeric port with
+# no host, or an options object without host, gets host 127.0.0.1.
+cat >"$dir/force-loopback.cjs" <<'JS'
+const net = require("net");
+const orig = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...a) {
+  if (typeof a[0] === "number" || (typeof a[0] === "string" && /^\d+$/.test(a[0]))) {
+    if (typeof a[1] !== "string") a.splice(1, 0, "127.0.0.1");
+  } else if (a[0] && typeof a[0] === "object" && a[0].port !== undefined && !a[0].host) {
+    a[0] = { ...a[0], host: "127.0.0.1" };
+  }
+  return orig.apply(this, a);
+};
+JS
+
+echo "peers: ready in $dir"
+echo "  stdio: node $dir/node_modules/$PACKAGE/dist/index.js stdio"
+echo "  http:  PORT=<port> NODE_OPTIONS=\"--require $dir/force-loopback.cjs\" node $dir/node_modules/$PACKAGE/dist/index.js streamableHttp"

@@ -1,0 +1,494 @@
+//! `fault-server`: an MCP server whose misbehaviour is scripted by flags, for
+//! the real-process integration tests of mcpvisor.
+//!
+//! Serves stdio (the default) or, with `--http PORT`, streamable HTTP on
+//! 127.0.0.1 (`--http 0` picks a free port; the real one is printed to stderr
+//! as `listening on http://127.0.0.1:PORT/mcp`).
+//!
+//! Tools always present: `echo {message}`, `hang` (never answers, honours
+//! cancellation), `slow {ms}`, `crash` (exit 5 mid-call), `is_error`,
+//! `structured_ok` / `structured_bad` (both declare an output schema requiring
+//! a numeric `temp`), `audio`, `add_tool` (adds `dyn_N` and sends
+//! `notifications/tools/list_changed`) and `garbage` (with `--garbage-on-call`,
+//! writes a raw non-JSON line to stdout first).
+
+#![allow(deprecated)]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+
+/// Fault-injecting MCP server for mcpvisor's integration tests.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "fault-server", about, long_about = None)]
+struct Args {
+    /// Serve streamable HTTP on 127.0.0.1:PORT instead of stdio (0 = any free port).
+    #[arg(long, value_name = "PORT")]
+    http: Option<u16>,
+    /// Write "fatal: boom at start" to stderr, then exit with CODE before reading stdin.
+    #[arg(long, value_name = "CODE")]
+    crash_at_start: Option<i32>,
+    /// Like --crash-at-start 6, but only when FILE exists (lets a test make the
+    /// *next* start fail after a first good one).
+    #[arg(long, value_name = "FILE")]
+    crash_at_start_if_exists: Option<PathBuf>,
+    /// Answer initialize, then on the first tools/list write MSG to stderr and exit(3).
+    #[arg(long, value_name = "MSG")]
+    stderr_then_exit: Option<String>,
+    /// Print N non-JSON banner lines on stdout before serving.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    garbage_before_handshake: usize,
+    /// The `garbage` tool writes a raw non-JSON line to stdout before answering.
+    #[arg(long)]
+    garbage_on_call: bool,
+    /// exit(4) when the N-th tools/call arrives, before answering it.
+    #[arg(long, value_name = "N")]
+    crash_after_calls: Option<usize>,
+    /// Ignore SIGTERM and stdin EOF: only SIGKILL ends the process.
+    #[arg(long)]
+    ignore_sigterm: bool,
+    /// Spawn `sleep 1000` at start (same process group, never waited for) and
+    /// print "grandchild pid N" to stderr.
+    #[arg(long)]
+    grandchild: bool,
+    /// Add N generated tools gen_00000….
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    tools: usize,
+    /// Paginate tools/list with K tools per page (default: one page).
+    #[arg(long, value_name = "K")]
+    page_size: Option<usize>,
+    /// Append one line per received request: `method id [tool arguments]`.
+    #[arg(long, value_name = "FILE")]
+    log_requests: Option<PathBuf>,
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn temp_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {"temp": {"type": "number"}},
+        "required": ["temp"]
+    }))
+}
+
+fn fixed_tools() -> Vec<Tool> {
+    let empty = || schema(json!({"type": "object"}));
+    let mut structured_ok = Tool::new(
+        "structured_ok",
+        "Structured result that matches the output schema",
+        empty(),
+    );
+    structured_ok.output_schema = Some(temp_schema());
+    let mut structured_bad = Tool::new(
+        "structured_bad",
+        "Structured result that violates the output schema (temp is a string)",
+        empty(),
+    );
+    structured_bad.output_schema = Some(temp_schema());
+    vec![
+        Tool::new(
+            "echo",
+            "Echo the message back",
+            schema(json!({
+                "type": "object",
+                "properties": {"message": {"type": "string"}},
+                "required": ["message"]
+            })),
+        ),
+        Tool::new("hang", "Never answers (honours cancellation)", empty()),
+        Tool::new(
+            "slow",
+            "Answers after ms milliseconds (honours cancellation)",
+            schema(json!({"type": "object", "properties": {"ms": {"type": "integer"}}})),
+        ),
+        Tool::new("crash", "Exits the process (status 5) mid-call", empty()),
+        Tool::new("is_error", "Returns an isError result", empty()),
+        structured_ok,
+        structured_bad,
+        Tool::new("audio", "Returns an audio content block", empty()),
+        Tool::new(
+            "add_tool",
+            "Adds a dynamic tool dyn_N and sends tools/list_changed",
+            empty(),
+        ),
+        Tool::new(
+            "garbage",
+            "Writes a raw non-JSON line to stdout (with --garbage-on-call)",
+            empty(),
+        ),
+    ]
+}
+
+/// The handler. Cloned per HTTP session; the state is shared.
+#[derive(Clone)]
+struct FaultServer {
+    args: Arc<Args>,
+    base_tools: Arc<Vec<Tool>>,
+    dynamic: Arc<Mutex<Vec<Tool>>>,
+    calls: Arc<AtomicUsize>,
+    listed: Arc<AtomicUsize>,
+}
+
+impl FaultServer {
+    fn new(args: Args) -> Self {
+        let mut tools = fixed_tools();
+        for i in 0..args.tools {
+            tools.push(Tool::new(
+                format!("gen_{i:05}"),
+                format!("Generated tool number {i}"),
+                schema(json!({"type": "object", "properties": {"x": {"type": "string"}}})),
+            ));
+        }
+        Self {
+            args: Arc::new(args),
+            base_tools: Arc::new(tools),
+            dynamic: Arc::new(Mutex::new(Vec::new())),
+            calls: Arc::new(AtomicUsize::new(0)),
+            listed: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn all_tools(&self) -> Vec<Tool> {
+        let mut all = self.base_tools.as_ref().clone();
+        let dynamic = self.dynamic.lock().unwrap_or_else(|p| p.into_inner());
+        all.extend(dynamic.iter().cloned());
+        all
+    }
+
+    /// `--log-requests`: one line `method id [tool arguments]` per request.
+    fn log_request(
+        &self,
+        method: &str,
+        ctx: &RequestContext<RoleServer>,
+        call: Option<&CallToolRequestParams>,
+    ) {
+        let Some(path) = &self.args.log_requests else {
+            return;
+        };
+        let mut line = format!("{method} {}", ctx.id);
+        if let Some(call) = call {
+            let args = call
+                .arguments
+                .as_ref()
+                .map(|a| Value::Object(a.clone()).to_string())
+                .unwrap_or_else(|| "{}".into());
+            line.push_str(&format!(" {} {args}", call.name));
+        }
+        // One write per line on an O_APPEND file: lines of concurrent requests never interleave.
+        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
+fn die(code: i32, stderr_text: Option<&str>) -> ! {
+    if let Some(text) = stderr_text {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{text}");
+        let _ = err.flush();
+    }
+    std::process::exit(code)
+}
+
+fn text(t: impl Into<String>) -> ContentBlock {
+    ContentBlock::text(t.into())
+}
+
+impl ServerHandler for FaultServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "fault-server",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions("Fault-injection test server for mcpvisor.")
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        self.log_request("initialize", &ctx, None);
+        ctx.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn ping(&self, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.log_request("ping", &ctx, None);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, _ctx: NotificationContext<RoleServer>) {}
+
+    async fn list_tools(
+        &self,
+        req: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        self.log_request("tools/list", &ctx, None);
+        if self.listed.fetch_add(1, Ordering::SeqCst) == 0 {
+            if let Some(msg) = &self.args.stderr_then_exit {
+                die(3, Some(msg));
+            }
+        }
+        let all = self.all_tools();
+        let start = match req.and_then(|r| r.cursor) {
+            Some(c) => c
+                .parse::<usize>()
+                .map_err(|_| McpError::invalid_params(format!("bad cursor {c:?}"), None))?,
+            None => 0,
+        };
+        let page = self.args.page_size.unwrap_or(usize::MAX).max(1);
+        let end = start.saturating_add(page).min(all.len());
+        let result = ListToolsResult {
+            tools: all
+                .get(start..end)
+                .map(<[Tool]>::to_vec)
+                .unwrap_or_default(),
+            next_cursor: (end < all.len()).then(|| end.to_string()),
+            ..Default::default()
+        };
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.log_request("tools/call", &ctx, Some(&req));
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.args.crash_after_calls == Some(n) {
+            die(
+                4,
+                Some(&format!("fault-server: crashing at tools/call #{n}")),
+            );
+        }
+        let args = req.arguments.unwrap_or_default();
+        let result = match req.name.as_ref() {
+            "echo" => {
+                let msg = args
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                CallToolResult::success(vec![text(format!("Echo: {msg}"))])
+            }
+            "hang" => {
+                ctx.ct.cancelled().await;
+                return Err(McpError::internal_error("cancelled", None));
+            }
+            "slow" => {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(1000);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = ctx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+                }
+                CallToolResult::success(vec![text(format!("slept {ms} ms"))])
+            }
+            "crash" => die(5, Some("fault-server: crash tool called, exiting 5")),
+            "is_error" => CallToolResult::error(vec![text("tool failed on purpose")]),
+            "structured_ok" => {
+                let mut r = CallToolResult::structured(json!({"temp": 21.5}));
+                r.content = vec![text("temperature is 21.5")];
+                r
+            }
+            "structured_bad" => {
+                let mut r = CallToolResult::structured(json!({"temp": "warm"}));
+                r.content = vec![text("temperature is warm")];
+                r
+            }
+            // 16 bytes of silence as a WAV-ish payload: the content does not matter.
+            "audio" => CallToolResult::success(vec![ContentBlock::audio(
+                "UklGRgAAAABXQVZFZm10IA==",
+                "audio/wav",
+            )]),
+            "add_tool" => {
+                let name = {
+                    let mut dynamic = self.dynamic.lock().unwrap_or_else(|p| p.into_inner());
+                    let name = format!("dyn_{}", dynamic.len());
+                    dynamic.push(Tool::new(
+                        name.clone(),
+                        "A tool added at run time",
+                        schema(json!({"type": "object"})),
+                    ));
+                    name
+                };
+                ctx.peer
+                    .notify_tool_list_changed()
+                    .await
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                CallToolResult::success(vec![text(format!("added {name}"))])
+            }
+            "garbage" => {
+                if self.args.garbage_on_call {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(b"this is {not json, from the garbage tool\n");
+                    let _ = out.flush();
+                }
+                CallToolResult::success(vec![text("sent garbage")])
+            }
+            other if self.all_tools().iter().any(|t| t.name == other) => {
+                CallToolResult::success(vec![text(format!("{other} ran"))])
+            }
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+fn ignore_sigterm() {
+    // SAFETY: installing SIG_IGN for SIGTERM has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+}
+
+fn spawn_grandchild() {
+    match std::process::Command::new("sleep")
+        .arg("1000")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(child) => eprintln!("grandchild pid {}", child.id()),
+        Err(e) => eprintln!("grandchild could not be spawned: {e}"),
+    }
+}
+
+async fn serve_stdio(server: FaultServer, keep_running: bool) -> anyhow::Result<()> {
+    let running = server.serve(rmcp::transport::stdio_pipes()).await;
+    match running {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(e) if !keep_running => return Err(e.into()),
+        Err(_) => {}
+    }
+    if keep_running {
+        // --ignore-sigterm: stdin EOF does not end us either.
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let real = listener.local_addr()?.port();
+    eprintln!("listening on http://127.0.0.1:{real}/mcp");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(_) => return std::future::pending().await,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+        .await?;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if let Some(code) = args.crash_at_start {
+        die(code, Some("fatal: boom at start"));
+    }
+    if let Some(marker) = &args.crash_at_start_if_exists {
+        if marker.exists() {
+            die(
+                6,
+                Some(&format!(
+                    "fatal: boom at start ({} exists)",
+                    marker.display()
+                )),
+            );
+        }
+    }
+    if args.ignore_sigterm {
+        ignore_sigterm();
+    }
+    if args.grandchild {
+        spawn_grandchild();
+    }
+    if args.garbage_before_handshake > 0 && args.http.is_none() {
+        let mut out = std::io::stdout().lock();
+        for i in 1..=args.garbage_before_handshake {
+            let _ = writeln!(
+                out,
+                "starting fault-server v1 … (banner line {i} of {})",
+                args.garbage_before_handshake
+            );
+        }
+        let _ = out.flush();
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fault-server: could not start tokio: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let keep_running = args.ignore_sigterm;
+    let http = args.http;
+    let server = FaultServer::new(args);
+    let result = rt.block_on(async move {
+        match http {
+            Some(port) => serve_http(server, port).await,
+            None => serve_stdio(server, keep_running).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fault-server: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The reference binary `mcpvisor`, run as a real process against
+//! `fault-server` configs.
+//!
+//! `cargo test -p mcpvisor-chaos` builds only this package's binaries, so each
+//! test first makes sure `target/<profile>/mcpvisor` is built and up to date
+//! (`ensure_mcpvisor_built`, a no-op `cargo build` when it is).
+//!
+//! Requirement ids (CONN, SYNC, CALL, RECO) refer to shared/spec/mcp.md.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use mcpvisor_chaos::{
+    ensure_mcpvisor_built, fault_server_path, process_alive, unique_temp_path, wait_gone,
+};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+fn mcpvisor() -> PathBuf {
+    ensure_mcpvisor_built().unwrap()
+}
+
+/// A temp dir holding `mcpvisor.toml` with one fault-server `[servers.x]`.
+struct Workdir {
+    dir: PathBuf,
+}
+
+impl Workdir {
+    fn new(fault_args: &[&str], extra: &str) -> Workdir {
+        let dir = unique_temp_path("cli");
+        std::fs::create_dir_all(&dir).unwrap();
+        let args: Vec<String> = fault_args.iter().map(|a| format!("{a:?}")).collect();
+        let toml = format!(
+            "[servers.x]\ncommand = {:?}\nargs = [{}]\nidle_stop_after_s = 0\n{extra}",
+            fault_server_path().to_string_lossy(),
+            args.join(", ")
+        );
+        std::fs::write(dir.join("mcpvisor.toml"), toml).unwrap();
+        Workdir { dir }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("mcpvisor.toml")
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn command(cwd: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(mcpvisor());
+    cmd.current_dir(cwd)
+        .env_remove("MCPVISOR_CONFIG")
+        .env_remove("MCPVISOR_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run(cwd: &Path, args: &[&str]) -> Output {
+    let out = tokio::time::timeout(RUN_LIMIT, command(cwd).args(args).output())
+        .await
+        .expect("mcpvisor finished in time")
+        .unwrap();
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn json_stdout(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_exits_zero_and_reports_a_clean_shutdown() {
+    // RECO-7: the report is printed and clean.
+    let dir = unique_temp_path("demo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = run(&dir, &["demo"]).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", describe(&out));
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("shutdown:"))
+        .unwrap_or_else(|| panic!("no shutdown line: {}", describe(&out)));
+    assert!(
+        line.contains("clean") && !line.contains("NOT CLEAN"),
+        "{line}"
+    );
+    assert!(stdout.contains("call mcp__demo__echo → ok"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_json_lists_every_tool_with_its_definition_fields() {
+    // SYNC-8: name, server, raw name, generation, description, input schema.
+    let work = Workdir::new(&[], "");
+    let config = work.config().to_string_lossy().into_owned();
+    let out = run(&work.dir, &["--config", &config, "tools", "--json"]).await;
+    assert!(out.status.success(), "{}", describe(&out));
+    let tools = json_stdout(&out);
+    let tools = tools.as_array().expect("an array");
+    assert_eq!(tools.len(), 10, "{tools:#?}");
+    for t in tools {
+        for field in [
+            "name",
+            "server",
+            "raw_name",
+            "generation",
+            "description",
+            "input_schema",
+        ] {
+            assert!(t.get(field).is_some(), "{field} missing in {t}");
+        }
+        assert_eq!(t["server"], "x");
+        assert!(t["generation"].as_u64().unwrap() >= 1);
+        assert!(t["input_schema"].is_object());
+    }
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__x__echo")
+        .expect("mcp__x__echo");
+    assert_eq!(echo["raw_name"], "echo");
+    assert_eq!(echo["description"], "Echo the message back");
+    let structured = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__x__structured_ok")
+        .expect("mcp__x__structured_ok");
+    assert_eq!(structured["output_schema"]["required"][0], "temp");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_json_prints_the_ok_outcome_and_projection_and_exits_zero() {
+    // CALL-4/CALL-6: the outcome kind and the model projection.
+    let work = Workdir::new(&[], "");
+    let config = work.config().to_string_lossy().into_owned();
+    let out = run(
+        &work.dir,
+        &[
+            "--config",
+            &config,
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+            "--json",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", describe(&out));
+    let v = json_stdout(&out);
+    assert_eq!(v["outcome"], "ok", "{v}");
+    assert_eq!(v["projection"], "Echo: hi", "{v}");
+    assert_eq!(v["server"], "x");
+    assert_eq!(v["raw_name"], "echo");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_of_an_is_error_tool_exits_nonzero_with_server_error() {
+    // CALL-3: isError is a failed outcome, and the exit status says so.
+    let work = Workdir::new(&[], "");
+    let config = work.config().to_string_lossy().into_owned();
+    let out = run(
+        &work.dir,
+        &["--config", &config, "call", "mcp__x__is_error", "--json"],
+    )
+    .await;
+    assert!(!out.status.success(), "{}", describe(&out));
+    let v = json_stdout(&out);
+    assert_eq!(v["outcome"], "server_error", "{v}");
+    assert!(
+        v["projection"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tool failed on purpose"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_of_a_server_crashing_at_start_exits_one_and_prints_its_stderr() {
+    // CONN-7: the stderr tail is attached to the startup error.
+    let work = Workdir::new(&["--crash-at-start", "9"], "");
+    let config = work.config().to_string_lossy().into_owned();
+    let out = run(&work.dir, &["--config", &config, "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("FAILED"), "{}", describe(&out));
+    assert!(stdout.contains("boom at start"), "{}", describe(&out));
+    assert!(
+        stdout.contains("exited with status 9"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_streams_json_until_sigterm_then_reaps_the_server_and_exits_zero() {
+    // OBS-2 status stream; RECO-7: SIGTERM → quiescent shutdown, child reaped.
+    let work = Workdir::new(&[], "");
+    let config = work.config().to_string_lossy().into_owned();
+    let mut child = command(&work.dir)
+        .args(["--config", &config, "status", "--watch", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mcpvisor_pid = child.id().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let ready = tokio::time::timeout(RUN_LIMIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            seen.push(line);
+            if v["state"] == "ready" {
+                return Some(v);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| panic!("no ready line; saw {seen:?}"));
+    assert_eq!(ready["server"], "x");
+    let server_pid = u32::try_from(ready["pid"].as_u64().expect("ready has a pid")).unwrap();
+    assert!(process_alive(server_pid));
+
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+    unsafe {
+        libc::kill(mcpvisor_pid as libc::pid_t, libc::SIGTERM);
+    }
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push(line);
+    }
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+        .await
+        .expect("mcpvisor exits after SIGTERM")
+        .unwrap();
+    assert!(
+        status.success(),
+        "exit {status:?}; output after SIGTERM: {rest:?}"
+    );
+    let shutdown: Value = rest
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("shutdown").is_some())
+        .unwrap_or_else(|| panic!("no shutdown line in {rest:?}"));
+    assert_eq!(shutdown["shutdown"]["unconfirmed"], serde_json::json!([]));
+    assert!(shutdown["shutdown"]["processes_reaped"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from(server_pid)));
+    assert!(
+        wait_gone(server_pid, Duration::from_secs(2)).await,
+        "fault-server {server_pid} outlived mcpvisor"
+    );
+}

@@ -1,0 +1,279 @@
+//! Real-process tests against the reference server
+//! `@modelcontextprotocol/server-everything` (installed by
+//! `chaos-tests/peers/install.sh`), over stdio and streamable HTTP. Skipped with
+//! a printed note when the peers are not installed.
+//!
+//! Requirement ids (CONN, SYNC, CALL, RECO) refer to shared/spec/mcp.md.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use mcpvisor::{
+    CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ToolOutcome,
+};
+use mcpvisor_chaos::{
+    everything_dir, free_port, process_alive, shutdown_checked, wait_for, wait_gone,
+};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::broadcast;
+
+const G: Scope = Scope::Global;
+/// server-everything 2026.8.31 lists 13 tools to a client with empty capabilities.
+const TOOL_COUNT: usize = 13;
+const CATALOG_WAIT: Duration = Duration::from_secs(20);
+
+fn peers_or_skip(test: &str) -> Option<PathBuf> {
+    let dir = everything_dir();
+    if dir.is_none() {
+        println!(
+            "note: {test} SKIPPED: server-everything is not installed \
+             (run chaos-tests/peers/install.sh, or set MCPVISOR_PEERS_DIR)"
+        );
+    }
+    dir
+}
+
+fn entry_point(dir: &Path) -> String {
+    dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Wait until the server is ready with all 13 tools: `simulate-research-query`
+/// is registered after `initialized` and announced with tools/list_changed
+/// (SYNC-5), so the first catalog may hold 12.
+async fn wait_all_tools(runtime: &Runtime, events: &mut broadcast::Receiver<RuntimeEvent>) {
+    let found = wait_for(runtime, events, CATALOG_WAIT, |statuses| {
+        statuses
+            .iter()
+            .find(|s| {
+                s.server == "everything" && s.state == ServerState::Ready && s.tools == TOOL_COUNT
+            })
+            .cloned()
+    })
+    .await;
+    if let Err(last) = found {
+        let names: Vec<String> = runtime.tools(&G).iter().map(|t| t.name.clone()).collect();
+        panic!("not ready with {TOOL_COUNT} tools within {CATALOG_WAIT:?}: {last:#?}\ntools: {names:?}");
+    }
+}
+
+async fn call(runtime: &Runtime, tool: &str, args: serde_json::Value) -> ToolOutcome {
+    runtime
+        .call(&G, tool, Some(args), CallOptions::default())
+        .await
+}
+
+/// The calls both transports must answer the same way (CALL-3, CALL-4).
+async fn common_calls(runtime: &Runtime) {
+    let names: Vec<String> = runtime.tools(&G).iter().map(|t| t.name.clone()).collect();
+    for raw in [
+        "echo",
+        "get-sum",
+        "get-annotated-message",
+        "get-tiny-image",
+        "get-structured-content",
+        "simulate-research-query",
+    ] {
+        // SYNC-1: `-` is allowed, so these names are kept as they are.
+        let public = format!("mcp__everything__{raw}");
+        assert!(names.contains(&public), "missing {public} in {names:?}");
+    }
+    let echo = call(runtime, "mcp__everything__echo", json!({"message": "hi"})).await;
+    assert_eq!(echo.kind, OutcomeKind::Ok, "{echo:?}");
+    assert_eq!(echo.projection, "Echo: hi");
+    let sum = call(
+        runtime,
+        "mcp__everything__get-sum",
+        json!({"a": 2, "b": 40}),
+    )
+    .await;
+    assert_eq!(sum.kind, OutcomeKind::Ok, "{sum:?}");
+    assert_eq!(sum.projection, "The sum of 2 and 40 is 42.");
+    let bad = call(
+        runtime,
+        "mcp__everything__get-sum",
+        json!({"a": "two", "b": 40}),
+    )
+    .await;
+    assert_eq!(bad.kind, OutcomeKind::ServerError, "{bad:?}");
+    assert!(bad.projection.contains("-32602"), "{}", bad.projection);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_stdio_handshakes_lists_13_tools_and_answers_calls() {
+    // CONN-10 handshake; SYNC-5 list_changed re-sync; CALL-3/4 outcomes;
+    // SYNC-7 taskSupport "required" → listed but refused; RECO-7 clean shutdown.
+    let Some(dir) = peers_or_skip("everything_over_stdio") else {
+        return;
+    };
+    let mut cfg = ServerConfig::stdio(
+        "everything",
+        "node",
+        vec![entry_point(&dir), "stdio".into()],
+    );
+    cfg.idle_stop_after = None;
+    let runtime = Runtime::builder().start().await.unwrap();
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    wait_all_tools(&runtime, &mut events).await;
+    let status = runtime.status().remove(0);
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-11-25"));
+    assert_eq!(status.transport, "stdio");
+    assert!(status
+        .server_info
+        .as_deref()
+        .unwrap_or("")
+        .contains("everything"));
+    let pid = status.pid.unwrap();
+    common_calls(&runtime).await;
+
+    let research = runtime
+        .tools(&G)
+        .into_iter()
+        .find(|t| t.name == "mcp__everything__simulate-research-query")
+        .unwrap();
+    assert!(research.task_support_required, "{research:?}");
+    let refused = call(
+        &runtime,
+        "mcp__everything__simulate-research-query",
+        json!({"topic": "otters"}),
+    )
+    .await;
+    assert_eq!(
+        refused.kind,
+        OutcomeKind::TaskSupportRequired,
+        "{refused:?}"
+    );
+
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+    assert!(check.report.processes_reaped.contains(&pid));
+    assert!(check.survivors.is_empty(), "{check:?}");
+}
+
+/// A server-everything HTTP process on a free loopback port, killed and reaped
+/// on [`HttpPeer::stop`] (and SIGKILLed on drop if a test panics first).
+struct HttpPeer {
+    child: tokio::process::Child,
+    port: u16,
+}
+
+impl HttpPeer {
+    async fn start(dir: &Path) -> HttpPeer {
+        let port = free_port().unwrap();
+        let preload = dir.join("force-loopback.cjs");
+        let mut child = tokio::process::Command::new("node")
+            .arg(entry_point(dir))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .env(
+                "NODE_OPTIONS",
+                format!("--require {}", preload.to_string_lossy()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // The server prints this line from its listen callback, once bound.
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let wanted = format!("listening on port {port}");
+        let mut seen = Vec::new();
+        let listening = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let hit = line.contains(&wanted);
+                seen.push(line);
+                if hit {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(
+            listening,
+            Ok(true),
+            "server-everything did not start listening: {seen:?}"
+        );
+        // Keep draining stderr so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // The port accepts connections, on loopback.
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        HttpPeer { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s; always reaped.
+    async fn stop(mut self) {
+        let pid = self.child.id().unwrap();
+        // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        assert!(wait_gone(pid, Duration::from_secs(5)).await);
+        assert!(!process_alive(pid));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_calls() {
+    // CONN-9 streamable HTTP; CONN-10 handshake; CALL-3/4 outcomes.
+    let Some(dir) = peers_or_skip("everything_over_streamable_http") else {
+        return;
+    };
+    let peer = HttpPeer::start(&dir).await;
+    let runtime = Runtime::builder().start().await.unwrap();
+    let mut events = runtime.subscribe();
+    runtime
+        .add_server(G, ServerConfig::http("everything", peer.url()))
+        .await
+        .unwrap();
+    wait_all_tools(&runtime, &mut events).await;
+    let status = runtime.status().remove(0);
+    assert_eq!(status.transport, "streamable-http");
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-11-25"));
+    assert_eq!(status.pid, None);
+    common_calls(&runtime).await;
+
+    // Over HTTP the taskSupport tap of the stdio transport does not exist:
+    // whatever comes back, it must not be a success.
+    let research = call(
+        &runtime,
+        "mcp__everything__simulate-research-query",
+        json!({"topic": "otters"}),
+    )
+    .await;
+    println!(
+        "note: simulate-research-query over streamable HTTP → {} ({})",
+        research.kind.name(),
+        research.projection
+    );
+    assert_ne!(research.kind, OutcomeKind::Ok, "{research:?}");
+
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+    assert_eq!(
+        check.report.servers_stopped,
+        vec!["global/everything".to_owned()]
+    );
+    peer.stop().await;
+}

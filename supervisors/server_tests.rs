@@ -1,0 +1,338 @@
+//! Deterministic tests of the server supervisor's timing rules with tokio's
+//! paused clock (CHAOS-4): the reconnect schedule (RECO-1), the shared outage
+//! budget and the stability window (RECO-2), the close barrier's deadline
+//! (RECO-3), exhaustion (RECO-4) and idle stop (RECO-6).
+//!
+//! The server is a real rmcp server in the same process, reached over a
+//! `tokio::io::duplex` stream (`TransportConfig::InProcess`), so the whole
+//! actor tree and rmcp run for real; only the process is missing.
+
+#![allow(deprecated, clippy::field_reassign_with_default)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig as RmcpServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::messages::config::{
+    InProcessConnection, InProcessConnector, ReconnectPolicy, TransportConfig,
+};
+use crate::{
+    CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ServerStatus,
+};
+
+#[derive(Clone)]
+struct Echo;
+
+impl ServerHandler for Echo {
+    fn get_info(&self) -> RmcpServerConfig {
+        RmcpServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut r = ListToolsResult::default();
+        let schema = serde_json::json!({"type": "object"});
+        let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
+        r.tools = vec![Tool::new("echo", "echo", schema)];
+        Ok(r)
+    }
+
+    async fn call_tool(
+        &self,
+        _: CallToolRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        Ok(CallToolResult::success(vec![ContentBlock::text("pong")]).into())
+    }
+}
+
+/// How the in-process "server" behaves on each connection attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Refuse to connect.
+    Refuse,
+    /// Serve until killed; confirm the close.
+    Serve,
+    /// Serve until killed; never confirm the close.
+    ServeNeverConfirm,
+}
+
+#[derive(Clone)]
+struct Harness {
+    mode: Arc<Mutex<Mode>>,
+    attempts: Arc<Mutex<Vec<Instant>>>,
+    kills: Arc<Mutex<Vec<oneshot::Sender<()>>>>,
+}
+
+impl Harness {
+    fn new(mode: Mode) -> Self {
+        Self {
+            mode: Arc::new(Mutex::new(mode)),
+            attempts: Arc::default(),
+            kills: Arc::default(),
+        }
+    }
+
+    fn connector(&self) -> InProcessConnector {
+        let h = self.clone();
+        InProcessConnector(Arc::new(move || {
+            h.attempts.lock().unwrap().push(Instant::now());
+            let mode = *h.mode.lock().unwrap();
+            if mode == Mode::Refuse {
+                return Err("connection refused (test)".into());
+            }
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let (kill_tx, kill_rx) = oneshot::channel::<()>();
+            h.kills.lock().unwrap().push(kill_tx);
+            let task = tokio::spawn(async move {
+                if let Ok(running) = Echo.serve(server).await {
+                    tokio::select! {
+                        _ = running.waiting() => {}
+                        _ = kill_rx => {}
+                    }
+                }
+            });
+            let closed: futures::future::BoxFuture<'static, bool> = match mode {
+                Mode::ServeNeverConfirm => Box::pin(futures::future::pending()),
+                _ => Box::pin(async move { task.await.is_ok() }),
+            };
+            Ok(InProcessConnection {
+                stream: client,
+                closed,
+            })
+        }))
+    }
+
+    /// "Crash" the most recent server.
+    fn crash(&self) {
+        if let Some(k) = self.kills.lock().unwrap().pop() {
+            let _ = k.send(());
+        }
+    }
+
+    fn attempts(&self) -> Vec<Instant> {
+        self.attempts.lock().unwrap().clone()
+    }
+}
+
+fn config(h: &Harness, policy: ReconnectPolicy) -> ServerConfig {
+    let mut c = ServerConfig::with_transport("srv", TransportConfig::InProcess(h.connector()));
+    c.reconnect = policy;
+    c.idle_stop_after = None;
+    c
+}
+
+fn policy(initial_ms: u64, max_ms: u64, attempts: u32) -> ReconnectPolicy {
+    ReconnectPolicy {
+        enabled: true,
+        initial_delay: Duration::from_millis(initial_ms),
+        max_delay: Duration::from_millis(max_ms),
+        max_attempts: attempts,
+        jitter: false,
+    }
+}
+
+/// Wait for a status event of `srv` that satisfies `f` (time auto-advances while idle).
+async fn wait_status(
+    events: &mut tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    f: impl Fn(&ServerStatus) -> bool,
+) -> ServerStatus {
+    loop {
+        match events.recv().await {
+            Ok(RuntimeEvent::ServerStatus(s)) if f(&s) => return *s,
+            Ok(_) => {}
+            Err(e) => panic!("event stream ended: {e}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconnect_delays_follow_the_schedule_and_the_budget_exhausts() {
+    // RECO-1: delay(k) = min(max, initial * 2^(k-1)); the failed initial connect is attempt 1
+    // of the outage, so a server that never comes up is tried 1 + max_attempts times.
+    // RECO-4: exhausted after that.
+    let h = Harness::new(Mode::Refuse);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, config(&h, policy(500, 1500, 3)))
+        .await
+        .unwrap();
+    let s = wait_status(&mut events, |s| s.state == ServerState::Exhausted).await;
+    assert!(s.error.unwrap().contains("connection refused (test)"));
+    let t = h.attempts();
+    assert_eq!(t.len(), 4, "1 initial + 3 reconnect attempts");
+    let gaps: Vec<u128> = t.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    assert_eq!(gaps, vec![500, 1000, 1500]);
+    assert_eq!(s.budget_left, 0);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_brief_connection_does_not_reset_the_outage_budget() {
+    // RECO-2: one consecutive-failure budget per outage; a connection that comes up
+    // briefly and crashes again does not reset it.
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, config(&h, policy(100, 10_000, 2)))
+        .await
+        .unwrap();
+    for expected_failures in 1..=2 {
+        wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+        h.crash();
+        let s = wait_status(&mut events, |s| {
+            matches!(s.state, ServerState::Reconnecting { .. })
+        })
+        .await;
+        assert_eq!(s.consecutive_failures, expected_failures);
+    }
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    h.crash();
+    let s = wait_status(&mut events, |s| s.state == ServerState::Exhausted).await;
+    assert_eq!(s.consecutive_failures, 3);
+    assert_eq!(s.tools, 0, "RECO-4: tools removed");
+    assert!(rt.tools(&Scope::Global).is_empty());
+    assert_eq!(h.attempts().len(), 3);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn staying_up_for_the_stability_window_ends_the_outage() {
+    // RECO-2: the outage ends when the connection stayed up for max_delay.
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await; // exactly the stability window
+        h.crash();
+        let s = wait_status(&mut events, |s| {
+            matches!(s.state, ServerState::Reconnecting { .. })
+        })
+        .await;
+        assert_eq!(s.consecutive_failures, 1, "every crash starts a new outage");
+    }
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_close_stops_reconnecting_after_the_barrier_deadline() {
+    // RECO-3: the replacement never starts while the old transport has not confirmed
+    // its close; after 5 s the server fails with a message saying why.
+    let h = Harness::new(Mode::ServeNeverConfirm);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 5)))
+        .await
+        .unwrap();
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let crashed_at = Instant::now();
+    h.crash();
+    let s = wait_status(&mut events, |s| s.state == ServerState::Failed).await;
+    let waited = crashed_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
+    assert!(s
+        .error
+        .unwrap()
+        .contains("could not confirm that the previous process exited"));
+    assert_eq!(h.attempts().len(), 1, "no replacement was started");
+    let report = rt.shutdown(Duration::from_secs(30)).await;
+    assert!(
+        !report.is_clean(),
+        "the unconfirmed close is reported: {report:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
+    // RECO-6: idle stop keeps the catalog; the next call restarts transparently
+    // and does not count as a failure.
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.idle_stop_after = Some(Duration::from_secs(10));
+    rt.add_server(Scope::Global, cfg).await.unwrap();
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let ready_at = Instant::now();
+    let s = wait_status(&mut events, |s| s.state == ServerState::IdleStopped).await;
+    assert!(ready_at.elapsed() >= Duration::from_secs(10));
+    assert_eq!(s.tools, 1, "the last catalog stays registered");
+    assert_eq!(rt.tools(&Scope::Global).len(), 1);
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert_eq!(out.projection, "pong");
+    assert_eq!(h.attempts().len(), 2);
+    let st = rt.status();
+    assert_eq!(st[0].consecutive_failures, 0);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_to_a_reconnecting_server_fail_fast_with_server_not_ready() {
+    // RECO-5 / CALL-4: registrations stay; calls fail with server-not-ready, never hang.
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, config(&h, policy(60_000, 60_000, 2)))
+        .await
+        .unwrap();
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    h.crash();
+    wait_status(&mut events, |s| {
+        matches!(s.state, ServerState::Reconnecting { .. })
+    })
+    .await;
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::ServerNotReady, "{out:?}");
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__nope",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::UnknownTool);
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            Some(serde_json::json!([1])),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::InvalidArguments);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
