@@ -38,7 +38,7 @@ pub const MAX_CATALOG_PAGES: usize = 1000;
 /// How long a crash error waits for the exit status and stderr (CONN-7).
 const EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long closing waits for rmcp's service loop to end.
-const SERVICE_CLOSE_WAIT: Duration = Duration::from_secs(3);
+const SERVICE_CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// How long an in-process server may take to confirm its close.
 const IN_PROCESS_CLOSE_WAIT: Duration = Duration::from_secs(10);
 

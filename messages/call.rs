@@ -64,7 +64,7 @@ pub enum OutcomeKind {
     TransportLostDuringCall,
     /// The tool returned `isError: true`.
     ServerError,
-    /// The result is not a valid `CallToolResult` (or the server answered with a JSON-RPC error).
+    /// The result is not a valid `CallToolResult` (JSON-RPC errors are `ServerError`).
     InvalidResult,
     /// `structuredContent` missing or violating the tool's output schema (CALL-3).
     OutputSchemaViolation,

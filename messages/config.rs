@@ -318,7 +318,14 @@ impl ServerConfig {
             TransportConfig::Stdio(s) if s.command.trim().is_empty() => {
                 problems.push(format!("{prefix}.command must not be empty"));
             }
-            TransportConfig::StreamableHttp(h) => check_url(&prefix, &h.url, &mut problems),
+            TransportConfig::StreamableHttp(h) => {
+                check_url(&prefix, &h.url, &mut problems);
+                if h.ping_interval.is_zero() || h.ping_timeout.is_zero() {
+                    problems.push(format!(
+                        "{prefix}.ping_interval_ms and ping_timeout_ms must be greater than 0"
+                    ));
+                }
+            }
             _ => {}
         }
         ConfigError::from_problems(problems)

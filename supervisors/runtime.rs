@@ -288,6 +288,7 @@ impl Runtime {
         let handle = self.scope_handle(scope).await?;
         let mut rx = handle.snapshot.clone();
         let server_owned = server.to_owned();
+        let scope_owned = scope.clone();
         let waited = tokio::time::timeout(limit, async move {
             loop {
                 let verdict =
@@ -305,7 +306,7 @@ impl Runtime {
                     return v;
                 }
                 if rx.changed().await.is_err() {
-                    return Err(initial_unknown(&Scope::Global, &server_owned));
+                    return Err(initial_unknown(&scope_owned, &server_owned));
                 }
             }
         })
@@ -339,8 +340,13 @@ impl Runtime {
                 Some(Duration::from_secs(5)),
             )
             .await
-            .map(|_| ())
             .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+            .and_then(|r| match r {
+                CallResult::Success(()) => Ok(()),
+                other => Err(RuntimeError::Unavailable(format!(
+                    "restart not confirmed: {other:?}"
+                ))),
+            })
     }
 
     /// The tools of a scope, ordered by server (SYNC-8).

@@ -621,6 +621,7 @@ fn register_failure(
             let _ = st.registry.cast(RegistryMsg::RemoveTools {
                 server: st.config.server_name.clone(),
             });
+            st.instructions = None; // RES-5: withdrawn together with the tools.
         }
         st.set_state(ServerState::Failed);
         return;
