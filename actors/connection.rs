@@ -275,7 +275,7 @@ impl Actor for Connection {
             },
             TransportConfig::StreamableHttp(http_cfg) => {
                 state.closer = Some(Closer::Network);
-                match super::http::transport(http_cfg) {
+                match super::http::transport(http_cfg, diag.clone()) {
                     Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
                     Err(e) => Box::pin(futures::future::ready(Err(e))),
                 }

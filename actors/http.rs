@@ -4,34 +4,214 @@
 //! SSE replies, `Mcp-Session-Id` capture and replay, `MCP-Protocol-Version` on
 //! every request, re-initialisation after a 404 on a held session. We supply a
 //! reqwest client with connection pooling (rmcp's default client disables it,
-//! which costs a TCP handshake per call), no cross-origin redirects, TLS
-//! through rustls, and the configured headers.
+//! which costs a TCP handshake per call), no redirects, TLS through rustls,
+//! and the configured headers, and wrap it in [`TappedClient`], which
+//!
+//! - turns 401/403 into "the server rejected the credentials (HTTP n)" in the
+//!   connection's diagnostics (CONN-9), so the failure says why;
+//! - reads `execution.taskSupport` from `tools/list` replies streamed as SSE,
+//!   which rmcp's typed `Tool` model drops (SYNC-7, as the stdio transport does).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use futures::stream::{BoxStream, StreamExt};
+use http::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
 use rmcp::transport::StreamableHttpClientTransport;
+use sse_stream::Sse;
 
+use super::stdio::Diagnostics;
 use crate::messages::config::HttpConfig;
+
+/// Reconnects of the standalone SSE stream before rmcp gives up on it.
+const SSE_RETRIES: usize = 8;
 
 /// Build the transport for one connection attempt.
 pub fn transport(
     cfg: &HttpConfig,
-) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
+    diag: Arc<Diagnostics>,
+) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
     let mut headers = HashMap::new();
     for (name, value) in &cfg.headers {
-        let n = http::HeaderName::from_bytes(name.as_bytes())
+        let n = HeaderName::from_bytes(name.as_bytes())
             .map_err(|e| format!("header name {name:?} is invalid: {e}"))?;
-        let v = http::HeaderValue::from_str(value)
+        let v = HeaderValue::from_str(value)
             .map_err(|e| format!("header {name:?} has an invalid value: {e}"))?;
         headers.insert(n, v);
     }
-    let client = reqwest::Client::builder()
+    let inner = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("could not build the HTTP client: {e}"))?;
-    let config = StreamableHttpClientTransportConfig::with_uri(cfg.url.as_str())
+    let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.as_str())
         .custom_headers(headers)
         .reinit_on_expired_session(true);
-    Ok(StreamableHttpClientTransport::with_client(client, config))
+    let mut retry = ExponentialBackoff::default();
+    retry.max_times = Some(SSE_RETRIES);
+    retry.max_delay = Some(Duration::from_secs(10));
+    config.retry_config = Arc::new(retry);
+    Ok(StreamableHttpClientTransport::with_client(
+        TappedClient { inner, diag },
+        config,
+    ))
+}
+
+/// rmcp's reqwest client with the taps described in the module docs.
+#[derive(Clone, Debug)]
+pub struct TappedClient {
+    inner: reqwest::Client,
+    diag: Arc<Diagnostics>,
+}
+
+impl TappedClient {
+    fn note_error<T>(
+        &self,
+        r: Result<T, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>> {
+        if let Err(e) = &r {
+            let status = match e {
+                StreamableHttpError::AuthRequired(_) => Some(401),
+                StreamableHttpError::InsufficientScope(_) => Some(403),
+                // An unchallenged 401/403 keeps its status in the error text.
+                StreamableHttpError::UnexpectedServerResponse(text) => text
+                    .split(|c: char| !c.is_ascii_digit())
+                    .find(|w| *w == "401" || *w == "403")
+                    .and_then(|w| w.parse().ok()),
+                _ => None,
+            };
+            if let Some(status) = status {
+                self.diag.set_fatal(format!(
+                    "the server rejected the credentials (HTTP {status})"
+                ));
+            }
+        }
+        r
+    }
+
+    fn tap_stream(
+        &self,
+        stream: BoxStream<'static, Result<Sse, SseError>>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        let diag = self.diag.clone();
+        stream
+            .inspect(move |event| {
+                if let Ok(Sse {
+                    data: Some(data), ..
+                }) = event
+                {
+                    if data.contains("\"tools\"") {
+                        diag.tap_tools_list(data.as_bytes());
+                    }
+                }
+            })
+            .boxed()
+    }
+}
+
+impl StreamableHttpClient for TappedClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let r = self
+            .inner
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        match self.note_error(r)? {
+            StreamableHttpPostResponse::Sse(stream, session) => Ok(
+                StreamableHttpPostResponse::Sse(self.tap_stream(stream), session),
+            ),
+            other => Ok(other),
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let r = self
+            .inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await;
+        self.note_error(r)
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let r = self
+            .inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.note_error(r)
+    }
 }

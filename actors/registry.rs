@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::messages::call::ToolDefinition;
 use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::server::ServerSupervisorMsg;
-use crate::messages::status::{RuntimeEvent, ServerStatus};
+use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus};
 
 /// Activity of one server, updated by calls in the caller's task (RECO-6).
 #[derive(Debug)]
@@ -185,6 +185,14 @@ pub enum RegistryMsg {
         /// Server.
         server: String,
     },
+    /// The scope gave up on a server's supervisor: no live handle, no tools,
+    /// state `failed` with the reason — visible, never silently stale.
+    Abandon {
+        /// Server.
+        server: String,
+        /// Why.
+        error: String,
+    },
     /// Remove a server entirely (shutdown).
     Unregister {
         /// Server.
@@ -324,6 +332,22 @@ impl Actor for ToolRegistry {
                     st.emit_catalog(&server);
                 }
             }
+            RegistryMsg::Abandon { server, error } => {
+                if let Some(entry) = st.current.servers.get_mut(&server) {
+                    entry.live = None;
+                    entry.up_since = None;
+                    entry.tools = Arc::new(Vec::new());
+                    entry.instructions = None;
+                    entry.status.tools = 0;
+                    entry.status.pid = None;
+                    entry.status.state = ServerState::Failed;
+                    entry.status.error = Some(error);
+                    st.current.reindex();
+                    st.publish();
+                    st.emit_catalog(&server);
+                    st.emit_status(&server);
+                }
+            }
             RegistryMsg::Unregister { server } => {
                 if st.current.servers.remove(&server).is_some() {
                     st.current.reindex();
@@ -367,6 +391,7 @@ fn swap(
         // SYNC-4: the partial new generation is rolled back; the server ends with zero tools.
         entry.tools = Arc::new(Vec::new());
         entry.status.tools = 0;
+        entry.instructions = None;
         let msg = format!("tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools");
         entry.status.error = Some(msg.clone());
         st.current.reindex();

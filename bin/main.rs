@@ -163,6 +163,12 @@ async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtim
         .filter(|s| s.enabled)
         .map(|s| s.server_name.clone())
         .collect();
+    let limit = servers
+        .iter()
+        .map(|s| s.startup_timeout)
+        .max()
+        .unwrap_or_default()
+        + Duration::from_secs(2);
     for s in servers {
         b = b.server(Scope::Global, s);
     }
@@ -174,7 +180,7 @@ async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtim
             names.join(", ")
         );
     }
-    settle(&runtime, &names).await;
+    settle(&runtime, &names, limit).await;
     if !quiet && !names.is_empty() {
         eprintln!(" done");
     }
@@ -182,10 +188,10 @@ async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtim
 }
 
 /// Wait until every named server has left `connecting` for the first time
-/// (ready, failed, reconnecting, exhausted…), bounded by its startup timeout.
-async fn settle(runtime: &Runtime, names: &[String]) {
+/// (ready, failed, reconnecting, exhausted…), bounded by the longest startup timeout.
+async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
     let mut events = runtime.subscribe();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         let statuses = runtime.status();
         let pending = names.iter().any(|n| {
@@ -329,6 +335,8 @@ async fn check(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
         // A check is one real handshake: no reconnect loop, no idle timer.
         s.reconnect.enabled = false;
         s.enabled = true;
+        // Every server is reported (exit 1 if any failed), strict or not.
+        s.fail_on_startup_error = false;
     }
     let runtime = start(servers, cli.json).await?;
     let statuses = runtime.status();

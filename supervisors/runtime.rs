@@ -230,50 +230,10 @@ impl Runtime {
             Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
         }
         if strict {
-            self.first_attempt(&scope, &name, wait).await?;
+            self.wait_outcome(&scope, &name, wait, Wait::FirstAttempt)
+                .await?;
         }
         Ok(())
-    }
-
-    /// Wait until the server's first connection attempt has an outcome: Ok when
-    /// ready, else its error.
-    async fn first_attempt(
-        &self,
-        scope: &Scope,
-        server: &str,
-        limit: Duration,
-    ) -> Result<ServerStatus, RuntimeError> {
-        let err = |message: String| RuntimeError::Server {
-            server: server.to_owned(),
-            message,
-        };
-        let handle = self.scope_handle(scope).await?;
-        let mut rx = handle.snapshot.clone();
-        let waited = tokio::time::timeout(limit, async {
-            loop {
-                let verdict = rx.borrow_and_update().servers.get(server).and_then(|e| {
-                    let s = &e.status;
-                    match s.state {
-                        ServerState::Ready if e.live.is_some() => Some(Ok(s.clone())),
-                        ServerState::Failed | ServerState::Exhausted => Some(Err(s.clone())),
-                        _ if s.consecutive_failures > 0 => Some(Err(s.clone())),
-                        _ => None,
-                    }
-                });
-                if let Some(v) = verdict {
-                    return v;
-                }
-                if rx.changed().await.is_err() {
-                    return Err(initial_unknown(scope, server));
-                }
-            }
-        })
-        .await;
-        match waited {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(s)) => Err(err(s.error.unwrap_or_else(|| s.state.to_string()))),
-            Err(_) => Err(err(format!("not ready within {} ms", limit.as_millis()))),
-        }
     }
 
     /// Wait until the server is ready, up to `limit` (CONN-12's `first_ready`).
@@ -285,28 +245,43 @@ impl Runtime {
         server: &str,
         limit: Duration,
     ) -> Result<ServerStatus, RuntimeError> {
+        self.wait_outcome(scope, server, limit, Wait::Ready).await
+    }
+
+    /// Wait until `server`'s state settles as `wait` asks: `Ready` waits through
+    /// reconnects; `FirstAttempt` ends at the first failure, and also fails a
+    /// server that came up with a rejected or conflicting catalog (strict
+    /// initial mode, CONN-12 / SYNC-4).
+    async fn wait_outcome(
+        &self,
+        scope: &Scope,
+        server: &str,
+        limit: Duration,
+        wait: Wait,
+    ) -> Result<ServerStatus, RuntimeError> {
         let handle = self.scope_handle(scope).await?;
         let mut rx = handle.snapshot.clone();
-        let server_owned = server.to_owned();
-        let scope_owned = scope.clone();
-        let waited = tokio::time::timeout(limit, async move {
+        let waited = tokio::time::timeout(limit, async {
             loop {
-                let verdict =
-                    rx.borrow_and_update()
-                        .servers
-                        .get(&server_owned)
-                        .and_then(|e| match e.status.state {
-                            ServerState::Ready if e.live.is_some() => Some(Ok(e.status.clone())),
-                            ServerState::Failed | ServerState::Exhausted => {
-                                Some(Err(e.status.clone()))
-                            }
-                            _ => None,
-                        });
+                let verdict = rx.borrow_and_update().servers.get(server).and_then(|e| {
+                    let s = &e.status;
+                    match s.state {
+                        ServerState::Ready if e.live.is_some() => match wait {
+                            Wait::FirstAttempt if s.error.is_some() => Some(Err(s.clone())),
+                            _ => Some(Ok(s.clone())),
+                        },
+                        ServerState::Failed | ServerState::Exhausted => Some(Err(s.clone())),
+                        _ if wait == Wait::FirstAttempt && s.consecutive_failures > 0 => {
+                            Some(Err(s.clone()))
+                        }
+                        _ => None,
+                    }
+                });
                 if let Some(v) = verdict {
                     return v;
                 }
                 if rx.changed().await.is_err() {
-                    return Err(initial_unknown(&scope_owned, &server_owned));
+                    return Err(initial_unknown(scope, server));
                 }
             }
         })
@@ -726,6 +701,13 @@ impl Runtime {
         report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         report
     }
+}
+
+/// What [`Runtime::wait_outcome`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Ready,
+    FirstAttempt,
 }
 
 fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {

@@ -233,21 +233,25 @@ impl Actor for ScopeSupervisor {
             return Ok(());
         }
         tracing::error!(scope = %st.scope, server = %name, "server supervisor failed: {why}");
-        if !st.intensity.allow(Instant::now()) {
-            st.servers.remove(&name);
-            return Ok(());
-        }
-        if let Some(child) = st.servers.get(&name) {
-            let (config, activity) = (child.config.clone(), child.activity.clone());
-            match spawn_server(&myself, st, config, activity).await {
-                Ok(actor) => {
-                    if let Some(child) = st.servers.get_mut(&name) {
-                        child.actor = actor;
-                    }
+        let respawned = match st.servers.get(&name) {
+            Some(child) if st.intensity.allow(Instant::now()) => {
+                let (config, activity) = (child.config.clone(), child.activity.clone());
+                spawn_server(&myself, st, config, activity).await.ok()
+            }
+            _ => None,
+        };
+        match respawned {
+            Some(actor) => {
+                if let Some(child) = st.servers.get_mut(&name) {
+                    child.actor = actor;
                 }
-                Err(_) => {
-                    st.servers.remove(&name);
-                }
+            }
+            None => {
+                st.servers.remove(&name);
+                let _ = st.registry.cast(RegistryMsg::Abandon {
+                    server: name,
+                    error: format!("the server's supervisor failed and was not restarted: {why}"),
+                });
             }
         }
         Ok(())

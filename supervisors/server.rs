@@ -439,6 +439,7 @@ impl Actor for ServerSupervisor {
                     st.cancel_timers();
                     st.failures = 0;
                     st.status.error = None;
+                    st.status.state = ServerState::Connecting;
                     if let Some(slot) = st.conn.as_mut() {
                         slot.intent = StopIntent::Restart;
                         slot.cell.stop(Some("restart requested".into()));
@@ -700,8 +701,10 @@ async fn apply_catalog(
                     st.status.generation = generation;
                 }
                 Ok(Err(e)) => {
+                    // SYNC-4: zero tools; RES-5: instructions go with them.
                     st.status.tools = 0;
                     st.status.error = Some(e);
+                    st.instructions = None;
                 }
                 Err(e) => st.status.error = Some(format!("registry did not answer: {e}")),
             }

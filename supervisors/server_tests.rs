@@ -28,8 +28,13 @@ use crate::{
     CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ServerStatus,
 };
 
+/// The in-process server: one tool named `tool` that answers "pong", and
+/// `ask_roots`, which sends a server→client `roots/list` request and returns
+/// what the client answered (CONN-11).
 #[derive(Clone)]
-struct Echo;
+struct Echo {
+    tool: &'static str,
+}
 
 impl ServerHandler for Echo {
     fn get_info(&self) -> RmcpServerConfig {
@@ -44,16 +49,23 @@ impl ServerHandler for Echo {
         let mut r = ListToolsResult::default();
         let schema = serde_json::json!({"type": "object"});
         let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
-        r.tools = vec![Tool::new("echo", "echo", schema)];
+        r.tools = vec![
+            Tool::new(self.tool, "echo", schema.clone()),
+            Tool::new("ask_roots", "asks the client for roots", schema),
+        ];
         Ok(r)
     }
 
     async fn call_tool(
         &self,
-        _: CallToolRequestParams,
-        _: RequestContext<RoleServer>,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Ok(CallToolResult::success(vec![ContentBlock::text("pong")]).into())
+        let text = match req.name.as_ref() {
+            "ask_roots" => format!("{:?}", ctx.peer.list_roots().await),
+            _ => "pong".to_owned(),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }
 }
 
@@ -70,6 +82,7 @@ enum Mode {
 
 #[derive(Clone)]
 struct Harness {
+    tool: &'static str,
     mode: Arc<Mutex<Mode>>,
     attempts: Arc<Mutex<Vec<Instant>>>,
     kills: Arc<Mutex<Vec<oneshot::Sender<()>>>>,
@@ -77,7 +90,12 @@ struct Harness {
 
 impl Harness {
     fn new(mode: Mode) -> Self {
+        Self::with_tool(mode, "echo")
+    }
+
+    fn with_tool(mode: Mode, tool: &'static str) -> Self {
         Self {
+            tool,
             mode: Arc::new(Mutex::new(mode)),
             attempts: Arc::default(),
             kills: Arc::default(),
@@ -93,10 +111,11 @@ impl Harness {
                 return Err("connection refused (test)".into());
             }
             let (client, server) = tokio::io::duplex(64 * 1024);
+            let tool = h.tool;
             let (kill_tx, kill_rx) = oneshot::channel::<()>();
             h.kills.lock().unwrap().push(kill_tx);
             let task = tokio::spawn(async move {
-                if let Ok(running) = Echo.serve(server).await {
+                if let Ok(running) = (Echo { tool }).serve(server).await {
                     tokio::select! {
                         _ = running.waiting() => {}
                         _ = kill_rx => {}
@@ -127,7 +146,11 @@ impl Harness {
 }
 
 fn config(h: &Harness, policy: ReconnectPolicy) -> ServerConfig {
-    let mut c = ServerConfig::with_transport("srv", TransportConfig::InProcess(h.connector()));
+    named_config("srv", h, policy)
+}
+
+fn named_config(name: &str, h: &Harness, policy: ReconnectPolicy) -> ServerConfig {
+    let mut c = ServerConfig::with_transport(name, TransportConfig::InProcess(h.connector()));
     c.reconnect = policy;
     c.idle_stop_after = None;
     c
@@ -141,6 +164,14 @@ fn policy(initial_ms: u64, max_ms: u64, attempts: u32) -> ReconnectPolicy {
         max_attempts: attempts,
         jitter: false,
     }
+}
+
+/// A runtime with one server, subscribed before the server is added.
+async fn start(cfg: ServerConfig) -> (Runtime, tokio::sync::broadcast::Receiver<RuntimeEvent>) {
+    let rt = Runtime::builder().start().await.unwrap();
+    let events = rt.subscribe();
+    rt.add_server(Scope::Global, cfg).await.unwrap();
+    (rt, events)
 }
 
 /// Wait for a status event of `srv` that satisfies `f` (time auto-advances while idle).
@@ -163,11 +194,7 @@ async fn reconnect_delays_follow_the_schedule_and_the_budget_exhausts() {
     // of the outage, so a server that never comes up is tried 1 + max_attempts times.
     // RECO-4: exhausted after that.
     let h = Harness::new(Mode::Refuse);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
-    rt.add_server(Scope::Global, config(&h, policy(500, 1500, 3)))
-        .await
-        .unwrap();
+    let (rt, mut events) = start(config(&h, policy(500, 1500, 3))).await;
     let s = wait_status(&mut events, |s| s.state == ServerState::Exhausted).await;
     assert!(s.error.unwrap().contains("connection refused (test)"));
     let t = h.attempts();
@@ -183,11 +210,7 @@ async fn a_brief_connection_does_not_reset_the_outage_budget() {
     // RECO-2: one consecutive-failure budget per outage; a connection that comes up
     // briefly and crashes again does not reset it.
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
-    rt.add_server(Scope::Global, config(&h, policy(100, 10_000, 2)))
-        .await
-        .unwrap();
+    let (rt, mut events) = start(config(&h, policy(100, 10_000, 2))).await;
     for expected_failures in 1..=2 {
         wait_status(&mut events, |s| s.state == ServerState::Ready).await;
         h.crash();
@@ -211,11 +234,7 @@ async fn a_brief_connection_does_not_reset_the_outage_budget() {
 async fn staying_up_for_the_stability_window_ends_the_outage() {
     // RECO-2: the outage ends when the connection stayed up for max_delay.
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
-    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
-        .await
-        .unwrap();
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 2))).await;
     for _ in 0..4 {
         wait_status(&mut events, |s| s.state == ServerState::Ready).await;
         tokio::time::sleep(Duration::from_millis(1000)).await; // exactly the stability window
@@ -234,11 +253,7 @@ async fn an_unconfirmed_close_stops_reconnecting_after_the_barrier_deadline() {
     // RECO-3: the replacement never starts while the old transport has not confirmed
     // its close; after 5 s the server fails with a message saying why.
     let h = Harness::new(Mode::ServeNeverConfirm);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
-    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 5)))
-        .await
-        .unwrap();
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
     wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     let crashed_at = Instant::now();
     h.crash();
@@ -265,17 +280,15 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
     // RECO-6: idle stop keeps the catalog; the next call restarts transparently
     // and does not count as a failure.
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
     let mut cfg = config(&h, policy(100, 1000, 2));
     cfg.idle_stop_after = Some(Duration::from_secs(10));
-    rt.add_server(Scope::Global, cfg).await.unwrap();
+    let (rt, mut events) = start(cfg).await;
     wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     let ready_at = Instant::now();
     let s = wait_status(&mut events, |s| s.state == ServerState::IdleStopped).await;
     assert!(ready_at.elapsed() >= Duration::from_secs(10));
-    assert_eq!(s.tools, 1, "the last catalog stays registered");
-    assert_eq!(rt.tools(&Scope::Global).len(), 1);
+    assert_eq!(s.tools, 2, "the last catalog stays registered");
+    assert_eq!(rt.tools(&Scope::Global).len(), 2);
     let out = rt
         .call(
             &Scope::Global,
@@ -296,11 +309,7 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
 async fn calls_to_a_reconnecting_server_fail_fast_with_server_not_ready() {
     // RECO-5 / CALL-4: registrations stay; calls fail with server-not-ready, never hang.
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder().start().await.unwrap();
-    let mut events = rt.subscribe();
-    rt.add_server(Scope::Global, config(&h, policy(60_000, 60_000, 2)))
-        .await
-        .unwrap();
+    let (rt, mut events) = start(config(&h, policy(60_000, 60_000, 2))).await;
     wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     h.crash();
     wait_status(&mut events, |s| {
@@ -334,5 +343,77 @@ async fn calls_to_a_reconnecting_server_fail_fast_with_server_not_ready() {
         )
         .await;
     assert_eq!(out.kind, OutcomeKind::InvalidArguments);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_to_client_requests_are_refused_with_method_not_found() {
+    // CONN-11: empty client capabilities; roots/list (and sampling, elicitation)
+    // get JSON-RPC -32601 saying the client exposes no MCP capabilities.
+    let h = Harness::new(Mode::Serve);
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 2))).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__ask_roots",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert!(out.projection.contains("-32601"), "{}", out.projection);
+    assert!(
+        out.projection
+            .contains("this client exposes no MCP capabilities"),
+        "{}",
+        out.projection
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_public_name_conflict_leaves_the_second_server_with_zero_tools() {
+    // SYNC-4: server "s" with tool "t__echo" and server "s__t" with tool "echo"
+    // both map to mcp__s__t__echo. The later catalog is rolled back whole: that
+    // server ends with zero tools and reports the conflict; in strict initial
+    // mode (fail_on_startup_error) adding it is an error.
+    let first = Harness::with_tool(Mode::Serve, "t__echo");
+    let (rt, mut events) = start(named_config("s", &first, policy(100, 1000, 2))).await;
+    wait_status(&mut events, |s| {
+        s.server == "s" && s.state == ServerState::Ready
+    })
+    .await;
+    let second = Harness::new(Mode::Serve);
+    let mut strict = named_config("s__t", &second, policy(100, 1000, 2));
+    strict.fail_on_startup_error = true;
+    let err = rt.add_server(Scope::Global, strict).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("already registered by server \"s\""),
+        "{err}"
+    );
+    let status = rt.status();
+    let conflicted = status.iter().find(|s| s.server == "s__t").unwrap();
+    assert_eq!(conflicted.tools, 0);
+    let names: Vec<String> = rt
+        .tools(&Scope::Global)
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(names, vec!["mcp__s__t__echo", "mcp__s__ask_roots"]);
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__s__t__echo",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(
+        out.server.as_deref(),
+        Some("s"),
+        "the first owner keeps the name"
+    );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

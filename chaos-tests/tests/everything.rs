@@ -254,20 +254,19 @@ async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_c
     assert_eq!(status.pid, None);
     common_calls(&runtime).await;
 
-    // Over HTTP the taskSupport tap of the stdio transport does not exist:
-    // whatever comes back, it must not be a success.
+    // SYNC-7 over HTTP: the tapped client reads execution.taskSupport from the
+    // SSE reply of tools/list, so the call is refused without reaching the server.
     let research = call(
         &runtime,
         "mcp__everything__simulate-research-query",
         json!({"topic": "otters"}),
     )
     .await;
-    println!(
-        "note: simulate-research-query over streamable HTTP → {} ({})",
-        research.kind.name(),
-        research.projection
+    assert_eq!(
+        research.kind,
+        OutcomeKind::TaskSupportRequired,
+        "{research:?}"
     );
-    assert_ne!(research.kind, OutcomeKind::Ok, "{research:?}");
 
     let check = shutdown_checked(&runtime, &[]).await;
     assert!(check.report.is_clean(), "{:?}", check.report);

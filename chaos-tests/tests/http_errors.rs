@@ -1,0 +1,100 @@
+//! Streamable-HTTP failure modes against small axum endpoints on 127.0.0.1
+//! that misbehave on purpose (CONN-9, CONN-14).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use mcpvisor::{Runtime, Scope, ServerConfig, ServerState};
+
+/// Serve `handler` on POST /mcp at a free loopback port; returns the URL and
+/// the task (aborted by the caller).
+async fn endpoint<H, T>(handler: H) -> (String, tokio::task::JoinHandle<()>)
+where
+    H: axum::handler::Handler<T, ()>,
+    T: 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/mcp", post(handler));
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+async fn first_error(url: &str) -> String {
+    let mut cfg = ServerConfig::http("remote", url);
+    cfg.reconnect.enabled = false;
+    cfg.startup_timeout = Duration::from_secs(10);
+    let runtime = Runtime::builder().start().await.unwrap();
+    runtime.add_server(Scope::Global, cfg).await.unwrap();
+    let err = runtime
+        .wait_ready(&Scope::Global, "remote", Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    let status = runtime.status().remove(0);
+    assert_eq!(status.state, ServerState::Failed);
+    assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
+    err.to_string()
+}
+
+#[tokio::test]
+async fn a_401_with_a_challenge_says_the_server_rejected_the_credentials() {
+    // CONN-9: 401/403 become "the server rejected the credentials" with the status.
+    let (url, task) = endpoint(|| async {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"test\"")],
+            "no",
+        )
+            .into_response()
+    })
+    .await;
+    let err = first_error(&url).await;
+    assert!(
+        err.contains("the server rejected the credentials (HTTP 401)"),
+        "{err}"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_plain_403_says_the_server_rejected_the_credentials() {
+    let (url, task) =
+        endpoint(|| async { (StatusCode::FORBIDDEN, "forbidden").into_response() }).await;
+    let err = first_error(&url).await;
+    assert!(
+        err.contains("the server rejected the credentials (HTTP 403)"),
+        "{err}"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn an_endpoint_that_never_answers_fails_at_the_startup_timeout_not_never() {
+    // CONN-14: every request has a timeout; a dead endpoint never hangs the runtime.
+    let (url, task) = endpoint(|| async {
+        std::future::pending::<()>().await;
+        StatusCode::OK
+    })
+    .await;
+    let mut cfg = ServerConfig::http("stalled", &url);
+    cfg.reconnect.enabled = false;
+    cfg.startup_timeout = Duration::from_millis(500);
+    let runtime = Runtime::builder().start().await.unwrap();
+    runtime.add_server(Scope::Global, cfg).await.unwrap();
+    let err = runtime
+        .wait_ready(&Scope::Global, "stalled", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("startup timed out after 500 ms"),
+        "{err}"
+    );
+    assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
+    task.abort();
+}
