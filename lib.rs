@@ -86,6 +86,9 @@ pub mod supervisors;
 pub use messages::call::{
     CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
 };
+pub use messages::capabilities::{
+    AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
+};
 pub use messages::config::{
     parse_config_file, ConfigError, HttpConfig, InProcessConnection, InProcessConnector,
     OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig, TrustMode,

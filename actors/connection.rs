@@ -19,8 +19,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, ErrorCode, Implementation, ListToolsRequest,
-    PaginatedRequestParams, PingRequest, ProtocolVersion, ServerResult,
+    ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
+    ListToolsRequest, PaginatedRequestParams, PingRequest, ProtocolVersion, ServerResult,
+    UrlElicitationCapability,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
@@ -30,6 +32,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::stdio::{self, Diagnostics, ProcessHandle};
+use crate::messages::capabilities::{
+    apply_schema_defaults, ClientHandlers, ElicitationRequest, ElicitationResponse,
+};
 use crate::messages::config::{ServerConfig, TransportConfig};
 use crate::messages::server::{ConnInfo, ConnectionMsg, ServerSupervisorMsg};
 
@@ -49,7 +54,9 @@ const IN_PROCESS_CLOSE_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct SupervisedClient {
     gen: u64,
+    server: String,
     supervisor: ActorRef<ServerSupervisorMsg>,
+    handlers: ClientHandlers,
 }
 
 fn no_capabilities(method: &str) -> McpError {
@@ -63,8 +70,15 @@ fn no_capabilities(method: &str) -> McpError {
 #[allow(deprecated)]
 impl ClientHandler for SupervisedClient {
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.handlers.elicitation.is_some() {
+            let mut elicitation = ElicitationCapability::new();
+            elicitation.form = Some(FormElicitationCapability::new());
+            elicitation.url = Some(UrlElicitationCapability::default());
+            capabilities.elicitation = Some(elicitation);
+        }
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("mcpvisor", env!("CARGO_PKG_VERSION")).with_title("mcpvisor"),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
@@ -87,10 +101,44 @@ impl ClientHandler for SupervisedClient {
 
     async fn create_elicitation(
         &self,
-        _: rmcp::model::ElicitRequestParams,
+        params: ElicitRequestParams,
         _: RequestContext<RoleClient>,
-    ) -> Result<rmcp::model::ElicitResult, McpError> {
-        Err(no_capabilities("elicitation/create"))
+    ) -> Result<ElicitResult, McpError> {
+        let Some(handler) = &self.handlers.elicitation else {
+            return Err(no_capabilities("elicitation/create"));
+        };
+        let request = match params {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => ElicitationRequest {
+                server: self.server.clone(),
+                message,
+                requested_schema: Some(serde_json::to_value(&requested_schema).map_err(|e| {
+                    McpError::invalid_params(format!("unreadable requestedSchema: {e}"), None)
+                })?),
+                url: None,
+            },
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => ElicitationRequest {
+                server: self.server.clone(),
+                message,
+                requested_schema: None,
+                url: Some(url),
+            },
+            _ => return Err(no_capabilities("elicitation/create (unknown mode)")),
+        };
+        Ok(match handler.elicit(&request).await {
+            ElicitationResponse::Accept(content) => {
+                let content = match &request.requested_schema {
+                    Some(schema) => apply_schema_defaults(content, schema),
+                    None => content,
+                };
+                ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+            }
+            ElicitationResponse::Decline => ElicitResult::new(ElicitationAction::Decline),
+            ElicitationResponse::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
@@ -180,6 +228,8 @@ pub struct ConnectionArgs {
     pub supervisor: ActorRef<ServerSupervisorMsg>,
     /// Shared with the status.
     pub diag: Arc<Diagnostics>,
+    /// Opt-in client capabilities (CONN-11).
+    pub handlers: ClientHandlers,
 }
 
 /// What the handshake task hands the actor.
@@ -251,7 +301,9 @@ impl Actor for Connection {
         };
         let handler = SupervisedClient {
             gen: state.gen,
+            server: state.config.server_name.clone(),
             supervisor: state.supervisor.clone(),
+            handlers: args.handlers,
         };
         let cfg = state.config.clone();
         let diag = state.diag.clone();

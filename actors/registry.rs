@@ -50,6 +50,11 @@ impl Activity {
         ActivityGuard(self.clone())
     }
 
+    /// Calls in flight right now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Time since the last call started or finished, or `None` while calls are in flight.
     pub fn idle_for(&self) -> Option<std::time::Duration> {
         if self.in_flight.load(Ordering::SeqCst) > 0 {

@@ -219,8 +219,12 @@ impl fmt::Debug for InProcessConnector {
 /// The validated configuration of one server instance (CONN-2).
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerConfig {
-    /// `[A-Za-z0-9_-]{1,32}`; part of every public tool name.
+    /// `[A-Za-z0-9_-]{1,32}`; part of every public tool name. Leave it empty
+    /// and set `display_name` to have one derived (SYNC-2).
     pub server_name: String,
+    /// A human name; when `server_name` is empty, the scope derives the
+    /// server_name from it as a slug, unique within the scope (SYNC-2).
+    pub display_name: Option<String>,
     /// How to reach the server.
     pub transport: TransportConfig,
     /// Timeout of one `tools/call`.
@@ -264,6 +268,14 @@ impl ServerConfig {
         )
     }
 
+    /// A server known by a display name; its `server_name` is derived as a
+    /// slug when it is added to a scope (SYNC-2).
+    pub fn with_display_name(display_name: impl Into<String>, transport: TransportConfig) -> Self {
+        let mut c = Self::with_transport("", transport);
+        c.display_name = Some(display_name.into());
+        c
+    }
+
     /// A streamable-HTTP server with every option at its default.
     pub fn http(server_name: impl Into<String>, url: impl Into<String>) -> Self {
         Self::with_transport(
@@ -282,6 +294,7 @@ impl ServerConfig {
     pub fn with_transport(server_name: impl Into<String>, transport: TransportConfig) -> Self {
         Self {
             server_name: server_name.into(),
+            display_name: None,
             transport,
             tool_call_timeout: Duration::from_millis(DEFAULT_TOOL_CALL_TIMEOUT_MS),
             startup_timeout: Duration::from_millis(DEFAULT_STARTUP_TIMEOUT_MS),
@@ -301,8 +314,11 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let prefix = format!("servers.{}", self.server_name);
         let mut problems = Vec::new();
-        if let Err(e) = validate_server_name(&self.server_name) {
-            problems.push(e);
+        let derived = self.server_name.is_empty() && self.display_name.is_some();
+        if !derived {
+            if let Err(e) = validate_server_name(&self.server_name) {
+                problems.push(e);
+            }
         }
         check_reconnect(&prefix, &self.reconnect, &mut problems);
         for (field, d) in [

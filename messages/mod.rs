@@ -2,6 +2,7 @@
 //! on them. No I/O and no tasks live here.
 
 pub mod call;
+pub mod capabilities;
 pub mod catalog;
 pub mod config;
 pub mod naming;

@@ -146,6 +146,9 @@ pub struct ShutdownReport {
     pub servers_stopped: Vec<String>,
     /// Child processes confirmed reaped.
     pub processes_reaped: Vec<u32>,
+    /// Calls that were in flight when their server was stopped; each ends with
+    /// its own outcome (transport lost, side effects unknown).
+    pub calls_cancelled: u64,
     /// Anything that did not confirm before its deadline.
     pub unconfirmed: Vec<String>,
     /// Whole shutdown wall time.
@@ -162,6 +165,7 @@ impl ShutdownReport {
     pub fn absorb(&mut self, other: ShutdownReport) {
         self.servers_stopped.extend(other.servers_stopped);
         self.processes_reaped.extend(other.processes_reaped);
+        self.calls_cancelled += other.calls_cancelled;
         self.unconfirmed.extend(other.unconfirmed);
     }
 }

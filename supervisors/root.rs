@@ -12,6 +12,7 @@ use tokio::sync::{broadcast, watch};
 use super::scope::{ScopeArgs, ScopeMsg, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
 use crate::actors::registry::ScopeSnapshot;
+use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 
@@ -47,6 +48,8 @@ pub struct RootArgs {
     pub events: broadcast::Sender<RuntimeEvent>,
     /// See [`ScopeArgs::skip_close_barrier`].
     pub skip_close_barrier: bool,
+    /// See [`ScopeArgs::handlers`].
+    pub handlers: ClientHandlers,
 }
 
 /// The root supervisor.
@@ -59,6 +62,7 @@ pub struct RootState {
     events: broadcast::Sender<RuntimeEvent>,
     scopes: BTreeMap<Scope, ScopeHandle>,
     skip_close_barrier: bool,
+    handlers: ClientHandlers,
     shutting_down: bool,
 }
 
@@ -76,6 +80,7 @@ impl Actor for RootSupervisor {
             events: args.events,
             scopes: BTreeMap::new(),
             skip_close_barrier: args.skip_close_barrier,
+            handlers: args.handlers,
             shutting_down: false,
         })
     }
@@ -102,6 +107,7 @@ impl Actor for RootSupervisor {
                     snapshot: tx,
                     events: st.events.clone(),
                     skip_close_barrier: st.skip_close_barrier,
+                    handlers: st.handlers.clone(),
                 };
                 let result =
                     match Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell()).await

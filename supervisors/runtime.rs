@@ -25,6 +25,7 @@ use crate::actors::registry::ScopeSnapshot;
 use crate::messages::call::{
     CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
 };
+use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
 use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::projection::{check_call_tool_result, is_error, project};
 use crate::messages::schema::validate;
@@ -60,6 +61,7 @@ pub enum RuntimeError {
 pub struct RuntimeBuilder {
     servers: Vec<(Scope, ServerConfig)>,
     policies: Vec<Arc<dyn CallPolicy>>,
+    handlers: ClientHandlers,
     skip_close_barrier: bool,
 }
 
@@ -85,6 +87,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Opt in to elicitation (CONN-11): the capability is declared in
+    /// `initialize` and server requests go to `handler`. Without it they get -32601.
+    pub fn elicitation(mut self, handler: Arc<dyn ElicitationHandler>) -> Self {
+        self.handlers.elicitation = Some(handler);
+        self
+    }
+
     /// Test-only: let a replacement connection start before the previous one
     /// confirmed its close. Exists so the chaos runner can show that its
     /// `no_overlap` invariant detects a broken close barrier.
@@ -102,6 +111,7 @@ impl RuntimeBuilder {
         let args = RootArgs {
             events: events.clone(),
             skip_close_barrier: self.skip_close_barrier,
+            handlers: self.handlers,
         };
         let (root, task) = Actor::spawn(None, RootSupervisor, args)
             .await
@@ -200,11 +210,21 @@ impl Runtime {
             .map(|h| h.snapshot.borrow().clone())
     }
 
-    /// Add and start a server in a scope (CONN-4). With `fail_on_startup_error`
-    /// this waits for the first connection and returns its error (CONN-12).
-    pub async fn add_server(&self, scope: Scope, config: ServerConfig) -> Result<(), RuntimeError> {
+    /// Add and start a server in a scope (CONN-4) and return its server_name
+    /// (derived from `display_name` when the name is empty, SYNC-2). With
+    /// `fail_on_startup_error` this waits for the first connection and returns
+    /// its error (CONN-12).
+    pub async fn add_server(
+        &self,
+        scope: Scope,
+        config: ServerConfig,
+    ) -> Result<String, RuntimeError> {
         config.validate()?;
-        let name = config.server_name.clone();
+        let requested = config
+            .display_name
+            .clone()
+            .filter(|_| config.server_name.is_empty())
+            .unwrap_or_else(|| config.server_name.clone());
         let strict = config.fail_on_startup_error && config.enabled;
         let wait = config.startup_timeout + Duration::from_secs(2);
         let handle = self.scope_handle(&scope).await?;
@@ -218,22 +238,22 @@ impl Runtime {
                 None,
             )
             .await;
-        match added {
-            Ok(CallResult::Success(Ok(()))) => {}
+        let name = match added {
+            Ok(CallResult::Success(Ok(name))) => name,
             Ok(CallResult::Success(Err(message))) => {
                 return Err(RuntimeError::Server {
-                    server: name,
+                    server: requested,
                     message,
                 })
             }
             Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
             Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
-        }
+        };
         if strict {
             self.wait_outcome(&scope, &name, wait, Wait::FirstAttempt)
                 .await?;
         }
-        Ok(())
+        Ok(name)
     }
 
     /// Wait until the server is ready, up to `limit` (CONN-12's `first_ready`).

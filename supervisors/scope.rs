@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use super::server::{ServerSupervisor, ServerSupervisorArgs, SHUTDOWN_DEADLINE};
 use super::spec::{Intensity, Restart};
 use crate::actors::registry::{Activity, RegistryArgs, RegistryMsg, ScopeSnapshot, ToolRegistry};
+use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::naming::derive_slug;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 
@@ -26,8 +28,9 @@ pub enum ScopeMsg {
     AddServer {
         /// Validated config.
         config: Box<ServerConfig>,
-        /// Ok once the server's supervisor runs.
-        reply: RpcReplyPort<Result<(), String>>,
+        /// The server_name (derived from the display name when empty, SYNC-2)
+        /// once the server's supervisor runs.
+        reply: RpcReplyPort<Result<String, String>>,
     },
     /// Stop everything in reverse start order and report (RECO-7).
     Shutdown {
@@ -47,6 +50,8 @@ pub struct ScopeArgs {
     pub events: broadcast::Sender<RuntimeEvent>,
     /// Test-only (feature `chaos`): see [`ServerSupervisorArgs::skip_close_barrier`].
     pub skip_close_barrier: bool,
+    /// Opt-in client capabilities for every server of the scope (CONN-11).
+    pub handlers: ClientHandlers,
 }
 
 /// One server child.
@@ -69,6 +74,7 @@ pub struct ScopeState {
     servers: BTreeMap<String, ServerChild>,
     intensity: Intensity,
     skip_close_barrier: bool,
+    handlers: ClientHandlers,
     shutting_down: bool,
 }
 
@@ -84,6 +90,7 @@ async fn spawn_server(
         registry: st.registry.clone(),
         activity,
         skip_close_barrier: st.skip_close_barrier,
+        handlers: st.handlers.clone(),
     };
     Actor::spawn_linked(None, ServerSupervisor, args, myself.get_cell())
         .await
@@ -114,6 +121,7 @@ impl Actor for ScopeSupervisor {
             servers: BTreeMap::new(),
             intensity: Intensity::new(3, Duration::from_secs(5)),
             skip_close_barrier: args.skip_close_barrier,
+            handlers: args.handlers,
             shutting_down: false,
         })
     }
@@ -125,7 +133,17 @@ impl Actor for ScopeSupervisor {
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ScopeMsg::AddServer { config, reply } => {
+            ScopeMsg::AddServer { mut config, reply } => {
+                if config.server_name.is_empty() {
+                    if let Some(display) = &config.display_name {
+                        // SYNC-2: derived on every add, against this scope's names.
+                        config.server_name = derive_slug(
+                            display,
+                            |s| st.servers.contains_key(s),
+                            || format!("{:08x}", rand::random::<u32>()),
+                        );
+                    }
+                }
                 let name = config.server_name.clone();
                 let result = if st.shutting_down {
                     Err("the runtime is shutting down".to_owned())
@@ -142,14 +160,14 @@ impl Actor for ScopeSupervisor {
                     match spawn_server(&myself, st, config.clone(), activity.clone()).await {
                         Ok(actor) => {
                             st.servers.insert(
-                                name,
+                                name.clone(),
                                 ServerChild {
                                     actor,
                                     config,
                                     activity,
                                 },
                             );
-                            Ok(())
+                            Ok(name)
                         }
                         Err(e) => Err(e),
                     }

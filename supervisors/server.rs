@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use crate::actors::connection::{fetch_catalog, Connection, ConnectionArgs};
 use crate::actors::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
 use crate::actors::stdio::Diagnostics;
+use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
 use crate::messages::server::{ConnectionMsg, ServerSupervisorMsg};
@@ -60,6 +61,8 @@ pub struct ServerSupervisorArgs {
     /// Test-only switch (feature `chaos`): skip the close barrier, to show the
     /// chaos runner's `no_overlap` invariant can fail.
     pub skip_close_barrier: bool,
+    /// Opt-in client capabilities (CONN-11).
+    pub handlers: ClientHandlers,
 }
 
 /// Why the current connection is being stopped.
@@ -105,6 +108,7 @@ pub struct ServerSupervisorState {
     registry: ActorRef<RegistryMsg>,
     activity: Arc<Activity>,
     skip_close_barrier: bool,
+    handlers: ClientHandlers,
     /// Diagnostics of the current (or last) connection.
     diag: Arc<Diagnostics>,
     status: ServerStatus,
@@ -244,6 +248,7 @@ impl Actor for ServerSupervisor {
             registry: args.registry,
             activity: args.activity,
             skip_close_barrier: args.skip_close_barrier,
+            handlers: args.handlers,
             diag: Arc::new(Diagnostics::default()),
             conn: None,
             next_gen: 1,
@@ -462,7 +467,10 @@ impl Actor for ServerSupervisor {
                     myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
                 st.disposing = Some(Disposal {
                     reply: Some(reply),
-                    report: ShutdownReport::default(),
+                    report: ShutdownReport {
+                        calls_cancelled: st.activity.in_flight() as u64,
+                        ..Default::default()
+                    },
                     started: Instant::now(),
                     deadline: Some(deadline),
                 });
@@ -542,6 +550,7 @@ async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut Serve
         config: st.config.clone(),
         supervisor: myself.clone(),
         diag: st.diag.clone(),
+        handlers: st.handlers.clone(),
     };
     st.open.insert(gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {

@@ -417,3 +417,36 @@ async fn a_public_name_conflict_leaves_the_second_server_with_zero_tools() {
     );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn display_names_get_unique_slugs_within_a_scope() {
+    // SYNC-2: derived on add, a clash in the same scope gets -2; another scope
+    // derives independently.
+    let rt = Runtime::builder().start().await.unwrap();
+    let h = Harness::new(Mode::Serve);
+    let mut names = Vec::new();
+    for scope in [Scope::Global, Scope::Global, Scope::Agent("a".into())] {
+        let cfg =
+            ServerConfig::with_display_name("My Files!", TransportConfig::InProcess(h.connector()));
+        names.push(rt.add_server(scope, cfg).await.unwrap());
+    }
+    assert_eq!(names, vec!["my-files", "my-files-2", "my-files"]);
+    for (scope, name) in [
+        (Scope::Global, "my-files-2"),
+        (Scope::Agent("a".into()), "my-files"),
+    ] {
+        rt.wait_ready(&scope, name, Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    let global: Vec<String> = rt
+        .tools(&Scope::Global)
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(
+        global.contains(&"mcp__my-files-2__echo".to_owned()),
+        "{global:?}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}

@@ -276,3 +276,56 @@ async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_c
     );
     peer.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elicitation_opt_in_is_declared_and_answered_with_schema_defaults() {
+    // CONN-11: a capability is declared only when its handler is installed;
+    // server-everything then lists trigger-elicitation-request, and the request
+    // it sends mid-call is answered by the handler with the schema's defaults.
+    let Some(dir) = peers_or_skip("elicitation_opt_in") else {
+        return;
+    };
+    let mut cfg = ServerConfig::stdio(
+        "everything",
+        "node",
+        vec![entry_point(&dir), "stdio".into()],
+    );
+    cfg.idle_stop_after = None;
+    let runtime = Runtime::builder()
+        .elicitation(std::sync::Arc::new(mcpvisor::AcceptSchemaDefaults))
+        .start()
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    let found = wait_for(&runtime, &mut events, CATALOG_WAIT, |_| {
+        runtime
+            .tools(&G)
+            .iter()
+            .any(|t| t.raw_name == "trigger-elicitation-request")
+            .then_some(())
+    })
+    .await;
+    assert!(found.is_ok(), "trigger-elicitation-request never listed");
+    let out = call(
+        &runtime,
+        "mcp__everything__trigger-elicitation-request",
+        json!({}),
+    )
+    .await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    // The schema declares these defaults; the handler supplied no content.
+    for expected in [
+        "\"action\": \"accept\"",
+        "\"integer\": 42",
+        "\"number\": 3.14",
+    ] {
+        assert!(
+            out.projection.contains(expected),
+            "{expected} in {}",
+            out.projection
+        );
+    }
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+}

@@ -329,6 +329,46 @@ async fn a_cancelled_call_ends_as_cancelled_and_the_server_stays_usable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_with_a_call_in_flight_counts_it_and_the_call_gets_one_outcome() {
+    // RECO-7: the report counts the calls that were cancelled by the shutdown;
+    // CALL-4/5: the call itself ends once, as lost in flight (side effects unknown).
+    let log = unique_temp_path("inflight.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    let (runtime, _events, _ready) = start_ready("inflight", &["--log-requests", &log_arg]).await;
+    let rt = runtime.clone();
+    let pending = tokio::spawn(async move {
+        rt.call(
+            &G,
+            "mcp__inflight__hang",
+            Some(json!({})),
+            CallOptions::default(),
+        )
+        .await
+    });
+    // Wait (bounded) until the server has logged the call: then it is in flight.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("tools/call")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let check = finish(&runtime, &[]).await;
+    assert_eq!(check.report.calls_cancelled, 1, "{:?}", check.report);
+    let outcome = pending.await.unwrap();
+    assert_eq!(
+        outcome.kind,
+        OutcomeKind::TransportLostDuringCall,
+        "{outcome:?}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_call_is_transport_lost_naming_the_exit_and_the_server_reconnects() {
     // CALL-4/CALL-5: transport-lost-during-call, side effects unknown.
     // CONN-8: the outcome names the real cause (the exit), not "not running".

@@ -1,0 +1,115 @@
+//! Opt-in client capabilities (CONN-11).
+//!
+//! By default mcpvisor's client exposes no MCP capabilities: every
+//! server→client request is answered with JSON-RPC -32601. An embedder opts in
+//! per capability by installing a typed handler; a capability is declared in
+//! `initialize` only when its handler is installed. Today: elicitation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+/// An `elicitation/create` request from a server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElicitationRequest {
+    /// The server that asked.
+    pub server: String,
+    /// The human-readable message.
+    pub message: String,
+    /// Form mode: the requested schema (an object schema with primitive properties).
+    pub requested_schema: Option<Value>,
+    /// URL mode: where the user completes the request.
+    pub url: Option<String>,
+}
+
+/// The answer to an elicitation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ElicitationResponse {
+    /// Accepted with this content. Properties the content omits are filled from
+    /// the schema's `default`s before the answer is sent.
+    Accept(Map<String, Value>),
+    /// Declined; the operation may continue.
+    Decline,
+    /// Cancelled.
+    Cancel,
+}
+
+/// Answers elicitation requests (CONN-11 opt-in).
+pub trait ElicitationHandler: Send + Sync + 'static {
+    /// Answer one request.
+    fn elicit<'a>(&'a self, request: &'a ElicitationRequest) -> BoxFuture<'a, ElicitationResponse>;
+}
+
+/// An elicitation handler that accepts every form request with the schema's
+/// defaults (what unattended hosts and the conformance suite expect), and
+/// declines URL requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AcceptSchemaDefaults;
+
+impl ElicitationHandler for AcceptSchemaDefaults {
+    fn elicit<'a>(&'a self, request: &'a ElicitationRequest) -> BoxFuture<'a, ElicitationResponse> {
+        let response = match request.requested_schema {
+            Some(_) => ElicitationResponse::Accept(Map::new()),
+            None => ElicitationResponse::Decline,
+        };
+        Box::pin(async move { response })
+    }
+}
+
+/// The client handlers installed by the embedder; empty by default.
+#[derive(Clone, Default)]
+pub struct ClientHandlers {
+    /// Elicitation, when installed.
+    pub elicitation: Option<Arc<dyn ElicitationHandler>>,
+}
+
+impl fmt::Debug for ClientHandlers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientHandlers")
+            .field("elicitation", &self.elicitation.is_some())
+            .finish()
+    }
+}
+
+/// Fill every property `content` lacks with the `default` the schema declares
+/// for it. Present values are never overwritten.
+pub fn apply_schema_defaults(
+    mut content: Map<String, Value>,
+    schema: &Value,
+) -> Map<String, Value> {
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (name, prop) in props {
+            if let Some(default) = prop.get("default") {
+                content
+                    .entry(name.clone())
+                    .or_insert_with(|| default.clone());
+            }
+        }
+    }
+    content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn missing_properties_take_the_schema_defaults_and_present_ones_stay() {
+        // CONN-11 opt-in elicitation: the client fills defaults itself.
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"}
+        }});
+        let mut given = Map::new();
+        given.insert("age".into(), json!(41));
+        let filled = apply_schema_defaults(given, &schema);
+        assert_eq!(
+            Value::Object(filled),
+            json!({"name": "John Doe", "age": 41})
+        );
+    }
+}
