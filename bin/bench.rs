@@ -11,10 +11,14 @@ use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::ServiceExt;
 use serde_json::json;
 
+/// Concurrent callers in the throughput row (PERF-1).
+const CONCURRENCY: usize = 64;
+
 struct Latency {
     p50_us: f64,
     p99_us: f64,
     calls_per_s: f64,
+    concurrent_per_s: f64,
 }
 
 fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
@@ -27,6 +31,7 @@ fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
         p50_us: pick(0.50),
         p99_us: pick(0.99),
         calls_per_s: samples.len() as f64 / total.as_secs_f64().max(1e-9),
+        concurrent_per_s: 0.0,
     }
 }
 
@@ -62,9 +67,49 @@ async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
         samples.push(t.elapsed());
     }
     let total = start.elapsed();
+    let peer = client.peer().clone();
+    let concurrent = concurrent_rate(calls, move || {
+        let peer = peer.clone();
+        let args = args.clone();
+        async move {
+            peer.call_tool(CallToolRequestParams::new("echo").with_arguments(args))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
     let _ = client.cancel().await;
     let _ = child.kill().await;
-    Ok(summarize(samples, total))
+    let mut l = summarize(samples, total);
+    l.concurrent_per_s = concurrent;
+    Ok(l)
+}
+
+/// Calls per second with 64 callers sharing `calls` calls.
+async fn concurrent_rate<F, Fut>(calls: usize, one: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let per_task = (calls / CONCURRENCY).max(1);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let one = one.clone();
+            tokio::spawn(async move {
+                let mut ok = 0usize;
+                for _ in 0..per_task {
+                    ok += usize::from(one().await);
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut done = 0usize;
+    for t in tasks {
+        done += t.await.unwrap_or(0);
+    }
+    done as f64 / start.elapsed().as_secs_f64().max(1e-9)
 }
 
 async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
@@ -105,8 +150,26 @@ async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
         }
     }
     let total = start.elapsed();
+    let rt = runtime.clone();
+    let concurrent = concurrent_rate(calls, move || {
+        let rt = rt.clone();
+        let args = args.clone();
+        async move {
+            rt.call(
+                &Scope::Global,
+                "mcp__demo__echo",
+                Some(args),
+                CallOptions::default(),
+            )
+            .await
+            .is_ok()
+        }
+    })
+    .await;
     runtime.shutdown(Duration::from_secs(20)).await;
-    Ok(summarize(samples, total))
+    let mut l = summarize(samples, total);
+    l.concurrent_per_s = concurrent;
+    Ok(l)
 }
 
 async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
@@ -160,8 +223,8 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
             json!({
                 "calls": calls,
                 "tools_call": {
-                    "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s},
-                    "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s},
+                    "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s},
+                    "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s},
                     "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
                 },
                 "catalog_sync_ms": {
@@ -173,20 +236,19 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
     } else {
         println!("tools/call echo, {calls} sequential calls, demo server over stdio");
         println!(
-            "  {:<12} {:>10} {:>10} {:>12}",
-            "", "p50 µs", "p99 µs", "calls/s"
+            "  {:<12} {:>10} {:>10} {:>12} {:>14}",
+            "", "p50 µs", "p99 µs", "calls/s", "64-way calls/s"
         );
+        for (label, l) in [("bare rmcp", &bare), ("mcpvisor", &ours)] {
+            println!(
+                "  {:<12} {:>10.1} {:>10.1} {:>12.0} {:>14.0}",
+                label, l.p50_us, l.p99_us, l.calls_per_s, l.concurrent_per_s
+            );
+        }
         println!(
-            "  {:<12} {:>10.1} {:>10.1} {:>12.0}",
-            "bare rmcp", bare.p50_us, bare.p99_us, bare.calls_per_s
-        );
-        println!(
-            "  {:<12} {:>10.1} {:>10.1} {:>12.0}",
-            "mcpvisor", ours.p50_us, ours.p99_us, ours.calls_per_s
-        );
-        println!(
-            "  ratio p50 (mcpvisor / bare): {:.2}",
-            ours.p50_us / bare.p50_us.max(1e-9)
+            "  ratio p50 (mcpvisor / bare): {:.2}; 64-way throughput ratio: {:.2}",
+            ours.p50_us / bare.p50_us.max(1e-9),
+            ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9)
         );
         println!("catalog sync (spawn → initialize → all pages → registered), ms");
         println!(

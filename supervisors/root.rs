@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::scope::{ScopeArgs, ScopeMsg, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
+use super::spec::{stop_child, Shutdown};
 use crate::actors::registry::ScopeSnapshot;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
@@ -148,10 +149,11 @@ impl Actor for RootSupervisor {
                     report.absorb(r);
                 }
                 for (_, h) in std::mem::take(&mut st.scopes) {
-                    let _ = h
-                        .actor
-                        .stop_and_wait(None, Some(Duration::from_secs(1)))
-                        .await;
+                    stop_child(
+                        &h.actor.get_cell(),
+                        Shutdown::Timeout(Duration::from_secs(1)),
+                    )
+                    .await;
                 }
                 let _ = reply.send(report);
                 myself.stop(Some("shutdown".into()));

@@ -14,7 +14,10 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::server::{ServerSupervisor, ServerSupervisorArgs, SHUTDOWN_DEADLINE};
-use super::spec::{Intensity, Restart};
+use super::spec::{stop_child, Intensity, Restart, Shutdown};
+
+/// Shutdown spec of the scope's children once they have quiesced.
+const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
 use crate::actors::registry::{Activity, RegistryArgs, RegistryMsg, ScopeSnapshot, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
@@ -201,16 +204,11 @@ impl Actor for ScopeSupervisor {
                 for r in reports {
                     report.absorb(r);
                 }
+                // Reverse start order: the servers (already quiesced above), then the registry.
                 for child in std::mem::take(&mut st.servers).into_values() {
-                    let _ = child
-                        .actor
-                        .stop_and_wait(None, Some(Duration::from_secs(1)))
-                        .await;
+                    stop_child(&child.actor.get_cell(), WORKER_STOP).await;
                 }
-                let _ = st
-                    .registry
-                    .stop_and_wait(None, Some(Duration::from_secs(1)))
-                    .await;
+                stop_child(&st.registry.get_cell(), WORKER_STOP).await;
                 let _ = reply.send(report);
                 myself.stop(Some("shutdown".into()));
             }

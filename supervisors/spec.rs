@@ -46,6 +46,29 @@ pub enum Shutdown {
 /// OTP's default worker shutdown: "5000" ms.
 pub const DEFAULT_WORKER_SHUTDOWN: Shutdown = Shutdown::Timeout(Duration::from_millis(5000));
 
+/// Stop one child as its shutdown spec says: `BrutalKill` kills at once;
+/// `Timeout(t)` asks it to stop and kills it if it has not stopped after `t`;
+/// `Infinity` waits for the stop. Returns false when the child had to be killed.
+pub async fn stop_child(child: &ractor::ActorCell, shutdown: Shutdown) -> bool {
+    match shutdown {
+        Shutdown::BrutalKill => {
+            child.kill();
+            false
+        }
+        Shutdown::Timeout(t) => match child.stop_and_wait(Some("shutdown".into()), Some(t)).await {
+            Ok(()) => true,
+            Err(_) => {
+                let _ = child.kill_and_wait(Some(t)).await;
+                false
+            }
+        },
+        Shutdown::Infinity => child
+            .stop_and_wait(Some("shutdown".into()), None)
+            .await
+            .is_ok(),
+    }
+}
+
 /// Restart intensity: more than `max_restarts` restarts within `period` and the
 /// supervisor gives up on the child (OTP `intensity`/`period`; defaults 1 / 5 s:
 /// "a supervisor that restarts a child more often than that is hiding a bug").
@@ -101,6 +124,45 @@ mod tests {
         assert!(!i.allow(t0 + Duration::from_secs(2)));
         // after the window slides past the first entries, restarts are allowed again
         assert!(i.allow(t0 + Duration::from_secs(9)));
+    }
+
+    #[tokio::test]
+    async fn a_child_that_ignores_stop_is_killed_after_its_shutdown_timeout() {
+        use ractor::{Actor, ActorProcessingErr, ActorRef};
+        struct Stuck;
+        impl Actor for Stuck {
+            type Msg = ();
+            type State = ();
+            type Arguments = ();
+            async fn pre_start(&self, _: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+                Ok(())
+            }
+            async fn handle(
+                &self,
+                _: ActorRef<()>,
+                _: (),
+                _: &mut (),
+            ) -> Result<(), ActorProcessingErr> {
+                std::future::pending::<()>().await; // a handler that never returns
+                Ok(())
+            }
+        }
+        let (stuck, handle) = Actor::spawn(None, Stuck, ()).await.unwrap();
+        stuck.cast(()).unwrap();
+        tokio::task::yield_now().await;
+        let graceful = stop_child(
+            &stuck.get_cell(),
+            Shutdown::Timeout(Duration::from_millis(50)),
+        )
+        .await;
+        assert!(
+            !graceful,
+            "stop cannot interrupt a running handler: it was killed"
+        );
+        handle.await.unwrap();
+        let (ok, handle) = Actor::spawn(None, Stuck, ()).await.unwrap();
+        assert!(stop_child(&ok.get_cell(), DEFAULT_WORKER_SHUTDOWN).await);
+        handle.await.unwrap();
     }
 
     #[test]
