@@ -198,6 +198,12 @@ pub enum RegistryMsg {
         /// Why.
         error: String,
     },
+    /// Answered once every message sent before it has been handled: lets a
+    /// caller make sure a `Register` it caused is visible in the snapshot.
+    Barrier {
+        /// Answered with ().
+        reply: RpcReplyPort<()>,
+    },
     /// Remove a server entirely (shutdown).
     Unregister {
         /// Server.
@@ -352,6 +358,9 @@ impl Actor for ToolRegistry {
                     st.emit_catalog(&server);
                     st.emit_status(&server);
                 }
+            }
+            RegistryMsg::Barrier { reply } => {
+                let _ = reply.send(());
             }
             RegistryMsg::Unregister { server } => {
                 if st.current.servers.remove(&server).is_some() {

@@ -633,7 +633,17 @@ impl Runtime {
                     .lost(scope, def, live.gen, "the transport closed".into(), true)
                     .await
             }
-            Err(e) => return self.lost(scope, def, live.gen, e.to_string(), true).await,
+            Err(e) if live.peer.is_transport_closed() => {
+                return self.lost(scope, def, live.gen, e.to_string(), true).await
+            }
+            // The transport is still up (e.g. HTTP 500 on this one request): no
+            // connection-level cause to wait for.
+            Err(e) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::TransportLostDuringCall,
+                    format!("the request failed in transport, side effects unknown: {e}"),
+                )
+            }
         };
         judge_result(def, canonical)
     }

@@ -162,6 +162,15 @@ impl Actor for ScopeSupervisor {
                     let activity = Arc::new(Activity::new());
                     match spawn_server(&myself, st, config.clone(), activity.clone()).await {
                         Ok(actor) => {
+                            // The new supervisor registered itself from pre_start; make
+                            // that visible before answering, so status() shows the server.
+                            let _ = st
+                                .registry
+                                .call(
+                                    |reply| RegistryMsg::Barrier { reply },
+                                    Some(Duration::from_secs(5)),
+                                )
+                                .await;
                             st.servers.insert(
                                 name.clone(),
                                 ServerChild {

@@ -227,7 +227,10 @@ impl Actor for ServerSupervisor {
         myself: ActorRef<Self::Msg>,
         args: ServerSupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let status = initial_status(&args.scope, &args.config);
+        let mut status = initial_status(&args.scope, &args.config);
+        if args.config.enabled {
+            status.state = ServerState::Connecting; // post_start connects right away
+        }
         // Registered from here so that every later Publish finds the entry (same sender, same order).
         args.registry.cast(RegistryMsg::Register {
             entry: Box::new(ServerEntry {

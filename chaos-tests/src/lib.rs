@@ -7,6 +7,8 @@
 
 #![warn(missing_docs)]
 
+pub mod chaos;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -73,7 +73,52 @@ struct Args {
     /// Append one line per received request: `method id [tool arguments]`.
     #[arg(long, value_name = "FILE")]
     log_requests: Option<PathBuf>,
+    /// Never answer `initialize`.
+    #[arg(long)]
+    hang_on_initialize: bool,
+    /// Delay every tools/call by MS milliseconds.
+    #[arg(long, value_name = "MS")]
+    slow_ms: Option<u64>,
+    /// List a tool `overlong` that writes a 9 MiB stdout line without a newline.
+    #[arg(long)]
+    overlong_line: bool,
+    /// List a tool `storm` that sends N tools/list_changed notifications at once.
+    #[arg(long, value_name = "N")]
+    storm: Option<usize>,
+    /// List a tool `invalid` that answers with `content` that is not an array
+    /// (stdio only: the reply is written raw).
+    #[arg(long)]
+    invalid_result: bool,
+    /// List a tool `huge` that returns a text block of BYTES bytes.
+    #[arg(long, value_name = "BYTES")]
+    huge_result: Option<usize>,
+    /// List a tool whose name is 80 characters long.
+    #[arg(long)]
+    long_names: bool,
+    /// List a tool whose name has characters outside [A-Za-z0-9_-].
+    #[arg(long)]
+    bad_char_names: bool,
+    /// List `echo` twice (a catalog with a duplicate name).
+    #[arg(long)]
+    duplicate_names: bool,
+    /// List an extra tool with this exact name (e.g. to collide with another server).
+    #[arg(long, value_name = "NAME")]
+    extra_tool: Vec<String>,
+    /// HTTP only: `401` (every request), `500` (every tools/call),
+    /// `session-loss:N` (404 for the session after N tools/call), `stall`
+    /// (tools/call replies never arrive).
+    #[arg(long, value_name = "FAULT")]
+    http_fault: Option<String>,
+    /// Ignored: lets a test runner find its processes by command line.
+    #[arg(long, value_name = "TAG")]
+    tag: Option<String>,
 }
+
+/// The 80-character tool name of `--long-names`.
+const LONG_NAME: &str =
+    "a_tool_name_that_is_much_longer_than_sixty_four_characters_to_exercise_hashing_x";
+/// The tool name of `--bad-char-names`.
+const BAD_NAME: &str = "read file.v2/😀";
 
 fn schema(v: Value) -> Arc<JsonObject> {
     match v {
@@ -151,6 +196,46 @@ struct FaultServer {
 impl FaultServer {
     fn new(args: Args) -> Self {
         let mut tools = fixed_tools();
+        let empty = || schema(json!({"type": "object"}));
+        let mut fault_tool = |on: bool, name: &str, what: &str| {
+            if on {
+                tools.push(Tool::new(name.to_owned(), what.to_owned(), empty()));
+            }
+        };
+        fault_tool(
+            args.overlong_line,
+            "overlong",
+            "Writes a 9 MiB line without a newline",
+        );
+        fault_tool(
+            args.storm.is_some(),
+            "storm",
+            "Sends a burst of tools/list_changed",
+        );
+        fault_tool(
+            args.invalid_result,
+            "invalid",
+            "Answers with an invalid CallToolResult",
+        );
+        fault_tool(
+            args.huge_result.is_some(),
+            "huge",
+            "Returns a very large text block",
+        );
+        fault_tool(
+            args.long_names,
+            LONG_NAME,
+            "A tool with an 80-character name",
+        );
+        fault_tool(
+            args.bad_char_names,
+            BAD_NAME,
+            "A tool with a name that needs replacing",
+        );
+        fault_tool(args.duplicate_names, "echo", "A second tool named echo");
+        for name in &args.extra_tool {
+            fault_tool(true, name, "An extra tool");
+        }
         for i in 0..args.tools {
             tools.push(Tool::new(
                 format!("gen_{i:05}"),
@@ -234,6 +319,9 @@ impl ServerHandler for FaultServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
         self.log_request("initialize", &ctx, None);
+        if self.args.hang_on_initialize {
+            std::future::pending::<()>().await;
+        }
         ctx.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -289,8 +377,51 @@ impl ServerHandler for FaultServer {
                 Some(&format!("fault-server: crashing at tools/call #{n}")),
             );
         }
+        if let Some(ms) = self.args.slow_ms {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                _ = ctx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+            }
+        }
         let args = req.arguments.unwrap_or_default();
         let result = match req.name.as_ref() {
+            "overlong" => {
+                {
+                    let mut out = std::io::stdout().lock();
+                    let chunk = vec![b'x'; 1024 * 1024];
+                    for _ in 0..9 {
+                        let _ = out.write_all(&chunk);
+                    }
+                    let _ = out.flush();
+                }
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+            "storm" => {
+                for _ in 0..self.args.storm.unwrap_or(0) {
+                    let _ = ctx.peer.notify_tool_list_changed().await;
+                }
+                CallToolResult::success(vec![text("storm sent")])
+            }
+            "invalid" => {
+                let raw = json!({
+                    "jsonrpc": "2.0",
+                    "id": ctx.id,
+                    "result": {"content": "this is not an array"}
+                });
+                {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{raw}");
+                    let _ = out.flush();
+                }
+                // The raw reply answered the request; never send a second one.
+                ctx.ct.cancelled().await;
+                return Err(McpError::internal_error("cancelled", None));
+            }
+            "huge" => {
+                let n = self.args.huge_result.unwrap_or(0);
+                CallToolResult::success(vec![text("h".repeat(n))])
+            }
             "echo" => {
                 let msg = args
                     .get("message")
@@ -402,7 +533,86 @@ async fn serve_stdio(server: FaultServer, keep_running: bool) -> anyhow::Result<
     Ok(())
 }
 
+/// `--http-fault`: what the HTTP layer does wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpFault {
+    None,
+    Unauthorized,
+    ServerError,
+    SessionLoss(usize),
+    Stall,
+}
+
+impl HttpFault {
+    fn parse(s: Option<&str>) -> anyhow::Result<Self> {
+        Ok(match s {
+            None => Self::None,
+            Some("401") => Self::Unauthorized,
+            Some("500") => Self::ServerError,
+            Some("stall") => Self::Stall,
+            Some(other) => match other.strip_prefix("session-loss:") {
+                Some(n) => Self::SessionLoss(n.parse()?),
+                None => anyhow::bail!("unknown --http-fault {other:?}"),
+            },
+        })
+    }
+}
+
+struct HttpFaultState {
+    fault: HttpFault,
+    calls: AtomicUsize,
+}
+
+async fn http_fault_layer(
+    axum::extract::State(state): axum::extract::State<Arc<HttpFaultState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024 * 1024).await else {
+        return axum::http::StatusCode::BAD_REQUEST.into_response();
+    };
+    let is_call = bytes.windows(10).any(|w| w == b"tools/call");
+    let has_session = parts.headers.contains_key("mcp-session-id");
+    let n = if is_call {
+        state.calls.fetch_add(1, Ordering::SeqCst) + 1
+    } else {
+        state.calls.load(Ordering::SeqCst)
+    };
+    match state.fault {
+        HttpFault::Unauthorized => {
+            return (
+                axum::http::StatusCode::UNAUTHORIZED,
+                [(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    "Bearer realm=\"fault\"",
+                )],
+                "unauthorized",
+            )
+                .into_response()
+        }
+        HttpFault::ServerError if is_call => {
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response()
+        }
+        // Once: the session is forgotten, as if the server restarted.
+        HttpFault::SessionLoss(after) if is_call && has_session && n == after + 1 => {
+            return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
+        }
+        HttpFault::Stall if is_call => {
+            std::future::pending::<()>().await;
+        }
+        _ => {}
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
+
 async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
+    let server_fault = server.args.http_fault.clone();
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -412,7 +622,14 @@ async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
         LocalSessionManager::default().into(),
         StreamableHttpServerConfig::default(),
     );
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let fault = HttpFault::parse(server_fault.as_deref())?;
+    let state = Arc::new(HttpFaultState {
+        fault,
+        calls: AtomicUsize::new(0),
+    });
+    let app = axum::Router::new().nest_service("/mcp", service).layer(
+        axum::middleware::from_fn_with_state(state, http_fault_layer),
+    );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let real = listener.local_addr()?.port();
     eprintln!("listening on http://127.0.0.1:{real}/mcp");

@@ -1,0 +1,213 @@
+//! `chaos`: drive the real mcpvisor runtime against fault-server under seeded
+//! fault plans and check the invariants after every scenario (CHAOS-1..3).
+//!
+//! ```text
+//! chaos [--seed N] [--scenario NAME]... [--smoke | --soak SECONDS] [--json]
+//!       [--break-close-barrier] [--list]
+//! ```
+//! Exit status: 0 when every invariant held, 1 on any violation, 2 on usage errors.
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use mcpvisor_chaos::chaos::{
+    rss_kib, run_scenario, scenarios, RunOptions, ScenarioReport, Verdict,
+};
+use serde_json::json;
+
+/// Seeded fault injection against the real runtime.
+#[derive(Parser, Debug)]
+#[command(name = "chaos", about, long_about = None)]
+struct Args {
+    /// Seed of the fault plans (the same seed gives the same plan). Default: from the clock.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run only these scenarios (repeatable).
+    #[arg(long = "scenario")]
+    scenarios: Vec<String>,
+    /// Every scenario once (the CI profile).
+    #[arg(long, conflicts_with = "soak")]
+    smoke: bool,
+    /// Loop over all scenarios with new seeds for this many seconds; checks memory.
+    #[arg(long, value_name = "SECONDS")]
+    soak: Option<u64>,
+    /// A JSON report on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Deliberately break the runtime (skip the close barrier) to show that the
+    /// no_overlap invariant catches it.
+    #[arg(long)]
+    break_close_barrier: bool,
+    /// List the scenarios and their fault plans for the seed, then exit.
+    #[arg(long)]
+    list: bool,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    });
+    let mut opts = RunOptions {
+        break_close_barrier: args.break_close_barrier,
+        check_memory: args.soak.is_some(),
+    };
+    let select = |seed: u64| {
+        scenarios(seed)
+            .into_iter()
+            .filter(|s| args.scenarios.is_empty() || args.scenarios.iter().any(|n| n == s.name))
+            .collect::<Vec<_>>()
+    };
+    let first = select(seed);
+    if first.is_empty() {
+        eprintln!("chaos: no scenario matches {:?}", args.scenarios);
+        return std::process::ExitCode::from(2);
+    }
+    if args.list {
+        for s in &first {
+            println!(
+                "{:<32} {}",
+                s.name,
+                serde_json::to_string(&s.faults).unwrap_or_default()
+            );
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!("chaos: seed {seed}, {} scenario(s)", first.len());
+    let mut reports: Vec<ScenarioReport> = Vec::new();
+    let started = Instant::now();
+    let soak_until = args.soak.map(|s| started + Duration::from_secs(s));
+    let rss_start = rss_kib();
+    let mut round_seed = seed;
+    loop {
+        for sc in select(round_seed) {
+            if !args.json {
+                eprint!("  {:<32} … ", sc.name);
+            }
+            let r = run_scenario(&sc, &opts).await;
+            if !args.json {
+                let bad = r.violations();
+                eprintln!(
+                    "{} ({} ms)",
+                    if bad.is_empty() { "ok" } else { "VIOLATION" },
+                    r.duration_ms
+                );
+            }
+            reports.push(r);
+        }
+        match soak_until {
+            Some(until) if Instant::now() < until => round_seed = round_seed.wrapping_add(1),
+            _ => break,
+        }
+        opts.check_memory = true;
+    }
+    if let Some(until) = soak_until {
+        let _ = until;
+        let grown = rss_kib().saturating_sub(rss_start);
+        let verdict = if grown <= 64 * 1024 {
+            Verdict::Pass
+        } else {
+            Verdict::Fail(format!("runner RSS grew by {grown} KiB over the soak"))
+        };
+        if let Some(last) = reports.last_mut() {
+            last.invariants
+                .insert(mcpvisor_chaos::chaos::Invariant::BoundedMemory, verdict);
+        }
+    }
+    let violations: usize = reports.iter().map(|r| r.violations().len()).sum();
+    if args.json {
+        println!(
+            "{}",
+            json!({"seed": seed, "scenarios": reports, "violations": violations})
+        );
+    } else {
+        print_table(&reports);
+        println!(
+            "{violations} violation(s), {} scenario(s), {:.1} s",
+            reports.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    for r in &reports {
+        for (inv, why) in r.violations() {
+            eprintln!("violation: {} in {}: {why}", inv.name(), r.name);
+            eprintln!(
+                "note: rerun with `cargo run -p mcpvisor-chaos --bin chaos -- --seed {} --scenario {}{}`",
+                r.seed,
+                r.name,
+                if args.break_close_barrier { " --break-close-barrier" } else { "" }
+            );
+        }
+    }
+    if violations > 0 {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
+fn print_table(reports: &[ScenarioReport]) {
+    let names: Vec<&'static str> = reports
+        .first()
+        .map(|r| r.invariants.keys().map(|i| i.name()).collect())
+        .unwrap_or_default();
+    print!("{:<32} {:>20} {:<36}", "scenario", "seed", "faults");
+    for n in &names {
+        print!(" {:>4}", abbreviate(n));
+    }
+    println!(" {:>8}", "ms");
+    for r in reports {
+        let faults = r.faults.join(",");
+        print!(
+            "{:<32} {:>20} {:<36}",
+            r.name,
+            r.seed,
+            truncate(&faults, 36)
+        );
+        for v in r.invariants.values() {
+            print!(
+                " {:>4}",
+                if matches!(v, Verdict::Pass) {
+                    "ok"
+                } else {
+                    "FAIL"
+                }
+            );
+        }
+        println!(" {:>8}", r.duration_ms);
+    }
+    println!(
+        "columns: {}",
+        names
+            .iter()
+            .map(|n| format!("{}={n}", abbreviate(n)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+fn abbreviate(name: &str) -> &'static str {
+    match name {
+        "no_orphans" => "orph",
+        "no_overlap" => "ovlp",
+        "one_generation" => "gen",
+        "budget_respected" => "bdgt",
+        "no_double_send" => "dbl",
+        "one_outcome_per_call" => "once",
+        "shutdown_within_deadline" => "shut",
+        "bounded_memory" => "mem",
+        _ => "?",
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}

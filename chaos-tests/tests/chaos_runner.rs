@@ -1,0 +1,54 @@
+//! The chaos runner against the real runtime (CHAOS-1..3): scenarios pass on
+//! the real runtime, and a deliberately broken runtime (no close barrier)
+//! makes `no_overlap` fail — the checks can fail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use mcpvisor_chaos::chaos::{run_scenario, scenarios, Invariant, RunOptions, Scenario, Verdict};
+
+fn scenario(name: &str) -> Scenario {
+    scenarios(42).into_iter().find(|s| s.name == name).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stubborn_server_whose_connection_breaks_never_overlaps_its_replacement() {
+    // RECO-3 seen from outside: the old process ignores SIGTERM and stays alive
+    // ~2.5 s; the replacement waits for its reap.
+    let r = run_scenario(&scenario("overlong_line_stubborn"), &RunOptions::default()).await;
+    assert!(r.violations().is_empty(), "{:#?}", r.violations());
+    assert_eq!(r.invariants.len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_the_close_barrier_makes_no_overlap_fail() {
+    let opts = RunOptions {
+        break_close_barrier: true,
+        check_memory: false,
+    };
+    let r = run_scenario(&scenario("overlong_line_stubborn"), &opts).await;
+    assert!(
+        matches!(
+            r.invariants.get(&Invariant::NoOverlap),
+            Some(Verdict::Fail(_))
+        ),
+        "{:#?}",
+        r.invariants
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_and_protocol_fault_scenarios_hold_every_invariant() {
+    for name in [
+        "crash_mid_call_with_grandchild",
+        "invalid_result",
+        "colliding_names",
+        "http_session_loss",
+    ] {
+        let r = run_scenario(&scenario(name), &RunOptions::default()).await;
+        assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
+        assert!(
+            r.outcomes.values().sum::<u64>() > 0,
+            "{name}: no calls made"
+        );
+    }
+}
