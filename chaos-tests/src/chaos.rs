@@ -134,7 +134,7 @@ pub enum Fault {
         /// Calls before the loss.
         after: u64,
     },
-    /// HTTP: tools/call replies never arrive.
+    /// HTTP: tools/call replies open an SSE stream that then stalls.
     HttpStall,
 }
 

@@ -106,7 +106,7 @@ struct Args {
     extra_tool: Vec<String>,
     /// HTTP only: `401` (every request), `500` (every tools/call),
     /// `session-loss:N` (404 for the session after N tools/call), `stall`
-    /// (tools/call replies never arrive).
+    /// (tools/call replies open an SSE stream that never sends an event).
     #[arg(long, value_name = "FAULT")]
     http_fault: Option<String>,
     /// Ignored: lets a test runner find its processes by command line.
@@ -599,8 +599,14 @@ async fn http_fault_layer(
         HttpFault::SessionLoss(after) if is_call && has_session && n == after + 1 => {
             return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
         }
+        // The reply starts as an SSE stream and then never sends an event.
         HttpFault::Stall if is_call => {
-            std::future::pending::<()>().await;
+            let never = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+            return (
+                [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(never),
+            )
+                .into_response();
         }
         _ => {}
     }
