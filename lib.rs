@@ -83,6 +83,7 @@ pub mod actors;
 pub mod messages;
 pub mod supervisors;
 
+pub use actors::attachments::FileAttachmentStore;
 pub use messages::call::{
     CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
 };
@@ -93,6 +94,8 @@ pub use messages::config::{
     parse_config_file, ConfigError, HttpConfig, InProcessConnection, InProcessConnector,
     OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig, TrustMode,
 };
+pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
+pub use messages::projection::ProjectionPart;
 pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 pub use supervisors::runtime::{Runtime, RuntimeBuilder, RuntimeError};
 pub use tokio_util::sync::CancellationToken;

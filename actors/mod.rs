@@ -1,5 +1,6 @@
 //! One file per actor, with the transport glue beside the actor that owns it.
 
+pub mod attachments;
 pub mod connection;
 pub mod http;
 pub mod registry;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use mcpvisor::actors::attachments::FileAttachmentStore;
 use mcpvisor::{
     parse_config_file, CallOptions, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState,
     ServerStatus, ShutdownReport,
@@ -52,6 +53,13 @@ enum Command {
         /// Arguments as a JSON object.
         #[arg(long)]
         args: Option<String>,
+        /// Declare image capability for this call's route: valid images are
+        /// saved and attached instead of placeholders.
+        #[arg(long)]
+        images: bool,
+        /// Directory of the file attachment store (admitted images, spilled results).
+        #[arg(long, value_name = "DIR")]
+        attachments: Option<PathBuf>,
     },
     /// The supervision tree with each server's status.
     Status {
@@ -113,7 +121,12 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Demo => demo(&cli).await,
         Command::Check { server } => check(&cli, server.as_deref()).await,
         Command::Tools { server } => tools(&cli, server.as_deref()).await,
-        Command::Call { name, args } => call(&cli, name, args.as_deref()).await,
+        Command::Call {
+            name,
+            args,
+            images,
+            attachments,
+        } => call(&cli, name, args.as_deref(), *images, attachments.clone()).await,
         Command::Status { watch } => status(&cli, *watch).await,
         Command::Bench { calls } => bench::run(*calls, cli.json).await,
     }
@@ -157,7 +170,14 @@ fn load_servers(cli: &Cli, allow_demo: bool) -> anyhow::Result<Vec<ServerConfig>
 }
 
 async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtime> {
-    let mut b = Runtime::builder();
+    start_with(Runtime::builder(), servers, quiet).await
+}
+
+async fn start_with(
+    mut b: mcpvisor::RuntimeBuilder,
+    servers: Vec<ServerConfig>,
+    quiet: bool,
+) -> anyhow::Result<Runtime> {
     let names: Vec<String> = servers
         .iter()
         .filter(|s| s.enabled)
@@ -441,10 +461,18 @@ fn outcome_json(o: &mcpvisor::ToolOutcome) -> Value {
         "server": o.server,
         "raw_name": o.raw_name,
         "generation": o.generation,
+        "images": o.images,
+        "cut_bytes": o.cut_bytes,
     })
 }
 
-async fn call(cli: &Cli, name: &str, args: Option<&str>) -> anyhow::Result<u8> {
+async fn call(
+    cli: &Cli,
+    name: &str,
+    args: Option<&str>,
+    images: bool,
+    attachments: Option<PathBuf>,
+) -> anyhow::Result<u8> {
     let args: Option<Value> = match args {
         None => None,
         Some(text) => Some(
@@ -452,10 +480,16 @@ async fn call(cli: &Cli, name: &str, args: Option<&str>) -> anyhow::Result<u8> {
                 .with_context(|| format!("--args is not valid JSON: {text}"))?,
         ),
     };
-    let runtime = start(load_servers(cli, true)?, cli.json).await?;
-    let outcome = runtime
-        .call(&Scope::Global, name, args, CallOptions::default())
-        .await;
+    let mut builder = Runtime::builder();
+    if let Some(dir) = attachments {
+        builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
+    }
+    let runtime = start_with(builder, load_servers(cli, true)?, cli.json).await?;
+    let options = CallOptions {
+        images,
+        ..CallOptions::default()
+    };
+    let outcome = runtime.call(&Scope::Global, name, args, options).await;
     let _ = finish(runtime).await;
     if cli.json {
         println!("{}", outcome_json(&outcome));

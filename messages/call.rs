@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::Scope;
+use super::images::AdmittedImage;
+use super::projection::ProjectionPart;
 
 /// One tool of one catalog generation (SYNC-8).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -99,8 +101,15 @@ pub struct ToolOutcome {
     pub kind: OutcomeKind,
     /// The failure detail, for every kind but `Ok`.
     pub error: Option<String>,
-    /// What the model sees: the projection of the result, or the failure text.
+    /// What the model sees as text: the projection of the result (admitted
+    /// images as marker lines), or the failure text.
     pub projection: String,
+    /// What the model sees, in order: text parts and admitted images (CALL-7).
+    pub parts: Vec<ProjectionPart>,
+    /// The admitted images (also in `parts`, in their positions).
+    pub images: Vec<AdmittedImage>,
+    /// Projection bytes cut by the per-result budget (CALL-8).
+    pub cut_bytes: usize,
     /// The `CallToolResult` as received, full fidelity, when there was one.
     pub canonical: Option<Value>,
     /// The server that handled (or would have handled) the call.
@@ -120,9 +129,15 @@ impl ToolOutcome {
     /// A failure without a result.
     pub fn failure(kind: OutcomeKind, error: impl Into<String>) -> Self {
         let error = error.into();
+        let projection = format!("Tool call failed ({}): {error}", kind.name());
         Self {
             kind,
-            projection: format!("Tool call failed ({}): {error}", kind.name()),
+            parts: vec![ProjectionPart::Text {
+                text: projection.clone(),
+            }],
+            projection,
+            images: Vec::new(),
+            cut_bytes: 0,
             error: Some(error),
             canonical: None,
             server: None,
@@ -148,6 +163,9 @@ pub struct CallOptions {
     pub expected_generation: Option<u64>,
     /// The chat the call belongs to (for policies such as per-chat grants).
     pub chat: Option<String>,
+    /// The route (the model the result goes to) declares image capability:
+    /// admissible images are saved and projected as images (CALL-7).
+    pub images: bool,
 }
 
 /// What a policy sees of a call.

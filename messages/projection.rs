@@ -2,7 +2,12 @@
 //! both working on the raw JSON as received so unknown block types survive
 //! in the canonical value.
 
+use std::collections::BTreeMap;
+
+use serde::Serialize;
 use serde_json::Value;
+
+use super::images::AdmittedImage;
 
 /// The projection when a result has no model-visible content at all (CALL-6).
 pub const NO_CONTENT: &str = "The tool returned no content.";
@@ -147,6 +152,77 @@ fn project_block(block: &Value) -> String {
         }
         other => format!("[unsupported content block of type {other:?} — {RAW_KEPT}]"),
     }
+}
+
+/// How one image block is shown to the model (CALL-7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageRender {
+    /// Admitted: the image itself goes to the model, in its position.
+    Admitted(AdmittedImage),
+    /// Not admitted: this line stands in its place.
+    Line(String),
+}
+
+/// One part of the model projection, in block order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ProjectionPart {
+    /// Text (adjacent text blocks are joined with newlines).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An admitted image.
+    Image(AdmittedImage),
+}
+
+/// The projection as parts: like [`project`], but image blocks are rendered as
+/// `images` says (blocks without an entry get the default placeholder).
+pub fn project_parts(value: &Value, images: &BTreeMap<usize, ImageRender>) -> Vec<ProjectionPart> {
+    let mut parts: Vec<ProjectionPart> = Vec::new();
+    let push_text = |parts: &mut Vec<ProjectionPart>, t: String| match parts.last_mut() {
+        Some(ProjectionPart::Text { text }) => {
+            text.push('\n');
+            text.push_str(&t);
+        }
+        _ => parts.push(ProjectionPart::Text { text: t }),
+    };
+    if let Some(blocks) = value.get("content").and_then(Value::as_array) {
+        for (i, block) in blocks.iter().enumerate() {
+            match images.get(&i) {
+                Some(ImageRender::Admitted(img)) => parts.push(ProjectionPart::Image(img.clone())),
+                Some(ImageRender::Line(line)) => push_text(&mut parts, line.clone()),
+                None => push_text(&mut parts, project_block(block)),
+            }
+        }
+    }
+    let visible = parts.iter().any(|p| match p {
+        ProjectionPart::Text { text } => !text.trim().is_empty(),
+        ProjectionPart::Image(_) => true,
+    });
+    if visible {
+        return parts;
+    }
+    let text = match value.get("structuredContent") {
+        Some(structured) if !structured.is_null() => structured.to_string(),
+        _ => NO_CONTENT.to_string(),
+    };
+    vec![ProjectionPart::Text { text }]
+}
+
+/// Render parts as one text, admitted images as marker lines.
+pub fn parts_to_text(parts: &[ProjectionPart]) -> String {
+    parts
+        .iter()
+        .map(|p| match p {
+            ProjectionPart::Text { text } => text.clone(),
+            ProjectionPart::Image(img) => format!(
+                "[image {}, {} bytes, attached as {}]",
+                img.mime, img.bytes, img.path
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The model projection of a `CallToolResult` (CALL-6): one line (or text)

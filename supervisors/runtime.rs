@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::results::{judge_result, ResultContext};
 use super::root::{RootArgs, RootMsg, RootSupervisor, ScopeHandle};
 use super::scope::ScopeMsg;
 use crate::actors::registry::ScopeSnapshot;
@@ -27,8 +28,8 @@ use crate::messages::call::{
 };
 use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
 use crate::messages::config::{Scope, ServerConfig};
-use crate::messages::projection::{check_call_tool_result, is_error, project};
-use crate::messages::schema::validate;
+use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::messages::projection::{parts_to_text, project_parts};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 
@@ -62,6 +63,8 @@ pub struct RuntimeBuilder {
     servers: Vec<(Scope, ServerConfig)>,
     policies: Vec<Arc<dyn CallPolicy>>,
     handlers: ClientHandlers,
+    attachments: Option<Arc<dyn AttachmentStore>>,
+    limits: ResultLimits,
     skip_close_barrier: bool,
 }
 
@@ -84,6 +87,19 @@ impl RuntimeBuilder {
     /// Append a policy to the chain every call passes through (CALL-1).
     pub fn policy(mut self, policy: Arc<dyn CallPolicy>) -> Self {
         self.policies.push(policy);
+        self
+    }
+
+    /// Where admitted images and spilled results are saved (CALL-7, CALL-8).
+    /// Without a store, images are projected as placeholders.
+    pub fn attachments(mut self, store: Arc<dyn AttachmentStore>) -> Self {
+        self.attachments = Some(store);
+        self
+    }
+
+    /// Byte limits of projections and canonical values (LOOP-3, CALL-8).
+    pub fn result_limits(mut self, limits: ResultLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -123,6 +139,8 @@ impl RuntimeBuilder {
                 scopes: RwLock::new(HashMap::new()),
                 events,
                 policies: self.policies,
+                attachments: self.attachments,
+                limits: self.limits,
             }),
         };
         for (scope, config) in self.servers {
@@ -136,6 +154,8 @@ impl RuntimeBuilder {
 }
 
 struct Inner {
+    attachments: Option<Arc<dyn AttachmentStore>>,
+    limits: ResultLimits,
     root: ActorRef<RootMsg>,
     root_task: Mutex<Option<JoinHandle<()>>>,
     scopes: RwLock<HashMap<Scope, ScopeHandle>>,
@@ -547,8 +567,19 @@ impl Runtime {
             )
             .await
             .for_tool(&def);
+        if self.inner.policies.is_empty() {
+            return outcome; // nothing can change the value: no copy on the hot path
+        }
+        let prepared = outcome.canonical.clone();
         for policy in &self.inner.policies {
             policy.after(&call, &mut outcome).await;
+        }
+        if outcome.canonical != prepared {
+            // CALL-7: a policy changed the value after the projection was
+            // prepared; the prepared projection no longer matches. Project the
+            // new value again (images as placeholders: the admitted ones belonged
+            // to the old value) instead of silently keeping either.
+            reproject(&mut outcome);
         }
         outcome
     }
@@ -645,7 +676,13 @@ impl Runtime {
                 )
             }
         };
-        judge_result(def, canonical)
+        let ctx = ResultContext {
+            def,
+            images: options.images,
+            store: self.inner.attachments.as_ref(),
+            limits: self.inner.limits,
+        };
+        judge_result(&ctx, canonical).await
     }
 
     /// The connection was lost (or a send failed): wait briefly for the
@@ -775,60 +812,17 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Validate a received result and project it (CALL-3, CALL-6).
-pub(crate) fn judge_result(def: &ToolDefinition, mut canonical: Value) -> ToolOutcome {
-    if let Err(e) = check_call_tool_result(&canonical) {
-        let mut o = ToolOutcome::failure(OutcomeKind::InvalidResult, e);
-        o.canonical = Some(canonical);
-        return o;
-    }
-    if let Value::Object(m) = &mut canonical {
-        // CALL-3: content and structuredContent (and isError), no transport metadata.
-        m.retain(|k, _| matches!(k.as_str(), "content" | "structuredContent" | "isError"));
-    }
-    let projection = project(&canonical);
-    let mut outcome = ToolOutcome {
-        kind: OutcomeKind::Ok,
-        error: None,
-        projection,
-        canonical: None,
-        server: None,
-        raw_name: None,
-        generation: None,
+/// Project a changed canonical value again, text-only for images, and say so.
+fn reproject(outcome: &mut ToolOutcome) {
+    let Some(value) = &outcome.canonical else {
+        return;
     };
-    if is_error(&canonical) {
-        outcome.kind = OutcomeKind::ServerError;
-        outcome.error = Some("the tool reported an error (isError: true)".into());
-    } else if let Some(schema) = &def.output_schema {
-        match canonical.get("structuredContent") {
-            None | Some(Value::Null) => {
-                outcome.kind = OutcomeKind::OutputSchemaViolation;
-                outcome.error = Some(
-                    "the tool declares an output schema but returned no structuredContent".into(),
-                );
-            }
-            Some(sc) => {
-                let violations = validate(sc, schema);
-                if !violations.is_empty() {
-                    let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
-                    outcome.kind = OutcomeKind::OutputSchemaViolation;
-                    outcome.error = Some(format!(
-                        "structuredContent violates the output schema: {}",
-                        list.join("; ")
-                    ));
-                }
-            }
-        }
-    }
-    if let Some(err) = &outcome.error {
-        if outcome.kind == OutcomeKind::OutputSchemaViolation {
-            outcome.projection = format!(
-                "Tool call failed ({}): {err}\n{}",
-                outcome.kind.name(),
-                outcome.projection
-            );
-        }
-    }
-    outcome.canonical = Some(canonical);
-    outcome
+    let mut parts = project_parts(value, &std::collections::BTreeMap::new());
+    parts.push(crate::messages::projection::ProjectionPart::Text {
+        text: "[note: a policy changed this result after it was projected; it was projected again]"
+            .into(),
+    });
+    outcome.projection = parts_to_text(&parts);
+    outcome.parts = parts;
+    outcome.images.clear();
 }

@@ -329,3 +329,152 @@ async fn an_elicitation_opt_in_is_declared_and_answered_with_schema_defaults() {
     let check = shutdown_checked(&runtime, &[]).await;
     assert!(check.report.is_clean(), "{:?}", check.report);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_results_project_every_block_type_and_admit_real_images() {
+    // CALL-6 on server-everything's real content; CALL-7 image admission with a
+    // file attachment store; images keep their position.
+    let Some(dir) = peers_or_skip("everything_results") else {
+        return;
+    };
+    let attachments = mcpvisor_chaos::unique_temp_path("attachments");
+    let mut cfg = ServerConfig::stdio(
+        "everything",
+        "node",
+        vec![entry_point(&dir), "stdio".into()],
+    );
+    cfg.idle_stop_after = None;
+    let runtime = Runtime::builder()
+        .attachments(std::sync::Arc::new(mcpvisor::FileAttachmentStore::new(
+            &attachments,
+        )))
+        .start()
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    wait_all_tools(&runtime, &mut events).await;
+    let with_images = CallOptions {
+        images: true,
+        ..CallOptions::default()
+    };
+
+    // get-tiny-image: text, image, text — the image admitted in the middle.
+    let tiny = runtime
+        .call(
+            &G,
+            "mcp__everything__get-tiny-image",
+            Some(json!({})),
+            with_images.clone(),
+        )
+        .await;
+    assert_eq!(tiny.kind, OutcomeKind::Ok, "{tiny:?}");
+    assert_eq!(tiny.images.len(), 1, "{tiny:?}");
+    assert_eq!(tiny.images[0].mime, "image/png");
+    let saved = std::fs::read(&tiny.images[0].path).unwrap();
+    assert_eq!(&saved[..4], b"\x89PNG");
+    assert!(
+        matches!(
+            &tiny.parts[..],
+            [
+                mcpvisor::ProjectionPart::Text { .. },
+                mcpvisor::ProjectionPart::Image(_),
+                mcpvisor::ProjectionPart::Text { .. }
+            ]
+        ),
+        "{:?}",
+        tiny.parts
+    );
+    // Without image capability the same result is text with a placeholder, and
+    // the canonical value still holds the raw image.
+    let plain = call(&runtime, "mcp__everything__get-tiny-image", json!({})).await;
+    assert!(plain.images.is_empty());
+    assert!(
+        plain
+            .projection
+            .contains("does not declare image capability"),
+        "{}",
+        plain.projection
+    );
+    let raw = plain.canonical.unwrap();
+    assert!(raw.to_string().contains("\"type\":\"image\""));
+
+    // get-annotated-message with an image.
+    let annotated = runtime
+        .call(
+            &G,
+            "mcp__everything__get-annotated-message",
+            Some(json!({"messageType": "success", "includeImage": true})),
+            with_images.clone(),
+        )
+        .await;
+    assert_eq!(annotated.kind, OutcomeKind::Ok, "{annotated:?}");
+    assert_eq!(annotated.images.len(), 1);
+
+    // resource links → "[resource link] name: uri" lines.
+    let links = call(
+        &runtime,
+        "mcp__everything__get-resource-links",
+        json!({"count": 2}),
+    )
+    .await;
+    assert_eq!(links.kind, OutcomeKind::Ok, "{links:?}");
+    assert_eq!(
+        links.projection.matches("[resource link]").count(),
+        2,
+        "{}",
+        links.projection
+    );
+    assert!(
+        links.projection.contains("demo://resource/dynamic/"),
+        "{}",
+        links.projection
+    );
+
+    // An embedded text resource shows its text.
+    let reference = call(
+        &runtime,
+        "mcp__everything__get-resource-reference",
+        json!({"resourceType": "Text", "resourceId": 1}),
+    )
+    .await;
+    assert_eq!(reference.kind, OutcomeKind::Ok, "{reference:?}");
+    assert!(
+        !reference.projection.contains("unsupported content"),
+        "{}",
+        reference.projection
+    );
+
+    // structuredContent + content: the content is kept; the output schema holds.
+    let structured = call(
+        &runtime,
+        "mcp__everything__get-structured-content",
+        json!({"location": "New York"}),
+    )
+    .await;
+    assert_eq!(structured.kind, OutcomeKind::Ok, "{structured:?}");
+    assert!(structured
+        .canonical
+        .unwrap()
+        .get("structuredContent")
+        .is_some());
+
+    // An embedded blob resource (gzip of a data: URI, no network) → placeholder.
+    let gz = call(
+        &runtime,
+        "mcp__everything__gzip-file-as-resource",
+        json!({"name": "hello.txt.gz", "data": "data:text/plain;base64,aGVsbG8gd29ybGQ=", "outputType": "resource"}),
+    )
+    .await;
+    assert_eq!(gz.kind, OutcomeKind::Ok, "{gz:?}");
+    assert!(
+        gz.projection
+            .contains("unsupported content: embedded blob resource"),
+        "{}",
+        gz.projection
+    );
+
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+    let _ = std::fs::remove_dir_all(&attachments);
+}

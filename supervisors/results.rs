@@ -1,0 +1,455 @@
+//! The result half of a call (CALL-3, CALL-6..8): validate the received
+//! `CallToolResult`, admit images through the attachment store, project for
+//! the model within the byte budget, and spill an oversized canonical value.
+//! Runs in the caller's task, like the rest of the call path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::messages::call::{OutcomeKind, ToolDefinition, ToolOutcome};
+use crate::messages::images::{check_images, AdmittedImage, AttachmentStore, ResultLimits};
+use crate::messages::projection::{
+    check_call_tool_result, is_error, parts_to_text, project_parts, ImageRender, ProjectionPart,
+};
+use crate::messages::schema::validate;
+
+/// What a result is judged with.
+pub(crate) struct ResultContext<'a> {
+    /// The tool.
+    pub def: &'a ToolDefinition,
+    /// The route declares image capability.
+    pub images: bool,
+    /// Where images (and spills) go.
+    pub store: Option<&'a Arc<dyn AttachmentStore>>,
+    /// Byte limits.
+    pub limits: ResultLimits,
+}
+
+const RAW_KEPT: &str = "the raw data remains available to programmatic callers";
+
+/// Validate, project and budget one received result.
+pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) -> ToolOutcome {
+    if let Err(e) = check_call_tool_result(&canonical) {
+        let mut o = ToolOutcome::failure(OutcomeKind::InvalidResult, e);
+        o.canonical = Some(canonical);
+        return o;
+    }
+    if let Value::Object(m) = &mut canonical {
+        // CALL-3: content and structuredContent (and isError), no transport metadata.
+        m.retain(|k, _| matches!(k.as_str(), "content" | "structuredContent" | "isError"));
+    }
+    let (kind, error) = classify(ctx.def, &canonical);
+    let (renders, images) = admit_images(ctx, &canonical).await;
+    let parts = project_parts(&canonical, &renders);
+    let (mut parts, cut_bytes) = budget_parts(parts, ctx.limits.max_result_bytes);
+    if kind == OutcomeKind::OutputSchemaViolation {
+        if let Some(err) = &error {
+            parts.insert(
+                0,
+                ProjectionPart::Text {
+                    text: format!("Tool call failed ({}): {err}", kind.name()),
+                },
+            );
+        }
+    }
+    let projection = parts_to_text(&parts);
+    let canonical = spill_if_oversized(ctx, canonical).await;
+    ToolOutcome {
+        kind,
+        error,
+        projection,
+        parts,
+        images,
+        cut_bytes,
+        canonical: Some(canonical),
+        server: None,
+        raw_name: None,
+        generation: None,
+    }
+}
+
+/// isError and the output schema (CALL-3).
+fn classify(def: &ToolDefinition, canonical: &Value) -> (OutcomeKind, Option<String>) {
+    if is_error(canonical) {
+        return (
+            OutcomeKind::ServerError,
+            Some("the tool reported an error (isError: true)".into()),
+        );
+    }
+    let Some(schema) = &def.output_schema else {
+        return (OutcomeKind::Ok, None);
+    };
+    match canonical.get("structuredContent") {
+        None | Some(Value::Null) => (
+            OutcomeKind::OutputSchemaViolation,
+            Some("the tool declares an output schema but returned no structuredContent".into()),
+        ),
+        Some(sc) => {
+            let violations = validate(sc, schema);
+            if violations.is_empty() {
+                (OutcomeKind::Ok, None)
+            } else {
+                let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                (
+                    OutcomeKind::OutputSchemaViolation,
+                    Some(format!(
+                        "structuredContent violates the output schema: {}",
+                        list.join("; ")
+                    )),
+                )
+            }
+        }
+    }
+}
+
+/// CALL-7: check every image first; one invalid image turns every image into a
+/// diagnostic line; without image capability or a store, images are lines;
+/// otherwise each is saved and admitted in its position. Any failure falls
+/// back to lines for all images; the call itself never fails here.
+async fn admit_images(
+    ctx: &ResultContext<'_>,
+    canonical: &Value,
+) -> (BTreeMap<usize, ImageRender>, Vec<AdmittedImage>) {
+    let checks = check_images(canonical);
+    let mut renders = BTreeMap::new();
+    if checks.is_empty() {
+        return (renders, Vec::new());
+    }
+    let size =
+        |c: &crate::messages::images::ImageCheck| c.bytes.as_ref().map(Vec::len).unwrap_or(0);
+    let fallback = |why: &str| -> BTreeMap<usize, ImageRender> {
+        checks
+            .iter()
+            .map(|c| {
+                let line = format!(
+                    "[image {}, {} bytes — not shown: {why}; {RAW_KEPT}]",
+                    c.mime,
+                    size(c)
+                );
+                (c.index, ImageRender::Line(line))
+            })
+            .collect()
+    };
+    if checks.iter().any(|c| c.problem.is_some()) {
+        for c in &checks {
+            let line = match &c.problem {
+                Some(p) => format!("[image rejected: {p}; {RAW_KEPT}]"),
+                None => format!(
+                    "[image {}, {} bytes — not shown: another image in this result was invalid; {RAW_KEPT}]",
+                    c.mime,
+                    size(c)
+                ),
+            };
+            renders.insert(c.index, ImageRender::Line(line));
+        }
+        return (renders, Vec::new());
+    }
+    if !ctx.images {
+        return (
+            fallback("this route does not declare image capability"),
+            Vec::new(),
+        );
+    }
+    let Some(store) = ctx.store else {
+        return (fallback("no attachment store is configured"), Vec::new());
+    };
+    let mut admitted = Vec::with_capacity(checks.len());
+    for c in &checks {
+        let bytes = c.bytes.as_deref().unwrap_or_default();
+        match store.save(&c.mime, bytes).await {
+            Ok(path) => admitted.push(AdmittedImage {
+                index: c.index,
+                mime: c.mime.clone(),
+                bytes: bytes.len(),
+                path,
+            }),
+            Err(e) => {
+                return (
+                    fallback(&format!("the attachment store failed ({e})")),
+                    Vec::new(),
+                )
+            }
+        }
+    }
+    for img in &admitted {
+        renders.insert(img.index, ImageRender::Admitted(img.clone()));
+    }
+    (renders, admitted)
+}
+
+/// CALL-8: text parts share `max` bytes. The part that crosses the limit is
+/// cut on a character boundary and ends with a marker saying how many bytes
+/// were cut in all; later text parts are dropped (and counted); admitted
+/// images keep their places.
+fn budget_parts(parts: Vec<ProjectionPart>, max: usize) -> (Vec<ProjectionPart>, usize) {
+    let text_len = |p: &ProjectionPart| match p {
+        ProjectionPart::Text { text } => text.len(),
+        ProjectionPart::Image(_) => 0,
+    };
+    let total: usize = parts.iter().map(text_len).sum();
+    if total <= max {
+        return (parts, 0);
+    }
+    let mut left = max;
+    let mut kept = 0usize;
+    let mut out: Vec<ProjectionPart> = Vec::with_capacity(parts.len());
+    let mut cut_index = None;
+    for p in parts {
+        match p {
+            ProjectionPart::Text { text } if cut_index.is_none() => {
+                if text.len() <= left {
+                    left -= text.len();
+                    kept += text.len();
+                    out.push(ProjectionPart::Text { text });
+                } else {
+                    let mut end = left;
+                    while end > 0 && !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    kept += end;
+                    cut_index = Some(out.len());
+                    out.push(ProjectionPart::Text {
+                        text: text[..end].to_owned(),
+                    });
+                }
+            }
+            ProjectionPart::Text { .. } => {}
+            img @ ProjectionPart::Image(_) => out.push(img),
+        }
+    }
+    let cut = total - kept;
+    if let Some(ProjectionPart::Text { text }) = cut_index.and_then(|i| out.get_mut(i)) {
+        text.push_str(&format!(
+            "\n[… {cut} bytes cut: a tool result is limited to {max} bytes; the full value remains available to programmatic callers]"
+        ));
+    }
+    (out, cut)
+}
+
+/// CALL-8: a canonical value over the hard cap goes to the attachment store
+/// and is replaced by a pointer; without a store it is kept whole.
+async fn spill_if_oversized(ctx: &ResultContext<'_>, canonical: Value) -> Value {
+    let Some(store) = ctx.store else {
+        return canonical;
+    };
+    let Ok(bytes) = serde_json::to_vec(&canonical) else {
+        return canonical;
+    };
+    if bytes.len() <= ctx.limits.canonical_hard_cap_bytes {
+        return canonical;
+    }
+    match store.save("application/json", &bytes).await {
+        Ok(path) => json!({
+            "spilled": {
+                "path": path,
+                "bytes": bytes.len(),
+                "note": format!(
+                    "the result was larger than the {}-byte hard cap and was saved whole at this path",
+                    ctx.limits.canonical_hard_cap_bytes
+                ),
+            }
+        }),
+        Err(_) => canonical,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::config::Scope;
+    use futures::future::BoxFuture;
+    use std::sync::Mutex;
+
+    /// An in-memory store that records what it saved, or always fails.
+    #[derive(Default)]
+    struct MemStore {
+        saved: Mutex<Vec<(String, usize)>>,
+        fail: bool,
+    }
+
+    impl AttachmentStore for MemStore {
+        fn save<'a>(
+            &'a self,
+            mime: &'a str,
+            bytes: &'a [u8],
+        ) -> BoxFuture<'a, Result<String, String>> {
+            Box::pin(async move {
+                if self.fail {
+                    return Err("disk full".into());
+                }
+                let mut saved = self.saved.lock().unwrap();
+                saved.push((mime.to_owned(), bytes.len()));
+                Ok(format!("mem://{}", saved.len()))
+            })
+        }
+    }
+
+    fn def() -> ToolDefinition {
+        ToolDefinition {
+            name: "mcp__s__t".into(),
+            scope: Scope::Global,
+            server: "s".into(),
+            raw_name: "t".into(),
+            generation: 1,
+            title: None,
+            description: None,
+            input_schema: Arc::new(serde_json::Map::new()),
+            output_schema: None,
+            annotations: None,
+            task_support_required: false,
+        }
+    }
+
+    /// 1×1 PNG, canonical base64.
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+    fn result(blocks: Value) -> Value {
+        json!({"content": blocks})
+    }
+
+    async fn judge(
+        v: Value,
+        images: bool,
+        store: Option<Arc<dyn AttachmentStore>>,
+        max: usize,
+    ) -> ToolOutcome {
+        let d = def();
+        let ctx = ResultContext {
+            def: &d,
+            images,
+            store: store.as_ref(),
+            limits: ResultLimits {
+                max_result_bytes: max,
+                ..ResultLimits::default()
+            },
+        };
+        judge_result(&ctx, v).await
+    }
+
+    #[tokio::test]
+    async fn admitted_images_keep_their_position_between_text_parts() {
+        // CALL-7
+        let store: Arc<dyn AttachmentStore> = Arc::new(MemStore::default());
+        let v = result(json!([
+            {"type": "text", "text": "before"},
+            {"type": "image", "mimeType": "image/png", "data": PNG},
+            {"type": "text", "text": "after"}
+        ]));
+        let o = judge(v.clone(), true, Some(store), 32 * 1024).await;
+        assert_eq!(o.kind, OutcomeKind::Ok);
+        assert_eq!(o.images.len(), 1);
+        assert_eq!(o.images[0].index, 1);
+        assert_eq!(o.images[0].path, "mem://1");
+        assert!(matches!(
+            &o.parts[..],
+            [
+                ProjectionPart::Text { .. },
+                ProjectionPart::Image(_),
+                ProjectionPart::Text { .. }
+            ]
+        ));
+        assert_eq!(
+            o.canonical,
+            Some(v),
+            "the canonical value keeps the raw image"
+        );
+    }
+
+    #[tokio::test]
+    async fn one_invalid_image_turns_every_image_into_a_diagnostic() {
+        // CALL-7: all images are checked before any is admitted.
+        let store = Arc::new(MemStore::default());
+        let dyn_store: Arc<dyn AttachmentStore> = store.clone();
+        let v = result(json!([
+            {"type": "image", "mimeType": "image/png", "data": PNG},
+            {"type": "image", "mimeType": "image/png", "data": "AB=="},
+            {"type": "image", "mimeType": "image/bmp", "data": PNG}
+        ]));
+        let o = judge(v, true, Some(dyn_store), 32 * 1024).await;
+        assert!(o.images.is_empty());
+        assert!(store.saved.lock().unwrap().is_empty(), "nothing saved");
+        assert!(
+            o.projection
+                .contains("another image in this result was invalid"),
+            "{}",
+            o.projection
+        );
+        assert!(o.projection.contains("base64"), "{}", o.projection);
+        assert!(o.projection.contains("image/bmp"), "{}", o.projection);
+    }
+
+    #[tokio::test]
+    async fn without_capability_or_with_a_failing_store_images_fall_back_to_text() {
+        // CALL-7: a missing store or capability never fails the call.
+        let v = result(json!([{"type": "image", "mimeType": "image/png", "data": PNG}]));
+        let o = judge(v.clone(), false, None, 32 * 1024).await;
+        assert_eq!(o.kind, OutcomeKind::Ok);
+        assert!(
+            o.projection.contains("does not declare image capability"),
+            "{}",
+            o.projection
+        );
+        let o = judge(v.clone(), true, None, 32 * 1024).await;
+        assert!(
+            o.projection.contains("no attachment store"),
+            "{}",
+            o.projection
+        );
+        let failing: Arc<dyn AttachmentStore> = Arc::new(MemStore {
+            fail: true,
+            ..Default::default()
+        });
+        let o = judge(v, true, Some(failing), 32 * 1024).await;
+        assert_eq!(o.kind, OutcomeKind::Ok);
+        assert!(o.projection.contains("disk full"), "{}", o.projection);
+        assert!(o.images.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_result_over_budget_is_cut_with_the_amount_and_the_canonical_stays_whole() {
+        // CALL-8
+        let long = "x".repeat(1000);
+        let v = result(json!([{"type": "text", "text": long}, {"type": "text", "text": "tail"}]));
+        let o = judge(v.clone(), false, None, 100).await;
+        assert_eq!(o.cut_bytes, 1005 - 100);
+        assert!(o.projection.starts_with(&"x".repeat(100)));
+        assert!(
+            o.projection
+                .contains("[… 905 bytes cut: a tool result is limited to 100 bytes"),
+            "{}",
+            o.projection
+        );
+        assert_eq!(o.canonical, Some(v));
+    }
+
+    #[tokio::test]
+    async fn a_canonical_value_over_the_hard_cap_is_spilled_with_a_pointer() {
+        // CALL-8
+        let store = Arc::new(MemStore::default());
+        let dyn_store: Arc<dyn AttachmentStore> = store.clone();
+        let d = def();
+        let ctx = ResultContext {
+            def: &d,
+            images: false,
+            store: Some(&dyn_store),
+            limits: ResultLimits {
+                canonical_hard_cap_bytes: 50,
+                ..ResultLimits::default()
+            },
+        };
+        let o = judge_result(
+            &ctx,
+            result(json!([{"type": "text", "text": "y".repeat(200)}])),
+        )
+        .await;
+        let c = o.canonical.unwrap();
+        assert_eq!(c.pointer("/spilled/path"), Some(&json!("mem://1")));
+        assert_eq!(store.saved.lock().unwrap()[0].0, "application/json");
+        assert!(
+            o.projection.starts_with("yyy"),
+            "the projection is unaffected"
+        );
+    }
+}
