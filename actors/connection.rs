@@ -526,6 +526,7 @@ where
             .map(|i| format!("{} {}", i.name, i.version)),
         instructions,
         has_tools,
+        has_resources: server.capabilities.resources.is_some(),
         pid,
     };
     let catalog = if has_tools {

@@ -126,6 +126,15 @@ pub struct ScopeSnapshot {
     pub servers: BTreeMap<String, ServerEntry>,
     /// Public tool name → (server, index in its tools).
     pub index: BTreeMap<String, (String, usize)>,
+    /// The scope's shared resource tools (RES-2): present while at least one
+    /// live server provides resources.
+    pub resource_tools: Vec<Arc<ToolDefinition>>,
+    /// The live resource providers, by name (RES-1).
+    pub resource_providers: Vec<String>,
+    /// Bumped whenever the set of providers changes.
+    pub resource_generation: u64,
+    /// The scope.
+    pub scope: Option<Scope>,
 }
 
 impl ScopeSnapshot {
@@ -136,20 +145,48 @@ impl ScopeSnapshot {
         Some((entry, entry.tools.get(*i)?))
     }
 
-    /// Every tool of the scope, by server then server order.
+    /// Every tool of the scope, by server then server order, then the shared
+    /// resource tools.
     pub fn tools(&self) -> Vec<Arc<ToolDefinition>> {
         self.servers
             .values()
             .flat_map(|s| s.tools.iter().cloned())
+            .chain(self.resource_tools.iter().cloned())
             .collect()
     }
 
+    /// A shared resource tool by name, if installed.
+    pub fn resource_tool(&self, name: &str) -> Option<&Arc<ToolDefinition>> {
+        self.resource_tools.iter().find(|t| t.name == name)
+    }
+
     fn reindex(&mut self) {
+        self.refresh_providers();
         self.index.clear();
         for (name, entry) in &self.servers {
             for (i, t) in entry.tools.iter().enumerate() {
                 self.index.insert(t.name.clone(), (name.clone(), i));
             }
+        }
+    }
+
+    /// Recompute the resource providers; the shared tools follow them (RES-2).
+    fn refresh_providers(&mut self) {
+        let providers: Vec<String> = self
+            .servers
+            .iter()
+            .filter(|(_, e)| e.live.is_some() && e.status.resources)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if providers != self.resource_providers {
+            self.resource_generation += 1;
+            self.resource_providers = providers;
+            let scope = self.scope.clone().unwrap_or(Scope::Global);
+            self.resource_tools = crate::messages::resources::resource_tools(
+                &scope,
+                &self.resource_providers,
+                self.resource_generation,
+            );
         }
     }
 }
@@ -271,8 +308,11 @@ impl Actor for ToolRegistry {
         args: RegistryArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(RegistryState {
+            current: ScopeSnapshot {
+                scope: Some(args.scope.clone()),
+                ..ScopeSnapshot::default()
+            },
             scope: args.scope,
-            current: ScopeSnapshot::default(),
             snapshot: args.snapshot,
             events: args.events,
         })
@@ -313,6 +353,7 @@ impl Actor for ToolRegistry {
                 entry.status = status;
                 entry.live = live;
                 entry.instructions = instructions;
+                st.current.refresh_providers();
                 st.publish();
                 if changed {
                     st.emit_status(&name);

@@ -61,6 +61,11 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         attachments: Option<PathBuf>,
     },
+    /// Resources of the configured servers (through the shared resource tools).
+    Resources {
+        #[command(subcommand)]
+        what: ResourcesCommand,
+    },
     /// The supervision tree with each server's status.
     Status {
         /// Keep running and print every state change until SIGINT/SIGTERM.
@@ -79,6 +84,35 @@ enum Command {
         /// Extra generated tools.
         #[arg(long, default_value_t = 0)]
         tools: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ResourcesCommand {
+    /// `resources/list` of one or every server.
+    List {
+        /// Only this server.
+        #[arg(long)]
+        server: Option<String>,
+        /// A cursor from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// `resources/templates/list` of one or every server.
+    Templates {
+        /// Only this server.
+        #[arg(long)]
+        server: Option<String>,
+        /// A cursor from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// `resources/read` of one resource.
+    Read {
+        /// The server.
+        server: String,
+        /// The resource URI.
+        uri: String,
     },
 }
 
@@ -128,6 +162,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             attachments,
         } => call(&cli, name, args.as_deref(), *images, attachments.clone()).await,
         Command::Status { watch } => status(&cli, *watch).await,
+        Command::Resources { what } => resources(&cli, what).await,
         Command::Bench { calls } => bench::run(*calls, cli.json).await,
     }
 }
@@ -558,4 +593,41 @@ async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
         let _ = writeln!(out, "{}", json!({"shutdown": report}));
     }
     Ok(u8::from(!report.is_clean()))
+}
+
+async fn resources(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8> {
+    let (tool, args) = match what {
+        ResourcesCommand::List { server, cursor } => (
+            "list_mcp_resources",
+            json!({"server": server, "cursor": cursor}),
+        ),
+        ResourcesCommand::Templates { server, cursor } => (
+            "list_mcp_resource_templates",
+            json!({"server": server, "cursor": cursor}),
+        ),
+        ResourcesCommand::Read { server, uri } => {
+            ("read_mcp_resource", json!({"server": server, "uri": uri}))
+        }
+    };
+    // Absent options are absent, not null.
+    let args = match args {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    };
+    let runtime = start(load_servers(cli, true)?, cli.json).await?;
+    let outcome = runtime
+        .call(&Scope::Global, tool, Some(args), CallOptions::default())
+        .await;
+    let _ = finish(runtime).await;
+    if cli.json {
+        let body = if outcome.is_ok() {
+            outcome.canonical.clone().unwrap_or(Value::Null)
+        } else {
+            json!({"outcome": outcome.kind.name(), "error": outcome.error})
+        };
+        println!("{body}");
+    } else {
+        println!("{}", outcome.projection);
+    }
+    Ok(u8::from(!outcome.is_ok()))
 }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod images;
 pub mod naming;
 pub mod projection;
+pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod status;

@@ -20,6 +20,8 @@ pub struct ConnInfo {
     pub instructions: Option<String>,
     /// Whether the server declared the `tools` capability (SYNC-3).
     pub has_tools: bool,
+    /// Whether the server declared the `resources` capability (RES-1).
+    pub has_resources: bool,
     /// Child pid (stdio).
     pub pid: Option<u32>,
 }

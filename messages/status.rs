@@ -89,6 +89,8 @@ pub struct ServerStatus {
     pub generation: u64,
     /// Registered tool count.
     pub tools: usize,
+    /// The server provides resources (RES-1).
+    pub resources: bool,
     /// Restarts after a failure since the runtime started.
     pub restarts: u32,
     /// Failed attempts in the current outage.

@@ -28,8 +28,9 @@ use crate::messages::call::{
 };
 use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
 use crate::messages::config::{Scope, ServerConfig};
-use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::messages::images::{apply_budget, AttachmentStore, ResultLimits};
 use crate::messages::projection::{parts_to_text, project_parts};
+use crate::messages::resources::{render_resource_result, ResourceOp};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 
@@ -452,10 +453,15 @@ impl Runtime {
         let Some(mut snap) = self.snapshot(scope) else {
             return unknown();
         };
-        let Some((_, def)) = snap.resolve(name) else {
+        let resource_op =
+            ResourceOp::from_tool_name(name).filter(|_| snap.resource_tool(name).is_some());
+        let found = match resource_op {
+            Some(_) => snap.resource_tool(name).cloned(),
+            None => snap.resolve(name).map(|(_, d)| d.clone()),
+        };
+        let Some(mut def) = found else {
             return unknown();
         };
-        let mut def = def.clone();
         let arguments = match arguments {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(m)) => m,
@@ -503,6 +509,13 @@ impl Runtime {
                     return ToolOutcome::failure(kind, reason).for_tool(&def)
                 }
             }
+        }
+        if let Some(op) = resource_op {
+            let outcome = self
+                .resource_call(&snap, op, &call.arguments, entry_timeout(&snap))
+                .await
+                .for_tool(&def);
+            return self.after_policies(&call, outcome).await;
         }
         // Resolve the live connection; wake an idle-stopped server (RECO-6).
         let mut entry = snap.servers.get(&def.server).cloned();
@@ -556,7 +569,7 @@ impl Runtime {
             .for_tool(&def);
         };
         let _activity = entry.activity.begin();
-        let mut outcome = self
+        let outcome = self
             .send_call(
                 scope,
                 &def,
@@ -567,12 +580,17 @@ impl Runtime {
             )
             .await
             .for_tool(&def);
+        self.after_policies(&call, outcome).await
+    }
+
+    /// The after half of the policy chain, and the post-policy change check (CALL-7).
+    async fn after_policies(&self, call: &PolicyCall, mut outcome: ToolOutcome) -> ToolOutcome {
         if self.inner.policies.is_empty() {
             return outcome; // nothing can change the value: no copy on the hot path
         }
         let prepared = outcome.canonical.clone();
         for policy in &self.inner.policies {
-            policy.after(&call, &mut outcome).await;
+            policy.after(call, &mut outcome).await;
         }
         if outcome.canonical != prepared {
             // CALL-7: a policy changed the value after the projection was
@@ -730,6 +748,111 @@ impl Runtime {
         }
     }
 
+    /// A shared resource tool (RES-2..4, RES-6): resolve the server in the
+    /// caller's scope (an invisible server gets the same error as an unknown
+    /// one), pass cursors and URIs through untouched, and show the model the
+    /// server name plus compact JSON with blobs replaced by their length.
+    async fn resource_call(
+        &self,
+        snap: &ScopeSnapshot,
+        op: ResourceOp,
+        args: &Map<String, Value>,
+        timeout: Duration,
+    ) -> ToolOutcome {
+        let server = args.get("server").and_then(Value::as_str);
+        let cursor = args
+            .get("cursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let targets: Vec<&str> = match server {
+            Some(s) if snap.resource_providers.iter().any(|p| p == s) => vec![s],
+            Some(s) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    format!(
+                        "unknown resource server \"{s}\"; known: {}",
+                        snap.resource_providers.join(", ")
+                    ),
+                )
+            }
+            None if op == ResourceOp::Read => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    "\"server\" is required",
+                )
+            }
+            None => snap.resource_providers.iter().map(String::as_str).collect(),
+        };
+        let uri = args.get("uri").and_then(Value::as_str);
+        if op == ResourceOp::Read && uri.is_none() {
+            return ToolOutcome::failure(OutcomeKind::InvalidArguments, "\"uri\" is required");
+        }
+        let mut canonical = Map::new();
+        let mut shown = Vec::new();
+        for target in targets {
+            let Some(live) = snap.servers.get(target).and_then(|e| e.live.clone()) else {
+                continue;
+            };
+            let request = match op {
+                ResourceOp::List => ClientRequest::ListResourcesRequest(
+                    rmcp::model::ListResourcesRequest::with_param(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+                    ),
+                ),
+                ResourceOp::Templates => ClientRequest::ListResourceTemplatesRequest(
+                    rmcp::model::ListResourceTemplatesRequest::with_param(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+                    ),
+                ),
+                ResourceOp::Read => {
+                    ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
+                        rmcp::model::ReadResourceRequestParams::new(uri.unwrap_or_default()),
+                    ))
+                }
+            };
+            let value = match request_value(&live.peer, request, timeout).await {
+                Ok(v) => v,
+                Err(e) if server.is_some() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::ServerError,
+                        format!("server \"{target}\": {e}"),
+                    )
+                }
+                // Listing across servers: one failing server does not hide the others.
+                Err(e) => {
+                    shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
+                    continue;
+                }
+            };
+            shown.push(render_resource_result(target, &value));
+            canonical.insert(target.to_owned(), value);
+        }
+        let projection = if shown.is_empty() {
+            "No resource server answered.".to_owned()
+        } else {
+            shown.join("\n")
+        };
+        let (projection, cut_bytes) = apply_budget(
+            &projection,
+            self.inner.limits.max_result_bytes,
+            "a tool result",
+        );
+        ToolOutcome {
+            kind: OutcomeKind::Ok,
+            error: None,
+            parts: vec![crate::messages::projection::ProjectionPart::Text {
+                text: projection.clone(),
+            }],
+            projection,
+            images: Vec::new(),
+            cut_bytes,
+            canonical: Some(Value::Object(canonical)),
+            server: None,
+            raw_name: None,
+            generation: None,
+        }
+    }
+
     /// Shut everything down quiescently (RECO-7). Idempotent: a second call
     /// returns an empty report.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
@@ -789,6 +912,7 @@ fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {
         connection_generation: 0,
         generation: 0,
         tools: 0,
+        resources: false,
         restarts: 0,
         consecutive_failures: 0,
         budget_left: 0,
@@ -825,4 +949,30 @@ fn reproject(outcome: &mut ToolOutcome) {
     outcome.projection = parts_to_text(&parts);
     outcome.parts = parts;
     outcome.images.clear();
+}
+
+/// The request timeout of the first live server of a snapshot (resource requests).
+fn entry_timeout(snap: &ScopeSnapshot) -> Duration {
+    snap.servers
+        .values()
+        .map(|e| e.config.request_timeout)
+        .max()
+        .unwrap_or(Duration::from_secs(15))
+}
+
+/// Send one request with a timeout and return its result as raw JSON.
+async fn request_value(
+    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    request: ClientRequest,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let handle = peer
+        .send_request_with_option(
+            request,
+            rmcp::service::PeerRequestOptions::with_timeout(timeout),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = handle.await_response().await.map_err(|e| e.to_string())?;
+    serde_json::to_value(&result).map_err(|e| e.to_string())
 }

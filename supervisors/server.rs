@@ -205,6 +205,7 @@ fn initial_status(scope: &Scope, config: &ServerConfig) -> ServerStatus {
         connection_generation: 0,
         generation: 0,
         tools: 0,
+        resources: false,
         restarts: 0,
         consecutive_failures: 0,
         budget_left: config.reconnect.max_attempts,
@@ -312,6 +313,7 @@ impl Actor for ServerSupervisor {
                 st.status.pid = info.pid;
                 st.status.protocol_version = Some(info.protocol_version.clone());
                 st.status.server_info = info.server_info.clone();
+                st.status.resources = info.has_resources;
                 st.status.error = None;
                 // Publish the live handle first (the registry's Swap checks it, SYNC-6),
                 // and report `ready` only once the catalog is registered (CONN-10).

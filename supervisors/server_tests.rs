@@ -34,11 +34,31 @@ use crate::{
 #[derive(Clone)]
 struct Echo {
     tool: &'static str,
+    /// Declare the resources capability with one text resource (RES-1).
+    resources: bool,
 }
 
 impl ServerHandler for Echo {
     fn get_info(&self) -> RmcpServerConfig {
-        RmcpServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let caps = if self.resources {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        RmcpServerConfig::new(caps)
+    }
+
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let mut r = rmcp::model::ListResourcesResult::default();
+        r.resources = vec![rmcp::model::Resource::new("mem://note", "note")];
+        Ok(r)
     }
 
     async fn list_tools(
@@ -83,6 +103,7 @@ enum Mode {
 #[derive(Clone)]
 struct Harness {
     tool: &'static str,
+    resources: bool,
     mode: Arc<Mutex<Mode>>,
     attempts: Arc<Mutex<Vec<Instant>>>,
     kills: Arc<Mutex<Vec<oneshot::Sender<()>>>>,
@@ -96,6 +117,7 @@ impl Harness {
     fn with_tool(mode: Mode, tool: &'static str) -> Self {
         Self {
             tool,
+            resources: false,
             mode: Arc::new(Mutex::new(mode)),
             attempts: Arc::default(),
             kills: Arc::default(),
@@ -111,11 +133,11 @@ impl Harness {
                 return Err("connection refused (test)".into());
             }
             let (client, server) = tokio::io::duplex(64 * 1024);
-            let tool = h.tool;
+            let (tool, resources) = (h.tool, h.resources);
             let (kill_tx, kill_rx) = oneshot::channel::<()>();
             h.kills.lock().unwrap().push(kill_tx);
             let task = tokio::spawn(async move {
-                if let Ok(running) = (Echo { tool }).serve(server).await {
+                if let Ok(running) = (Echo { tool, resources }).serve(server).await {
                     tokio::select! {
                         _ = running.waiting() => {}
                         _ = kill_rx => {}
@@ -448,5 +470,81 @@ async fn display_names_get_unique_slugs_within_a_scope() {
         global.contains(&"mcp__my-files-2__echo".to_owned()),
         "{global:?}"
     );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shared_resource_tools_stay_while_any_provider_is_live() {
+    // RES-2: the first provider installs the three tools; one server leaving
+    // never removes a sibling's access; the last one to leave removes them.
+    let mut a = Harness::new(Mode::Serve);
+    a.resources = true;
+    let mut b = Harness::new(Mode::Serve);
+    b.resources = true;
+    let rt = Runtime::builder().start().await.unwrap();
+    let mut events = rt.subscribe();
+    for (name, h) in [("a", &a), ("b", &b)] {
+        let mut cfg = named_config(name, h, policy(100, 1000, 1));
+        cfg.reconnect.enabled = false;
+        rt.add_server(Scope::Global, cfg).await.unwrap();
+        rt.wait_ready(&Scope::Global, name, Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    let shared = |rt: &Runtime| {
+        rt.tools(&Scope::Global)
+            .iter()
+            .filter(|t| t.server.is_empty())
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shared(&rt),
+        vec![
+            "list_mcp_resources",
+            "list_mcp_resource_templates",
+            "read_mcp_resource"
+        ]
+    );
+    let out = rt
+        .call(
+            &Scope::Global,
+            "list_mcp_resources",
+            Some(serde_json::json!({"server": "b"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert!(
+        out.projection.starts_with("[MCP server \"b\"]"),
+        "{}",
+        out.projection
+    );
+    assert!(out.projection.contains("mem://note"), "{}", out.projection);
+    // RES-3: a server that is not visible gets the unknown-server error.
+    let out = rt
+        .call(
+            &Scope::Global,
+            "read_mcp_resource",
+            Some(serde_json::json!({"server": "zzz", "uri": "x"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert!(out
+        .error
+        .unwrap()
+        .contains("unknown resource server \"zzz\""));
+    b.crash(); // b's transport ends first: the tools stay for a
+    wait_status(&mut events, |s| {
+        s.server == "b" && s.state == ServerState::Failed
+    })
+    .await;
+    assert_eq!(shared(&rt).len(), 3, "a sibling leaving keeps the tools");
+    a.crash();
+    wait_status(&mut events, |s| {
+        s.server == "a" && s.state == ServerState::Failed
+    })
+    .await;
+    assert!(shared(&rt).is_empty(), "the last provider removed them");
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

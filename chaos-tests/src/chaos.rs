@@ -1072,6 +1072,7 @@ mod tests {
             connection_generation: conn_gen,
             generation: 0,
             tools: 0,
+            resources: false,
             restarts: 0,
             consecutive_failures: failures,
             budget_left: 0,

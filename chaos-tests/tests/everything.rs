@@ -478,3 +478,96 @@ async fn everything_results_project_every_block_type_and_admit_real_images() {
     assert!(check.report.is_clean(), "{:?}", check.report);
     let _ = std::fs::remove_dir_all(&attachments);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_resources_are_listed_read_and_blobs_reach_the_model_as_lengths() {
+    // RES-1..4, RES-6 against server-everything's real resources.
+    let Some(dir) = peers_or_skip("everything_resources") else {
+        return;
+    };
+    let mut cfg = ServerConfig::stdio(
+        "everything",
+        "node",
+        vec![entry_point(&dir), "stdio".into()],
+    );
+    cfg.idle_stop_after = None;
+    let runtime = Runtime::builder().start().await.unwrap();
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    wait_all_tools(&runtime, &mut events).await;
+    let names: Vec<String> = runtime.tools(&G).iter().map(|t| t.name.clone()).collect();
+    for shared in [
+        "list_mcp_resources",
+        "list_mcp_resource_templates",
+        "read_mcp_resource",
+    ] {
+        assert!(
+            names.contains(&shared.to_owned()),
+            "{shared} missing from {names:?}"
+        );
+    }
+    let listed = call(&runtime, "list_mcp_resources", json!({})).await;
+    assert_eq!(listed.kind, OutcomeKind::Ok, "{listed:?}");
+    assert!(
+        listed.projection.starts_with("[MCP server \"everything\"]"),
+        "{}",
+        listed.projection
+    );
+    assert!(
+        listed
+            .projection
+            .contains("demo://resource/static/document/"),
+        "{}",
+        listed.projection
+    );
+    let templates = call(
+        &runtime,
+        "list_mcp_resource_templates",
+        json!({"server": "everything"}),
+    )
+    .await;
+    assert!(
+        templates
+            .projection
+            .contains("demo://resource/dynamic/text/{resourceId}"),
+        "{}",
+        templates.projection
+    );
+    let text = call(
+        &runtime,
+        "read_mcp_resource",
+        json!({"server": "everything", "uri": "demo://resource/dynamic/text/1"}),
+    )
+    .await;
+    assert_eq!(text.kind, OutcomeKind::Ok, "{text:?}");
+    assert!(text.projection.contains("\"text\""), "{}", text.projection);
+    let blob = call(
+        &runtime,
+        "read_mcp_resource",
+        json!({"server": "everything", "uri": "demo://resource/dynamic/blob/1"}),
+    )
+    .await;
+    assert_eq!(blob.kind, OutcomeKind::Ok, "{blob:?}");
+    assert!(
+        blob.projection.contains("base64 characters omitted"),
+        "{}",
+        blob.projection
+    );
+    let raw_blob = blob
+        .canonical
+        .unwrap()
+        .pointer("/everything/contents/0/blob")
+        .and_then(|b| b.as_str())
+        .map(str::len)
+        .unwrap_or(0);
+    assert!(raw_blob > 0, "the canonical value keeps the bytes");
+    let unknown = call(
+        &runtime,
+        "read_mcp_resource",
+        json!({"server": "nope", "uri": "x"}),
+    )
+    .await;
+    assert_eq!(unknown.kind, OutcomeKind::InvalidArguments);
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+}
