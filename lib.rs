@@ -91,8 +91,9 @@ pub use messages::capabilities::{
     AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
 };
 pub use messages::config::{
-    parse_config_file, ConfigError, HttpConfig, InProcessConnection, InProcessConnector,
-    OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig, TrustMode,
+    parse_config, parse_config_file, ConfigError, FileConfig, HttpConfig, InProcessConnection,
+    InProcessConnector, OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig,
+    TransportConfig, TrustMode,
 };
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -366,46 +367,52 @@ impl Actor for Connection {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ConnectionMsg::Established(Ok(est)) => {
-                state.connect_task = None;
-                let Established {
-                    running,
-                    info,
-                    catalog,
-                } = *est;
-                let peer = running.peer().clone();
-                state.service_ct = Some(running.cancellation_token());
-                let me = myself.clone();
-                state.watcher = Some(tokio::spawn(async move {
-                    let reason = match running.waiting().await {
-                        Ok(rmcp::service::QuitReason::Cancelled) => return,
-                        Ok(r) => format!("the transport closed ({r:?})"),
-                        Err(e) => format!("the service task failed: {e}"),
-                    };
-                    let _ = me.cast(ConnectionMsg::Lost(reason));
-                }));
-                if let TransportConfig::StreamableHttp(h) = &state.config.transport {
-                    state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
+        let span = tracing::debug_span!("connection", server = %state.config.server_name, conn_gen = state.gen);
+        async move {
+            tracing::debug!("handling a message");
+            match msg {
+                ConnectionMsg::Established(Ok(est)) => {
+                    state.connect_task = None;
+                    let Established {
+                        running,
+                        info,
+                        catalog,
+                    } = *est;
+                    let peer = running.peer().clone();
+                    state.service_ct = Some(running.cancellation_token());
+                    let me = myself.clone();
+                    state.watcher = Some(tokio::spawn(async move {
+                        let reason = match running.waiting().await {
+                            Ok(rmcp::service::QuitReason::Cancelled) => return,
+                            Ok(r) => format!("the transport closed ({r:?})"),
+                            Err(e) => format!("the service task failed: {e}"),
+                        };
+                        let _ = me.cast(ConnectionMsg::Lost(reason));
+                    }));
+                    if let TransportConfig::StreamableHttp(h) = &state.config.transport {
+                        state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
+                    }
+                    state.supervisor.cast(ServerSupervisorMsg::ConnUp {
+                        gen: state.gen,
+                        peer,
+                        info,
+                        catalog,
+                    })?;
                 }
-                state.supervisor.cast(ServerSupervisorMsg::ConnUp {
-                    gen: state.gen,
-                    peer,
-                    info,
-                    catalog,
-                })?;
+                ConnectionMsg::Established(Err(e)) => {
+                    state.connect_task = None;
+                    let cause = compose_cause(state, &e).await;
+                    myself.stop(Some(cause));
+                }
+                ConnectionMsg::Lost(reason) => {
+                    let cause = compose_cause(state, &reason).await;
+                    myself.stop(Some(cause));
+                }
             }
-            ConnectionMsg::Established(Err(e)) => {
-                state.connect_task = None;
-                let cause = compose_cause(state, &e).await;
-                myself.stop(Some(cause));
-            }
-            ConnectionMsg::Lost(reason) => {
-                let cause = compose_cause(state, &reason).await;
-                myself.stop(Some(cause));
-            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn post_stop(

@@ -2,6 +2,7 @@
 
 pub mod attachments;
 pub mod connection;
+pub mod event_log;
 pub mod http;
 pub mod registry;
 pub mod stdio;

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rmcp::service::{Peer, RoleClient};
@@ -160,18 +161,21 @@ impl ScopeSnapshot {
         self.resource_tools.iter().find(|t| t.name == name)
     }
 
-    fn reindex(&mut self) {
-        self.refresh_providers();
+    /// Rebuild the name index; true when the shared resource tools changed.
+    fn reindex(&mut self) -> bool {
+        let changed = self.refresh_providers();
         self.index.clear();
         for (name, entry) in &self.servers {
             for (i, t) in entry.tools.iter().enumerate() {
                 self.index.insert(t.name.clone(), (name.clone(), i));
             }
         }
+        changed
     }
 
     /// Recompute the resource providers; the shared tools follow them (RES-2).
-    fn refresh_providers(&mut self) {
+    /// True when they changed.
+    fn refresh_providers(&mut self) -> bool {
         let providers: Vec<String> = self
             .servers
             .iter()
@@ -187,7 +191,9 @@ impl ScopeSnapshot {
                 &self.resource_providers,
                 self.resource_generation,
             );
+            return true;
         }
+        false
     }
 }
 
@@ -285,6 +291,23 @@ impl RegistryState {
         }
     }
 
+    /// Model-visible text the runtime produced (OBS-2): the shared resource
+    /// tools' descriptions whenever they change.
+    fn emit_resource_tools(&self) {
+        let text = self
+            .current
+            .resource_tools
+            .iter()
+            .map(|t| format!("{}: {}", t.name, t.description.as_deref().unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let _ = self.events.send(RuntimeEvent::ModelText {
+            scope: self.scope.clone(),
+            origin: "resource_tools".into(),
+            text,
+        });
+    }
+
     fn emit_catalog(&self, server: &str) {
         if let Some(e) = self.current.servers.get(server) {
             let _ = self.events.send(RuntimeEvent::CatalogChanged {
@@ -324,93 +347,118 @@ impl Actor for ToolRegistry {
         msg: Self::Msg,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            RegistryMsg::Register { entry } => {
-                let name = entry.status.server.clone();
-                st.current.servers.insert(name.clone(), *entry);
-                st.current.reindex();
-                st.publish();
-                st.emit_status(&name);
-            }
-            RegistryMsg::Publish {
-                status,
-                live,
-                instructions,
-            } => {
-                let mut status = *status;
-                let name = status.server.clone();
-                let Some(entry) = st.current.servers.get_mut(&name) else {
-                    return Ok(());
-                };
-                status.tools = entry.tools.len();
-                status.generation = entry.status.generation;
-                let changed = entry.status != status;
-                entry.up_since = match (&entry.live, &live) {
-                    (Some(old), Some(new)) if old.gen == new.gen => entry.up_since,
-                    (_, Some(_)) => Some(Instant::now()),
-                    (_, None) => None,
-                };
-                entry.status = status;
-                entry.live = live;
-                entry.instructions = instructions;
-                st.current.refresh_providers();
-                st.publish();
-                if changed {
+        let span = tracing::debug_span!("tool_registry", scope = %st.scope);
+        async move {
+            tracing::debug!("handling a message");
+            match msg {
+                RegistryMsg::Register { entry } => {
+                    let name = entry.status.server.clone();
+                    st.current.servers.insert(name.clone(), *entry);
+                    if st.current.reindex() {
+                        st.emit_resource_tools();
+                    }
+                    st.publish();
                     st.emit_status(&name);
                 }
-            }
-            RegistryMsg::Swap {
-                server,
-                conn_gen,
-                generation,
-                tools,
-                reply,
-            } => {
-                let result = swap(st, &server, conn_gen, generation, tools);
-                st.publish();
-                if result.is_ok() {
-                    st.emit_catalog(&server);
-                }
-                st.emit_status(&server);
-                let _ = reply.send(result);
-            }
-            RegistryMsg::RemoveTools { server } => {
-                if let Some(entry) = st.current.servers.get_mut(&server) {
-                    entry.tools = Arc::new(Vec::new());
-                    entry.status.tools = 0;
-                    entry.instructions = None;
-                    st.current.reindex();
+                RegistryMsg::Publish {
+                    status,
+                    live,
+                    instructions,
+                } => {
+                    let mut status = *status;
+                    let name = status.server.clone();
+                    let Some(entry) = st.current.servers.get_mut(&name) else {
+                        return Ok(());
+                    };
+                    status.tools = entry.tools.len();
+                    status.generation = entry.status.generation;
+                    let changed = entry.status != status;
+                    entry.up_since = match (&entry.live, &live) {
+                        (Some(old), Some(new)) if old.gen == new.gen => entry.up_since,
+                        (_, Some(_)) => Some(Instant::now()),
+                        (_, None) => None,
+                    };
+                    let instructions_changed = entry.instructions != instructions;
+                    entry.status = status;
+                    entry.live = live;
+                    entry.instructions = instructions;
+                    if instructions_changed {
+                        let text = entry.instructions.clone().unwrap_or_default();
+                        let _ = st.events.send(RuntimeEvent::ModelText {
+                            scope: st.scope.clone(),
+                            origin: format!("instructions:{name}"),
+                            text,
+                        });
+                    }
+                    if st.current.refresh_providers() {
+                        st.emit_resource_tools();
+                    }
                     st.publish();
-                    st.emit_catalog(&server);
+                    if changed {
+                        st.emit_status(&name);
+                    }
                 }
-            }
-            RegistryMsg::Abandon { server, error } => {
-                if let Some(entry) = st.current.servers.get_mut(&server) {
-                    entry.live = None;
-                    entry.up_since = None;
-                    entry.tools = Arc::new(Vec::new());
-                    entry.instructions = None;
-                    entry.status.tools = 0;
-                    entry.status.pid = None;
-                    entry.status.state = ServerState::Failed;
-                    entry.status.error = Some(error);
-                    st.current.reindex();
+                RegistryMsg::Swap {
+                    server,
+                    conn_gen,
+                    generation,
+                    tools,
+                    reply,
+                } => {
+                    let result = swap(st, &server, conn_gen, generation, tools);
                     st.publish();
-                    st.emit_catalog(&server);
+                    if result.is_ok() {
+                        st.emit_catalog(&server);
+                    }
                     st.emit_status(&server);
+                    let _ = reply.send(result);
+                }
+                RegistryMsg::RemoveTools { server } => {
+                    if let Some(entry) = st.current.servers.get_mut(&server) {
+                        entry.tools = Arc::new(Vec::new());
+                        entry.status.tools = 0;
+                        entry.instructions = None;
+                        if st.current.reindex() {
+                            st.emit_resource_tools();
+                        }
+                        st.publish();
+                        st.emit_catalog(&server);
+                    }
+                }
+                RegistryMsg::Abandon { server, error } => {
+                    if let Some(entry) = st.current.servers.get_mut(&server) {
+                        entry.live = None;
+                        entry.up_since = None;
+                        entry.tools = Arc::new(Vec::new());
+                        entry.instructions = None;
+                        entry.status.tools = 0;
+                        entry.status.pid = None;
+                        entry.status.state = ServerState::Failed;
+                        entry.status.error = Some(error);
+                        if st.current.reindex() {
+                            st.emit_resource_tools();
+                        }
+                        st.publish();
+                        st.emit_catalog(&server);
+                        st.emit_status(&server);
+                    }
+                }
+                RegistryMsg::Barrier { reply } => {
+                    let _ = reply.send(());
+                }
+                RegistryMsg::Unregister { server } => {
+                    if st.current.servers.remove(&server).is_some() {
+                        if st.current.reindex() {
+                            st.emit_resource_tools();
+                        }
+                        st.publish();
+                    }
                 }
             }
-            RegistryMsg::Barrier { reply } => {
-                let _ = reply.send(());
-            }
-            RegistryMsg::Unregister { server } => {
-                if st.current.servers.remove(&server).is_some() {
-                    st.current.reindex();
-                    st.publish();
-                }
-            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 
@@ -449,12 +497,16 @@ fn swap(
         entry.instructions = None;
         let msg = format!("tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools");
         entry.status.error = Some(msg.clone());
-        st.current.reindex();
+        if st.current.reindex() {
+            st.emit_resource_tools();
+        }
         return Err(msg);
     }
     let n = tools.len();
     entry.tools = Arc::new(tools);
     entry.status.tools = n;
-    st.current.reindex();
+    if st.current.reindex() {
+        st.emit_resource_tools();
+    }
     Ok(n)
 }

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use mcpvisor::actors::attachments::FileAttachmentStore;
 use mcpvisor::{
-    parse_config_file, CallOptions, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState,
+    parse_config, CallOptions, FileConfig, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState,
     ServerStatus, ShutdownReport,
 };
 use serde_json::{json, Value};
@@ -187,12 +187,15 @@ fn config_path(cli: &Cli) -> PathBuf {
 
 /// Load the servers. With no config file anywhere, `check`/`status` fall back
 /// to the demo server (BIN-4).
-fn load_servers(cli: &Cli, allow_demo: bool) -> anyhow::Result<Vec<ServerConfig>> {
+fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
     let path = config_path(cli);
     let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
     if !path.exists() {
         if allow_demo && !explicit {
-            return Ok(vec![demo_config("demo", 0)?]);
+            return Ok(FileConfig {
+                servers: vec![demo_config("demo", 0)?],
+                event_log: None,
+            });
         }
         bail!(
             "config file {} not found (use --config FILE or MCPVISOR_CONFIG)",
@@ -201,11 +204,20 @@ fn load_servers(cli: &Cli, allow_demo: bool) -> anyhow::Result<Vec<ServerConfig>
     }
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(parse_config_file(&path.display().to_string(), &text)?)
+    Ok(parse_config(&path.display().to_string(), &text)?)
 }
 
-async fn start(servers: Vec<ServerConfig>, quiet: bool) -> anyhow::Result<Runtime> {
-    start_with(Runtime::builder(), servers, quiet).await
+/// A runtime builder with what the config file asks for beyond servers.
+fn builder_for(cfg: &FileConfig) -> mcpvisor::RuntimeBuilder {
+    let b = Runtime::builder();
+    match &cfg.event_log {
+        Some(path) => b.event_log(path.clone()),
+        None => b,
+    }
+}
+
+async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
+    start_with(builder_for(&cfg), cfg.servers, quiet).await
 }
 
 async fn start_with(
@@ -280,7 +292,7 @@ async fn finish(runtime: Runtime) -> ShutdownReport {
 }
 
 async fn demo(cli: &Cli) -> anyhow::Result<u8> {
-    let runtime = start(vec![demo_config("demo", 0)?], cli.json).await?;
+    let runtime = start_with(Runtime::builder(), vec![demo_config("demo", 0)?], cli.json).await?;
     let scope = Scope::Global;
     let tools = runtime.tools(&scope);
     let echo = runtime
@@ -379,21 +391,22 @@ fn status_json(s: &ServerStatus) -> Value {
 }
 
 async fn check(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    let mut servers = load_servers(cli, true)?;
+    let mut cfg = load_config(cli, true)?;
+    let servers = &mut cfg.servers;
     if let Some(name) = only {
         servers.retain(|s| s.server_name == name);
         if servers.is_empty() {
             bail!("no server named \"{name}\" in the config");
         }
     }
-    for s in &mut servers {
+    for s in servers.iter_mut() {
         // A check is one real handshake: no reconnect loop, no idle timer.
         s.reconnect.enabled = false;
         s.enabled = true;
         // Every server is reported (exit 1 if any failed), strict or not.
         s.fail_on_startup_error = false;
     }
-    let runtime = start(servers, cli.json).await?;
+    let runtime = start(cfg, cli.json).await?;
     let statuses = runtime.status();
     let _ = finish(runtime).await;
     let failed = statuses
@@ -448,7 +461,7 @@ fn indent(text: &str, pad: &str) -> String {
 }
 
 async fn tools(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    let runtime = start(load_servers(cli, true)?, cli.json).await?;
+    let runtime = start(load_config(cli, true)?, cli.json).await?;
     let mut tools = runtime.tools(&Scope::Global);
     let _ = finish(runtime).await;
     if let Some(s) = only {
@@ -515,11 +528,12 @@ async fn call(
                 .with_context(|| format!("--args is not valid JSON: {text}"))?,
         ),
     };
-    let mut builder = Runtime::builder();
+    let cfg = load_config(cli, true)?;
+    let mut builder = builder_for(&cfg);
     if let Some(dir) = attachments {
         builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
     }
-    let runtime = start_with(builder, load_servers(cli, true)?, cli.json).await?;
+    let runtime = start_with(builder, cfg.servers, cli.json).await?;
     let options = CallOptions {
         images,
         ..CallOptions::default()
@@ -540,9 +554,9 @@ async fn call(
 }
 
 async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
-    let servers = load_servers(cli, true)?;
+    let cfg = load_config(cli, true)?;
     if !watch {
-        let runtime = start(servers, cli.json).await?;
+        let runtime = start(cfg, cli.json).await?;
         let statuses = runtime.status();
         let _ = finish(runtime).await;
         if cli.json {
@@ -566,9 +580,9 @@ async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
         }
         return Ok(0);
     }
-    let runtime = Runtime::builder().start().await?;
+    let runtime = builder_for(&cfg).start().await?;
     let mut events = runtime.subscribe();
-    for s in servers {
+    for s in cfg.servers {
         runtime.add_server(Scope::Global, s).await?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -614,7 +628,7 @@ async fn resources(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8> {
         Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
         other => other,
     };
-    let runtime = start(load_servers(cli, true)?, cli.json).await?;
+    let runtime = start(load_config(cli, true)?, cli.json).await?;
     let outcome = runtime
         .call(&Scope::Global, tool, Some(args), CallOptions::default())
         .await;

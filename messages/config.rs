@@ -408,6 +408,16 @@ pub struct RawConfigFile {
     /// `[servers.<server_name>]` tables.
     #[serde(default)]
     pub servers: BTreeMap<String, RawServerConfig>,
+    /// `[events]`.
+    pub events: Option<RawEvents>,
+}
+
+/// `[events]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvents {
+    /// Path of the JSONL event log.
+    pub log: Option<PathBuf>,
 }
 
 /// One `[servers.<name>]` table as written.
@@ -577,11 +587,31 @@ impl ServerConfig {
     }
 }
 
+/// A whole config file, validated.
+#[derive(Debug, Clone, Default)]
+pub struct FileConfig {
+    /// `[servers.*]`.
+    pub servers: Vec<ServerConfig>,
+    /// `[events] log`: the durable JSONL event log (OBS-2).
+    pub event_log: Option<PathBuf>,
+}
+
 /// Parse a whole config file; `origin` (the path) prefixes every problem.
-pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
+pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let raw: RawConfigFile = toml::from_str(text).map_err(|e| ConfigError {
         problems: vec![format!("{origin}: {}", e.to_string().trim_end())],
     })?;
+    let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
+    let servers = servers_of(origin, raw)?;
+    Ok(FileConfig { servers, event_log })
+}
+
+/// Parse a whole config file and return its servers.
+pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
+    parse_config(origin, text).map(|c| c.servers)
+}
+
+fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, ConfigError> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     for (name, server) in raw.servers {
@@ -665,6 +695,19 @@ max_delay_ms = 100
             "{all}"
         );
         assert!(all.contains("servers.worse.reconnect.initial_delay_ms (5000) must not exceed max_delay_ms (100)"), "{all}");
+    }
+
+    #[test]
+    fn the_events_table_names_the_event_log() {
+        // OBS-2
+        let cfg = parse_config(
+            "t.toml",
+            "[events]\nlog = \"logs/events.jsonl\"\n[servers.a]\ncommand = \"x\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.event_log, Some(PathBuf::from("logs/events.jsonl")));
+        assert_eq!(cfg.servers.len(), 1);
+        assert!(parse_config("t.toml", "[events]\nlogs = 1\n").is_err());
     }
 
     #[test]

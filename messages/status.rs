@@ -128,16 +128,39 @@ pub enum RuntimeEvent {
         /// Tool count after the change.
         tools: usize,
     },
+    /// A call started (after argument normalisation, before the policy chain).
+    CallStarted {
+        /// Scope.
+        scope: Scope,
+        /// Public tool name.
+        tool: String,
+        /// Per-runtime call id, shared with `CallFinished`.
+        call_id: u64,
+    },
     /// A call finished with an outcome.
     CallFinished {
         /// Scope.
         scope: Scope,
         /// Public tool name.
         tool: String,
+        /// Per-runtime call id.
+        call_id: u64,
         /// The outcome kind, snake_case.
         outcome: &'static str,
         /// Wall time.
         duration_ms: u64,
+        /// What the model sees of the outcome (model-visible text, RES-5/OBS-2).
+        projection: String,
+    },
+    /// Other model-visible text the runtime produced: attributed server
+    /// instructions and the shared resource tools' descriptions (RES-5, OBS-2).
+    ModelText {
+        /// Scope.
+        scope: Scope,
+        /// Where it comes from: `instructions:<server>` or `resource_tools`.
+        origin: String,
+        /// The text (empty when withdrawn).
+        text: String,
     },
 }
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
@@ -92,74 +93,81 @@ impl Actor for RootSupervisor {
         msg: Self::Msg,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            RootMsg::Scope { scope, reply } => {
-                if st.shutting_down {
-                    let _ = reply.send(Err("the runtime is shutting down".into()));
-                    return Ok(());
-                }
-                if let Some(h) = st.scopes.get(&scope) {
-                    let _ = reply.send(Ok(h.clone()));
-                    return Ok(());
-                }
-                let (tx, rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
-                let args = ScopeArgs {
-                    scope: scope.clone(),
-                    snapshot: tx,
-                    events: st.events.clone(),
-                    skip_close_barrier: st.skip_close_barrier,
-                    handlers: st.handlers.clone(),
-                };
-                let result =
-                    match Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell()).await
-                    {
-                        Ok((actor, _)) => {
-                            let h = ScopeHandle {
-                                actor,
-                                snapshot: rx,
-                            };
-                            st.scopes.insert(scope, h.clone());
-                            Ok(h)
-                        }
-                        Err(e) => Err(format!("could not start scope {scope}: {e}")),
+        let span = tracing::debug_span!("root_supervisor", scopes = st.scopes.len());
+        async move {
+            tracing::debug!("handling a message");
+            match msg {
+                RootMsg::Scope { scope, reply } => {
+                    if st.shutting_down {
+                        let _ = reply.send(Err("the runtime is shutting down".into()));
+                        return Ok(());
+                    }
+                    if let Some(h) = st.scopes.get(&scope) {
+                        let _ = reply.send(Ok(h.clone()));
+                        return Ok(());
+                    }
+                    let (tx, rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
+                    let args = ScopeArgs {
+                        scope: scope.clone(),
+                        snapshot: tx,
+                        events: st.events.clone(),
+                        skip_close_barrier: st.skip_close_barrier,
+                        handlers: st.handlers.clone(),
                     };
-                let _ = reply.send(result);
-            }
-            RootMsg::Shutdown { reply } => {
-                st.shutting_down = true;
-                let waits = st.scopes.iter().map(|(scope, h)| {
-                    let actor = h.actor.clone();
-                    let scope = scope.clone();
-                    async move {
-                        let limit = SHUTDOWN_DEADLINE + Duration::from_secs(5);
-                        match actor
-                            .call(|r| ScopeMsg::Shutdown { reply: r }, Some(limit))
+                    let result =
+                        match Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell())
                             .await
                         {
-                            Ok(ractor::rpc::CallResult::Success(report)) => report,
-                            _ => ShutdownReport {
-                                unconfirmed: vec![format!("scope {scope} did not report")],
-                                ..Default::default()
-                            },
+                            Ok((actor, _)) => {
+                                let h = ScopeHandle {
+                                    actor,
+                                    snapshot: rx,
+                                };
+                                st.scopes.insert(scope, h.clone());
+                                Ok(h)
+                            }
+                            Err(e) => Err(format!("could not start scope {scope}: {e}")),
+                        };
+                    let _ = reply.send(result);
+                }
+                RootMsg::Shutdown { reply } => {
+                    st.shutting_down = true;
+                    let waits = st.scopes.iter().map(|(scope, h)| {
+                        let actor = h.actor.clone();
+                        let scope = scope.clone();
+                        async move {
+                            let limit = SHUTDOWN_DEADLINE + Duration::from_secs(5);
+                            match actor
+                                .call(|r| ScopeMsg::Shutdown { reply: r }, Some(limit))
+                                .await
+                            {
+                                Ok(ractor::rpc::CallResult::Success(report)) => report,
+                                _ => ShutdownReport {
+                                    unconfirmed: vec![format!("scope {scope} did not report")],
+                                    ..Default::default()
+                                },
+                            }
                         }
+                    });
+                    let mut report = ShutdownReport::default();
+                    for r in futures::future::join_all(waits).await {
+                        report.absorb(r);
                     }
-                });
-                let mut report = ShutdownReport::default();
-                for r in futures::future::join_all(waits).await {
-                    report.absorb(r);
+                    for (_, h) in std::mem::take(&mut st.scopes) {
+                        stop_child(
+                            &h.actor.get_cell(),
+                            Shutdown::Timeout(Duration::from_secs(1)),
+                        )
+                        .await;
+                    }
+                    let _ = reply.send(report);
+                    myself.stop(Some("shutdown".into()));
                 }
-                for (_, h) in std::mem::take(&mut st.scopes) {
-                    stop_child(
-                        &h.actor.get_cell(),
-                        Shutdown::Timeout(Duration::from_secs(1)),
-                    )
-                    .await;
-                }
-                let _ = reply.send(report);
-                myself.stop(Some("shutdown".into()));
             }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn handle_supervisor_evt(

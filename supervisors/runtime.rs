@@ -66,6 +66,7 @@ pub struct RuntimeBuilder {
     handlers: ClientHandlers,
     attachments: Option<Arc<dyn AttachmentStore>>,
     limits: ResultLimits,
+    event_log: Option<std::path::PathBuf>,
     skip_close_barrier: bool,
 }
 
@@ -98,6 +99,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Append every runtime event as one JSON line to `path` (OBS-2): server
+    /// states, catalog generations, calls and every model-visible text.
+    pub fn event_log(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.event_log = Some(path.into());
+        self
+    }
+
     /// Byte limits of projections and canonical values (LOOP-3, CALL-8).
     pub fn result_limits(mut self, limits: ResultLimits) -> Self {
         self.limits = limits;
@@ -124,7 +132,15 @@ impl RuntimeBuilder {
     /// `fail_on_startup_error` are awaited; if one fails, everything is shut
     /// down again and its error returned (CONN-12).
     pub async fn start(self) -> Result<Runtime, RuntimeError> {
-        let (events, _) = broadcast::channel(1024);
+        let (events, _) = broadcast::channel(4096);
+        let event_log = match &self.event_log {
+            Some(path) => Some(
+                crate::actors::event_log::EventLogHandle::start(path.clone(), &events)
+                    .await
+                    .map_err(RuntimeError::Unavailable)?,
+            ),
+            None => None,
+        };
         let args = RootArgs {
             events: events.clone(),
             skip_close_barrier: self.skip_close_barrier,
@@ -139,6 +155,8 @@ impl RuntimeBuilder {
                 root_task: Mutex::new(Some(task)),
                 scopes: RwLock::new(HashMap::new()),
                 events,
+                call_ids: std::sync::atomic::AtomicU64::new(1),
+                event_log,
                 policies: self.policies,
                 attachments: self.attachments,
                 limits: self.limits,
@@ -155,6 +173,8 @@ impl RuntimeBuilder {
 }
 
 struct Inner {
+    call_ids: std::sync::atomic::AtomicU64,
+    event_log: Option<crate::actors::event_log::EventLogHandle>,
     attachments: Option<Arc<dyn AttachmentStore>>,
     limits: ResultLimits,
     root: ActorRef<RootMsg>,
@@ -427,13 +447,30 @@ impl Runtime {
         options: CallOptions,
     ) -> ToolOutcome {
         let started = Instant::now();
+        let call_id = self
+            .inner
+            .call_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Events cost a clone of the projection: build them only for listeners.
+        let listened = self.inner.events.receiver_count() > 0;
+        if listened {
+            let _ = self.inner.events.send(RuntimeEvent::CallStarted {
+                scope: scope.clone(),
+                tool: name.to_owned(),
+                call_id,
+            });
+        }
         let outcome = self.call_inner(scope, name, arguments, options).await;
-        let _ = self.inner.events.send(RuntimeEvent::CallFinished {
-            scope: scope.clone(),
-            tool: name.to_owned(),
-            outcome: outcome.kind.name(),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
+        if listened {
+            let _ = self.inner.events.send(RuntimeEvent::CallFinished {
+                scope: scope.clone(),
+                tool: name.to_owned(),
+                call_id,
+                outcome: outcome.kind.name(),
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                projection: outcome.projection.clone(),
+            });
+        }
         outcome
     }
 
@@ -889,6 +926,9 @@ impl Runtime {
             m.clear();
         }
         report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Some(log) = &self.inner.event_log {
+            log.stop().await; // after the tree: the shutdown's own events are in the file
+        }
         report
     }
 }

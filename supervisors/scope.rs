@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
@@ -135,94 +136,100 @@ impl Actor for ScopeSupervisor {
         msg: Self::Msg,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ScopeMsg::AddServer { mut config, reply } => {
-                if config.server_name.is_empty() {
-                    if let Some(display) = &config.display_name {
-                        // SYNC-2: derived on every add, against this scope's names.
-                        config.server_name = derive_slug(
-                            display,
-                            |s| st.servers.contains_key(s),
-                            || format!("{:08x}", rand::random::<u32>()),
-                        );
-                    }
-                }
-                let name = config.server_name.clone();
-                let result = if st.shutting_down {
-                    Err("the runtime is shutting down".to_owned())
-                } else if st.servers.contains_key(&name) {
-                    Err(format!(
-                        "server_name \"{name}\" is already registered in scope {}",
-                        st.scope
-                    ))
-                } else if let Err(e) = config.validate() {
-                    Err(e.to_string())
-                } else {
-                    let config = Arc::new(*config);
-                    let activity = Arc::new(Activity::new());
-                    match spawn_server(&myself, st, config.clone(), activity.clone()).await {
-                        Ok(actor) => {
-                            // The new supervisor registered itself from pre_start; make
-                            // that visible before answering, so status() shows the server.
-                            let _ = st
-                                .registry
-                                .call(
-                                    |reply| RegistryMsg::Barrier { reply },
-                                    Some(Duration::from_secs(5)),
-                                )
-                                .await;
-                            st.servers.insert(
-                                name.clone(),
-                                ServerChild {
-                                    actor,
-                                    config,
-                                    activity,
-                                },
+        let span = tracing::debug_span!("scope_supervisor", scope = %st.scope);
+        async move {
+            tracing::debug!("handling a message");
+            match msg {
+                ScopeMsg::AddServer { mut config, reply } => {
+                    if config.server_name.is_empty() {
+                        if let Some(display) = &config.display_name {
+                            // SYNC-2: derived on every add, against this scope's names.
+                            config.server_name = derive_slug(
+                                display,
+                                |s| st.servers.contains_key(s),
+                                || format!("{:08x}", rand::random::<u32>()),
                             );
-                            Ok(name)
-                        }
-                        Err(e) => Err(e),
-                    }
-                };
-                let _ = reply.send(result);
-            }
-            ScopeMsg::Shutdown { reply } => {
-                st.shutting_down = true;
-                let waits = st.servers.values().map(|child| {
-                    let actor = child.actor.clone();
-                    let name = child.config.server_name.clone();
-                    let scope = st.scope.clone();
-                    async move {
-                        let limit = SHUTDOWN_DEADLINE + Duration::from_secs(2);
-                        match actor
-                            .call(|r| ServerSupervisorMsg::Shutdown { reply: r }, Some(limit))
-                            .await
-                        {
-                            Ok(ractor::rpc::CallResult::Success(report)) => report,
-                            _ => ShutdownReport {
-                                unconfirmed: vec![format!(
-                                    "{scope}/{name}: server supervisor did not report"
-                                )],
-                                ..Default::default()
-                            },
                         }
                     }
-                });
-                let reports = futures::future::join_all(waits).await;
-                let mut report = ShutdownReport::default();
-                for r in reports {
-                    report.absorb(r);
+                    let name = config.server_name.clone();
+                    let result = if st.shutting_down {
+                        Err("the runtime is shutting down".to_owned())
+                    } else if st.servers.contains_key(&name) {
+                        Err(format!(
+                            "server_name \"{name}\" is already registered in scope {}",
+                            st.scope
+                        ))
+                    } else if let Err(e) = config.validate() {
+                        Err(e.to_string())
+                    } else {
+                        let config = Arc::new(*config);
+                        let activity = Arc::new(Activity::new());
+                        match spawn_server(&myself, st, config.clone(), activity.clone()).await {
+                            Ok(actor) => {
+                                // The new supervisor registered itself from pre_start; make
+                                // that visible before answering, so status() shows the server.
+                                let _ = st
+                                    .registry
+                                    .call(
+                                        |reply| RegistryMsg::Barrier { reply },
+                                        Some(Duration::from_secs(5)),
+                                    )
+                                    .await;
+                                st.servers.insert(
+                                    name.clone(),
+                                    ServerChild {
+                                        actor,
+                                        config,
+                                        activity,
+                                    },
+                                );
+                                Ok(name)
+                            }
+                            Err(e) => Err(e),
+                        }
+                    };
+                    let _ = reply.send(result);
                 }
-                // Reverse start order: the servers (already quiesced above), then the registry.
-                for child in std::mem::take(&mut st.servers).into_values() {
-                    stop_child(&child.actor.get_cell(), WORKER_STOP).await;
+                ScopeMsg::Shutdown { reply } => {
+                    st.shutting_down = true;
+                    let waits = st.servers.values().map(|child| {
+                        let actor = child.actor.clone();
+                        let name = child.config.server_name.clone();
+                        let scope = st.scope.clone();
+                        async move {
+                            let limit = SHUTDOWN_DEADLINE + Duration::from_secs(2);
+                            match actor
+                                .call(|r| ServerSupervisorMsg::Shutdown { reply: r }, Some(limit))
+                                .await
+                            {
+                                Ok(ractor::rpc::CallResult::Success(report)) => report,
+                                _ => ShutdownReport {
+                                    unconfirmed: vec![format!(
+                                        "{scope}/{name}: server supervisor did not report"
+                                    )],
+                                    ..Default::default()
+                                },
+                            }
+                        }
+                    });
+                    let reports = futures::future::join_all(waits).await;
+                    let mut report = ShutdownReport::default();
+                    for r in reports {
+                        report.absorb(r);
+                    }
+                    // Reverse start order: the servers (already quiesced above), then the registry.
+                    for child in std::mem::take(&mut st.servers).into_values() {
+                        stop_child(&child.actor.get_cell(), WORKER_STOP).await;
+                    }
+                    stop_child(&st.registry.get_cell(), WORKER_STOP).await;
+                    let _ = reply.send(report);
+                    myself.stop(Some("shutdown".into()));
                 }
-                stop_child(&st.registry.get_cell(), WORKER_STOP).await;
-                let _ = reply.send(report);
-                myself.stop(Some("shutdown".into()));
             }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn handle_supervisor_evt(

@@ -23,6 +23,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use rand::Rng;
@@ -293,223 +294,233 @@ impl Actor for ServerSupervisor {
         msg: Self::Msg,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ServerSupervisorMsg::ConnUp {
-                gen,
-                peer,
-                info,
-                catalog,
-            } => {
-                let current = st.conn.as_ref().map(|c| c.gen) == Some(gen);
-                if !current || st.disposing.is_some() {
-                    return Ok(()); // SYNC-6: a late result from an older connection is dropped.
-                }
-                if let Some(slot) = st.conn.as_mut() {
-                    slot.up_since = Some(Instant::now());
-                }
-                st.activity.reset();
-                st.live = Some(LiveConn { gen, peer });
-                st.instructions = info.instructions.clone();
-                st.status.pid = info.pid;
-                st.status.protocol_version = Some(info.protocol_version.clone());
-                st.status.server_info = info.server_info.clone();
-                st.status.resources = info.has_resources;
-                st.status.error = None;
-                // Publish the live handle first (the registry's Swap checks it, SYNC-6),
-                // and report `ready` only once the catalog is registered (CONN-10).
-                st.publish();
-                apply_catalog(st, gen, catalog).await;
-                st.set_state(ServerState::Ready);
-                st.answer_waiters(Ok(()));
-                arm_idle(&myself, st, None);
-                if std::mem::take(&mut st.resync_pending) {
-                    start_sync(&myself, st);
-                }
-            }
-            ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid } => {
-                st.open.remove(&gen);
-                st.close_timers.retain(|(g, t)| {
-                    if *g == gen {
-                        t.abort();
+        let span = tracing::debug_span!("server_supervisor", scope = %st.scope, server = %st.config.server_name, conn_gen = st.next_gen.saturating_sub(1), catalog_gen = st.catalog_gen);
+        async move {
+            tracing::debug!("handling a message");
+            match msg {
+                ServerSupervisorMsg::ConnUp {
+                    gen,
+                    peer,
+                    info,
+                    catalog,
+                } => {
+                    let current = st.conn.as_ref().map(|c| c.gen) == Some(gen);
+                    if !current || st.disposing.is_some() {
+                        return Ok(()); // SYNC-6: a late result from an older connection is dropped.
                     }
-                    *g != gen
-                });
-                if let Some(d) = st.disposing.as_mut() {
-                    match (reaped, pid) {
-                        (true, Some(pid)) => d.report.processes_reaped.push(pid),
-                        (false, _) => d.report.unconfirmed.push(format!(
-                            "{}/{}: connection {gen} did not confirm its close{}",
-                            st.scope,
-                            st.config.server_name,
-                            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-                        )),
-                        _ => {}
+                    if let Some(slot) = st.conn.as_mut() {
+                        slot.up_since = Some(Instant::now());
                     }
-                    finish_if_done(&myself, st);
-                    return Ok(());
+                    st.activity.reset();
+                    st.live = Some(LiveConn { gen, peer });
+                    st.instructions = info.instructions.clone();
+                    st.status.pid = info.pid;
+                    st.status.protocol_version = Some(info.protocol_version.clone());
+                    st.status.server_info = info.server_info.clone();
+                    st.status.resources = info.has_resources;
+                    st.status.error = None;
+                    // Publish the live handle first (the registry's Swap checks it, SYNC-6),
+                    // and report `ready` only once the catalog is registered (CONN-10).
+                    st.publish();
+                    apply_catalog(st, gen, catalog).await;
+                    st.set_state(ServerState::Ready);
+                    st.answer_waiters(Ok(()));
+                    arm_idle(&myself, st, None);
+                    if std::mem::take(&mut st.resync_pending) {
+                        start_sync(&myself, st);
+                    }
                 }
-                if !reaped {
-                    barrier_failed(st, gen, pid);
-                } else if st.open.is_empty() {
-                    if let Some(attempt) = st.pending_attempt.take() {
-                        if attempt > 0 {
-                            st.status.restarts += 1;
+                ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid } => {
+                    st.open.remove(&gen);
+                    st.close_timers.retain(|(g, t)| {
+                        if *g == gen {
+                            t.abort();
                         }
-                        start_connection(&myself, st).await;
+                        *g != gen
+                    });
+                    if let Some(d) = st.disposing.as_mut() {
+                        match (reaped, pid) {
+                            (true, Some(pid)) => d.report.processes_reaped.push(pid),
+                            (false, _) => d.report.unconfirmed.push(format!(
+                                "{}/{}: connection {gen} did not confirm its close{}",
+                                st.scope,
+                                st.config.server_name,
+                                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+                            )),
+                            _ => {}
+                        }
+                        finish_if_done(&myself, st);
+                        return Ok(());
                     }
-                }
-            }
-            ServerSupervisorMsg::ToolsListChanged { gen } => {
-                if st.disposing.is_some() {
-                    return Ok(());
-                }
-                match &st.live {
-                    Some(live) if live.gen == gen => {
-                        if st.sync.is_some() {
-                            st.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
-                        } else {
-                            start_sync(&myself, st);
+                    if !reaped {
+                        barrier_failed(st, gen, pid);
+                    } else if st.open.is_empty() {
+                        if let Some(attempt) = st.pending_attempt.take() {
+                            if attempt > 0 {
+                                st.status.restarts += 1;
+                            }
+                            start_connection(&myself, st).await;
                         }
                     }
-                    _ if st.conn.as_ref().map(|c| c.gen) == Some(gen) => st.resync_pending = true,
-                    _ => {}
                 }
-            }
-            ServerSupervisorMsg::SyncDone { gen, result } => {
-                st.sync = None;
-                let live = st.live.as_ref().map(|l| l.gen) == Some(gen);
-                if !live || st.disposing.is_some() {
-                    return Ok(()); // SYNC-6
-                }
-                match result {
-                    Ok(entries) => apply_catalog(st, gen, entries).await,
-                    Err(e) => {
-                        st.catalog_warnings = vec![format!(
-                            "catalog re-sync failed, previous generation kept: {e}"
-                        )];
-                        st.publish();
+                ServerSupervisorMsg::ToolsListChanged { gen } => {
+                    if st.disposing.is_some() {
+                        return Ok(());
                     }
-                }
-                if std::mem::take(&mut st.resync_pending) {
-                    start_sync(&myself, st);
-                }
-            }
-            ServerSupervisorMsg::Reconnect { attempt } => {
-                st.backoff = None;
-                if st.disposing.is_some() || st.conn.is_some() {
-                    return Ok(());
-                }
-                if st.open.is_empty() || st.skip_close_barrier {
-                    st.status.restarts += 1;
-                    start_connection(&myself, st).await;
-                } else {
-                    st.pending_attempt = Some(attempt); // RECO-3: wait for the close confirmation.
-                }
-            }
-            ServerSupervisorMsg::CloseDeadline { gen } => {
-                if st.open.contains(&gen) && st.disposing.is_none() {
-                    barrier_failed(st, gen, None);
-                }
-            }
-            ServerSupervisorMsg::IdleCheck => {
-                st.idle_timer = None;
-                check_idle(&myself, st);
-            }
-            ServerSupervisorMsg::Wake { reply } => {
-                if st.disposing.is_some() {
-                    let _ = reply.send(Err("the runtime is shutting down".into()));
-                } else if st.live.is_some() {
-                    let _ = reply.send(Ok(()));
-                } else if st.conn.is_some() {
-                    st.waiters.push(reply);
-                } else {
-                    match st.status.state {
-                        ServerState::IdleStopped | ServerState::Stopped if st.config.enabled => {
-                            st.waiters.push(reply);
-                            if st.open.is_empty() {
-                                start_connection(&myself, st).await;
+                    match &st.live {
+                        Some(live) if live.gen == gen => {
+                            if st.sync.is_some() {
+                                st.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
                             } else {
-                                st.pending_attempt = Some(0);
+                                start_sync(&myself, st);
                             }
                         }
-                        _ => {
-                            let why = st
-                                .status
-                                .error
-                                .clone()
-                                .unwrap_or_else(|| st.status.state.to_string());
-                            let _ =
-                                reply.send(Err(format!("server is {}: {why}", st.status.state)));
+                        _ if st.conn.as_ref().map(|c| c.gen) == Some(gen) => {
+                            st.resync_pending = true
+                        }
+                        _ => {}
+                    }
+                }
+                ServerSupervisorMsg::SyncDone { gen, result } => {
+                    st.sync = None;
+                    let live = st.live.as_ref().map(|l| l.gen) == Some(gen);
+                    if !live || st.disposing.is_some() {
+                        return Ok(()); // SYNC-6
+                    }
+                    match result {
+                        Ok(entries) => apply_catalog(st, gen, entries).await,
+                        Err(e) => {
+                            st.catalog_warnings = vec![format!(
+                                "catalog re-sync failed, previous generation kept: {e}"
+                            )];
+                            st.publish();
+                        }
+                    }
+                    if std::mem::take(&mut st.resync_pending) {
+                        start_sync(&myself, st);
+                    }
+                }
+                ServerSupervisorMsg::Reconnect { attempt } => {
+                    st.backoff = None;
+                    if st.disposing.is_some() || st.conn.is_some() {
+                        return Ok(());
+                    }
+                    if st.open.is_empty() || st.skip_close_barrier {
+                        st.status.restarts += 1;
+                        start_connection(&myself, st).await;
+                    } else {
+                        st.pending_attempt = Some(attempt); // RECO-3: wait for the close confirmation.
+                    }
+                }
+                ServerSupervisorMsg::CloseDeadline { gen } => {
+                    if st.open.contains(&gen) && st.disposing.is_none() {
+                        barrier_failed(st, gen, None);
+                    }
+                }
+                ServerSupervisorMsg::IdleCheck => {
+                    st.idle_timer = None;
+                    check_idle(&myself, st);
+                }
+                ServerSupervisorMsg::Wake { reply } => {
+                    if st.disposing.is_some() {
+                        let _ = reply.send(Err("the runtime is shutting down".into()));
+                    } else if st.live.is_some() {
+                        let _ = reply.send(Ok(()));
+                    } else if st.conn.is_some() {
+                        st.waiters.push(reply);
+                    } else {
+                        match st.status.state {
+                            ServerState::IdleStopped | ServerState::Stopped
+                                if st.config.enabled =>
+                            {
+                                st.waiters.push(reply);
+                                if st.open.is_empty() {
+                                    start_connection(&myself, st).await;
+                                } else {
+                                    st.pending_attempt = Some(0);
+                                }
+                            }
+                            _ => {
+                                let why = st
+                                    .status
+                                    .error
+                                    .clone()
+                                    .unwrap_or_else(|| st.status.state.to_string());
+                                let _ = reply
+                                    .send(Err(format!("server is {}: {why}", st.status.state)));
+                            }
                         }
                     }
                 }
-            }
-            ServerSupervisorMsg::Restart { reply } => {
-                if st.disposing.is_none() {
+                ServerSupervisorMsg::Restart { reply } => {
+                    if st.disposing.is_none() {
+                        st.cancel_timers();
+                        st.failures = 0;
+                        st.status.error = None;
+                        st.status.state = ServerState::Connecting;
+                        if let Some(slot) = st.conn.as_mut() {
+                            slot.intent = StopIntent::Restart;
+                            slot.cell.stop(Some("restart requested".into()));
+                            st.pending_attempt = Some(0);
+                        } else if st.open.is_empty() {
+                            start_connection(&myself, st).await;
+                        } else {
+                            st.pending_attempt = Some(0);
+                        }
+                    }
+                    let _ = reply.send(());
+                }
+                ServerSupervisorMsg::Shutdown { reply } => {
                     st.cancel_timers();
-                    st.failures = 0;
-                    st.status.error = None;
-                    st.status.state = ServerState::Connecting;
+                    for (_, t) in st.close_timers.drain(..) {
+                        t.abort();
+                    }
+                    st.answer_waiters(Err("the runtime is shutting down".into()));
+                    let deadline = myself
+                        .send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
+                    st.disposing = Some(Disposal {
+                        reply: Some(reply),
+                        report: ShutdownReport {
+                            calls_cancelled: st.activity.in_flight() as u64,
+                            ..Default::default()
+                        },
+                        started: Instant::now(),
+                        deadline: Some(deadline),
+                    });
                     if let Some(slot) = st.conn.as_mut() {
-                        slot.intent = StopIntent::Restart;
-                        slot.cell.stop(Some("restart requested".into()));
-                        st.pending_attempt = Some(0);
-                    } else if st.open.is_empty() {
-                        start_connection(&myself, st).await;
-                    } else {
-                        st.pending_attempt = Some(0);
+                        slot.intent = StopIntent::Shutdown;
+                        slot.cell.stop(Some("shutdown".into()));
                     }
+                    finish_if_done(&myself, st);
                 }
-                let _ = reply.send(());
-            }
-            ServerSupervisorMsg::Shutdown { reply } => {
-                st.cancel_timers();
-                for (_, t) in st.close_timers.drain(..) {
-                    t.abort();
-                }
-                st.answer_waiters(Err("the runtime is shutting down".into()));
-                let deadline =
-                    myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
-                st.disposing = Some(Disposal {
-                    reply: Some(reply),
-                    report: ShutdownReport {
-                        calls_cancelled: st.activity.in_flight() as u64,
-                        ..Default::default()
-                    },
-                    started: Instant::now(),
-                    deadline: Some(deadline),
-                });
-                if let Some(slot) = st.conn.as_mut() {
-                    slot.intent = StopIntent::Shutdown;
-                    slot.cell.stop(Some("shutdown".into()));
-                }
-                finish_if_done(&myself, st);
-            }
-            ServerSupervisorMsg::ShutdownDeadline => {
-                let open: Vec<u64> = st.open.iter().copied().collect();
-                if let Some(d) = st.disposing.as_mut() {
-                    d.deadline = None;
-                    for gen in open {
-                        d.report.unconfirmed.push(format!(
-                            "{}/{}: connection {gen} did not confirm its close within {} s",
-                            st.scope,
-                            st.config.server_name,
-                            SHUTDOWN_DEADLINE.as_secs()
-                        ));
+                ServerSupervisorMsg::ShutdownDeadline => {
+                    let open: Vec<u64> = st.open.iter().copied().collect();
+                    if let Some(d) = st.disposing.as_mut() {
+                        d.deadline = None;
+                        for gen in open {
+                            d.report.unconfirmed.push(format!(
+                                "{}/{}: connection {gen} did not confirm its close within {} s",
+                                st.scope,
+                                st.config.server_name,
+                                SHUTDOWN_DEADLINE.as_secs()
+                            ));
+                        }
+                        if st.conn.is_some() {
+                            d.report.unconfirmed.push(format!(
+                                "{}/{}: connection actor did not stop",
+                                st.scope, st.config.server_name
+                            ));
+                        }
                     }
-                    if st.conn.is_some() {
-                        d.report.unconfirmed.push(format!(
-                            "{}/{}: connection actor did not stop",
-                            st.scope, st.config.server_name
-                        ));
-                    }
+                    st.open.clear();
+                    st.conn = None;
+                    finish_if_done(&myself, st);
                 }
-                st.open.clear();
-                st.conn = None;
-                finish_if_done(&myself, st);
             }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn handle_supervisor_evt(

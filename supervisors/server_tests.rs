@@ -548,3 +548,72 @@ async fn the_shared_resource_tools_stay_while_any_provider_is_live() {
     assert!(shared(&rt).is_empty(), "the last provider removed them");
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_event_log_records_states_catalogs_calls_and_model_visible_text() {
+    // OBS-2: a durable JSONL log; every line an event with a timestamp.
+    let path = std::env::temp_dir().join(format!(
+        "mcpvisor-events-{}-{}.jsonl",
+        std::process::id(),
+        line!()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().event_log(&path).start().await.unwrap();
+    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
+        .await
+        .unwrap();
+    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert!(out.is_ok());
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+    assert!(
+        lines.iter().all(|l| l["ts_ms"].as_u64().is_some()),
+        "{text}"
+    );
+    for want in [
+        "server_status",
+        "catalog_changed",
+        "call_started",
+        "call_finished",
+    ] {
+        assert!(kinds.contains(&want), "{want} missing: {kinds:?}");
+    }
+    let finished = lines
+        .iter()
+        .find(|l| l["event"] == "call_finished")
+        .unwrap();
+    assert_eq!(
+        finished["projection"], "pong",
+        "model-visible text is logged"
+    );
+    assert_eq!(finished["outcome"], "ok");
+    let states: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "server_status")
+        .filter_map(|l| l["state"].as_str())
+        .collect();
+    assert_eq!(states.first(), Some(&"connecting"));
+    assert!(states.contains(&"ready"));
+    assert_eq!(
+        states.last(),
+        Some(&"stopped"),
+        "the shutdown's own events are in the file"
+    );
+}

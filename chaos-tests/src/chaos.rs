@@ -520,7 +520,16 @@ fn sampler(
             if let Ok(mut o) = observed.lock() {
                 o.seen.extend(ours);
                 for (tag, live) in per_tag {
-                    if live.len() > 1 {
+                    // A child of a tagged process (e.g. a grandchild between fork
+                    // and exec, which still shows its parent's command line) is
+                    // not a second server.
+                    let servers: Vec<u32> = live
+                        .iter()
+                        .copied()
+                        .filter(|p| !crate::parent_of(*p).is_some_and(|pp| live.contains(&pp)))
+                        .collect();
+                    if servers.len() > 1 {
+                        let live = servers;
                         o.overlaps
                             .push(format!("{tag}: pids {live:?} alive at once"));
                     }

@@ -182,6 +182,12 @@ pub fn descendants_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The parent pid of `pid`, from `/proc/PID/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|(_, ppid)| ppid)
+}
+
 /// The state letter of `pid` from `/proc/PID/stat` (`R`, `S`, `Z`, …).
 pub fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -109,10 +109,17 @@ struct Args {
     /// (tools/call replies open an SSE stream that never sends an event).
     #[arg(long, value_name = "FAULT")]
     http_fault: Option<String>,
+    /// List the content zoo: `unknown_block`, `bad_base64_image`,
+    /// `wrong_mime_image`, `mixed_images`, `blob_resource` (CALL-6/7 tests).
+    #[arg(long)]
+    content_zoo: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
 }
+
+/// A 1×1 PNG, canonical base64.
+const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 /// The 80-character tool name of `--long-names`.
 const LONG_NAME: &str =
@@ -233,6 +240,18 @@ impl FaultServer {
             "A tool with a name that needs replacing",
         );
         fault_tool(args.duplicate_names, "echo", "A second tool named echo");
+        for (name, what) in [
+            (
+                "unknown_block",
+                "A content block of a type the schema does not know",
+            ),
+            ("bad_base64_image", "An image whose base64 is not canonical"),
+            ("wrong_mime_image", "An image with MIME type image/tiff"),
+            ("mixed_images", "A valid image, text, then an invalid image"),
+            ("blob_resource", "An embedded blob resource"),
+        ] {
+            fault_tool(args.content_zoo, name, what);
+        }
         for name in &args.extra_tool {
             fault_tool(true, name, "An extra tool");
         }
@@ -403,6 +422,44 @@ impl ServerHandler for FaultServer {
                 }
                 CallToolResult::success(vec![text("storm sent")])
             }
+            "unknown_block" => {
+                let raw = json!({
+                    "jsonrpc": "2.0",
+                    "id": ctx.id,
+                    "result": {"content": [
+                        {"type": "text", "text": "before"},
+                        {"type": "hologram", "data": "AAAA"},
+                        42,
+                        {"type": "text", "text": "after"}
+                    ]}
+                });
+                {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{raw}");
+                    let _ = out.flush();
+                }
+                ctx.ct.cancelled().await;
+                return Err(McpError::internal_error("cancelled", None));
+            }
+            "bad_base64_image" => {
+                CallToolResult::success(vec![ContentBlock::image("AB==", "image/png")])
+            }
+            "wrong_mime_image" => {
+                CallToolResult::success(vec![ContentBlock::image(TINY_PNG, "image/tiff")])
+            }
+            "mixed_images" => CallToolResult::success(vec![
+                ContentBlock::image(TINY_PNG, "image/png"),
+                text("between"),
+                ContentBlock::image("not base64!", "image/png"),
+            ]),
+            "blob_resource" => CallToolResult::success(vec![ContentBlock::resource(
+                rmcp::model::ResourceContents::BlobResourceContents {
+                    uri: "mem://blob.bin".into(),
+                    mime_type: Some("application/octet-stream".into()),
+                    blob: "AAECAwQFBgc=".into(),
+                    meta: None,
+                },
+            )]),
             "invalid" => {
                 let raw = json!({
                     "jsonrpc": "2.0",

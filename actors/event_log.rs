@@ -1,0 +1,186 @@
+//! `EventLog`: the durable JSONL event log (OBS-2).
+//!
+//! Owns exclusively: the log file. A forwarder task reads the runtime's event
+//! broadcast and appends one JSON object per line (`{"ts_ms": …, "event": …,
+//! …}`), flushed per line so a crash loses at most the line being written.
+//! Supervisor: the `Runtime` handle (started before the tree, stopped after it
+//! so the shutdown's own events are logged). On stop the forwarder drains what
+//! is buffered, flushes, and only then does the actor stop.
+
+use std::path::PathBuf;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::messages::status::RuntimeEvent;
+
+/// Messages of the event log.
+pub enum EventLogMsg {
+    /// Drain, flush and stop; answered when the file is complete.
+    Stop {
+        /// Answered once flushed.
+        reply: RpcReplyPort<()>,
+    },
+}
+
+/// The event log actor.
+#[derive(Debug, Default)]
+pub struct EventLog;
+
+/// Its state.
+#[derive(Debug)]
+pub struct EventLogState {
+    forwarder: Option<JoinHandle<()>>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// Arguments: the path and the broadcast to read.
+#[derive(Debug)]
+pub struct EventLogArgs {
+    /// The file (appended to; parent directories created).
+    pub path: PathBuf,
+    /// Runtime events.
+    pub events: broadcast::Receiver<RuntimeEvent>,
+}
+
+fn line(event: &RuntimeEvent) -> Vec<u8> {
+    let ts_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut value = serde_json::to_value(event).unwrap_or(serde_json::Value::Null);
+    if let serde_json::Value::Object(m) = &mut value {
+        m.insert("ts_ms".into(), ts_ms.into());
+    }
+    let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+impl Actor for EventLog {
+    type Msg = EventLogMsg;
+    type State = EventLogState;
+    type Arguments = EventLogArgs;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<Self::Msg>,
+        args: EventLogArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        if let Some(dir) = args.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&args.path)
+            .await
+            .map_err(|e| format!("cannot open the event log {}: {e}", args.path.display()))?;
+        let (stop_tx, mut stop_rx) = oneshot::channel();
+        let mut events = args.events;
+        let forwarder = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    ev = events.recv() => match ev {
+                        Ok(ev) => {
+                            let _ = file.write_all(&line(&ev)).await;
+                            let _ = file.flush().await;
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            let note = format!("{{\"event\":\"log_lagged\",\"missed\":{n}}}\n");
+                            let _ = file.write_all(note.as_bytes()).await;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                    _ = &mut stop_rx => {
+                        while let Ok(ev) = events.try_recv() {
+                            let _ = file.write_all(&line(&ev)).await;
+                        }
+                        break;
+                    }
+                }
+            }
+            let _ = file.flush().await;
+            let _ = file.sync_data().await;
+        });
+        Ok(EventLogState {
+            forwarder: Some(forwarder),
+            stop: Some(stop_tx),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            EventLogMsg::Stop { reply } => {
+                if let Some(stop) = st.stop.take() {
+                    let _ = stop.send(());
+                }
+                if let Some(f) = st.forwarder.take() {
+                    let _ = f.await;
+                }
+                let _ = reply.send(());
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(f) = st.forwarder.take() {
+            f.abort();
+        }
+        Ok(())
+    }
+}
+
+/// The runtime's handle on its event log.
+#[derive(Debug)]
+pub struct EventLogHandle {
+    actor: ActorRef<EventLogMsg>,
+}
+
+impl EventLogHandle {
+    /// Open the log and start forwarding `events` into it.
+    pub async fn start(
+        path: PathBuf,
+        events: &broadcast::Sender<RuntimeEvent>,
+    ) -> Result<Self, String> {
+        let args = EventLogArgs {
+            path,
+            events: events.subscribe(),
+        };
+        let (actor, _) = Actor::spawn(None, EventLog, args)
+            .await
+            .map_err(|e| format!("cannot start the event log: {e}"))?;
+        Ok(Self { actor })
+    }
+
+    /// Drain, flush and stop.
+    pub async fn stop(&self) {
+        let _ = self
+            .actor
+            .call(
+                |reply| EventLogMsg::Stop { reply },
+                Some(std::time::Duration::from_secs(5)),
+            )
+            .await;
+    }
+}
+
+impl Drop for EventLogHandle {
+    fn drop(&mut self) {
+        self.actor.stop(None);
+    }
+}

@@ -1,0 +1,56 @@
+//! OBS-3: every actor message runs in a `tracing` span naming its actor and
+//! scope/server/generation. Its own test binary: it installs the global
+//! subscriber, which must not race other tests' callsites.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcpvisor::{Runtime, Scope, ServerConfig};
+use mcpvisor_chaos::fault_server_path;
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_actor_message_runs_in_a_span_naming_its_scope_and_server() {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("mcpvisor=debug")
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    let runtime = Runtime::builder().start().await.unwrap();
+    let cfg = ServerConfig::stdio("srv", fault_server_path().to_string_lossy(), vec![]);
+    runtime
+        .add_server(Scope::Agent("a1".into()), cfg)
+        .await
+        .unwrap();
+    runtime
+        .wait_ready(&Scope::Agent("a1".into()), "srv", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
+    let out = String::from_utf8_lossy(&buf.0.lock().unwrap()).to_string();
+    for want in [
+        "root_supervisor{",
+        "scope_supervisor{scope=agent:a1}",
+        "tool_registry{scope=agent:a1}",
+        "server_supervisor{scope=agent:a1 server=srv conn_gen=1",
+        "connection{server=srv conn_gen=1}",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
