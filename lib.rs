@@ -92,8 +92,8 @@ pub use messages::capabilities::{
 };
 pub use messages::config::{
     parse_config, parse_config_file, ConfigError, FileConfig, HttpConfig, InProcessConnection,
-    InProcessConnector, OnDisconnect, ReconnectPolicy, Scope, ServerConfig, StdioConfig,
-    TransportConfig, TrustMode,
+    InProcessConnector, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope, ServerConfig,
+    StdioConfig, TransportConfig, TrustMode,
 };
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;

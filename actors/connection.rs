@@ -401,11 +401,11 @@ impl Actor for Connection {
                 }
                 ConnectionMsg::Established(Err(e)) => {
                     state.connect_task = None;
-                    let cause = compose_cause(state, &e).await;
+                    let cause = compose_cause(state, &e, false).await;
                     myself.stop(Some(cause));
                 }
                 ConnectionMsg::Lost(reason) => {
-                    let cause = compose_cause(state, &reason).await;
+                    let cause = compose_cause(state, &reason, true).await;
                     myself.stop(Some(cause));
                 }
             }
@@ -427,13 +427,21 @@ impl Actor for Connection {
 
 /// The error text of a failed connection: the real cause, with exit status,
 /// stderr tail and non-JSON hints (CONN-6, CONN-7, CONN-8).
-async fn compose_cause(state: &mut ConnectionState, reason: &str) -> String {
-    let mut cause = match &mut state.closer {
-        Some(Closer::Process(p)) => match p.wait_exit(EXIT_WAIT).await {
-            Some(status) => format!("server {status}"),
-            None => reason.to_owned(),
-        },
-        _ => reason.to_owned(),
+async fn compose_cause(
+    state: &mut ConnectionState,
+    reason: &str,
+    exit_is_the_cause: bool,
+) -> String {
+    let exit = match &mut state.closer {
+        Some(Closer::Process(p)) => p.wait_exit(EXIT_WAIT).await,
+        _ => None,
+    };
+    let mut cause = match exit {
+        // The transport closed: the exit is the real cause (CONN-8).
+        Some(status) if exit_is_the_cause => format!("server {status}"),
+        // The attempt failed for its own reason; the exit is a consequence.
+        Some(status) => format!("{reason} (server {status})"),
+        None => reason.to_owned(),
     };
     if let Some(fatal) = state.diag.fatal() {
         cause = format!("{fatal} ({cause})");
@@ -503,27 +511,12 @@ where
     let Some(server) = peer.peer_info() else {
         return Err("initialize finished without server info".into());
     };
-    let instructions = match server
-        .instructions
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-    {
-        None => None,
-        Some(text) => {
-            let attributed = format!(
-                "## Instructions from MCP server \"{}\"\n\n{text}",
-                cfg.server_name
-            );
-            if attributed.len() > cfg.max_instruction_bytes {
-                return Err(format!(
-                    "the server's instructions are {} bytes with attribution, over max_instruction_bytes = {}",
-                    attributed.len(),
-                    cfg.max_instruction_bytes
-                ));
-            }
-            Some(attributed)
-        }
-    };
+    let instructions = crate::messages::resources::attribute_instructions(
+        &cfg.server_name,
+        server.instructions.as_deref().unwrap_or(""),
+        cfg.max_instruction_bytes,
+        cfg.oversized_instructions,
+    )?;
     let has_tools = server.capabilities.tools.is_some();
     let info = ConnInfo {
         protocol_version: server.protocol_version.to_string(),

@@ -110,6 +110,17 @@ pub enum OnDisconnect {
     Remove,
 }
 
+/// What to do with server instructions over `max_instruction_bytes` (RES-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OversizedInstructions {
+    /// Fail the connection attempt with an error naming the limit.
+    #[default]
+    Fail,
+    /// Cut on a UTF-8 boundary with a marker.
+    Truncate,
+}
+
 /// Trust mode of a server (TRUST-4). Stored now; enforced by the trust gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -237,6 +248,8 @@ pub struct ServerConfig {
     pub fail_on_startup_error: bool,
     /// Cap of the attributed instructions text (RES-5).
     pub max_instruction_bytes: usize,
+    /// Over the cap: fail (default) or truncate (RES-5).
+    pub oversized_instructions: OversizedInstructions,
     /// Reconnect policy (RECO-1).
     pub reconnect: ReconnectPolicy,
     /// Disabled servers are configured but never started.
@@ -301,6 +314,7 @@ impl ServerConfig {
             request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             fail_on_startup_error: false,
             max_instruction_bytes: DEFAULT_MAX_INSTRUCTION_BYTES,
+            oversized_instructions: OversizedInstructions::Fail,
             reconnect: ReconnectPolicy::default(),
             enabled: true,
             trust: TrustMode::default(),
@@ -456,6 +470,8 @@ pub struct RawServerConfig {
     pub fail_on_startup_error: Option<bool>,
     /// See [`ServerConfig::max_instruction_bytes`].
     pub max_instruction_bytes: Option<usize>,
+    /// See [`ServerConfig::oversized_instructions`].
+    pub oversized_instructions: Option<OversizedInstructions>,
     /// See [`ServerConfig::enabled`].
     pub enabled: Option<bool>,
     /// See [`ServerConfig::trust`].
@@ -549,6 +565,9 @@ impl ServerConfig {
         }
         if let Some(v) = raw.max_instruction_bytes {
             cfg.max_instruction_bytes = v;
+        }
+        if let Some(v) = raw.oversized_instructions {
+            cfg.oversized_instructions = v;
         }
         if let Some(v) = raw.enabled {
             cfg.enabled = v;

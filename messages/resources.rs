@@ -130,6 +130,38 @@ fn redact_blobs(value: &Value) -> Value {
     }
 }
 
+/// RES-5: attribute a server's instructions with a header naming the server
+/// (counted in the limit). Over `max` bytes: an error naming the limit, or with
+/// `truncate`, a cut on a UTF-8 boundary ending with a marker, within `max`.
+pub fn attribute_instructions(
+    server: &str,
+    text: &str,
+    max: usize,
+    mode: super::config::OversizedInstructions,
+) -> Result<Option<String>, String> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let attributed = format!("## Instructions from MCP server \"{server}\"\n\n{text}");
+    if attributed.len() <= max {
+        return Ok(Some(attributed));
+    }
+    match mode {
+        super::config::OversizedInstructions::Fail => Err(format!(
+            "the server's instructions are {} bytes with attribution, over max_instruction_bytes = {max}",
+            attributed.len()
+        )),
+        super::config::OversizedInstructions::Truncate => {
+            let marker = format!("\n[… instructions cut to max_instruction_bytes = {max}]");
+            let mut end = max.saturating_sub(marker.len());
+            while end > 0 && !attributed.is_char_boundary(end) {
+                end -= 1;
+            }
+            Ok(Some(format!("{}{marker}", &attributed[..end])))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +181,28 @@ mod tests {
             tools[2].input_schema.get("required"),
             Some(&json!(["server", "uri"]))
         );
+    }
+
+    #[test]
+    fn oversized_instructions_fail_by_default_or_are_cut_within_the_limit() {
+        // RES-5
+        use crate::messages::config::OversizedInstructions::{Fail, Truncate};
+        let ok = attribute_instructions("s", "be nice", 1000, Fail)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok, "## Instructions from MCP server \"s\"\n\nbe nice");
+        let long = "é".repeat(100);
+        let err = attribute_instructions("s", &long, 100, Fail).unwrap_err();
+        assert!(err.contains("over max_instruction_bytes = 100"), "{err}");
+        let cut = attribute_instructions("s", &long, 100, Truncate)
+            .unwrap()
+            .unwrap();
+        assert!(cut.len() <= 100, "{}", cut.len());
+        assert!(
+            cut.ends_with("[… instructions cut to max_instruction_bytes = 100]"),
+            "{cut}"
+        );
+        assert_eq!(attribute_instructions("s", "  ", 10, Fail), Ok(None));
     }
 
     #[test]

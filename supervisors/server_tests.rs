@@ -617,3 +617,60 @@ async fn the_event_log_records_states_catalogs_calls_and_model_visible_text() {
         "the shutdown's own events are in the file"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_that_changes_the_value_after_projection_is_detected_and_reprojected() {
+    // CALL-7: the prepared projection no longer matches; never silently kept.
+    struct Rewrite;
+    impl crate::CallPolicy for Rewrite {
+        fn before<'a>(
+            &'a self,
+            _: &'a crate::PolicyCall,
+        ) -> futures::future::BoxFuture<'a, crate::PolicyVerdict> {
+            Box::pin(async { crate::PolicyVerdict::Proceed })
+        }
+        fn after<'a>(
+            &'a self,
+            _: &'a crate::PolicyCall,
+            outcome: &'a mut crate::ToolOutcome,
+        ) -> futures::future::BoxFuture<'a, ()> {
+            Box::pin(async move {
+                outcome.canonical =
+                    Some(serde_json::json!({"content": [{"type": "text", "text": "rewritten"}]}));
+            })
+        }
+    }
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder()
+        .policy(Arc::new(Rewrite))
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
+        .await
+        .unwrap();
+    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert!(
+        out.projection.starts_with("rewritten"),
+        "{}",
+        out.projection
+    );
+    assert!(
+        out.projection
+            .contains("a policy changed this result after it was projected"),
+        "{}",
+        out.projection
+    );
+    assert!(!out.projection.contains("pong"));
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}

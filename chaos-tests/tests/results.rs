@@ -155,3 +155,46 @@ async fn blobs_and_audio_are_placeholders_and_oversized_results_are_cut() {
     assert!(schema.error.unwrap().contains("/temp"));
     done(rt, dir).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_instructions_fail_the_connection_or_are_truncated_on_request() {
+    // RES-5: the attributed text counts against max_instruction_bytes.
+    let runtime = Runtime::builder().start().await.unwrap();
+    let mut strict = ServerConfig::stdio("strict", fault_server_path().to_string_lossy(), vec![]);
+    strict.max_instruction_bytes = 40;
+    strict.reconnect.enabled = false;
+    let long = "Always be careful. ".repeat(30);
+    let mut lenient = ServerConfig::stdio(
+        "lenient",
+        fault_server_path().to_string_lossy(),
+        vec!["--instructions".into(), long],
+    );
+    lenient.max_instruction_bytes = 200;
+    lenient.oversized_instructions = mcpvisor::OversizedInstructions::Truncate;
+    runtime.add_server(G, strict).await.unwrap();
+    runtime.add_server(G, lenient).await.unwrap();
+    let err = runtime
+        .wait_ready(&G, "strict", Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("over max_instruction_bytes = 40"),
+        "{err}"
+    );
+    runtime
+        .wait_ready(&G, "lenient", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let instructions = runtime.instructions(&G);
+    assert_eq!(instructions.len(), 1, "{instructions:?}");
+    assert!(instructions[0].starts_with("## Instructions from MCP server \"lenient\""));
+    assert!(
+        instructions[0].ends_with("[… instructions cut to max_instruction_bytes = 200]"),
+        "{}",
+        instructions[0]
+    );
+    assert!(instructions[0].len() <= 200);
+    assert!(instructions[0].contains("Always be careful."));
+    let check = shutdown_checked(&runtime, &[]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+}

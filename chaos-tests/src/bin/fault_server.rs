@@ -113,6 +113,9 @@ struct Args {
     /// `wrong_mime_image`, `mixed_images`, `blob_resource` (CALL-6/7 tests).
     #[arg(long)]
     content_zoo: bool,
+    /// Server instructions to send in `initialize` (default: a short sentence).
+    #[arg(long, value_name = "TEXT")]
+    instructions: Option<String>,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -329,7 +332,12 @@ impl ServerHandler for FaultServer {
             "fault-server",
             env!("CARGO_PKG_VERSION"),
         ))
-        .with_instructions("Fault-injection test server for mcpvisor.")
+        .with_instructions(
+            self.args
+                .instructions
+                .clone()
+                .unwrap_or_else(|| "Fault-injection test server for mcpvisor.".into()),
+        )
     }
 
     async fn initialize(
