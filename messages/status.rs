@@ -111,6 +111,39 @@ pub struct ServerStatus {
     pub warnings: Vec<String>,
 }
 
+impl ServerStatus {
+    /// A `stopped` server with nothing known yet.
+    pub fn new(
+        scope: Scope,
+        server: impl Into<String>,
+        transport: &'static str,
+        budget: u32,
+    ) -> Self {
+        Self {
+            scope,
+            server: server.into(),
+            state: ServerState::Stopped,
+            transport,
+            pid: None,
+            protocol_version: None,
+            server_info: None,
+            connection_generation: 0,
+            generation: 0,
+            tools: 0,
+            resources: false,
+            restarts: 0,
+            consecutive_failures: 0,
+            budget_left: budget,
+            uptime_ms: None,
+            idle_stop_in_s: None,
+            error: None,
+            stderr_tail: String::new(),
+            non_json_lines: 0,
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// A typed runtime event (OBS-2). Subscribe with `Runtime::subscribe`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

@@ -941,28 +941,9 @@ enum Wait {
 }
 
 fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {
-    ServerStatus {
-        scope: scope.clone(),
-        server: server.to_owned(),
-        state: ServerState::Stopped,
-        transport: "unknown",
-        pid: None,
-        protocol_version: None,
-        server_info: None,
-        connection_generation: 0,
-        generation: 0,
-        tools: 0,
-        resources: false,
-        restarts: 0,
-        consecutive_failures: 0,
-        budget_left: 0,
-        uptime_ms: None,
-        idle_stop_in_s: None,
-        error: Some("the scope was shut down".into()),
-        stderr_tail: String::new(),
-        non_json_lines: 0,
-        warnings: Vec::new(),
-    }
+    let mut s = ServerStatus::new(scope.clone(), server, "unknown", 0);
+    s.error = Some("the scope was shut down".into());
+    s
 }
 
 fn json_kind(v: &Value) -> &'static str {

@@ -195,28 +195,12 @@ impl ServerSupervisorState {
 }
 
 fn initial_status(scope: &Scope, config: &ServerConfig) -> ServerStatus {
-    ServerStatus {
-        scope: scope.clone(),
-        server: config.server_name.clone(),
-        state: ServerState::Stopped,
-        transport: config.transport.kind(),
-        pid: None,
-        protocol_version: None,
-        server_info: None,
-        connection_generation: 0,
-        generation: 0,
-        tools: 0,
-        resources: false,
-        restarts: 0,
-        consecutive_failures: 0,
-        budget_left: config.reconnect.max_attempts,
-        uptime_ms: None,
-        idle_stop_in_s: None,
-        error: None,
-        stderr_tail: String::new(),
-        non_json_lines: 0,
-        warnings: Vec::new(),
-    }
+    ServerStatus::new(
+        scope.clone(),
+        config.server_name.clone(),
+        config.transport.kind(),
+        config.reconnect.max_attempts,
+    )
 }
 
 impl Actor for ServerSupervisor {

@@ -188,6 +188,29 @@ fn policy(initial_ms: u64, max_ms: u64, attempts: u32) -> ReconnectPolicy {
     }
 }
 
+/// A runtime from `builder` with the harness's server `srv`, ready.
+async fn ready_runtime(builder: crate::RuntimeBuilder, h: &Harness) -> Runtime {
+    let rt = builder.start().await.unwrap();
+    rt.add_server(Scope::Global, config(h, policy(100, 1000, 2)))
+        .await
+        .unwrap();
+    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
+        .await
+        .unwrap();
+    rt
+}
+
+/// Call `mcp__srv__echo` without arguments.
+async fn echo(rt: &Runtime) -> crate::ToolOutcome {
+    rt.call(
+        &Scope::Global,
+        "mcp__srv__echo",
+        None,
+        CallOptions::default(),
+    )
+    .await
+}
+
 /// A runtime with one server, subscribed before the server is added.
 async fn start(cfg: ServerConfig) -> (Runtime, tokio::sync::broadcast::Receiver<RuntimeEvent>) {
     let rt = Runtime::builder().start().await.unwrap();
@@ -559,21 +582,8 @@ async fn the_event_log_records_states_catalogs_calls_and_model_visible_text() {
     ));
     let _ = std::fs::remove_file(&path);
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder().event_log(&path).start().await.unwrap();
-    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
-        .await
-        .unwrap();
-    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
-        .await
-        .unwrap();
-    let out = rt
-        .call(
-            &Scope::Global,
-            "mcp__srv__echo",
-            None,
-            CallOptions::default(),
-        )
-        .await;
+    let rt = ready_runtime(Runtime::builder().event_log(&path), &h).await;
+    let out = echo(&rt).await;
     assert!(out.is_ok());
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
     let text = std::fs::read_to_string(&path).unwrap();
@@ -641,25 +651,8 @@ async fn a_policy_that_changes_the_value_after_projection_is_detected_and_reproj
         }
     }
     let h = Harness::new(Mode::Serve);
-    let rt = Runtime::builder()
-        .policy(Arc::new(Rewrite))
-        .start()
-        .await
-        .unwrap();
-    rt.add_server(Scope::Global, config(&h, policy(100, 1000, 2)))
-        .await
-        .unwrap();
-    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
-        .await
-        .unwrap();
-    let out = rt
-        .call(
-            &Scope::Global,
-            "mcp__srv__echo",
-            None,
-            CallOptions::default(),
-        )
-        .await;
+    let rt = ready_runtime(Runtime::builder().policy(Arc::new(Rewrite)), &h).await;
+    let out = echo(&rt).await;
     assert!(
         out.projection.starts_with("rewritten"),
         "{}",

@@ -1070,28 +1070,11 @@ mod tests {
     }
 
     fn status(state: ServerState, conn_gen: u64, failures: u32) -> RuntimeEvent {
-        RuntimeEvent::ServerStatus(Box::new(mcpvisor::ServerStatus {
-            scope: Scope::Global,
-            server: "s".into(),
-            state,
-            transport: "stdio",
-            pid: None,
-            protocol_version: None,
-            server_info: None,
-            connection_generation: conn_gen,
-            generation: 0,
-            tools: 0,
-            resources: false,
-            restarts: 0,
-            consecutive_failures: failures,
-            budget_left: 0,
-            uptime_ms: None,
-            idle_stop_in_s: None,
-            error: None,
-            stderr_tail: String::new(),
-            non_json_lines: 0,
-            warnings: Vec::new(),
-        }))
+        let mut s = mcpvisor::ServerStatus::new(Scope::Global, "s", "stdio", 0);
+        s.state = state;
+        s.connection_generation = conn_gen;
+        s.consecutive_failures = failures;
+        RuntimeEvent::ServerStatus(Box::new(s))
     }
 
     #[test]

@@ -44,6 +44,23 @@ fn entry_point(dir: &Path) -> String {
         .into_owned()
 }
 
+/// server-everything over stdio, with idle stop off (tests wait on events).
+fn everything_stdio(dir: &Path) -> ServerConfig {
+    let mut cfg = ServerConfig::stdio("everything", "node", vec![entry_point(dir), "stdio".into()]);
+    cfg.idle_stop_after = None;
+    cfg
+}
+
+/// A runtime from `builder` with server-everything over stdio, ready with all
+/// 13 tools.
+async fn start_everything(builder: mcpvisor::RuntimeBuilder, dir: &Path) -> Runtime {
+    let runtime = builder.start().await.unwrap();
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, everything_stdio(dir)).await.unwrap();
+    wait_all_tools(&runtime, &mut events).await;
+    runtime
+}
+
 /// Wait until the server is ready with all 13 tools: `simulate-research-query`
 /// is registered after `initialized` and announced with tools/list_changed
 /// (SYNC-5), so the first catalog may hold 12.
@@ -112,16 +129,7 @@ async fn everything_over_stdio_handshakes_lists_13_tools_and_answers_calls() {
     let Some(dir) = peers_or_skip("everything_over_stdio") else {
         return;
     };
-    let mut cfg = ServerConfig::stdio(
-        "everything",
-        "node",
-        vec![entry_point(&dir), "stdio".into()],
-    );
-    cfg.idle_stop_after = None;
-    let runtime = Runtime::builder().start().await.unwrap();
-    let mut events = runtime.subscribe();
-    runtime.add_server(G, cfg).await.unwrap();
-    wait_all_tools(&runtime, &mut events).await;
+    let runtime = start_everything(Runtime::builder(), &dir).await;
     let status = runtime.status().remove(0);
     assert_eq!(status.protocol_version.as_deref(), Some("2025-11-25"));
     assert_eq!(status.transport, "stdio");
@@ -285,12 +293,7 @@ async fn an_elicitation_opt_in_is_declared_and_answered_with_schema_defaults() {
     let Some(dir) = peers_or_skip("elicitation_opt_in") else {
         return;
     };
-    let mut cfg = ServerConfig::stdio(
-        "everything",
-        "node",
-        vec![entry_point(&dir), "stdio".into()],
-    );
-    cfg.idle_stop_after = None;
+    let cfg = everything_stdio(&dir);
     let runtime = Runtime::builder()
         .elicitation(std::sync::Arc::new(mcpvisor::AcceptSchemaDefaults))
         .start()
@@ -338,22 +341,10 @@ async fn everything_results_project_every_block_type_and_admit_real_images() {
         return;
     };
     let attachments = mcpvisor_chaos::unique_temp_path("attachments");
-    let mut cfg = ServerConfig::stdio(
-        "everything",
-        "node",
-        vec![entry_point(&dir), "stdio".into()],
-    );
-    cfg.idle_stop_after = None;
-    let runtime = Runtime::builder()
-        .attachments(std::sync::Arc::new(mcpvisor::FileAttachmentStore::new(
-            &attachments,
-        )))
-        .start()
-        .await
-        .unwrap();
-    let mut events = runtime.subscribe();
-    runtime.add_server(G, cfg).await.unwrap();
-    wait_all_tools(&runtime, &mut events).await;
+    let builder = Runtime::builder().attachments(std::sync::Arc::new(
+        mcpvisor::FileAttachmentStore::new(&attachments),
+    ));
+    let runtime = start_everything(builder, &dir).await;
     let with_images = CallOptions {
         images: true,
         ..CallOptions::default()
@@ -485,16 +476,7 @@ async fn everything_resources_are_listed_read_and_blobs_reach_the_model_as_lengt
     let Some(dir) = peers_or_skip("everything_resources") else {
         return;
     };
-    let mut cfg = ServerConfig::stdio(
-        "everything",
-        "node",
-        vec![entry_point(&dir), "stdio".into()],
-    );
-    cfg.idle_stop_after = None;
-    let runtime = Runtime::builder().start().await.unwrap();
-    let mut events = runtime.subscribe();
-    runtime.add_server(G, cfg).await.unwrap();
-    wait_all_tools(&runtime, &mut events).await;
+    let runtime = start_everything(Runtime::builder(), &dir).await;
     let names: Vec<String> = runtime.tools(&G).iter().map(|t| t.name.clone()).collect();
     for shared in [
         "list_mcp_resources",
