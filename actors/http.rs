@@ -38,6 +38,8 @@ pub fn transport(
     cfg: &HttpConfig,
     diag: Arc<Diagnostics>,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
+    // TRUST-3: checked again at dial time (a config built in code may skip validate()).
+    crate::messages::trust::validate_endpoint(&cfg.url)?;
     let mut headers = HashMap::new();
     for (name, value) in &cfg.headers {
         let n = HeaderName::from_bytes(name.as_bytes())

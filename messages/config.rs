@@ -363,10 +363,9 @@ impl ServerConfig {
 }
 
 fn check_url(prefix: &str, url: &str, problems: &mut Vec<String>) {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        problems.push(format!(
-            "{prefix}.url \"{url}\" must start with http:// or https://"
-        ));
+    // TRUST-3: the one endpoint validator every dialer uses.
+    if let Err(e) = super::trust::validate_endpoint(url) {
+        problems.push(format!("{prefix}.url: {e}"));
     }
 }
 
@@ -714,6 +713,16 @@ max_delay_ms = 100
             "{all}"
         );
         assert!(all.contains("servers.worse.reconnect.initial_delay_ms (5000) must not exceed max_delay_ms (100)"), "{all}");
+    }
+
+    #[test]
+    fn a_remote_plain_http_url_is_rejected_naming_the_field() {
+        // TRUST-3
+        let err =
+            parse_config("t.toml", "[servers.r]\nurl = \"http://example.com/mcp\"\n").unwrap_err();
+        let all = err.problems.join("\n");
+        assert!(all.contains("servers.r.url"), "{all}");
+        assert!(all.contains("use https://"), "{all}");
     }
 
     #[test]

@@ -12,3 +12,4 @@ pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod status;
+pub mod trust;

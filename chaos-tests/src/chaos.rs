@@ -646,6 +646,12 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
         builder = builder.skip_close_barrier_for_chaos();
     }
     let mut problems: Vec<String> = Vec::new();
+    if !fault_server_path().exists() {
+        problems.push(format!(
+            "{} does not exist: build it with cargo build -p mcpvisor-chaos --bins",
+            fault_server_path().display()
+        ));
+    }
     let runtime = match builder.start().await {
         Ok(r) => r,
         Err(e) => {

@@ -50,6 +50,14 @@ pub fn mcpvisor_bin_path() -> PathBuf {
 /// mcpvisor-chaos` builds only this package's binaries, so the CLI tests call
 /// this first.
 pub fn ensure_mcpvisor_built() -> Result<PathBuf, String> {
+    ensure_built("mcpvisor", "mcpvisor")
+}
+
+/// Build binary `bin` of workspace package `package` into the current target
+/// directory and profile (a no-op when it is up to date) and return its path.
+/// `cargo run --bin chaos` builds only `chaos`; it calls this for
+/// `fault-server`.
+pub fn ensure_built(package: &str, bin: &str) -> Result<PathBuf, String> {
     let profile_dir = profile_dir();
     let profile = profile_dir
         .file_name()
@@ -64,7 +72,7 @@ pub fn ensure_mcpvisor_built() -> Result<PathBuf, String> {
     let cargo_profile = if profile == "debug" { "dev" } else { &profile };
     let manifest = workspace_dir().join("Cargo.toml");
     let out = std::process::Command::new(cargo)
-        .args(["build", "--quiet", "-p", "mcpvisor", "--bin", "mcpvisor"])
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
         .arg("--profile")
         .arg(cargo_profile)
         .arg("--manifest-path")
@@ -75,11 +83,11 @@ pub fn ensure_mcpvisor_built() -> Result<PathBuf, String> {
         .map_err(|e| format!("could not run cargo: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "cargo build -p mcpvisor failed: {}",
+            "cargo build -p {package} --bin {bin} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let path = mcpvisor_bin_path();
+    let path = profile_dir.join(bin);
     if path.exists() {
         Ok(path)
     } else {

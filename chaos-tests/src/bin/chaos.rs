@@ -77,6 +77,11 @@ async fn main() -> std::process::ExitCode {
         }
         return std::process::ExitCode::SUCCESS;
     }
+    // `cargo run --bin chaos` builds only this binary: make sure the server exists.
+    if let Err(e) = mcpvisor_chaos::ensure_built("mcpvisor-chaos", "fault-server") {
+        eprintln!("chaos: cannot build fault-server: {e}");
+        return std::process::ExitCode::from(2);
+    }
     eprintln!("chaos: seed {seed}, {} scenario(s)", first.len());
     let mut reports: Vec<ScenarioReport> = Vec::new();
     let started = Instant::now();

@@ -1,0 +1,173 @@
+//! Trust, secrets and transport security: the pure rules (TRUST-2..6).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::config::TrustMode;
+
+// ===== TRUST-3: one endpoint validator =====
+
+/// The one validation every endpoint the runtime dials goes through (MCP
+/// servers, model providers, CDP attach): `https://` anywhere; plain `http://`
+/// only for `localhost`, `127.0.0.1` and `[::1]`; every other scheme rejected.
+pub fn validate_endpoint(endpoint: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(endpoint)
+        .map_err(|e| format!("endpoint {endpoint:?} is not a valid URL: {e}"))?;
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" => match parsed.host() {
+            Some(url::Host::Domain("localhost")) => Ok(()),
+            Some(url::Host::Ipv4(ip)) if ip == std::net::Ipv4Addr::LOCALHOST => Ok(()),
+            Some(url::Host::Ipv6(ip)) if ip == std::net::Ipv6Addr::LOCALHOST => Ok(()),
+            _ => Err(format!(
+                "endpoint {endpoint:?} uses plain http:// to a remote host; use https:// (http:// is allowed only for localhost, 127.0.0.1 and [::1])"
+            )),
+        },
+        other => Err(format!(
+            "endpoint {endpoint:?} has scheme {other:?}; only https:// (and http:// to localhost) is allowed"
+        )),
+    }
+}
+
+// ===== TRUST-2: secrets =====
+
+/// A secret value. It never prints: `Debug` and `Display` show `[redacted]`,
+/// and it does not implement `Serialize`. Read it with [`Secret::expose`] only
+/// where it is handed to the transport.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// The error of a missing or unreadable secret (TRUST-2).
+pub fn secret_unavailable(name: &str, server: &str) -> String {
+    format!("secret {name} for server {server} is not available")
+}
+
+// ===== TRUST-4: the decision =====
+
+/// What the trust gate does with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustDecision {
+    /// Go on.
+    Allow,
+    /// Refuse without asking.
+    Deny,
+    /// Ask the approver.
+    Ask,
+}
+
+/// TRUST-4: `never` → deny without asking; `always` → allow; `ask` → allow if
+/// this chat already granted the server, else ask.
+pub fn decide(mode: TrustMode, granted_for_this_chat: bool) -> TrustDecision {
+    match mode {
+        TrustMode::Never => TrustDecision::Deny,
+        TrustMode::Always => TrustDecision::Allow,
+        TrustMode::Ask if granted_for_this_chat => TrustDecision::Allow,
+        TrustMode::Ask => TrustDecision::Ask,
+    }
+}
+
+/// The approver's answer (TRUST-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Persist `always` for the server.
+    AlwaysAllow,
+    /// Grant this chat only.
+    AllowThisChat,
+    /// Deny this one call. Also the answer with no approver, on timeout or escape.
+    DontAllow,
+}
+
+/// TRUST-6: the honest sentence the model gets for a refusal.
+pub fn refusal_text(server: &str, tool: &str, why: Refusal) -> String {
+    match why {
+        Refusal::Never => format!(
+            "The user does not allow the tool \"{tool}\" of server \"{server}\" (trust is set to never). Do not retry it."
+        ),
+        Refusal::Declined => format!("The user declined this tool call (\"{tool}\" of server \"{server}\")."),
+        Refusal::NoApprover(why) => format!(
+            "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and none could be asked: {why}."
+        ),
+    }
+}
+
+/// Why the gate refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Config says never.
+    Never,
+    /// The user answered Don't Allow.
+    Declined,
+    /// Nobody could be asked (no approver, no terminal, timeout).
+    NoApprover(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_https_or_loopback_http_is_dialled() {
+        // TRUST-3
+        assert!(validate_endpoint("https://example.com/mcp").is_ok());
+        assert!(validate_endpoint("http://127.0.0.1:3001/mcp").is_ok());
+        assert!(validate_endpoint("http://localhost:8080/mcp").is_ok());
+        assert!(validate_endpoint("http://[::1]:8080/mcp").is_ok());
+        let remote = validate_endpoint("http://example.com/mcp").unwrap_err();
+        assert!(remote.contains("use https://"), "{remote}");
+        assert!(validate_endpoint("http://10.0.0.1/mcp").is_err());
+        assert!(validate_endpoint("http://127.0.0.2/mcp").is_err());
+        assert!(validate_endpoint("ws://localhost/mcp")
+            .unwrap_err()
+            .contains("scheme \"ws\""));
+        assert!(validate_endpoint("not a url").is_err());
+    }
+
+    #[test]
+    fn the_trust_decision_follows_the_mode_and_the_chat_grant() {
+        // TRUST-4
+        assert_eq!(decide(TrustMode::Never, true), TrustDecision::Deny);
+        assert_eq!(decide(TrustMode::Always, false), TrustDecision::Allow);
+        assert_eq!(decide(TrustMode::Ask, true), TrustDecision::Allow);
+        assert_eq!(decide(TrustMode::Ask, false), TrustDecision::Ask);
+    }
+
+    #[test]
+    fn a_secret_never_prints() {
+        // TRUST-2
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s}"), "[redacted]");
+        assert_eq!(format!("{s:?}"), "Secret([redacted])");
+        assert_eq!(s.expose(), "hunter2");
+        assert_eq!(
+            secret_unavailable("gh_token", "github"),
+            "secret gh_token for server github is not available"
+        );
+    }
+}
