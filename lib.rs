@@ -38,7 +38,9 @@
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = ServerConfig::stdio("everything", "npx", vec!["-y".into(), "@modelcontextprotocol/server-everything".into()]);
+//! // trust = "always": no approver is asked (TRUST-4; the default is "ask").
+//! let server = ServerConfig::stdio("everything", "npx", vec!["-y".into(), "@modelcontextprotocol/server-everything".into()])
+//!     .trusted();
 //! let runtime = Runtime::builder().server(Scope::Global, server).start().await?;
 //! runtime.wait_ready(&Scope::Global, "everything", Duration::from_secs(30)).await?;
 //! for tool in runtime.tools(&Scope::Global) {
@@ -98,5 +100,7 @@ pub use messages::config::{
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;
 pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+pub use messages::trust::{validate_endpoint, Approval, Secret};
 pub use supervisors::runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use supervisors::trust::{ApprovalRequest, Approver};
 pub use tokio_util::sync::CancellationToken;

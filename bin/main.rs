@@ -1,6 +1,7 @@
 //! `mcpvisor`: the reference binary. Thin: parse arguments, build the config,
 //! call the library, render the output.
 
+mod approver;
 mod bench;
 mod demo_server;
 
@@ -60,6 +61,9 @@ enum Command {
         /// Directory of the file attachment store (admitted images, spilled results).
         #[arg(long, value_name = "DIR")]
         attachments: Option<PathBuf>,
+        /// The chat this call belongs to (per-chat trust grants, TRUST-5).
+        #[arg(long, value_name = "ID")]
+        chat: Option<String>,
     },
     /// Resources of the configured servers (through the shared resource tools).
     Resources {
@@ -160,7 +164,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             args,
             images,
             attachments,
-        } => call(&cli, name, args.as_deref(), *images, attachments.clone()).await,
+            chat,
+        } => {
+            let opts = CallFlags {
+                images: *images,
+                attachments: attachments.clone(),
+                chat: chat.clone(),
+            };
+            call(&cli, name, args.as_deref(), opts).await
+        }
         Command::Status { watch } => status(&cli, *watch).await,
         Command::Resources { what } => resources(&cli, what).await,
         Command::Bench { calls } => bench::run(*calls, cli.json).await,
@@ -175,7 +187,8 @@ pub(crate) fn demo_config(name: &str, extra_tools: usize) -> anyhow::Result<Serv
         args.push("--tools".into());
         args.push(extra_tools.to_string());
     }
-    Ok(ServerConfig::stdio(name, exe.to_string_lossy(), args))
+    // The built-in demo server is part of this binary: trusted.
+    Ok(ServerConfig::stdio(name, exe.to_string_lossy(), args).trusted())
 }
 
 fn config_path(cli: &Cli) -> PathBuf {
@@ -207,9 +220,10 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
     Ok(parse_config(&path.display().to_string(), &text)?)
 }
 
-/// A runtime builder with what the config file asks for beyond servers.
+/// A runtime builder with what the config file asks for beyond servers, and
+/// the terminal approver (TRUST-5).
 fn builder_for(cfg: &FileConfig) -> mcpvisor::RuntimeBuilder {
-    let b = Runtime::builder();
+    let b = Runtime::builder().approver(std::sync::Arc::new(approver::TerminalApprover));
     match &cfg.event_log {
         Some(path) => b.event_log(path.clone()),
         None => b,
@@ -514,13 +528,14 @@ fn outcome_json(o: &mcpvisor::ToolOutcome) -> Value {
     })
 }
 
-async fn call(
-    cli: &Cli,
-    name: &str,
-    args: Option<&str>,
+/// `call`'s options beyond the name and arguments.
+struct CallFlags {
     images: bool,
     attachments: Option<PathBuf>,
-) -> anyhow::Result<u8> {
+    chat: Option<String>,
+}
+
+async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> anyhow::Result<u8> {
     let args: Option<Value> = match args {
         None => None,
         Some(text) => Some(
@@ -530,12 +545,13 @@ async fn call(
     };
     let cfg = load_config(cli, true)?;
     let mut builder = builder_for(&cfg);
-    if let Some(dir) = attachments {
+    if let Some(dir) = flags.attachments {
         builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
     }
     let runtime = start_with(builder, cfg.servers, cli.json).await?;
     let options = CallOptions {
-        images,
+        images: flags.images,
+        chat: flags.chat.or_else(|| Some("cli".into())),
         ..CallOptions::default()
     };
     let outcome = runtime.call(&Scope::Global, name, args, options).await;

@@ -179,6 +179,8 @@ pub struct PolicyCall {
     pub arguments: Map<String, Value>,
     /// The chat, when given.
     pub chat: Option<String>,
+    /// The server's configured trust mode (TRUST-4).
+    pub trust: super::config::TrustMode,
 }
 
 /// A policy's decision before the call.

@@ -323,6 +323,12 @@ impl ServerConfig {
         }
     }
 
+    /// This server's tools are allowed without asking (`trust = "always"`, TRUST-4).
+    pub fn trusted(mut self) -> Self {
+        self.trust = TrustMode::Always;
+        self
+    }
+
     /// Check the invariants a hand-built config must hold (the same ones the
     /// file loader checks). Returns every problem, each naming its field.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -185,6 +185,21 @@ pub enum RuntimeEvent {
         /// What the model sees of the outcome (model-visible text, RES-5/OBS-2).
         projection: String,
     },
+    /// The trust gate decided on a call (TRUST-4/5).
+    TrustDecision {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// Public tool name.
+        tool: String,
+        /// The chat, when named.
+        chat: Option<String>,
+        /// `allow` or `deny`.
+        decision: &'static str,
+        /// The approver's answer, when one was asked.
+        approval: Option<super::trust::Approval>,
+    },
     /// Other model-visible text the runtime produced: attributed server
     /// instructions and the shared resource tools' descriptions (RES-5, OBS-2).
     ModelText {

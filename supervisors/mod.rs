@@ -6,3 +6,4 @@ pub mod runtime;
 pub mod scope;
 pub mod server;
 pub mod spec;
+pub mod trust;

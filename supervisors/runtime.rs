@@ -67,6 +67,7 @@ pub struct RuntimeBuilder {
     attachments: Option<Arc<dyn AttachmentStore>>,
     limits: ResultLimits,
     event_log: Option<std::path::PathBuf>,
+    approver: Option<Arc<dyn super::trust::Approver>>,
     skip_close_barrier: bool,
 }
 
@@ -96,6 +97,13 @@ impl RuntimeBuilder {
     /// Without a store, images are projected as placeholders.
     pub fn attachments(mut self, store: Arc<dyn AttachmentStore>) -> Self {
         self.attachments = Some(store);
+        self
+    }
+
+    /// The approver asked when a server's trust is `ask` and the chat has no
+    /// grant (TRUST-5). Without one, `ask` is Don't Allow.
+    pub fn approver(mut self, approver: Arc<dyn super::trust::Approver>) -> Self {
+        self.approver = Some(approver);
         self
     }
 
@@ -133,6 +141,10 @@ impl RuntimeBuilder {
     /// down again and its error returned (CONN-12).
     pub async fn start(self) -> Result<Runtime, RuntimeError> {
         let (events, _) = broadcast::channel(4096);
+        let trust_gate: Arc<dyn CallPolicy> = Arc::new(super::trust::TrustGate::new(
+            self.approver.clone(),
+            events.clone(),
+        ));
         let event_log = match &self.event_log {
             Some(path) => Some(
                 crate::actors::event_log::EventLogHandle::start(path.clone(), &events)
@@ -156,6 +168,7 @@ impl RuntimeBuilder {
                 scopes: RwLock::new(HashMap::new()),
                 events,
                 call_ids: std::sync::atomic::AtomicU64::new(1),
+                trust_gate,
                 event_log,
                 policies: self.policies,
                 attachments: self.attachments,
@@ -173,6 +186,7 @@ impl RuntimeBuilder {
 }
 
 struct Inner {
+    trust_gate: Arc<dyn CallPolicy>,
     call_ids: std::sync::atomic::AtomicU64,
     event_log: Option<crate::actors::event_log::EventLogHandle>,
     attachments: Option<Arc<dyn AttachmentStore>>,
@@ -532,13 +546,21 @@ impl Runtime {
             )
             .for_tool(&def);
         }
+        let trust = snap
+            .servers
+            .get(&def.server)
+            .map(|e| e.config.trust)
+            .unwrap_or_default();
         let mut call = PolicyCall {
             scope: scope.clone(),
             tool: def.clone(),
             arguments,
             chat: options.chat.clone(),
+            trust,
         };
-        for policy in &self.inner.policies {
+        // CALL-1: trust first, then the installed policies (hooks).
+        let chain = std::iter::once(&self.inner.trust_gate).chain(self.inner.policies.iter());
+        for policy in chain {
             match policy.before(&call).await {
                 PolicyVerdict::Proceed => {}
                 PolicyVerdict::ProceedWith(args) => call.arguments = args,

@@ -172,7 +172,8 @@ fn config(h: &Harness, policy: ReconnectPolicy) -> ServerConfig {
 }
 
 fn named_config(name: &str, h: &Harness, policy: ReconnectPolicy) -> ServerConfig {
-    let mut c = ServerConfig::with_transport(name, TransportConfig::InProcess(h.connector()));
+    let mut c =
+        ServerConfig::with_transport(name, TransportConfig::InProcess(h.connector())).trusted();
     c.reconnect = policy;
     c.idle_stop_after = None;
     c
@@ -472,7 +473,8 @@ async fn display_names_get_unique_slugs_within_a_scope() {
     let mut names = Vec::new();
     for scope in [Scope::Global, Scope::Global, Scope::Agent("a".into())] {
         let cfg =
-            ServerConfig::with_display_name("My Files!", TransportConfig::InProcess(h.connector()));
+            ServerConfig::with_display_name("My Files!", TransportConfig::InProcess(h.connector()))
+                .trusted();
         names.push(rt.add_server(scope, cfg).await.unwrap());
     }
     assert_eq!(names, vec!["my-files", "my-files-2", "my-files"]);

@@ -746,6 +746,7 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
     }
     let hang_init = sc.faults.contains(&Fault::HangOnInitialize);
     for mut cfg in configs {
+        cfg = cfg.trusted();
         cfg.reconnect = policy();
         cfg.tool_call_timeout = TOOL_CALL_TIMEOUT;
         cfg.startup_timeout = if hang_init {

@@ -33,11 +33,15 @@ struct Workdir {
 
 impl Workdir {
     fn new(fault_args: &[&str], extra: &str) -> Workdir {
+        Workdir::with_trust(fault_args, "always", extra)
+    }
+
+    fn with_trust(fault_args: &[&str], trust: &str, extra: &str) -> Workdir {
         let dir = unique_temp_path("cli");
         std::fs::create_dir_all(&dir).unwrap();
         let args: Vec<String> = fault_args.iter().map(|a| format!("{a:?}")).collect();
         let toml = format!(
-            "[servers.x]\ncommand = {:?}\nargs = [{}]\nidle_stop_after_s = 0\n{extra}",
+            "[servers.x]\ncommand = {:?}\nargs = [{}]\nidle_stop_after_s = 0\ntrust = {trust:?}\n{extra}",
             fault_server_path().to_string_lossy(),
             args.join(", ")
         );
@@ -275,5 +279,39 @@ async fn status_watch_streams_json_until_sigterm_then_reaps_the_server_and_exits
     assert!(
         wait_gone(server_pid, Duration::from_secs(2)).await,
         "fault-server {server_pid} outlived mcpvisor"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_needing_approval_without_a_terminal_is_denied_with_a_clear_message() {
+    // TRUST-5: the reference approver is a terminal prompt; with no terminal
+    // it denies and says how to allow the server.
+    let w = Workdir::with_trust(&[], "ask", "");
+    let config = w.config();
+    let out = run(
+        &w.dir,
+        &[
+            "--config",
+            &config.to_string_lossy(),
+            "--json",
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcome"], "refused_by_trust");
+    assert!(
+        text(&out.stderr).contains("standard input is not a terminal"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("trust = \"always\" under [servers.x]"),
+        "{}",
+        text(&out.stderr)
     );
 }

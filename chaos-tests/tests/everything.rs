@@ -46,7 +46,8 @@ fn entry_point(dir: &Path) -> String {
 
 /// server-everything over stdio, with idle stop off (tests wait on events).
 fn everything_stdio(dir: &Path) -> ServerConfig {
-    let mut cfg = ServerConfig::stdio("everything", "node", vec![entry_point(dir), "stdio".into()]);
+    let mut cfg =
+        ServerConfig::stdio("everything", "node", vec![entry_point(dir), "stdio".into()]).trusted();
     cfg.idle_stop_after = None;
     cfg
 }
@@ -252,7 +253,7 @@ async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_c
     let runtime = Runtime::builder().start().await.unwrap();
     let mut events = runtime.subscribe();
     runtime
-        .add_server(G, ServerConfig::http("everything", peer.url()))
+        .add_server(G, ServerConfig::http("everything", peer.url()).trusted())
         .await
         .unwrap();
     wait_all_tools(&runtime, &mut events).await;

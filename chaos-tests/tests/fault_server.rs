@@ -43,7 +43,8 @@ fn fault(name: &str, args: &[&str]) -> ServerConfig {
         name,
         fault_server_path().to_string_lossy(),
         args.iter().map(|a| (*a).to_owned()).collect(),
-    );
+    )
+    .trusted();
     cfg.reconnect = ReconnectPolicy {
         enabled: true,
         initial_delay: Duration::from_millis(10),
@@ -730,7 +731,7 @@ async fn the_fault_server_over_streamable_http_answers_calls_and_announces_new_t
     );
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-    let (runtime, mut events) = start(G, ServerConfig::http("web", url)).await;
+    let (runtime, mut events) = start(G, ServerConfig::http("web", url).trusted()).await;
     let up = ready(&runtime, &mut events, &G, "web", 0).await;
     assert_eq!(up.transport, "streamable-http");
     assert_eq!(up.tools, FIXED_TOOLS.len());

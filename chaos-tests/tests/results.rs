@@ -31,7 +31,7 @@ async fn zoo(limits: ResultLimits) -> (Runtime, std::path::PathBuf) {
     runtime
         .add_server(
             G,
-            ServerConfig::stdio("zoo", fault_server_path().to_string_lossy(), args),
+            ServerConfig::stdio("zoo", fault_server_path().to_string_lossy(), args).trusted(),
         )
         .await
         .unwrap();

@@ -1,0 +1,160 @@
+//! The trust gate (TRUST-4, TRUST-5, TRUST-6): the first link of every call's
+//! policy chain. It is always installed; without an approver, `ask` means
+//! Don't Allow.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict};
+use crate::messages::config::{Scope, TrustMode};
+use crate::messages::status::RuntimeEvent;
+use crate::messages::trust::{decide, refusal_text, Approval, Refusal, TrustDecision};
+
+/// What the approver is asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalRequest {
+    /// The scope of the call.
+    pub scope: Scope,
+    /// The chat, when the caller named one.
+    pub chat: Option<String>,
+    /// The server.
+    pub server: String,
+    /// Public tool name.
+    pub tool: String,
+    /// Tool title or description, for the prompt.
+    pub summary: Option<String>,
+    /// The arguments that would be sent.
+    pub arguments: serde_json::Value,
+}
+
+/// Asks the user (TRUST-5). The reference binary implements an interactive
+/// terminal prompt; with no approver every `ask` is Don't Allow.
+pub trait Approver: Send + Sync + 'static {
+    /// Ask once.
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval>;
+}
+
+/// The gate: per-chat grants and `always` given at run time, in memory.
+pub(crate) struct TrustGate {
+    approver: Option<Arc<dyn Approver>>,
+    /// (scope, server, chat) granted "Allow This Chat".
+    chat_grants: Mutex<HashSet<(Scope, String, String)>>,
+    /// (scope, server) answered "Always Allow".
+    always: Mutex<HashSet<(Scope, String)>>,
+    events: broadcast::Sender<RuntimeEvent>,
+}
+
+impl TrustGate {
+    pub(crate) fn new(
+        approver: Option<Arc<dyn Approver>>,
+        events: broadcast::Sender<RuntimeEvent>,
+    ) -> Self {
+        Self {
+            approver,
+            chat_grants: Mutex::default(),
+            always: Mutex::default(),
+            events,
+        }
+    }
+
+    fn record(&self, call: &PolicyCall, decision: &'static str, approval: Option<Approval>) {
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.events.send(RuntimeEvent::TrustDecision {
+            scope: call.scope.clone(),
+            server: call.tool.server.clone(),
+            tool: call.tool.name.clone(),
+            chat: call.chat.clone(),
+            decision,
+            approval,
+        });
+    }
+}
+
+fn deny(call: &PolicyCall, why: Refusal) -> PolicyVerdict {
+    PolicyVerdict::Deny {
+        kind: OutcomeKind::RefusedByTrust,
+        reason: refusal_text(&call.tool.server, &call.tool.name, why),
+    }
+}
+
+impl CallPolicy for TrustGate {
+    fn before<'a>(&'a self, call: &'a PolicyCall) -> BoxFuture<'a, PolicyVerdict> {
+        Box::pin(async move {
+            // The scope's shared resource tools read data of servers that were
+            // trusted to connect; they are not gated per call.
+            if call.tool.server.is_empty() {
+                return PolicyVerdict::Proceed;
+            }
+            let key = (call.scope.clone(), call.tool.server.clone());
+            let mode = match self.always.lock() {
+                Ok(a) if a.contains(&key) => TrustMode::Always,
+                _ => call.trust,
+            };
+            let granted = call.chat.as_ref().is_some_and(|chat| {
+                self.chat_grants
+                    .lock()
+                    .map(|g| g.contains(&(key.0.clone(), key.1.clone(), chat.clone())))
+                    .unwrap_or(false)
+            });
+            match decide(mode, granted) {
+                TrustDecision::Allow => {
+                    self.record(call, "allow", None);
+                    PolicyVerdict::Proceed
+                }
+                TrustDecision::Deny => {
+                    self.record(call, "deny", None);
+                    deny(call, Refusal::Never)
+                }
+                TrustDecision::Ask => {
+                    let Some(approver) = &self.approver else {
+                        self.record(call, "deny", Some(Approval::DontAllow));
+                        return deny(call, Refusal::NoApprover("no approver is configured"));
+                    };
+                    let request = ApprovalRequest {
+                        scope: call.scope.clone(),
+                        chat: call.chat.clone(),
+                        server: call.tool.server.clone(),
+                        tool: call.tool.name.clone(),
+                        summary: call
+                            .tool
+                            .title
+                            .clone()
+                            .or_else(|| call.tool.description.clone()),
+                        arguments: serde_json::Value::Object(call.arguments.clone()),
+                    };
+                    let answer = approver.ask(&request).await;
+                    self.record(
+                        call,
+                        if answer == Approval::DontAllow {
+                            "deny"
+                        } else {
+                            "allow"
+                        },
+                        Some(answer),
+                    );
+                    match answer {
+                        Approval::AlwaysAllow => {
+                            if let Ok(mut a) = self.always.lock() {
+                                a.insert(key);
+                            }
+                            PolicyVerdict::Proceed
+                        }
+                        Approval::AllowThisChat => {
+                            if let (Some(chat), Ok(mut g)) = (&call.chat, self.chat_grants.lock()) {
+                                g.insert((key.0, key.1, chat.clone()));
+                            }
+                            PolicyVerdict::Proceed
+                        }
+                        Approval::DontAllow => deny(call, Refusal::Declined),
+                    }
+                }
+            }
+        })
+    }
+}
