@@ -304,49 +304,64 @@ impl Actor for Connection {
             gen: state.gen,
             server: state.config.server_name.clone(),
             supervisor: state.supervisor.clone(),
-            handlers: args.handlers,
+            handlers: args.handlers.clone(),
         };
         let cfg = state.config.clone();
         let diag = state.diag.clone();
         let me = myself.clone();
         // Start the transport synchronously so the process is owned from the first instant.
-        let connect: BoxFuture<'static, Result<Box<Established>, String>> = match &cfg.transport {
-            TransportConfig::Stdio(stdio_cfg) => match stdio::spawn(stdio_cfg, diag.clone()) {
-                Ok(child) => {
-                    state.pid = Some(child.process.pid);
-                    state.closer = Some(Closer::Process(child.process));
-                    let pid = state.pid;
-                    Box::pin(handshake(
-                        handler,
-                        child.transport,
-                        cfg.clone(),
-                        diag.clone(),
-                        pid,
-                    ))
-                }
-                Err(e) => Box::pin(futures::future::ready(Err(e))),
-            },
-            TransportConfig::StreamableHttp(http_cfg) => {
-                state.closer = Some(Closer::Network);
-                match super::http::transport(http_cfg, diag.clone()) {
-                    Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
-                    Err(e) => Box::pin(futures::future::ready(Err(e))),
-                }
-            }
-            TransportConfig::InProcess(factory) => match (factory.0)() {
-                Ok(conn) => {
-                    state.closer = Some(Closer::InProcess(conn.closed));
-                    Box::pin(handshake(
-                        handler,
-                        conn.stream,
-                        cfg.clone(),
-                        diag.clone(),
-                        None,
-                    ))
-                }
-                Err(e) => Box::pin(futures::future::ready(Err(e))),
-            },
+        // TRUST-2: values of env_secrets / header_secrets, fetched now, redacted everywhere.
+        let wanted = match &cfg.transport {
+            TransportConfig::Stdio(c) => c.env_secrets.clone(),
+            TransportConfig::StreamableHttp(c) => c.header_secrets.clone(),
+            TransportConfig::InProcess(_) => Default::default(),
         };
+        let secrets =
+            resolve_secrets(&cfg.server_name, &wanted, args.handlers.secrets.as_deref()).await;
+        if let Ok(values) = &secrets {
+            diag.add_redactions(values.iter().map(|(_, v)| v.expose().to_owned()));
+        }
+        let connect: BoxFuture<'static, Result<Box<Established>, String>> =
+            match (&cfg.transport, secrets) {
+                (_, Err(e)) => Box::pin(futures::future::ready(Err(e))),
+                (TransportConfig::Stdio(stdio_cfg), Ok(secret_env)) => {
+                    match stdio::spawn(stdio_cfg, secret_env, diag.clone()) {
+                        Ok(child) => {
+                            state.pid = Some(child.process.pid);
+                            state.closer = Some(Closer::Process(child.process));
+                            let pid = state.pid;
+                            Box::pin(handshake(
+                                handler,
+                                child.transport,
+                                cfg.clone(),
+                                diag.clone(),
+                                pid,
+                            ))
+                        }
+                        Err(e) => Box::pin(futures::future::ready(Err(e))),
+                    }
+                }
+                (TransportConfig::StreamableHttp(http_cfg), Ok(secret_headers)) => {
+                    state.closer = Some(Closer::Network);
+                    match super::http::transport(http_cfg, secret_headers, diag.clone()) {
+                        Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
+                        Err(e) => Box::pin(futures::future::ready(Err(e))),
+                    }
+                }
+                (TransportConfig::InProcess(factory), Ok(_)) => match (factory.0)() {
+                    Ok(conn) => {
+                        state.closer = Some(Closer::InProcess(conn.closed));
+                        Box::pin(handshake(
+                            handler,
+                            conn.stream,
+                            cfg.clone(),
+                            diag.clone(),
+                            None,
+                        ))
+                    }
+                    Err(e) => Box::pin(futures::future::ready(Err(e))),
+                },
+            };
         let startup = cfg.startup_timeout;
         state.connect_task = Some(tokio::spawn(async move {
             let result = match tokio::time::timeout(startup, connect).await {
@@ -486,6 +501,30 @@ fn start_close(state: &mut ConnectionState) {
         };
         let _ = supervisor.cast(ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid });
     });
+}
+
+/// Fetch every secret a transport needs (TRUST-2). A missing one fails the
+/// connect with "secret NAME for server SERVER is not available".
+async fn resolve_secrets(
+    server: &str,
+    wanted: &std::collections::BTreeMap<String, String>,
+    store: Option<&dyn crate::actors::secrets::SecretStore>,
+) -> Result<Vec<(String, crate::messages::trust::Secret)>, String> {
+    let env_store = crate::actors::secrets::EnvSecretStore;
+    let store = store.unwrap_or(&env_store);
+    let mut out = Vec::with_capacity(wanted.len());
+    for (target, secret_name) in wanted {
+        match store.get(secret_name).await {
+            Ok(value) => out.push((target.clone(), value)),
+            Err(why) => {
+                return Err(format!(
+                    "{} ({why})",
+                    crate::messages::trust::secret_unavailable(secret_name, server)
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `initialize` (empty capabilities), `notifications/initialized`, then the whole

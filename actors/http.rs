@@ -36,6 +36,7 @@ const SSE_RETRIES: usize = 8;
 /// Build the transport for one connection attempt.
 pub fn transport(
     cfg: &HttpConfig,
+    secret_headers: Vec<(String, crate::messages::trust::Secret)>,
     diag: Arc<Diagnostics>,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
@@ -46,6 +47,15 @@ pub fn transport(
             .map_err(|e| format!("header name {name:?} is invalid: {e}"))?;
         let v = HeaderValue::from_str(value)
             .map_err(|e| format!("header {name:?} has an invalid value: {e}"))?;
+        headers.insert(n, v);
+    }
+    for (name, secret) in &secret_headers {
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| format!("header name {name:?} is invalid: {e}"))?;
+        // The error never quotes the value.
+        let mut v = HeaderValue::from_str(secret.expose())
+            .map_err(|_| format!("the secret for header {name:?} is not a valid header value"))?;
+        v.set_sensitive(true);
         headers.insert(n, v);
     }
     let inner = reqwest::Client::builder()

@@ -5,4 +5,5 @@ pub mod connection;
 pub mod event_log;
 pub mod http;
 pub mod registry;
+pub mod secrets;
 pub mod stdio;

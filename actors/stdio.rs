@@ -51,6 +51,8 @@ struct DiagInner {
     first_non_json: Option<String>,
     fatal: Option<String>,
     task_required: HashSet<String>,
+    /// Secret values of this connection: never shown (TRUST-2).
+    redact: Vec<String>,
 }
 
 impl Diagnostics {
@@ -68,11 +70,17 @@ impl Diagnostics {
         }
     }
 
-    /// The stderr tail as text (lossy UTF-8, trimmed).
+    /// The stderr tail as text (lossy UTF-8, trimmed), secret values redacted.
     pub fn stderr_tail(&self) -> String {
-        String::from_utf8_lossy(&self.lock().stderr)
-            .trim()
-            .to_owned()
+        let d = self.lock();
+        redact(String::from_utf8_lossy(&d.stderr).trim(), &d.redact)
+    }
+
+    /// Secret values that must never be shown from this connection's output.
+    pub fn add_redactions(&self, values: impl IntoIterator<Item = String>) {
+        self.lock()
+            .redact
+            .extend(values.into_iter().filter(|v| !v.is_empty()));
     }
 
     /// Count a non-JSON stdout line; keep the first one's start.
@@ -83,7 +91,7 @@ impl Diagnostics {
             let text = String::from_utf8_lossy(&line[..line.len().min(200)])
                 .trim()
                 .to_owned();
-            d.first_non_json = Some(text);
+            d.first_non_json = Some(redact(&text, &d.redact));
         }
     }
 
@@ -149,6 +157,13 @@ impl Diagnostics {
         }
         out
     }
+}
+
+/// Replace every secret value in `text` with `[redacted]`.
+fn redact(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_owned(), |t, s| t.replace(s.as_str(), "[redacted]"))
 }
 
 fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -256,8 +271,16 @@ pub fn child_environment(
 
 /// Spawn the child in its own process group with piped stdio, start the stderr
 /// reader and the reaper.
-pub fn spawn(cfg: &StdioConfig, diag: Arc<Diagnostics>) -> Result<SpawnedChild, String> {
-    let env = child_environment(cfg, |n| std::env::var(n).ok());
+pub fn spawn(
+    cfg: &StdioConfig,
+    secret_env: Vec<(String, crate::messages::trust::Secret)>,
+    diag: Arc<Diagnostics>,
+) -> Result<SpawnedChild, String> {
+    let mut env = child_environment(cfg, |n| std::env::var(n).ok());
+    for (name, value) in secret_env {
+        env.retain(|(k, _)| *k != name);
+        env.push((name, value.expose().to_owned()));
+    }
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -553,6 +576,7 @@ mod tests {
             args: vec![],
             env: [("FOO".to_owned(), "bar".to_owned())].into(),
             env_passthrough: vec!["EXTRA".into()],
+            env_secrets: Default::default(),
             cwd: None,
         };
         let env = child_environment(&cfg, |n| match n {

@@ -208,6 +208,7 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
             return Ok(FileConfig {
                 servers: vec![demo_config("demo", 0)?],
                 event_log: None,
+                secrets_file: None,
             });
         }
         bail!(
@@ -222,16 +223,21 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
 
 /// A runtime builder with what the config file asks for beyond servers, and
 /// the terminal approver (TRUST-5).
-fn builder_for(cfg: &FileConfig) -> mcpvisor::RuntimeBuilder {
-    let b = Runtime::builder().approver(std::sync::Arc::new(approver::TerminalApprover));
-    match &cfg.event_log {
-        Some(path) => b.event_log(path.clone()),
-        None => b,
+fn builder_for(cfg: &FileConfig) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
+    let mut b = Runtime::builder().approver(std::sync::Arc::new(approver::TerminalApprover));
+    if let Some(path) = &cfg.event_log {
+        b = b.event_log(path.clone());
     }
+    if let Some(path) = &cfg.secrets_file {
+        let store =
+            mcpvisor::actors::secrets::FileSecretStore::open(path).map_err(anyhow::Error::msg)?;
+        b = b.secrets(std::sync::Arc::new(store));
+    }
+    Ok(b)
 }
 
 async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
-    start_with(builder_for(&cfg), cfg.servers, quiet).await
+    start_with(builder_for(&cfg)?, cfg.servers, quiet).await
 }
 
 async fn start_with(
@@ -544,7 +550,7 @@ async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> an
         ),
     };
     let cfg = load_config(cli, true)?;
-    let mut builder = builder_for(&cfg);
+    let mut builder = builder_for(&cfg)?;
     if let Some(dir) = flags.attachments {
         builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
     }
@@ -596,7 +602,7 @@ async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
         }
         return Ok(0);
     }
-    let runtime = builder_for(&cfg).start().await?;
+    let runtime = builder_for(&cfg)?.start().await?;
     let mut events = runtime.subscribe();
     for s in cfg.servers {
         runtime.add_server(Scope::Global, s).await?;

@@ -58,17 +58,22 @@ impl ElicitationHandler for AcceptSchemaDefaults {
     }
 }
 
-/// The client handlers installed by the embedder; empty by default.
+/// What the embedder supplies to every connection: opt-in client handlers
+/// and the secret store (TRUST-2). Empty by default.
 #[derive(Clone, Default)]
 pub struct ClientHandlers {
     /// Elicitation, when installed.
     pub elicitation: Option<Arc<dyn ElicitationHandler>>,
+    /// Where `env_secrets` / `header_secrets` values come from; the process
+    /// environment when not set.
+    pub secrets: Option<Arc<dyn crate::actors::secrets::SecretStore>>,
 }
 
 impl fmt::Debug for ClientHandlers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientHandlers")
             .field("elicitation", &self.elicitation.is_some())
+            .field("secrets", &self.secrets.is_some())
             .finish()
     }
 }

@@ -145,6 +145,9 @@ pub struct StdioConfig {
     pub env: BTreeMap<String, String>,
     /// Further parent variables passed through explicitly.
     pub env_passthrough: Vec<String>,
+    /// Environment variables whose values come from the secret store:
+    /// variable name → secret name (TRUST-2).
+    pub env_secrets: BTreeMap<String, String>,
     /// Working directory.
     pub cwd: Option<PathBuf>,
 }
@@ -154,8 +157,11 @@ pub struct StdioConfig {
 pub struct HttpConfig {
     /// Endpoint URL (`http://` or `https://`).
     pub url: String,
-    /// Extra request headers.
+    /// Extra request headers (plain values: no credentials here).
     pub headers: BTreeMap<String, String>,
+    /// Headers whose values come from the secret store: header name → secret
+    /// name (TRUST-2).
+    pub header_secrets: BTreeMap<String, String>,
     /// Liveness ping interval (CONN-14).
     pub ping_interval: Duration,
     /// Liveness ping timeout (CONN-14).
@@ -276,6 +282,7 @@ impl ServerConfig {
                 args,
                 env: BTreeMap::new(),
                 env_passthrough: Vec::new(),
+                env_secrets: BTreeMap::new(),
                 cwd: None,
             }),
         )
@@ -296,6 +303,7 @@ impl ServerConfig {
             TransportConfig::StreamableHttp(HttpConfig {
                 url: url.into(),
                 headers: BTreeMap::new(),
+                header_secrets: BTreeMap::new(),
                 ping_interval: Duration::from_millis(DEFAULT_PING_INTERVAL_MS),
                 ping_timeout: Duration::from_millis(DEFAULT_PING_TIMEOUT_MS),
                 ping_failure_threshold: DEFAULT_PING_FAILURE_THRESHOLD,
@@ -429,6 +437,16 @@ pub struct RawConfigFile {
     pub servers: BTreeMap<String, RawServerConfig>,
     /// `[events]`.
     pub events: Option<RawEvents>,
+    /// `[secrets]`.
+    pub secrets: Option<RawSecrets>,
+}
+
+/// `[secrets]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecrets {
+    /// A TOML secret file (mode 0600) instead of environment variables.
+    pub file: Option<PathBuf>,
 }
 
 /// `[events]` as written.
@@ -454,6 +472,12 @@ pub struct RawServerConfig {
     /// stdio: parent variables passed explicitly.
     #[serde(default)]
     pub env_passthrough: Vec<String>,
+    /// stdio: variable name → secret name.
+    #[serde(default)]
+    pub env_secrets: BTreeMap<String, String>,
+    /// HTTP: header name → secret name.
+    #[serde(default)]
+    pub header_secrets: BTreeMap<String, String>,
     /// stdio: working directory.
     pub cwd: Option<PathBuf>,
     /// HTTP: endpoint.
@@ -512,26 +536,34 @@ impl ServerConfig {
         let mut problems = Vec::new();
         let transport = match (raw.command, raw.url) {
             (Some(command), None) => {
-                if !raw.headers.is_empty() {
-                    problems.push(format!("{prefix}.headers applies only to url servers"));
+                if !raw.headers.is_empty() || !raw.header_secrets.is_empty() {
+                    problems.push(format!(
+                        "{prefix}.headers and header_secrets apply only to url servers"
+                    ));
                 }
                 TransportConfig::Stdio(StdioConfig {
                     command,
                     args: raw.args,
                     env: raw.env,
                     env_passthrough: raw.env_passthrough,
+                    env_secrets: raw.env_secrets,
                     cwd: raw.cwd,
                 })
             }
             (None, Some(url)) => {
-                if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
+                if !raw.args.is_empty()
+                    || !raw.env.is_empty()
+                    || !raw.env_secrets.is_empty()
+                    || raw.cwd.is_some()
+                {
                     problems.push(format!(
-                        "{prefix}: args, env and cwd apply only to command (stdio) servers"
+                        "{prefix}: args, env, env_secrets and cwd apply only to command (stdio) servers"
                     ));
                 }
                 TransportConfig::StreamableHttp(HttpConfig {
                     url,
                     headers: raw.headers,
+                    header_secrets: raw.header_secrets,
                     ping_interval: Duration::from_millis(
                         raw.ping_interval_ms.unwrap_or(DEFAULT_PING_INTERVAL_MS),
                     ),
@@ -618,6 +650,8 @@ pub struct FileConfig {
     pub servers: Vec<ServerConfig>,
     /// `[events] log`: the durable JSONL event log (OBS-2).
     pub event_log: Option<PathBuf>,
+    /// `[secrets] file`: the secret file; environment variables when absent (TRUST-2).
+    pub secrets_file: Option<PathBuf>,
 }
 
 /// Parse a whole config file; `origin` (the path) prefixes every problem.
@@ -626,8 +660,13 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
         problems: vec![format!("{origin}: {}", e.to_string().trim_end())],
     })?;
     let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
+    let secrets_file = raw.secrets.as_ref().and_then(|s| s.file.clone());
     let servers = servers_of(origin, raw)?;
-    Ok(FileConfig { servers, event_log })
+    Ok(FileConfig {
+        servers,
+        event_log,
+        secrets_file,
+    })
 }
 
 /// Parse a whole config file and return its servers.

@@ -120,6 +120,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Where `env_secrets` and `header_secrets` values come from (TRUST-2).
+    /// Without one, a secret name is read as an environment variable name.
+    pub fn secrets(mut self, store: Arc<dyn crate::actors::secrets::SecretStore>) -> Self {
+        self.handlers.secrets = Some(store);
+        self
+    }
+
     /// Opt in to elicitation (CONN-11): the capability is declared in
     /// `initialize` and server requests go to `handler`. Without it they get -32601.
     pub fn elicitation(mut self, handler: Arc<dyn ElicitationHandler>) -> Self {

@@ -113,6 +113,10 @@ struct Args {
     /// `wrong_mime_image`, `mixed_images`, `blob_resource` (CALL-6/7 tests).
     #[arg(long)]
     content_zoo: bool,
+    /// Print `env NAME=value` of this environment variable to stderr at start
+    /// (to test that secret values are redacted from what the runtime shows).
+    #[arg(long, value_name = "NAME")]
+    print_env: Option<String>,
     /// Server instructions to send in `initialize` (default: a short sentence).
     #[arg(long, value_name = "TEXT")]
     instructions: Option<String>,
@@ -735,6 +739,9 @@ fn main() -> std::process::ExitCode {
                 )),
             );
         }
+    }
+    if let Some(name) = &args.print_env {
+        eprintln!("env {name}={}", std::env::var(name).unwrap_or_default());
     }
     if args.ignore_sigterm {
         ignore_sigterm();

@@ -1,0 +1,138 @@
+//! Secret stores (TRUST-2): where credential values come from. Config holds
+//! only names; values are fetched when a connection starts and live in a
+//! redacting [`Secret`].
+//!
+//! Two implementations ship: [`EnvSecretStore`] (a secret name is the name of
+//! an environment variable of the runtime's process) and [`FileSecretStore`]
+//! (a TOML file of `name = "value"` lines, created with mode 0600 and refused
+//! when group or others can read it). An OS keyring store is not built (no
+//! keyring service exists on the machines this is tested on).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+
+use crate::messages::trust::Secret;
+
+/// Supplies secret values by name.
+pub trait SecretStore: Send + Sync + 'static {
+    /// The value of `name`, or why it cannot be had (the message must not
+    /// contain a value).
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>>;
+}
+
+/// Secret name = environment variable name of this process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EnvSecretStore;
+
+impl SecretStore for EnvSecretStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+        Box::pin(async move {
+            std::env::var(name)
+                .map(Secret::new)
+                .map_err(|_| format!("environment variable {name} is not set"))
+        })
+    }
+}
+
+/// A TOML file of `name = "value"` entries, readable by its owner only.
+#[derive(Debug, Clone)]
+pub struct FileSecretStore {
+    path: PathBuf,
+}
+
+impl FileSecretStore {
+    /// A store reading `path`. The file is created empty with mode 0600 when
+    /// it does not exist.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, String> {
+        let path = path.into();
+        if !path.exists() {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| format!("cannot create the secret file {}: {e}", path.display()))?;
+        }
+        Ok(Self { path })
+    }
+
+    /// Store a value (rewrites the file, keeping mode 0600).
+    pub fn set(&self, name: &str, value: &Secret) -> Result<(), String> {
+        let mut all = self.read_all()?;
+        all.insert(name.to_owned(), value.expose().to_owned());
+        let text =
+            toml::to_string(&all).map_err(|e| format!("cannot encode the secret file: {e}"))?;
+        let tmp = self.path.with_extension("tmp");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .map_err(|e| format!("cannot replace {}: {e}", self.path.display()))
+    }
+
+    fn read_all(&self) -> Result<BTreeMap<String, String>, String> {
+        let meta = std::fs::metadata(&self.path)
+            .map_err(|e| format!("cannot read the secret file {}: {e}", self.path.display()))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(format!(
+                "the secret file {} can be read by others (mode {:o}); chmod 600 it",
+                self.path.display(),
+                meta.permissions().mode() & 0o777
+            ));
+        }
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("cannot read the secret file {}: {e}", self.path.display()))?;
+        // The parse error may quote a line of the file: never pass it on.
+        toml::from_str(&text)
+            .map_err(|_| format!("the secret file {} is not valid TOML", self.path.display()))
+    }
+}
+
+impl SecretStore for FileSecretStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+        Box::pin(async move {
+            let all = self.read_all()?;
+            all.get(name)
+                .map(|v| Secret::new(v.clone()))
+                .ok_or_else(|| format!("no entry {name} in {}", self.path.display()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_file_store_is_private_and_round_trips() {
+        let path =
+            std::env::temp_dir().join(format!("mcpvisor-secrets-{}.toml", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let store = FileSecretStore::open(&path).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        store.set("gh_token", &Secret::new("s3cr3t")).unwrap();
+        assert_eq!(store.get("gh_token").await.unwrap().expose(), "s3cr3t");
+        let missing = store.get("nope").await.unwrap_err();
+        assert!(missing.contains("no entry nope"), "{missing}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = store.get("gh_token").await.unwrap_err();
+        assert!(open.contains("can be read by others"), "{open}");
+        assert!(!open.contains("s3cr3t"));
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,153 @@
+//! Secrets (TRUST-2): values come from a store, reach only the transport, and
+//! never appear in status, errors, events, logs or `--json` output — even
+//! when the server prints them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpvisor::actors::secrets::FileSecretStore;
+use mcpvisor::{Runtime, Scope, Secret, ServerConfig, StdioConfig, TransportConfig};
+use mcpvisor_chaos::{
+    ensure_mcpvisor_built, fault_server_path, shutdown_checked, unique_temp_path,
+};
+
+const G: Scope = Scope::Global;
+const VALUE: &str = "sk-TEST-9f8e7d6c5b4a";
+
+fn server(name: &str, secret_name: &str) -> ServerConfig {
+    let mut cfg = ServerConfig::stdio(
+        name,
+        fault_server_path().to_string_lossy(),
+        vec!["--print-env".into(), "API_KEY".into()],
+    )
+    .trusted();
+    if let TransportConfig::Stdio(StdioConfig { env_secrets, .. }) = &mut cfg.transport {
+        env_secrets.insert("API_KEY".into(), secret_name.into());
+    }
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_named() {
+    let file = unique_temp_path("secrets.toml");
+    let store = FileSecretStore::open(&file).unwrap();
+    store.set("api_key", &Secret::new(VALUE)).unwrap();
+    let log = unique_temp_path("secret-events.jsonl");
+    let runtime = Runtime::builder()
+        .secrets(Arc::new(store))
+        .event_log(&log)
+        .start()
+        .await
+        .unwrap();
+    runtime
+        .add_server(G, server("good", "api_key"))
+        .await
+        .unwrap();
+    let mut bad = server("bad", "no_such_secret");
+    bad.reconnect.enabled = false;
+    runtime.add_server(G, bad).await.unwrap();
+    runtime
+        .wait_ready(&G, "good", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let err = runtime
+        .wait_ready(&G, "bad", Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("secret no_such_secret for server bad is not available"),
+        "{err}"
+    );
+    let status = runtime.status();
+    let good = status.iter().find(|s| s.server == "good").unwrap();
+    // The server received the value (it printed it), but the runtime shows it redacted.
+    assert!(
+        good.stderr_tail.contains("env API_KEY=[redacted]"),
+        "{}",
+        good.stderr_tail
+    );
+    let bad = status.iter().find(|s| s.server == "bad").unwrap();
+    assert!(
+        bad.error
+            .as_deref()
+            .unwrap()
+            .contains("secret no_such_secret for server bad is not available"),
+        "{:?}",
+        bad.error
+    );
+    let all_status = serde_json::to_string(&status).unwrap();
+    assert!(!all_status.contains(VALUE));
+    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+    let events = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        events.contains("[redacted]"),
+        "the redacted stderr tail is in the log"
+    );
+    assert!(!events.contains(VALUE), "the value is not in the event log");
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cli_run_never_prints_a_secret_value() {
+    // TRUST-2 end to end: env-variable store, check / status / tools / call
+    // with --json, an event log, and a server that prints the value.
+    let bin = ensure_mcpvisor_built().unwrap();
+    let dir = unique_temp_path("secret-cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("events.jsonl");
+    let toml = format!(
+        "[events]\nlog = {:?}\n[servers.x]\ncommand = {:?}\nargs = [\"--print-env\", \"API_KEY\"]\ntrust = \"always\"\nidle_stop_after_s = 0\nenv_secrets = {{ API_KEY = \"MCPVISOR_TEST_SECRET\" }}\n",
+        log.to_string_lossy(),
+        fault_server_path().to_string_lossy()
+    );
+    std::fs::write(dir.join("mcpvisor.toml"), toml).unwrap();
+    let mut printed = String::new();
+    for args in [
+        vec!["--json", "check"],
+        vec!["--json", "status"],
+        vec!["--json", "tools"],
+        vec![
+            "--json",
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hello"}"#,
+        ],
+        vec!["check"],
+    ] {
+        let out = tokio::process::Command::new(&bin)
+            .args(&args)
+            .current_dir(&dir)
+            .env("MCPVISOR_TEST_SECRET", VALUE)
+            .env_remove("MCPVISOR_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        printed.push_str(&String::from_utf8_lossy(&out.stdout));
+        printed.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(
+        printed.contains("[redacted]"),
+        "the stderr tail was shown, redacted:\n{printed}"
+    );
+    assert!(
+        !printed.contains(VALUE),
+        "a secret value was printed:\n{printed}"
+    );
+    let events = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !events.contains(VALUE),
+        "a secret value reached the event log"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
