@@ -83,6 +83,14 @@ pub enum ServerSupervisorMsg {
         /// Answered once the restart began.
         reply: RpcReplyPort<()>,
     },
+    /// Turn the server off (quiescently, like a shutdown, but the supervisor
+    /// stays; no process, no tools) or on again (TRUST-1).
+    SetEnabled {
+        /// On or off.
+        enabled: bool,
+        /// The quiescent stop's report (empty when turning on).
+        reply: RpcReplyPort<ShutdownReport>,
+    },
     /// Stop everything and report (RECO-7).
     Shutdown {
         /// The report.

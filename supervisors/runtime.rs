@@ -175,6 +175,7 @@ impl RuntimeBuilder {
                 scopes: RwLock::new(HashMap::new()),
                 events,
                 call_ids: std::sync::atomic::AtomicU64::new(1),
+                off: std::sync::atomic::AtomicBool::new(false),
                 trust_gate,
                 event_log,
                 policies: self.policies,
@@ -193,6 +194,8 @@ impl RuntimeBuilder {
 }
 
 struct Inner {
+    /// Turned off at run time (TRUST-1).
+    off: std::sync::atomic::AtomicBool,
     trust_gate: Arc<dyn CallPolicy>,
     call_ids: std::sync::atomic::AtomicU64,
     event_log: Option<crate::actors::event_log::EventLogHandle>,
@@ -282,6 +285,13 @@ impl Runtime {
         config: ServerConfig,
     ) -> Result<String, RuntimeError> {
         config.validate()?;
+        if self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RuntimeError::Server {
+                server: config.server_name.clone(),
+                message: "the runtime is turned off (TRUST-1): turn it on before adding servers"
+                    .into(),
+            });
+        }
         let requested = config
             .display_name
             .clone()
@@ -376,6 +386,82 @@ impl Runtime {
             Ok(Ok(s)) => Ok(s),
             Ok(Err(s)) => Err(err(s.error.unwrap_or_else(|| s.state.to_string()))),
             Err(_) => Err(err(format!("not ready within {} ms", limit.as_millis()))),
+        }
+    }
+
+    /// The global switch (TRUST-1). Off: every server is stopped quiescently
+    /// (the report says what was reaped), no process runs and no tool is
+    /// exposed until it is turned on again, which starts every server that
+    /// was running. Returns the merged report of the stops.
+    pub async fn set_enabled(&self, enabled: bool) -> ShutdownReport {
+        self.inner
+            .off
+            .store(!enabled, std::sync::atomic::Ordering::SeqCst);
+        let handles: Vec<ScopeHandle> = self
+            .inner
+            .scopes
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let supervisors: Vec<ActorRef<ServerSupervisorMsg>> = handles
+            .iter()
+            .flat_map(|h| {
+                h.snapshot
+                    .borrow()
+                    .servers
+                    .values()
+                    .filter(|e| e.config.enabled)
+                    .map(|e| e.supervisor.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
+        let waits = supervisors.iter().map(|s| {
+            s.call(
+                |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
+                limit,
+            )
+        });
+        let mut report = ShutdownReport::default();
+        for r in futures::future::join_all(waits).await {
+            match r {
+                Ok(CallResult::Success(r)) => report.absorb(r),
+                _ => report
+                    .unconfirmed
+                    .push("a server supervisor did not answer".into()),
+            }
+        }
+        report
+    }
+
+    /// Turn one server off (quiescently) or on again (TRUST-1).
+    pub async fn set_server_enabled(
+        &self,
+        scope: &Scope,
+        server: &str,
+        enabled: bool,
+    ) -> Result<ShutdownReport, RuntimeError> {
+        let Some(entry) = self
+            .snapshot(scope)
+            .and_then(|s| s.servers.get(server).cloned())
+        else {
+            return Err(RuntimeError::Server {
+                server: server.to_owned(),
+                message: format!("no such server in scope {scope}"),
+            });
+        };
+        let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
+        match entry
+            .supervisor
+            .call(
+                |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
+                limit,
+            )
+            .await
+        {
+            Ok(CallResult::Success(r)) => Ok(r),
+            Ok(other) => Err(RuntimeError::Unavailable(format!("{other:?}"))),
+            Err(e) => Err(RuntimeError::Unavailable(e.to_string())),
         }
     }
 

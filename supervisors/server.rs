@@ -92,6 +92,8 @@ struct ConnSlot {
 #[derive(Debug)]
 struct Disposal {
     reply: Option<RpcReplyPort<ShutdownReport>>,
+    /// Stop the supervisor afterwards (shutdown) or stay, turned off (TRUST-1).
+    then_stop: bool,
     report: ShutdownReport,
     started: Instant,
     deadline: Option<Timer>,
@@ -135,6 +137,8 @@ pub struct ServerSupervisorState {
     resync_pending: bool,
     waiters: Vec<RpcReplyPort<Result<(), String>>>,
     disposing: Option<Disposal>,
+    /// Turned off at run time (TRUST-1): no connection, no tools.
+    off: bool,
 }
 
 impl ServerSupervisorState {
@@ -255,6 +259,7 @@ impl Actor for ServerSupervisor {
             resync_pending: false,
             waiters: Vec::new(),
             disposing: None,
+            off: false,
         })
     }
 
@@ -408,6 +413,8 @@ impl Actor for ServerSupervisor {
                 ServerSupervisorMsg::Wake { reply } => {
                     if st.disposing.is_some() {
                         let _ = reply.send(Err("the runtime is shutting down".into()));
+                    } else if st.off {
+                        let _ = reply.send(Err("the server is turned off".into()));
                     } else if st.live.is_some() {
                         let _ = reply.send(Ok(()));
                     } else if st.conn.is_some() {
@@ -437,7 +444,7 @@ impl Actor for ServerSupervisor {
                     }
                 }
                 ServerSupervisorMsg::Restart { reply } => {
-                    if st.disposing.is_none() {
+                    if st.disposing.is_none() && !st.off {
                         st.cancel_timers();
                         st.failures = 0;
                         st.status.error = None;
@@ -455,27 +462,38 @@ impl Actor for ServerSupervisor {
                     let _ = reply.send(());
                 }
                 ServerSupervisorMsg::Shutdown { reply } => {
-                    st.cancel_timers();
-                    for (_, t) in st.close_timers.drain(..) {
-                        t.abort();
+                    quiesce(&myself, st, reply, true);
+                }
+                ServerSupervisorMsg::SetEnabled {
+                    enabled: false,
+                    reply,
+                } => {
+                    if st.off || st.disposing.is_some() {
+                        let _ = reply.send(ShutdownReport::default());
+                        return Ok(());
                     }
-                    st.answer_waiters(Err("the runtime is shutting down".into()));
-                    let deadline = myself
-                        .send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
-                    st.disposing = Some(Disposal {
-                        reply: Some(reply),
-                        report: ShutdownReport {
-                            calls_cancelled: st.activity.in_flight() as u64,
-                            ..Default::default()
-                        },
-                        started: Instant::now(),
-                        deadline: Some(deadline),
+                    st.off = true;
+                    let _ = st.registry.cast(RegistryMsg::RemoveTools {
+                        server: st.config.server_name.clone(),
                     });
-                    if let Some(slot) = st.conn.as_mut() {
-                        slot.intent = StopIntent::Shutdown;
-                        slot.cell.stop(Some("shutdown".into()));
+                    st.instructions = None;
+                    quiesce(&myself, st, reply, false);
+                }
+                ServerSupervisorMsg::SetEnabled {
+                    enabled: true,
+                    reply,
+                } => {
+                    if st.off && st.disposing.is_none() {
+                        st.off = false;
+                        st.failures = 0;
+                        st.status.error = None;
+                        if st.open.is_empty() {
+                            start_connection(&myself, st).await;
+                        } else {
+                            st.pending_attempt = Some(0);
+                        }
                     }
-                    finish_if_done(&myself, st);
+                    let _ = reply.send(ShutdownReport::default());
                 }
                 ServerSupervisorMsg::ShutdownDeadline => {
                     let open: Vec<u64> = st.open.iter().copied().collect();
@@ -798,11 +816,52 @@ fn finish_if_done(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervi
     d.report.duration_ms = u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     st.live = None;
     st.status.pid = None;
+    if !d.then_stop {
+        st.status.error = Some("turned off".into());
+    }
     st.set_state(ServerState::Stopped);
     if let Some(reply) = d.reply.take() {
         let _ = reply.send(d.report);
     }
-    myself.stop(Some("shutdown".into()));
+    if d.then_stop {
+        myself.stop(Some("shutdown".into()));
+    }
+}
+
+/// Stop the connection and everything pending, and answer `reply` with the
+/// report once every transport confirmed its close (RECO-7, TRUST-1).
+fn quiesce(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    reply: RpcReplyPort<ShutdownReport>,
+    then_stop: bool,
+) {
+    st.cancel_timers();
+    for (_, t) in st.close_timers.drain(..) {
+        t.abort();
+    }
+    let why = if then_stop {
+        "the runtime is shutting down"
+    } else {
+        "the server was turned off"
+    };
+    st.answer_waiters(Err(why.into()));
+    let deadline = myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
+    st.disposing = Some(Disposal {
+        reply: Some(reply),
+        then_stop,
+        report: ShutdownReport {
+            calls_cancelled: st.activity.in_flight() as u64,
+            ..Default::default()
+        },
+        started: Instant::now(),
+        deadline: Some(deadline),
+    });
+    if let Some(slot) = st.conn.as_mut() {
+        slot.intent = StopIntent::Shutdown;
+        slot.cell.stop(Some(why.into()));
+    }
+    finish_if_done(myself, st);
 }
 
 #[cfg(test)]

@@ -669,3 +669,45 @@ async fn a_policy_that_changes_the_value_after_projection_is_detected_and_reproj
     assert!(!out.projection.contains("pong"));
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn off_means_off_and_on_starts_the_servers_again() {
+    // TRUST-1: turning the runtime off stops every server quiescently; while
+    // off no connection is made and no tool is exposed.
+    let h = Harness::new(Mode::Serve);
+    let rt = ready_runtime(Runtime::builder(), &h).await;
+    let mut events = rt.subscribe();
+    assert!(echo(&rt).await.is_ok());
+    let report = rt.set_enabled(false).await;
+    assert_eq!(
+        report.servers_stopped,
+        vec!["global/srv".to_owned()],
+        "{report:?}"
+    );
+    assert!(report.is_clean());
+    assert!(rt.tools(&Scope::Global).is_empty(), "no tool is exposed");
+    let out = echo(&rt).await;
+    assert_eq!(out.kind, OutcomeKind::UnknownTool);
+    let st = &rt.status()[0];
+    assert_eq!(st.state, ServerState::Stopped);
+    assert_eq!(st.pid, None);
+    let err = rt
+        .add_server(
+            Scope::Global,
+            named_config("late", &h, policy(100, 1000, 2)),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("turned off"), "{err}");
+    assert_eq!(h.attempts().len(), 1, "no connection while off");
+    rt.set_enabled(true).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    assert!(echo(&rt).await.is_ok());
+    assert_eq!(h.attempts().len(), 2);
+    // One server alone.
+    rt.set_server_enabled(&Scope::Global, "srv", false)
+        .await
+        .unwrap();
+    assert!(rt.tools(&Scope::Global).is_empty());
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
