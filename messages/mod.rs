@@ -5,6 +5,7 @@ pub mod call;
 pub mod capabilities;
 pub mod catalog;
 pub mod config;
+pub mod hooks;
 pub mod images;
 pub mod naming;
 pub mod projection;

@@ -1,0 +1,265 @@
+//! The dialect-neutral hook core (HOOK-1, HOOK-2, HOOK-6): matchers of both
+//! dialects, neutral outcomes, and the deterministic merge. Pure.
+//!
+//! Running hooks (`run_hook`), the two bridges and their wiring into the call
+//! pipeline build on this (issue 4, in progress).
+
+use serde::Serialize;
+
+/// Which product's hook rules apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    /// Claude Code (HOOK-9).
+    Claude,
+    /// Codex (HOOK-10).
+    Codex,
+}
+
+/// A compiled matcher (hooks-reference §4).
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Absent, `""` or `"*"`: matches everything.
+    All,
+    /// Claude: a matcher of only `[A-Za-z0-9_|]` is an exact alternative list.
+    Exact(Vec<String>),
+    /// Claude: an ECMAScript regex, unanchored (lookaround works, `(?i)` does not).
+    Ecma(Box<regress::Regex>),
+    /// Codex: a Rust regex, unanchored.
+    Rust(Box<regex::Regex>),
+    /// Claude: an invalid pattern is logged and never matches.
+    Never,
+}
+
+impl Matcher {
+    /// Compile `pattern` for `dialect`. `Err` only for Codex, whose invalid
+    /// matchers drop their whole group at load with a warning; Claude keeps
+    /// an invalid matcher as [`Matcher::Never`] (the warning is the `Ok`'s
+    /// second element).
+    pub fn compile(
+        dialect: Dialect,
+        pattern: Option<&str>,
+    ) -> Result<(Matcher, Option<String>), String> {
+        let p = match pattern {
+            None => return Ok((Matcher::All, None)),
+            Some(p) if p.is_empty() || p == "*" => return Ok((Matcher::All, None)),
+            Some(p) => p,
+        };
+        match dialect {
+            Dialect::Claude => {
+                if p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '|')
+                {
+                    return Ok((
+                        Matcher::Exact(p.split('|').map(str::to_owned).collect()),
+                        None,
+                    ));
+                }
+                match regress::Regex::new(p) {
+                    Ok(re) => Ok((Matcher::Ecma(Box::new(re)), None)),
+                    Err(e) => Ok((
+                        Matcher::Never,
+                        Some(format!(
+                            "matcher {p:?} is not a valid ECMAScript regex ({e}); it never matches"
+                        )),
+                    )),
+                }
+            }
+            Dialect::Codex => regex::Regex::new(p)
+                .map(|re| (Matcher::Rust(Box::new(re)), None))
+                .map_err(|e| {
+                    format!("matcher {p:?} is not a valid regex ({e}); the group is skipped")
+                }),
+        }
+    }
+
+    /// Whether the matcher fires for `subject` (a tool name, a source, an agent type).
+    pub fn matches(&self, subject: &str) -> bool {
+        match self {
+            Matcher::All => true,
+            Matcher::Exact(names) => names.iter().any(|n| n == subject),
+            Matcher::Ecma(re) => re.find(subject).is_some(),
+            Matcher::Rust(re) => re.is_match(subject),
+            Matcher::Never => false,
+        }
+    }
+}
+
+/// A neutral outcome of one hook run (HOOK-2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
+pub enum HookOutcome {
+    /// No decision.
+    Proceed,
+    /// Pre-tool: refuse the call.
+    Deny(String),
+    /// Pre-tool: route to the approval path (TRUST-5).
+    Ask(String),
+    /// Post-tool / prompt: block with feedback.
+    Block(String),
+    /// Add context for the model.
+    Context(String),
+    /// At stopping: continue with this prompt.
+    Continue(String),
+    /// Stop the turn (`continue: false`).
+    Stop(String),
+    /// Shown to the user, never to the model.
+    Warn(String),
+    /// The hook failed; fail open (HOOK-5).
+    Error(String),
+}
+
+/// The merged result of every hook matched at one extension point (HOOK-6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Merged {
+    /// The winning decision: `deny`, `block`, `ask` or none.
+    pub decision: Option<&'static str>,
+    /// The non-empty reasons of the winning rank, joined with a blank line.
+    pub reason: Option<String>,
+    /// The first `continue: false`, with its reason.
+    pub stop: Option<String>,
+    /// A `Continue` prompt (at stopping), the first in config order.
+    pub continue_with: Option<String>,
+    /// Contexts in config order, empty ones skipped.
+    pub context: Vec<String>,
+    /// Warnings in config order.
+    pub warnings: Vec<String>,
+    /// Errors in config order.
+    pub errors: Vec<String>,
+}
+
+fn rank(o: &HookOutcome) -> u8 {
+    match o {
+        HookOutcome::Deny(_) | HookOutcome::Block(_) => 3,
+        HookOutcome::Ask(_) => 2,
+        _ => 0,
+    }
+}
+
+/// HOOK-6: merge the outcomes of every matched hook, given in config order:
+/// deny/block (3) > ask (2) > none (0); the highest rank wins; the non-empty
+/// reasons of the winning rank are joined with a blank line; the first
+/// `continue: false` sets Stop; contexts and warnings keep config order and
+/// skip empty strings.
+pub fn merge(outcomes: &[HookOutcome]) -> Merged {
+    let mut m = Merged::default();
+    let top = outcomes.iter().map(rank).max().unwrap_or(0);
+    if top > 0 {
+        let winners: Vec<&HookOutcome> = outcomes.iter().filter(|o| rank(o) == top).collect();
+        m.decision = winners.first().map(|o| match o {
+            HookOutcome::Deny(_) => "deny",
+            HookOutcome::Block(_) => "block",
+            _ => "ask",
+        });
+        let reasons: Vec<&str> = winners
+            .iter()
+            .filter_map(|o| match o {
+                HookOutcome::Deny(r) | HookOutcome::Block(r) | HookOutcome::Ask(r) => {
+                    Some(r.as_str())
+                }
+                _ => None,
+            })
+            .filter(|r| !r.trim().is_empty())
+            .collect();
+        m.reason = (!reasons.is_empty()).then(|| reasons.join("\n\n"));
+    }
+    for o in outcomes {
+        match o {
+            HookOutcome::Stop(r) if m.stop.is_none() => m.stop = Some(r.clone()),
+            HookOutcome::Continue(p) if m.continue_with.is_none() => {
+                m.continue_with = Some(p.clone())
+            }
+            HookOutcome::Context(t) if !t.is_empty() => m.context.push(t.clone()),
+            HookOutcome::Warn(t) if !t.is_empty() => m.warnings.push(t.clone()),
+            HookOutcome::Error(t) if !t.is_empty() => m.errors.push(t.clone()),
+            _ => {}
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fires(d: Dialect, pattern: &str, subject: &str) -> Option<bool> {
+        Matcher::compile(d, Some(pattern))
+            .ok()
+            .map(|(m, _)| m.matches(subject))
+    }
+
+    #[test]
+    fn matchers_follow_each_dialect_t19() {
+        use Dialect::{Claude as CC, Codex as CX};
+        // `Bash` vs BashOutput: exact in CC, unanchored regex in CX.
+        assert_eq!(fires(CC, "Bash", "BashOutput"), Some(false));
+        assert_eq!(fires(CX, "Bash", "BashOutput"), Some(true));
+        assert_eq!(fires(CC, "Bash", "Bash"), Some(true));
+        assert_eq!(fires(CC, "Edit|Write", "Write"), Some(true));
+        assert_eq!(fires(CC, "^Bash$", "BashOutput"), Some(false));
+        assert_eq!(fires(CX, "^Bash$", "BashOutput"), Some(false));
+        assert_eq!(
+            fires(CC, "mcp__memory", "mcp__memory__create_entities"),
+            Some(false)
+        );
+        assert_eq!(
+            fires(CX, "mcp__memory", "mcp__memory__create_entities"),
+            Some(true)
+        );
+        assert_eq!(fires(CC, "mcp__memory__.*", "mcp__memory__x"), Some(true));
+        assert_eq!(fires(CC, "Edit.*", "NotebookEdit"), Some(true));
+        // (?i) is not ECMAScript: never matches in CC; Rust regex accepts it.
+        assert_eq!(fires(CC, "(?i)bash", "Bash"), Some(false));
+        assert_eq!(fires(CX, "(?i)bash", "Bash"), Some(true));
+        // Lookahead works in CC; Codex drops the group at load.
+        assert_eq!(fires(CC, "^(?!Read)", "Bash"), Some(true));
+        assert_eq!(fires(CX, "^(?!Read)", "Bash"), None);
+        // `[`: CC logs and never matches; CX skips the group.
+        let (m, warning) = Matcher::compile(CC, Some("[")).unwrap();
+        assert!(!m.matches("["));
+        assert!(warning.unwrap().contains("never matches"));
+        assert!(Matcher::compile(CX, Some("["))
+            .unwrap_err()
+            .contains("skipped"));
+        for d in [CC, CX] {
+            for p in [None, Some(""), Some("*")] {
+                assert!(Matcher::compile(d, p).unwrap().0.matches("anything"));
+            }
+        }
+    }
+
+    #[test]
+    fn deny_beats_ask_beats_none_and_reasons_of_the_winning_rank_are_joined() {
+        // HOOK-6
+        let m = merge(&[
+            HookOutcome::Ask("ask first".into()),
+            HookOutcome::Deny("no rm".into()),
+            HookOutcome::Proceed,
+            HookOutcome::Deny("".into()),
+            HookOutcome::Deny("not here".into()),
+        ]);
+        assert_eq!(m.decision, Some("deny"));
+        assert_eq!(m.reason.as_deref(), Some("no rm\n\nnot here"));
+        let m = merge(&[HookOutcome::Proceed, HookOutcome::Ask("sure?".into())]);
+        assert_eq!(m.decision, Some("ask"));
+        assert_eq!(merge(&[HookOutcome::Proceed]).decision, None);
+    }
+
+    #[test]
+    fn contexts_warnings_and_the_first_stop_keep_config_order() {
+        let m = merge(&[
+            HookOutcome::Context("a".into()),
+            HookOutcome::Context("".into()),
+            HookOutcome::Stop("maintenance".into()),
+            HookOutcome::Warn("w1".into()),
+            HookOutcome::Context("b".into()),
+            HookOutcome::Stop("later".into()),
+            HookOutcome::Error("boom".into()),
+        ]);
+        assert_eq!(m.context, vec!["a", "b"]);
+        assert_eq!(m.stop.as_deref(), Some("maintenance"));
+        assert_eq!(m.warnings, vec!["w1"]);
+        assert_eq!(m.errors, vec!["boom"]);
+        assert_eq!(m.decision, None);
+    }
+}
