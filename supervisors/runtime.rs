@@ -441,15 +441,7 @@ impl Runtime {
         server: &str,
         enabled: bool,
     ) -> Result<ShutdownReport, RuntimeError> {
-        let Some(entry) = self
-            .snapshot(scope)
-            .and_then(|s| s.servers.get(server).cloned())
-        else {
-            return Err(RuntimeError::Server {
-                server: server.to_owned(),
-                message: format!("no such server in scope {scope}"),
-            });
-        };
+        let entry = self.server_entry(scope, server)?;
         let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
         match entry
             .supervisor
@@ -465,17 +457,23 @@ impl Runtime {
         }
     }
 
-    /// Restart a server explicitly: resets its budget (RECO-4).
-    pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
-        let Some(entry) = self
-            .snapshot(scope)
+    /// A server's entry in its scope's snapshot.
+    fn server_entry(
+        &self,
+        scope: &Scope,
+        server: &str,
+    ) -> Result<crate::actors::registry::ServerEntry, RuntimeError> {
+        self.snapshot(scope)
             .and_then(|s| s.servers.get(server).cloned())
-        else {
-            return Err(RuntimeError::Server {
+            .ok_or_else(|| RuntimeError::Server {
                 server: server.to_owned(),
                 message: format!("no such server in scope {scope}"),
-            });
-        };
+            })
+    }
+
+    /// Restart a server explicitly: resets its budget (RECO-4).
+    pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
+        let entry = self.server_entry(scope, server)?;
         entry
             .supervisor
             .call(
