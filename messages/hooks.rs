@@ -1,8 +1,8 @@
 //! The dialect-neutral hook core (HOOK-1, HOOK-2, HOOK-6): matchers of both
 //! dialects, neutral outcomes, and the deterministic merge. Pure.
 //!
-//! Running hooks (`run_hook`), the two bridges and their wiring into the call
-//! pipeline build on this (issue 4, in progress).
+//! Events and the hooks file are in `hook_config`, the dialects' payloads and
+//! outcome parsers in `hook_codec`; running hooks is `supervisors::hooks`.
 
 use serde::Serialize;
 
@@ -126,6 +126,24 @@ pub struct Merged {
     pub warnings: Vec<String>,
     /// Errors in config order.
     pub errors: Vec<String>,
+}
+
+impl Merged {
+    /// The one-word decision of `hooks test` and the reason that goes with
+    /// it: `stop` wins (a `continue: false` takes precedence over decisions),
+    /// then `deny` / `block` / `ask`, then `continue`, else `proceed`.
+    pub fn verdict(&self) -> (&'static str, Option<&str>) {
+        if let Some(r) = &self.stop {
+            return ("stop", Some(r.as_str()).filter(|r| !r.is_empty()));
+        }
+        if let Some(d) = self.decision {
+            return (d, self.reason.as_deref());
+        }
+        if let Some(p) = &self.continue_with {
+            return ("continue", Some(p.as_str()));
+        }
+        ("proceed", None)
+    }
 }
 
 fn rank(o: &HookOutcome) -> u8 {

@@ -1,0 +1,392 @@
+//! Hook events and the hooks file (HOOK-4): the shared
+//! `{"hooks": {"<Event>": [{"matcher": …, "hooks": [{"type": "command", …}]}]}}`
+//! shape, parsed once per dialect into groups of handlers. Pure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::hooks::{Dialect, Matcher};
+
+/// The default hook timeout (HOOK-3): 600000 ms.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// An extension point, under the products' event names (HOOK-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum HookEvent {
+    /// Session start (lifecycle, may run detached).
+    SessionStart,
+    /// Pre-step: a prompt is submitted.
+    UserPromptSubmit,
+    /// Before a tool runs.
+    PreToolUse,
+    /// After a tool ran.
+    PostToolUse,
+    /// The turn is stopping.
+    Stop,
+    /// A subagent starts (Claude Code only).
+    SubagentStart,
+    /// A subagent stops (Claude Code only).
+    SubagentStop,
+}
+
+impl HookEvent {
+    /// Every event.
+    pub const ALL: [HookEvent; 7] = [
+        Self::SessionStart,
+        Self::UserPromptSubmit,
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::Stop,
+        Self::SubagentStart,
+        Self::SubagentStop,
+    ];
+
+    /// The product name (`PreToolUse`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SessionStart => "SessionStart",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::Stop => "Stop",
+            Self::SubagentStart => "SubagentStart",
+            Self::SubagentStop => "SubagentStop",
+        }
+    }
+
+    /// Parse a product name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Whether the dialect has this event (HOOK-9, HOOK-10: Codex has five).
+    pub fn served_by(self, dialect: Dialect) -> bool {
+        match dialect {
+            Dialect::Claude => true,
+            Dialect::Codex => !matches!(self, Self::SubagentStart | Self::SubagentStop),
+        }
+    }
+
+    /// Matchers on these events are ignored: they always fire.
+    fn ignores_matcher(self) -> bool {
+        matches!(self, Self::UserPromptSubmit | Self::Stop)
+    }
+}
+
+impl std::fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One command handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookHandler {
+    /// The command text as configured (substitution happens at run time).
+    pub command: String,
+    /// Converted from seconds, at least 1 s (HOOK-3).
+    pub timeout: Duration,
+    /// Hex SHA-256 of the command text (HOOK-12).
+    pub hash: String,
+}
+
+/// A matcher group of one event.
+#[derive(Debug, Clone)]
+pub struct HookGroup {
+    /// The pattern as configured.
+    pub pattern: Option<String>,
+    /// Its compiled form.
+    pub matcher: Matcher,
+    /// The handlers, in config order.
+    pub handlers: Vec<HookHandler>,
+}
+
+/// Every hook of one dialect's file, read once (HOOK-4).
+#[derive(Debug, Clone)]
+pub struct HookSet {
+    /// The dialect.
+    pub dialect: Dialect,
+    /// Where it came from (for messages).
+    pub origin: String,
+    /// Groups per event, in config order.
+    pub groups: BTreeMap<HookEvent, Vec<HookGroup>>,
+    /// Load warnings: skipped handlers, invalid matchers, unknown events.
+    pub warnings: Vec<String>,
+}
+
+/// The hex SHA-256 of a hook command: what `--strict-hooks` approves (HOOK-12).
+pub fn command_hash(command: &str) -> String {
+    let digest = Sha256::digest(command.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl HookSet {
+    /// No hooks.
+    pub fn empty(dialect: Dialect, origin: impl Into<String>) -> Self {
+        Self {
+            dialect,
+            origin: origin.into(),
+            groups: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Parse a hooks file. `Err` (the file is unusable: no hooks at all) when
+    /// it is not JSON or not the shared shape; smaller problems skip the
+    /// handler or group and are kept as warnings.
+    pub fn parse(dialect: Dialect, origin: &str, text: &str) -> Result<Self, String> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+        let Value::Object(root) = root else {
+            return Err(format!("{origin}: expected a JSON object"));
+        };
+        // `{"hooks": {…}}` (a settings file may have other keys) or a bare map.
+        let events = match root.get("hooks") {
+            Some(Value::Object(events)) => events.clone(),
+            Some(_) => return Err(format!("{origin}: \"hooks\" must be an object")),
+            None if root.keys().all(|k| HookEvent::parse(k).is_some()) => root,
+            None => serde_json::Map::new(),
+        };
+        let mut set = Self::empty(dialect, origin);
+        for (name, groups) in &events {
+            let Some(event) = HookEvent::parse(name) else {
+                set.warnings
+                    .push(format!("{origin}: unknown hook event {name:?} ignored"));
+                continue;
+            };
+            if !event.served_by(dialect) {
+                set.warnings.push(format!(
+                    "{origin}: {name} is not a {} event; ignored",
+                    dialect_name(dialect)
+                ));
+                continue;
+            }
+            let Value::Array(groups) = groups else {
+                return Err(format!("{origin}: hooks.{name} must be an array of groups"));
+            };
+            for (gi, group) in groups.iter().enumerate() {
+                let at = format!("{origin}: hooks.{name}[{gi}]");
+                let Value::Object(group) = group else {
+                    return Err(format!("{at} must be an object"));
+                };
+                let pattern = match group.get("matcher") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(_) => return Err(format!("{at}.matcher must be a string")),
+                };
+                let (matcher, pattern) = if event.ignores_matcher() {
+                    (Matcher::All, None)
+                } else {
+                    match Matcher::compile(dialect, pattern.as_deref()) {
+                        Ok((m, warning)) => {
+                            if let Some(w) = warning {
+                                set.warnings.push(format!("{at}: {w}"));
+                            }
+                            (m, pattern)
+                        }
+                        Err(e) => {
+                            set.warnings.push(format!("{at}: {e}"));
+                            continue;
+                        }
+                    }
+                };
+                let Some(Value::Array(handlers)) = group.get("hooks") else {
+                    return Err(format!("{at}.hooks must be an array"));
+                };
+                let mut parsed = Vec::new();
+                for (hi, h) in handlers.iter().enumerate() {
+                    match parse_handler(dialect, h) {
+                        Ok(handler) => parsed.push(handler),
+                        Err(why) => set
+                            .warnings
+                            .push(format!("{at}.hooks[{hi}] skipped: {why}")),
+                    }
+                }
+                set.groups.entry(event).or_default().push(HookGroup {
+                    pattern,
+                    matcher,
+                    handlers: parsed,
+                });
+            }
+        }
+        Ok(set)
+    }
+
+    /// The handlers that fire for `event` on `subject` (a tool name, a
+    /// source, an agent type), in config order. Claude Code de-duplicates
+    /// identical handlers; Codex does not (HOOK-9, HOOK-10).
+    pub fn select(&self, event: HookEvent, subject: &str) -> Vec<(&HookGroup, &HookHandler)> {
+        let mut out: Vec<(&HookGroup, &HookHandler)> = Vec::new();
+        for group in self.groups.get(&event).into_iter().flatten() {
+            if !group.matcher.matches(subject) {
+                continue;
+            }
+            for handler in &group.handlers {
+                if self.dialect == Dialect::Claude && out.iter().any(|(_, h)| *h == handler) {
+                    continue;
+                }
+                out.push((group, handler));
+            }
+        }
+        out
+    }
+
+    /// Every handler, for listings.
+    pub fn handlers(&self) -> impl Iterator<Item = (HookEvent, &HookGroup, &HookHandler)> {
+        self.groups
+            .iter()
+            .flat_map(|(e, gs)| gs.iter().map(move |g| (*e, g)))
+            .flat_map(|(e, g)| g.handlers.iter().map(move |h| (e, g, h)))
+    }
+}
+
+fn dialect_name(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Claude => "Claude Code",
+        Dialect::Codex => "Codex",
+    }
+}
+
+fn parse_handler(dialect: Dialect, h: &Value) -> Result<HookHandler, String> {
+    let Value::Object(h) = h else {
+        return Err("a handler must be an object".into());
+    };
+    match h.get("type").and_then(Value::as_str).unwrap_or("command") {
+        "command" => {}
+        other => return Err(format!("handler type {other:?} is not supported")),
+    }
+    if h.get("async").and_then(Value::as_bool) == Some(true) {
+        return Err("async hooks are not supported".into());
+    }
+    let command = h
+        .get("command")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .ok_or("no command")?
+        .to_owned();
+    let mut timeout_field = h.get("timeout");
+    if dialect == Dialect::Codex && timeout_field.is_none() {
+        timeout_field = h.get("timeoutSec");
+    }
+    let timeout = match timeout_field {
+        None | Some(Value::Null) => DEFAULT_HOOK_TIMEOUT,
+        Some(v) => match v.as_f64() {
+            Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0 * 7.0)),
+            _ => return Err(format!("timeout must be a number of seconds, got {v}")),
+        },
+    }
+    .max(Duration::from_secs(1));
+    Ok(HookHandler {
+        hash: command_hash(&command),
+        command,
+        timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(d: Dialect, text: &str) -> HookSet {
+        HookSet::parse(d, "test.json", text).unwrap()
+    }
+
+    #[test]
+    fn timeouts_are_seconds_with_a_one_second_floor_and_codex_accepts_timeout_sec() {
+        // HOOK-3
+        let text = r#"{"hooks":{"PreToolUse":[{"hooks":[
+            {"type":"command","command":"a"},
+            {"type":"command","command":"b","timeout":30},
+            {"type":"command","command":"c","timeout":0},
+            {"type":"command","command":"d","timeoutSec":5}]}]}}"#;
+        let timeouts = |d| {
+            set(d, text)
+                .select(HookEvent::PreToolUse, "Bash")
+                .iter()
+                .map(|(_, h)| h.timeout.as_millis())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            timeouts(Dialect::Claude),
+            vec![600_000, 30_000, 1000, 600_000]
+        );
+        assert_eq!(timeouts(Dialect::Codex), vec![600_000, 30_000, 1000, 5000]);
+    }
+
+    #[test]
+    fn unsupported_handlers_are_skipped_with_a_warning() {
+        // HOOK-4
+        let s = set(
+            Dialect::Claude,
+            r#"{"hooks":{"PreToolUse":[{"hooks":[
+                {"type":"prompt","prompt":"x"},{"type":"agent"},
+                {"type":"command","command":"a","async":true},
+                {"type":"command","command":"  "},
+                {"command":"ok"}]}]},"permissions":{}}"#,
+        );
+        let sel = s.select(HookEvent::PreToolUse, "Bash");
+        assert_eq!(sel.len(), 1);
+        assert_eq!(sel[0].1.command, "ok");
+        assert_eq!(s.warnings.len(), 4, "{:?}", s.warnings);
+        assert!(s.warnings[0].contains("\"prompt\" is not supported"));
+    }
+
+    #[test]
+    fn unusable_files_are_errors_and_unknown_events_warnings() {
+        assert!(HookSet::parse(Dialect::Claude, "x", "{not json").is_err());
+        assert!(HookSet::parse(Dialect::Codex, "x", r#"{"hooks":[]}"#).is_err());
+        assert!(HookSet::parse(Dialect::Codex, "x", r#"{"hooks":{"Stop":{}}}"#).is_err());
+        let s = set(
+            Dialect::Codex,
+            r#"{"hooks":{"Nope":[],"SubagentStart":[{"hooks":[{"command":"x"}]}]}}"#,
+        );
+        assert!(s.groups.is_empty());
+        assert_eq!(s.warnings.len(), 2);
+        // A bare map is accepted too.
+        let s = set(Dialect::Claude, r#"{"Stop":[{"hooks":[{"command":"x"}]}]}"#);
+        assert_eq!(s.select(HookEvent::Stop, "").len(), 1);
+    }
+
+    #[test]
+    fn claude_deduplicates_identical_handlers_and_codex_does_not() {
+        // T20
+        let text = r#"{"hooks":{"PreToolUse":[
+            {"matcher":"Bash","hooks":[{"type":"command","command":"echo x"}]},
+            {"hooks":[{"type":"command","command":"echo x"}]}]}}"#;
+        assert_eq!(
+            set(Dialect::Claude, text)
+                .select(HookEvent::PreToolUse, "Bash")
+                .len(),
+            1
+        );
+        assert_eq!(
+            set(Dialect::Codex, text)
+                .select(HookEvent::PreToolUse, "Bash")
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn matchers_on_prompt_and_stop_are_ignored_and_invalid_codex_groups_dropped() {
+        // T19
+        let text = r#"{"hooks":{
+            "UserPromptSubmit":[{"matcher":"[","hooks":[{"command":"u"}]}],
+            "PreToolUse":[{"matcher":"[","hooks":[{"command":"p"}]},
+                          {"matcher":"Bash","hooks":[{"command":"q"}]}]}}"#;
+        let cx = set(Dialect::Codex, text);
+        assert_eq!(cx.select(HookEvent::UserPromptSubmit, "").len(), 1);
+        assert_eq!(cx.groups[&HookEvent::PreToolUse].len(), 1);
+        assert!(cx.warnings.iter().any(|w| w.contains("skipped")));
+        let cc = set(Dialect::Claude, text);
+        assert_eq!(cc.select(HookEvent::UserPromptSubmit, "").len(), 1);
+        assert_eq!(cc.groups[&HookEvent::PreToolUse].len(), 2);
+        assert_eq!(cc.select(HookEvent::PreToolUse, "[").len(), 0);
+        assert_eq!(command_hash("u").len(), 64);
+    }
+}
