@@ -87,7 +87,8 @@ pub mod supervisors;
 
 pub use actors::attachments::FileAttachmentStore;
 pub use messages::call::{
-    CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
+    Annotations, CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition,
+    ToolOutcome,
 };
 pub use messages::capabilities::{
     AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
@@ -97,10 +98,16 @@ pub use messages::config::{
     InProcessConnector, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope, ServerConfig,
     StdioConfig, TransportConfig, TrustMode,
 };
+pub use messages::hook_codec::{HookInput, HookSession};
+pub use messages::hook_config::HookEvent;
+pub use messages::hooks::{Dialect, HookOutcome, Merged};
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;
 pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 pub use messages::trust::{validate_endpoint, Approval, Secret};
+pub use supervisors::hooks::{
+    HookEngine, HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
+};
 pub use supervisors::runtime::{Runtime, RuntimeBuilder, RuntimeError};
 pub use supervisors::trust::{ApprovalRequest, Approver};
 pub use tokio_util::sync::CancellationToken;

@@ -3,6 +3,7 @@
 pub mod attachments;
 pub mod connection;
 pub mod event_log;
+pub mod hook_run;
 pub mod http;
 pub mod registry;
 pub mod secrets;

@@ -342,6 +342,19 @@ pub fn spawn(
     })
 }
 
+/// Send `sig` to the process group `pgid` (a child spawned with
+/// `process_group(0)`: its pid). ESRCH (the group is gone) is ignored.
+pub(crate) fn signal_group(pgid: u32, sig: i32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    // SAFETY: killpg has no memory-safety preconditions; ESRCH is ignored.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::killpg(pgid, sig);
+    }
+}
+
 fn describe_status(s: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
@@ -394,14 +407,7 @@ impl ProcessHandle {
     }
 
     fn signal_group(&self, sig: i32) {
-        let Ok(pgid) = libc::pid_t::try_from(self.pid) else {
-            return;
-        };
-        // SAFETY: killpg has no memory-safety preconditions; ESRCH is ignored.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::killpg(pgid, sig);
-        }
+        signal_group(self.pid, sig);
     }
 
     /// The close sequence (CONN-8) after stdin was closed by the transport:

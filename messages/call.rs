@@ -1,6 +1,6 @@
 //! Tool definitions (SYNC-8), call options, outcomes (CALL-4) and the policy seam (CALL-1).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -118,6 +118,10 @@ pub struct ToolOutcome {
     pub raw_name: Option<String>,
     /// The catalog generation the call resolved against.
     pub generation: Option<u64>,
+    /// For the user, never the model: hook warnings and hook errors (HOOK-5, HOOK-9).
+    pub notes: Vec<String>,
+    /// A policy asked to end the turn (a hook's `continue: false`), with its reason.
+    pub stop: Option<String>,
 }
 
 impl ToolOutcome {
@@ -143,6 +147,43 @@ impl ToolOutcome {
             server: None,
             raw_name: None,
             generation: None,
+            notes: Vec::new(),
+            stop: None,
+        }
+    }
+
+    /// Add text the model sees after the result (hook context and feedback).
+    pub fn append_model_text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if !self.projection.is_empty() {
+            self.projection.push('\n');
+        }
+        self.projection.push_str(text);
+        self.parts.push(ProjectionPart::Text {
+            text: text.to_owned(),
+        });
+    }
+
+    /// Replace what the model sees of the result (Codex's post-tool block).
+    /// The canonical value is kept: the side effect happened.
+    pub fn replace_model_text(&mut self, text: &str) {
+        self.projection = text.to_owned();
+        self.parts = vec![ProjectionPart::Text {
+            text: text.to_owned(),
+        }];
+        self.images.clear();
+    }
+
+    /// Apply what the policies noted before the call.
+    pub(crate) fn annotate(&mut self, notes: Annotations) {
+        for c in &notes.context {
+            self.append_model_text(c);
+        }
+        self.notes.extend(notes.notes);
+        if self.stop.is_none() {
+            self.stop = notes.stop;
         }
     }
 
@@ -181,6 +222,33 @@ pub struct PolicyCall {
     pub chat: Option<String>,
     /// The server's configured trust mode (TRUST-4).
     pub trust: super::config::TrustMode,
+    /// Per-runtime call id (as in `CallStarted`).
+    pub call_id: u64,
+    /// The call's cancellation, for policies that wait (hooks).
+    pub cancel: CancellationToken,
+    /// What policies add on the way: context for the model, notes for the
+    /// user, a stop request. Applied to the outcome, whatever it is.
+    pub annotations: Arc<Mutex<Annotations>>,
+}
+
+impl PolicyCall {
+    /// Add to the call's annotations.
+    pub fn annotate(&self, f: impl FnOnce(&mut Annotations)) {
+        if let Ok(mut a) = self.annotations.lock() {
+            f(&mut a);
+        }
+    }
+}
+
+/// What policies note about a call before it runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Annotations {
+    /// Text for the model, appended after the result.
+    pub context: Vec<String>,
+    /// Text for the user only.
+    pub notes: Vec<String>,
+    /// End the turn after this call, with this reason.
+    pub stop: Option<String>,
 }
 
 /// A policy's decision before the call.

@@ -210,6 +210,51 @@ pub enum RuntimeEvent {
         /// The text (empty when withdrawn).
         text: String,
     },
+    /// A hook matched an extension point (HOOK-8, first of a triple).
+    HookMatched(HookRunInfo),
+    /// The matched hook's process was started (or refused: see `HookResult`).
+    HookInvoked {
+        /// The run.
+        run_id: u64,
+    },
+    /// The hook's neutral outcomes (last of the triple).
+    HookResult {
+        /// The run.
+        run_id: u64,
+        /// The exit code, when it exited.
+        exit_code: Option<i32>,
+        /// Wall time.
+        duration_ms: u64,
+        /// The timeout killed it.
+        timed_out: bool,
+        /// Neutral outcomes.
+        outcomes: Vec<super::hooks::HookOutcome>,
+    },
+    /// Something about hooks the user should know: a hooks file that could
+    /// not be loaded, a skipped handler, an exhausted continuation budget.
+    HookNotice {
+        /// The text.
+        text: String,
+    },
+}
+
+/// One matched hook's run, as the event log records it (HOOK-8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookRunInfo {
+    /// Per-runtime run id, shared by the matched / invoked / result triple.
+    pub run_id: u64,
+    /// `claude` or `codex`.
+    pub dialect: super::hooks::Dialect,
+    /// The extension point.
+    pub point: super::hook_config::HookEvent,
+    /// The command as configured.
+    pub command: String,
+    /// Its hash (HOOK-12).
+    pub hash: String,
+    /// The group's matcher, when it had one.
+    pub matcher: Option<String>,
+    /// A detached lifecycle run (not part of a turn).
+    pub detached: bool,
 }
 
 /// What `Runtime::shutdown` returns (RECO-7).
@@ -222,6 +267,8 @@ pub struct ShutdownReport {
     /// Calls that were in flight when their server was stopped; each ends with
     /// its own outcome (transport lost, side effects unknown).
     pub calls_cancelled: u64,
+    /// Hook runs still going at shutdown: aborted, their groups killed and reaped (HOOK-8).
+    pub hook_runs_aborted: usize,
     /// Anything that did not confirm before its deadline.
     pub unconfirmed: Vec<String>,
     /// Whole shutdown wall time.

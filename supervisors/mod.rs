@@ -1,5 +1,6 @@
 //! OTP-style supervision on ractor, the supervision tree, and the `Runtime` facade.
 
+pub mod hooks;
 pub mod results;
 pub mod root;
 pub mod runtime;

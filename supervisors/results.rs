@@ -67,6 +67,8 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         server: None,
         raw_name: None,
         generation: None,
+        notes: Vec::new(),
+        stop: None,
     }
 }
 

@@ -68,6 +68,7 @@ pub struct RuntimeBuilder {
     limits: ResultLimits,
     event_log: Option<std::path::PathBuf>,
     approver: Option<Arc<dyn super::trust::Approver>>,
+    hooks: super::hooks::HookSettings,
     skip_close_barrier: bool,
 }
 
@@ -90,6 +91,22 @@ impl RuntimeBuilder {
     /// Append a policy to the chain every call passes through (CALL-1).
     pub fn policy(mut self, policy: Arc<dyn CallPolicy>) -> Self {
         self.policies.push(policy);
+        self
+    }
+
+    /// Command hooks of either or both dialects (HOOK-4): the files are read
+    /// once, in `start`. PreToolUse / PostToolUse run for every call, right
+    /// after the trust gate; the other events are `Runtime::hooks`.
+    pub fn hooks(mut self, settings: super::hooks::HookSettings) -> Self {
+        self.hooks = settings;
+        self
+    }
+
+    /// Append a native typed guard (HOOK-5) to the policy chain: unlike a
+    /// command hook, its error or panic denies the call.
+    pub fn guard(mut self, guard: Arc<dyn super::hooks::ToolGuard>) -> Self {
+        self.policies
+            .push(Arc::new(super::hooks::GuardPolicy(guard)));
         self
     }
 
@@ -160,6 +177,20 @@ impl RuntimeBuilder {
             ),
             None => None,
         };
+        let hooks = Arc::new(
+            super::hooks::HookEngine::start(self.hooks, events.clone())
+                .await
+                .map_err(RuntimeError::Unavailable)?,
+        );
+        let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
+            .has(crate::messages::hook_config::HookEvent::PreToolUse)
+            || hooks.has(crate::messages::hook_config::HookEvent::PostToolUse))
+        .then(|| {
+            Arc::new(super::hooks::HooksPolicy {
+                engine: hooks.clone(),
+                approver: self.approver.clone(),
+            }) as Arc<dyn CallPolicy>
+        });
         let args = RootArgs {
             events: events.clone(),
             skip_close_barrier: self.skip_close_barrier,
@@ -177,6 +208,8 @@ impl RuntimeBuilder {
                 call_ids: std::sync::atomic::AtomicU64::new(1),
                 off: std::sync::atomic::AtomicBool::new(false),
                 trust_gate,
+                hooks,
+                hooks_policy,
                 event_log,
                 policies: self.policies,
                 attachments: self.attachments,
@@ -197,6 +230,9 @@ struct Inner {
     /// Turned off at run time (TRUST-1).
     off: std::sync::atomic::AtomicBool,
     trust_gate: Arc<dyn CallPolicy>,
+    hooks: Arc<super::hooks::HookEngine>,
+    /// PreToolUse / PostToolUse, when any such hook is registered.
+    hooks_policy: Option<Arc<dyn CallPolicy>>,
     call_ids: std::sync::atomic::AtomicU64,
     event_log: Option<crate::actors::event_log::EventLogHandle>,
     attachments: Option<Arc<dyn AttachmentStore>>,
@@ -212,6 +248,8 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Without an explicit shutdown, stopping the root kills the tree; every
         // process handle SIGKILLs its group on drop, and the reapers reap.
+        // Running hooks see the cancellation and kill their groups.
+        self.hooks.cancel_all();
         self.root.stop(None);
     }
 }
@@ -538,6 +576,12 @@ impl Runtime {
         out
     }
 
+    /// The hook engine: run the extension points the runtime does not run
+    /// itself (UserPromptSubmit, Stop, SessionStart, Subagent*), list hooks.
+    pub fn hooks(&self) -> Arc<super::hooks::HookEngine> {
+        self.inner.hooks.clone()
+    }
+
     /// Subscribe to runtime events (OBS-2).
     pub fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.inner.events.subscribe()
@@ -565,7 +609,9 @@ impl Runtime {
                 call_id,
             });
         }
-        let outcome = self.call_inner(scope, name, arguments, options).await;
+        let outcome = self
+            .call_inner(scope, name, arguments, options, call_id)
+            .await;
         if listened {
             let _ = self.inner.events.send(RuntimeEvent::CallFinished {
                 scope: scope.clone(),
@@ -585,6 +631,7 @@ impl Runtime {
         name: &str,
         arguments: Option<Value>,
         options: CallOptions,
+        call_id: u64,
     ) -> ToolOutcome {
         let unknown = || {
             ToolOutcome::failure(
@@ -592,7 +639,7 @@ impl Runtime {
                 format!("no tool named \"{name}\" in scope {scope}"),
             )
         };
-        let Some(mut snap) = self.snapshot(scope) else {
+        let Some(snap) = self.snapshot(scope) else {
             return unknown();
         };
         let resource_op =
@@ -601,7 +648,7 @@ impl Runtime {
             Some(_) => snap.resource_tool(name).cloned(),
             None => snap.resolve(name).map(|(_, d)| d.clone()),
         };
-        let Some(mut def) = found else {
+        let Some(def) = found else {
             return unknown();
         };
         let arguments = match arguments {
@@ -648,11 +695,44 @@ impl Runtime {
             arguments,
             chat: options.chat.clone(),
             trust,
+            call_id,
+            cancel: options.cancel.clone().unwrap_or_default(),
+            annotations: Default::default(),
         };
-        // CALL-1: trust first, then the installed policies (hooks).
-        let chain = std::iter::once(&self.inner.trust_gate).chain(self.inner.policies.iter());
+        let annotations = call.annotations.clone();
+        let mut outcome = self
+            .execute(scope, name, &mut call, snap, def, resource_op, &options)
+            .await;
+        if let Ok(mut a) = annotations.lock() {
+            outcome.annotate(std::mem::take(&mut *a));
+        }
+        outcome
+    }
+
+    /// The policy chain and the call itself (CALL-1): trust, the hook bridges,
+    /// the installed policies, the call, then the after half.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        scope: &Scope,
+        name: &str,
+        call: &mut PolicyCall,
+        mut snap: Arc<ScopeSnapshot>,
+        mut def: Arc<ToolDefinition>,
+        resource_op: Option<ResourceOp>,
+        options: &CallOptions,
+    ) -> ToolOutcome {
+        let unknown = || {
+            ToolOutcome::failure(
+                OutcomeKind::UnknownTool,
+                format!("no tool named \"{name}\" in scope {scope}"),
+            )
+        };
+        let chain = std::iter::once(&self.inner.trust_gate)
+            .chain(self.inner.hooks_policy.iter())
+            .chain(self.inner.policies.iter());
         for policy in chain {
-            match policy.before(&call).await {
+            match policy.before(call).await {
                 PolicyVerdict::Proceed => {}
                 PolicyVerdict::ProceedWith(args) => call.arguments = args,
                 PolicyVerdict::Deny { kind, reason } => {
@@ -665,7 +745,7 @@ impl Runtime {
                 .resource_call(&snap, op, &call.arguments, entry_timeout(&snap))
                 .await
                 .for_tool(&def);
-            return self.after_policies(&call, outcome).await;
+            return self.after_policies(call, outcome).await;
         }
         // Resolve the live connection; wake an idle-stopped server (RECO-6).
         let mut entry = snap.servers.get(&def.server).cloned();
@@ -726,20 +806,20 @@ impl Runtime {
                 &live,
                 call.arguments.clone(),
                 entry.config.tool_call_timeout,
-                &options,
+                options,
             )
             .await
             .for_tool(&def);
-        self.after_policies(&call, outcome).await
+        self.after_policies(call, outcome).await
     }
 
     /// The after half of the policy chain, and the post-policy change check (CALL-7).
     async fn after_policies(&self, call: &PolicyCall, mut outcome: ToolOutcome) -> ToolOutcome {
-        if self.inner.policies.is_empty() {
+        if self.inner.policies.is_empty() && self.inner.hooks_policy.is_none() {
             return outcome; // nothing can change the value: no copy on the hot path
         }
         let prepared = outcome.canonical.clone();
-        for policy in &self.inner.policies {
+        for policy in self.inner.hooks_policy.iter().chain(&self.inner.policies) {
             policy.after(call, &mut outcome).await;
         }
         if outcome.canonical != prepared {
@@ -1000,6 +1080,8 @@ impl Runtime {
             server: None,
             raw_name: None,
             generation: None,
+            notes: Vec::new(),
+            stop: None,
         }
     }
 
@@ -1023,6 +1105,7 @@ impl Runtime {
             },
             _ => ShutdownReport::default(),
         };
+        report.hook_runs_aborted = self.inner.hooks.dispose().await;
         let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let left = deadline

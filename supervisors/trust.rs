@@ -29,6 +29,8 @@ pub struct ApprovalRequest {
     pub summary: Option<String>,
     /// The arguments that would be sent.
     pub arguments: serde_json::Value,
+    /// Why a PreToolUse hook asks (HOOK-6), when it is a hook that asks.
+    pub reason: Option<String>,
 }
 
 /// Asks the user (TRUST-5). The reference binary implements an interactive
@@ -127,6 +129,7 @@ impl CallPolicy for TrustGate {
                             .clone()
                             .or_else(|| call.tool.description.clone()),
                         arguments: serde_json::Value::Object(call.arguments.clone()),
+                        reason: None,
                     };
                     let answer = approver.ask(&request).await;
                     self.record(

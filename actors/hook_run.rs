@@ -1,0 +1,236 @@
+//! `HookRun`: a temporary actor that owns one hook process group (HOOK-3).
+//!
+//! It starts the command through the shell in its own process group, writes
+//! the payload to stdin, captures stdout and stderr up to a cap, and ends the
+//! run on exit, timeout or cancellation. On every path the whole group is
+//! SIGKILLed (so a backgrounded grandchild does not outlive its hook) and the
+//! leader is reaped before the actor answers. Stopping the actor (the hooks
+//! supervisor draining on dispose, HOOK-8) cancels the run and waits for that
+//! reap in `post_stop`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::stdio::signal_group;
+use crate::messages::hook_codec::RawRun;
+
+/// Bytes kept of each of stdout and stderr; the rest is read and dropped.
+pub const OUTPUT_CAP: usize = 256 * 1024;
+
+/// How the command text is handed to a shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookShell {
+    /// `sh -c` (Claude Code).
+    Sh,
+    /// `$SHELL -lc`, falling back to `/bin/sh` (Codex).
+    Login,
+}
+
+/// One run to make.
+#[derive(Debug, Clone)]
+pub struct HookCommand {
+    /// The command text (after any substitution).
+    pub command: String,
+    /// The shell.
+    pub shell: HookShell,
+    /// The stdin bytes.
+    pub stdin: Vec<u8>,
+    /// Extra environment on top of the runtime's own.
+    pub env: Vec<(String, String)>,
+    /// The working directory, when it exists.
+    pub cwd: Option<PathBuf>,
+    /// The effective timeout.
+    pub timeout: Duration,
+}
+
+/// Start arguments.
+pub struct HookRunArgs {
+    /// What to run.
+    pub command: HookCommand,
+    /// The operation's cancellation (a child token is used).
+    pub cancel: CancellationToken,
+    /// Where the result goes. Dropped unanswered only if the actor is killed.
+    pub reply: oneshot::Sender<RawRun>,
+}
+
+/// Messages: only the run's own completion.
+pub enum HookRunMsg {
+    /// The process ended and was reaped.
+    Done(RawRun),
+}
+
+/// The actor.
+#[derive(Debug, Default)]
+pub struct HookRun;
+
+/// Its state.
+pub struct HookRunState {
+    cancel: CancellationToken,
+    reply: Option<oneshot::Sender<RawRun>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Actor for HookRun {
+    type Msg = HookRunMsg;
+    type State = HookRunState;
+    type Arguments = HookRunArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: HookRunArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let cancel = args.cancel.child_token();
+        let token = cancel.clone();
+        let task = tokio::spawn(async move {
+            let raw = run(args.command, token).await;
+            let _ = myself.send_message(HookRunMsg::Done(raw));
+        });
+        Ok(HookRunState {
+            cancel,
+            reply: Some(args.reply),
+            task: Some(task),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let HookRunMsg::Done(raw) = msg;
+        if let Some(reply) = state.reply.take() {
+            let _ = reply.send(raw);
+        }
+        state.task = None;
+        myself.stop(None);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stopped before the run ended: cancel it and wait for the group to be
+        // killed and the leader reaped (bounded; the kill is immediate).
+        if let Some(task) = state.task.take() {
+            state.cancel.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        Ok(())
+    }
+}
+
+async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> String {
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = OUTPUT_CAP.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+fn shell_command(shell: &HookShell, command: &str) -> tokio::process::Command {
+    let (program, flag) = match shell {
+        HookShell::Sh => ("sh".to_owned(), "-c"),
+        HookShell::Login => {
+            let login = std::env::var("SHELL")
+                .ok()
+                .filter(|s| !s.is_empty() && std::path::Path::new(s).is_file())
+                .unwrap_or_else(|| "/bin/sh".into());
+            (login, "-lc")
+        }
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.arg(flag).arg(command);
+    cmd
+}
+
+/// Run one hook to completion, timeout or cancellation. Never fails: a run
+/// that could not start is a `RawRun` with `failed_to_run`.
+async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
+    let timeout_ms = u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX);
+    let mut cmd = shell_command(&spec.shell, &spec.command);
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = spec.cwd.as_ref().filter(|c| c.is_dir()) {
+        cmd.current_dir(cwd);
+    }
+    let failed = |why: String| RawRun {
+        failed_to_run: Some(why),
+        timeout_ms,
+        ..RawRun::default()
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return failed(format!("could not start the shell: {e}")),
+    };
+    let Some(pgid) = child.id() else {
+        return failed("the hook exited before its pid was read".into());
+    };
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        signal_group(pgid, libc::SIGKILL);
+        let _ = child.wait().await;
+        return failed("the hook's pipes are missing".into());
+    };
+    let out = tokio::spawn(read_capped(stdout));
+    let err = tokio::spawn(read_capped(stderr));
+    let payload = spec.stdin;
+    // A hook that does not read stdin closes it early: that is not a failure.
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(&payload).await;
+        let _ = stdin.shutdown().await;
+    });
+    let mut raw = RawRun {
+        timeout_ms,
+        ..RawRun::default()
+    };
+    let status = tokio::select! {
+        s = child.wait() => s.ok(),
+        _ = tokio::time::sleep(spec.timeout) => { raw.timed_out = true; None }
+        _ = cancel.cancelled() => { raw.cancelled = true; None }
+    };
+    // Every path: kill what is left of the group, then reap the leader.
+    signal_group(pgid, libc::SIGKILL);
+    let status = match status {
+        Some(s) => Some(s),
+        None => child.wait().await.ok(),
+    };
+    if !raw.timed_out && !raw.cancelled {
+        raw.exit_code = status.and_then(|s| s.code());
+    }
+    writer.abort();
+    // The group is dead, so the pipes close; a process that left the group
+    // (setsid) could hold them open, hence the bound.
+    let drain = async {
+        let o = out.await.unwrap_or_default();
+        let e = err.await.unwrap_or_default();
+        (o, e)
+    };
+    if let Ok((o, e)) = tokio::time::timeout(Duration::from_secs(1), drain).await {
+        raw.stdout = o;
+        raw.stderr = e;
+    }
+    raw
+}

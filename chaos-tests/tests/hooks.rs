@@ -1,0 +1,821 @@
+//! Command hooks with real shells and real processes (HOOK-1..HOOK-12,
+//! conformance cases of hooks-reference §6). Pure parsing rules are unit
+//! tested next to the codecs; these tests run hooks end to end.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use mcpvisor::{
+    Approval, ApprovalRequest, Approver, CallOptions, CancellationToken, Dialect, HookEvent,
+    HookInput, HookOutcome, HookSession, HookSettings, OutcomeKind, PolicyCall, Runtime,
+    RuntimeEvent, Scope, ServerConfig, StopState, StopVerdict, ToolGuard, TrustMode,
+};
+use mcpvisor_chaos::{fault_server_path, process_alive, shutdown_checked, unique_temp_path};
+use serde_json::{json, Value};
+
+const G: Scope = Scope::Global;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = unique_temp_path(tag);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_hooks(dir: &Path, name: &str, hooks: Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_vec(&json!({ "hooks": hooks })).unwrap()).unwrap();
+    p
+}
+
+fn one(event: &str, matcher: Option<&str>, command: &str) -> Value {
+    let mut group = json!({"hooks": [{"type": "command", "command": command, "timeout": 10}]});
+    if let Some(m) = matcher {
+        group["matcher"] = json!(m);
+    }
+    json!({ event: [group] })
+}
+
+fn session(dir: &Path) -> HookSession {
+    HookSession {
+        session_id: "s1".into(),
+        cwd: dir.display().to_string(),
+        model: "m".into(),
+        turn_id: "t1".into(),
+        ..HookSession::default()
+    }
+}
+
+async fn runtime_with(claude: Option<PathBuf>, codex: Option<PathBuf>, dir: &Path) -> Runtime {
+    Runtime::builder()
+        .hooks(HookSettings {
+            claude,
+            codex,
+            session: session(dir),
+            ..HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
+fn pre_bash(command: &str) -> HookInput {
+    HookInput::PreToolUse {
+        tool_name: "Bash".into(),
+        tool_input: json!({"command": command}),
+        tool_use_id: "call-1".into(),
+    }
+}
+
+async fn run_one(
+    dialect: Dialect,
+    hooks: Value,
+    input: &HookInput,
+    dir: &Path,
+) -> mcpvisor::HookReport {
+    let file = write_hooks(dir, &format!("{dialect:?}.json"), hooks);
+    let rt = match dialect {
+        Dialect::Claude => runtime_with(Some(file), None, dir).await,
+        Dialect::Codex => runtime_with(None, Some(file), dir).await,
+    };
+    let report = rt
+        .hooks()
+        .run(&session(dir), input, None, &CancellationToken::new())
+        .await;
+    rt.shutdown(Duration::from_secs(5)).await;
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t1_payload_framing_and_fields_per_dialect() {
+    let dir = temp_dir("t1");
+    let capture = format!("cat > {}/in", dir.display());
+    let input = pre_bash("rm -rf build");
+    let r = run_one(
+        Dialect::Claude,
+        one("PreToolUse", Some("Bash"), &capture),
+        &input,
+        &dir,
+    )
+    .await;
+    assert_eq!(r.merged.verdict().0, "proceed");
+    let bytes = std::fs::read(dir.join("in")).unwrap();
+    assert_eq!(
+        bytes.last(),
+        Some(&b'\n'),
+        "Claude Code ends stdin with a newline"
+    );
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
+    for key in [
+        "session_id",
+        "transcript_path",
+        "cwd",
+        "permission_mode",
+        "hook_event_name",
+        "tool_name",
+        "tool_input",
+        "tool_use_id",
+    ] {
+        assert!(p.get(key).is_some(), "CC payload lacks {key}: {p}");
+    }
+    assert_eq!(p["transcript_path"], json!(""));
+    assert_eq!(p["tool_input"]["command"], json!("rm -rf build"));
+
+    let r = run_one(
+        Dialect::Codex,
+        one("PreToolUse", Some("Bash"), &capture),
+        &input,
+        &dir,
+    )
+    .await;
+    assert_eq!(r.merged.verdict().0, "proceed");
+    let bytes = std::fs::read(dir.join("in")).unwrap();
+    assert_eq!(bytes.last(), Some(&b'}'), "Codex sends no trailing newline");
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(p["tool_input"], json!({"command": "rm -rf build"}));
+    assert_eq!(p["transcript_path"], Value::Null);
+    assert_eq!(p["turn_id"], json!("t1"));
+    assert_eq!(p["model"], json!("m"));
+    assert_eq!(p["permission_mode"], json!("default"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t2_claude_substitutes_and_exports_codex_does_neither() {
+    let dir = temp_dir("t2");
+    let script = dir.join("h.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s' \"$CLAUDE_PROJECT_DIR\" > {}/project\nexit 0\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .unwrap();
+    let hooks = one("PreToolUse", None, "${CLAUDE_PLUGIN_ROOT}/h.sh");
+    let r = run_one(Dialect::Claude, hooks.clone(), &pre_bash("ls"), &dir).await;
+    assert!(r.merged.errors.is_empty(), "{:?}", r.merged);
+    assert_eq!(r.runs[0].exit_code, Some(0));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("project")).unwrap(),
+        dir.display().to_string(),
+        "CLAUDE_PROJECT_DIR defaults to the session cwd"
+    );
+    let r = run_one(Dialect::Codex, hooks, &pre_bash("ls"), &dir).await;
+    assert_eq!(r.runs[0].exit_code, Some(127), "no substitution: /h.sh");
+    assert_eq!(r.merged.verdict().0, "proceed");
+    assert_eq!(r.merged.errors.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t6_t10_t11_exit_codes_through_real_shells() {
+    let dir = temp_dir("t6");
+    for d in [Dialect::Claude, Dialect::Codex] {
+        let r = run_one(
+            d,
+            one("PreToolUse", None, "echo 'blocked by policy' >&2; exit 2"),
+            &pre_bash("rm"),
+            &dir,
+        )
+        .await;
+        assert_eq!(r.merged.verdict(), ("deny", Some("blocked by policy")));
+        let r = run_one(
+            d,
+            one("PreToolUse", None, "echo boom >&2; exit 1"),
+            &pre_bash("rm"),
+            &dir,
+        )
+        .await;
+        assert_eq!(r.merged.verdict().0, "proceed");
+        assert!(r.merged.errors[0].contains(if d == Dialect::Claude {
+            "boom"
+        } else {
+            "exited with code 1"
+        }));
+        let r = run_one(
+            d,
+            one("PreToolUse", None, "/nonexistent/hook.sh"),
+            &pre_bash("rm"),
+            &dir,
+        )
+        .await;
+        assert_eq!(r.runs[0].exit_code, Some(127));
+        assert_eq!(r.merged.verdict().0, "proceed", "fail open (HOOK-5)");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t12_timeout_kills_the_whole_group_within_the_hooks_own_limit() {
+    let dir = temp_dir("t12");
+    let pidfile = dir.join("pid");
+    // A grandchild in the background: only a group kill reaches it.
+    let command = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+    let hooks =
+        json!({"PreToolUse": [{"hooks": [{"type": "command", "command": command, "timeout": 1}]}]});
+    for d in [Dialect::Claude, Dialect::Codex] {
+        let started = Instant::now();
+        let r = run_one(d, hooks.clone(), &pre_bash("x"), &dir).await;
+        assert!(r.runs[0].timed_out);
+        assert!(r.merged.errors[0].contains("timed out after 1000 ms"));
+        assert_eq!(r.merged.verdict().0, "proceed");
+        // 1 s, not the 600 s default (a generous bound: this is not a timing test).
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let pid: u32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            mcpvisor_chaos::wait_gone(pid, Duration::from_secs(5)).await,
+            "the backgrounded grandchild {pid} outlived its hook"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t19_matchers_select_per_dialect() {
+    let dir = temp_dir("t19");
+    let log = dir.join("log");
+    let groups: Vec<Value> = [
+        "Bash",
+        "^Bash$",
+        "mcp__memory",
+        "mcp__memory__.*",
+        "(?i)bash",
+        "[",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, m)| {
+        json!({"matcher": m, "hooks": [{"type": "command",
+                "command": format!("echo {i} >> {}", log.display())}]})
+    })
+    .collect();
+    let hooks = json!({ "PreToolUse": groups, "UserPromptSubmit": [{"matcher": "[", "hooks": [{"type": "command", "command": format!("echo ups >> {}", log.display())}]}] });
+    let fired = |subject: &str| HookInput::PreToolUse {
+        tool_name: subject.into(),
+        tool_input: json!({}),
+        tool_use_id: "c".into(),
+    };
+    let seen = |d: Dialect, input: HookInput| {
+        let _ = std::fs::remove_file(&log);
+        let hooks = hooks.clone();
+        let dir = dir.clone();
+        let log = log.clone();
+        async move {
+            run_one(d, hooks, &input, &dir).await;
+            let mut lines: Vec<String> = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            lines.sort();
+            lines
+        }
+    };
+    assert!(seen(Dialect::Claude, fired("BashOutput")).await.is_empty());
+    assert_eq!(seen(Dialect::Codex, fired("BashOutput")).await, ["0", "4"]);
+    assert_eq!(seen(Dialect::Claude, fired("mcp__memory__x")).await, ["3"]);
+    assert_eq!(
+        seen(Dialect::Codex, fired("mcp__memory__x")).await,
+        ["2", "3"]
+    );
+    let prompt = HookInput::UserPromptSubmit {
+        prompt: "hi".into(),
+    };
+    assert_eq!(seen(Dialect::Claude, prompt.clone()).await, ["ups"]);
+    assert_eq!(seen(Dialect::Codex, prompt).await, ["ups"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t20_hooks_run_concurrently_dedupe_per_dialect_and_deny_wins() {
+    let dir = temp_dir("t20");
+    let d = dir.display();
+    // Each waits for the other's mark: only concurrent runs both finish.
+    let a = format!("touch {d}/a; while [ ! -f {d}/b ]; do sleep 0.02; done; echo x >> {d}/log");
+    let b = format!("touch {d}/b; while [ ! -f {d}/a ]; do sleep 0.02; done");
+    let deny = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no"}}'"#;
+    let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}'"#;
+    let cmd = |c: &str| json!({"type": "command", "command": c, "timeout": 10});
+    let hooks = json!({"PreToolUse": [
+        {"hooks": [cmd(&a), cmd(&b), cmd(allow)]},
+        {"hooks": [cmd(&a), cmd(deny)]}]});
+    for (dialect, runs) in [(Dialect::Claude, 4), (Dialect::Codex, 5)] {
+        for f in ["a", "b", "log"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let r = run_one(dialect, hooks.clone(), &pre_bash("x"), &dir).await;
+        assert_eq!(r.runs.len(), runs, "{dialect:?}");
+        assert!(r.runs.iter().all(|r| !r.timed_out), "{:?}", r.runs);
+        let logged = std::fs::read_to_string(dir.join("log")).unwrap();
+        assert_eq!(logged.lines().count(), runs - 3, "duplicates: {dialect:?}");
+        assert_eq!(r.merged.verdict(), ("deny", Some("no")));
+        // Codex refuses `allow` as unsupported output.
+        assert_eq!(
+            r.merged.errors.len(),
+            usize::from(dialect == Dialect::Codex)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t15_hook7_stop_continues_until_the_budget_and_marks_stop_hook_active() {
+    let dir = temp_dir("t15");
+    let log = dir.join("active");
+    let command = format!(
+        r#"grep -o '"stop_hook_active":[a-z]*' >> {}; echo '{{"decision":"block","reason":"run tests"}}'"#,
+        log.display()
+    );
+    let file = write_hooks(&dir, "cc.json", one("Stop", None, &command));
+    let rt = Runtime::builder()
+        .hooks(HookSettings {
+            claude: Some(file),
+            session: session(&dir),
+            stop_budget: 3,
+            ..HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let mut events = rt.subscribe();
+    let hooks = rt.hooks();
+    let mut state = StopState::default();
+    let cancel = CancellationToken::new();
+    let mut verdicts = Vec::new();
+    for _ in 0..4 {
+        let (v, _) = hooks
+            .on_stop(&mut state, &session(&dir), None, &cancel)
+            .await;
+        verdicts.push(v);
+    }
+    assert_eq!(
+        verdicts,
+        vec![
+            StopVerdict::Continue("run tests".into()),
+            StopVerdict::Continue("run tests".into()),
+            StopVerdict::Continue("run tests".into()),
+            StopVerdict::BudgetExhausted(3),
+        ]
+    );
+    let active = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        active.lines().collect::<Vec<_>>(),
+        [
+            "\"stop_hook_active\":false",
+            "\"stop_hook_active\":true",
+            "\"stop_hook_active\":true",
+            "\"stop_hook_active\":true"
+        ]
+    );
+    let mut notice = false;
+    while let Ok(e) = events.try_recv() {
+        notice |= matches!(e, RuntimeEvent::HookNotice { text } if text.contains("3 times"));
+    }
+    assert!(notice, "an endless Stop hook ends with a clear event");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t21_subagent_events_are_claude_only() {
+    let dir = temp_dir("t21");
+    let start = r#"echo '{"hookSpecificOutput":{"hookEventName":"SubagentStart","additionalContext":"be terse"}}'"#;
+    let stop = r#"echo '{"decision":"block","reason":"verify"}'"#;
+    let hooks = json!({
+        "SubagentStart": [{"matcher": "Explore", "hooks": [{"type": "command", "command": start}]}],
+        "SubagentStop": [{"matcher": "Explore", "hooks": [{"type": "command", "command": stop}]}]});
+    let s = HookInput::SubagentStart {
+        agent_id: "a1".into(),
+        agent_type: "Explore".into(),
+    };
+    let r = run_one(Dialect::Claude, hooks.clone(), &s, &dir).await;
+    assert_eq!(r.merged.context, ["be terse"]);
+    let e = HookInput::SubagentStop {
+        stop_hook_active: false,
+        agent_id: "a1".into(),
+        agent_type: "Explore".into(),
+        agent_transcript_path: None,
+        last_assistant_message: None,
+    };
+    let r = run_one(Dialect::Claude, hooks.clone(), &e, &dir).await;
+    assert_eq!(r.merged.verdict(), ("continue", Some("verify")));
+    let r = run_one(Dialect::Codex, hooks, &s, &dir).await;
+    assert!(r.runs.is_empty(), "Codex has no subagent events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
+    // A relative path resolves against the process cwd.
+    let cwd = std::env::current_dir().unwrap();
+    let dir = temp_dir("t22");
+    let rel = PathBuf::from(format!("t22-hooks-{}.json", std::process::id()));
+    let abs = cwd.join(&rel);
+    std::fs::write(&abs, "{ not json").unwrap();
+    let rt = Runtime::builder()
+        .hooks(HookSettings {
+            codex: Some(rel.clone()),
+            session: session(&dir),
+            ..HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    assert!(rt.hooks().sets().iter().all(|s| s.groups.is_empty()));
+    // Fixing the file later changes nothing: it was read once.
+    std::fs::write(
+        &abs,
+        serde_json::to_vec(&json!({"hooks": one("PreToolUse", None, "exit 2")})).unwrap(),
+    )
+    .unwrap();
+    let r = rt
+        .hooks()
+        .run(
+            &session(&dir),
+            &pre_bash("x"),
+            None,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(r.runs.is_empty());
+    rt.shutdown(Duration::from_secs(5)).await;
+    // And the same relative path, valid at start, loads.
+    let rt = runtime_with(None, Some(rel), &dir).await;
+    assert_eq!(rt.hooks().sets()[0].groups.len(), 1);
+    rt.shutdown(Duration::from_secs(5)).await;
+    std::fs::remove_file(abs).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook8_dispose_aborts_and_reaps_detached_runs_and_events_form_triples() {
+    let dir = temp_dir("hook8");
+    // The hook reports its pid through a FIFO: reading it waits for the hook.
+    let fifo = dir.join("pid");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
+    let file = write_hooks(&dir, "cc.json", one("SessionStart", None, &command));
+    let rt = runtime_with(Some(file), None, &dir).await;
+    let mut events = rt.subscribe();
+    let handle = rt.hooks().run_detached(
+        session(&dir),
+        HookInput::SessionStart {
+            source: "startup".into(),
+        },
+    );
+    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
+        .await
+        .unwrap()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(process_alive(pid));
+    match events.recv().await.unwrap() {
+        RuntimeEvent::HookMatched(info) => assert!(info.detached),
+        other => panic!("expected hook_matched, got {other:?}"),
+    }
+    let started = Instant::now();
+    let report = rt.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(report.hook_runs_aborted, 1);
+    assert!(
+        !process_alive(pid),
+        "the detached hook {pid} survived dispose"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let r = handle.await.unwrap();
+    assert!(r.merged.errors[0].contains("cancelled"), "{:?}", r.merged);
+}
+
+/// Answers from a script and records every request.
+struct Scripted(Mutex<Vec<Approval>>, Mutex<Vec<ApprovalRequest>>);
+
+impl Approver for Scripted {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
+        Box::pin(async move {
+            self.1.lock().unwrap().push(request.clone());
+            self.0.lock().unwrap().pop().unwrap_or(Approval::DontAllow)
+        })
+    }
+}
+
+struct Pipeline {
+    rt: Runtime,
+    server_log: PathBuf,
+}
+
+async fn pipeline(
+    claude: Option<Value>,
+    codex: Option<Value>,
+    approver: Option<Arc<Scripted>>,
+    approved: Option<Vec<String>>,
+    trust: TrustMode,
+) -> Pipeline {
+    let dir = temp_dir("pipe");
+    let mut b = Runtime::builder().hooks(HookSettings {
+        claude: claude.map(|h| write_hooks(&dir, "cc.json", h)),
+        codex: codex.map(|h| write_hooks(&dir, "cx.json", h)),
+        session: session(&dir),
+        approved: approved.map(|a| a.into_iter().collect()),
+        ..HookSettings::default()
+    });
+    if let Some(a) = approver {
+        b = b.approver(a);
+    }
+    let rt = b.start().await.unwrap();
+    let server_log = dir.join("server.log");
+    let mut cfg = ServerConfig::stdio(
+        "srv",
+        fault_server_path().to_string_lossy(),
+        vec![
+            "--log-requests".into(),
+            server_log.to_string_lossy().into_owned(),
+        ],
+    );
+    cfg.trust = trust;
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "srv", Duration::from_secs(20))
+        .await
+        .unwrap();
+    Pipeline { rt, server_log }
+}
+
+impl Pipeline {
+    async fn echo(&self) -> mcpvisor::ToolOutcome {
+        self.rt
+            .call(
+                &G,
+                "mcp__srv__echo",
+                Some(json!({"message": "hi"})),
+                CallOptions::default(),
+            )
+            .await
+    }
+
+    fn calls_seen(&self) -> usize {
+        std::fs::read_to_string(&self.server_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("tools/call"))
+            .count()
+    }
+
+    async fn done(self) {
+        assert!(shutdown_checked(&self.rt, &[]).await.report.is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_pre_tool_deny_never_reaches_the_server_and_hooks_see_the_public_name() {
+    // HOOK-6, HOOK-11, and the pipeline order trust → hooks → call.
+    let dir = temp_dir("order");
+    let capture = format!(
+        "cat > {}/in; echo 'not on my watch' >&2; exit 2",
+        dir.display()
+    );
+    let p = pipeline(
+        Some(one("PreToolUse", Some("mcp__srv__.*"), &capture)),
+        None,
+        None,
+        None,
+        TrustMode::Always,
+    )
+    .await;
+    let out = p.echo().await;
+    assert_eq!(out.kind, OutcomeKind::DeniedByHook);
+    assert!(
+        out.projection.contains("not on my watch"),
+        "{}",
+        out.projection
+    );
+    assert_eq!(p.calls_seen(), 0, "the server saw a denied call");
+    let payload: Value = serde_json::from_slice(&std::fs::read(dir.join("in")).unwrap()).unwrap();
+    assert_eq!(payload["tool_name"], json!("mcp__srv__echo"));
+    assert_eq!(payload["tool_input"], json!({"message": "hi"}));
+    p.done().await;
+
+    // Trust first: a refused call never runs its hooks.
+    let _ = std::fs::remove_file(dir.join("in"));
+    let p = pipeline(
+        Some(one("PreToolUse", None, &capture)),
+        None,
+        None,
+        None,
+        TrustMode::Never,
+    )
+    .await;
+    assert_eq!(p.echo().await.kind, OutcomeKind::RefusedByTrust);
+    assert!(
+        !dir.join("in").exists(),
+        "hooks ran for a call trust refused"
+    );
+    p.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_ask_routes_to_the_approver_and_allow_never_skips_it() {
+    let ask = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"deletes files"}}'"#;
+    let approver = Arc::new(Scripted(
+        Mutex::new(vec![Approval::DontAllow, Approval::AllowThisChat]),
+        Mutex::default(),
+    ));
+    let p = pipeline(
+        Some(one("PreToolUse", None, ask)),
+        None,
+        Some(approver.clone()),
+        None,
+        TrustMode::Always,
+    )
+    .await;
+    assert!(p.echo().await.is_ok());
+    let denied = p.echo().await;
+    assert_eq!(denied.kind, OutcomeKind::DeniedByHook);
+    assert!(
+        denied.projection.contains("declined"),
+        "{}",
+        denied.projection
+    );
+    assert_eq!(p.calls_seen(), 1);
+    let asked = approver.1.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].reason.as_deref(), Some("deletes files"));
+    p.done().await;
+
+    // A hook's allow is no decision: trust `ask` still asks (HOOK-9).
+    let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}'"#;
+    let approver = Arc::new(Scripted(Mutex::new(vec![]), Mutex::default()));
+    let p = pipeline(
+        Some(one("PreToolUse", None, allow)),
+        None,
+        Some(approver.clone()),
+        None,
+        TrustMode::Ask,
+    )
+    .await;
+    assert_eq!(p.echo().await.kind, OutcomeKind::RefusedByTrust);
+    assert_eq!(approver.1.lock().unwrap().len(), 1);
+    p.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_post_tool_feedback_appends_for_claude_and_replaces_for_codex() {
+    // T18: the call ran (side effect kept); the model sees feedback.
+    let fix = "echo 'fix lint' >&2; exit 2";
+    let warn = r#"echo '{"systemMessage":"lint warnings"}'"#;
+    let hooks = json!({"PostToolUse": [{"hooks": [
+        {"type": "command", "command": fix}, {"type": "command", "command": warn}]}]});
+    let p = pipeline(Some(hooks.clone()), None, None, None, TrustMode::Always).await;
+    let out = p.echo().await;
+    assert!(out.is_ok());
+    assert!(out.projection.contains("hi"), "{}", out.projection);
+    assert!(out.projection.contains("fix lint"), "{}", out.projection);
+    assert!(
+        !out.projection.contains("lint warnings"),
+        "systemMessage reached the model"
+    );
+    assert!(out.notes.iter().any(|n| n.contains("lint warnings")));
+    assert_eq!(p.calls_seen(), 1);
+    p.done().await;
+
+    let p = pipeline(None, Some(hooks), None, None, TrustMode::Always).await;
+    let out = p.echo().await;
+    assert!(out.is_ok());
+    assert!(out.canonical.is_some(), "the result is kept");
+    assert_eq!(out.projection, "PostToolUse hook feedback: fix lint");
+    assert_eq!(p.calls_seen(), 1);
+    p.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook12_strict_hooks_run_only_approved_commands() {
+    let dir = temp_dir("strict");
+    let mark = format!("touch {}/ran; exit 2", dir.display());
+    let hash = mcpvisor::messages::hook_config::command_hash(&mark);
+    let p = pipeline(
+        Some(one("PreToolUse", None, &mark)),
+        None,
+        None,
+        Some(vec!["0".repeat(64)]),
+        TrustMode::Always,
+    )
+    .await;
+    let out = p.echo().await;
+    assert!(out.is_ok(), "an unapproved hook does not run");
+    assert!(!dir.join("ran").exists());
+    assert!(out
+        .notes
+        .iter()
+        .any(|n| n.contains(&hash) && n.contains("not approved")));
+    p.done().await;
+    let p = pipeline(
+        Some(one("PreToolUse", None, &mark)),
+        None,
+        None,
+        Some(vec![hash]),
+        TrustMode::Always,
+    )
+    .await;
+    assert_eq!(p.echo().await.kind, OutcomeKind::DeniedByHook);
+    assert!(dir.join("ran").exists());
+    p.done().await;
+}
+
+struct Broken(&'static str);
+
+impl ToolGuard for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn check<'a>(&'a self, _call: &'a PolicyCall) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            match self.0 {
+                "panic" => panic!("guard bug"),
+                "err" => Err("policy store unreachable".into()),
+                _ => Ok(None),
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook5_native_guards_fail_closed() {
+    for (mode, text) in [("panic", "panicked"), ("err", "unreachable"), ("ok", "")] {
+        let rt = Runtime::builder()
+            .guard(Arc::new(Broken(mode)))
+            .start()
+            .await
+            .unwrap();
+        let log = unique_temp_path("guard.log");
+        let mut cfg = ServerConfig::stdio(
+            "srv",
+            fault_server_path().to_string_lossy(),
+            vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
+        );
+        cfg.trust = TrustMode::Always;
+        rt.add_server(G, cfg).await.unwrap();
+        rt.wait_ready(&G, "srv", Duration::from_secs(20))
+            .await
+            .unwrap();
+        let out = rt
+            .call(
+                &G,
+                "mcp__srv__echo",
+                Some(json!({"message": "x"})),
+                CallOptions::default(),
+            )
+            .await;
+        if mode == "ok" {
+            assert!(out.is_ok());
+        } else {
+            assert_eq!(out.kind, OutcomeKind::DeniedByHook);
+            assert!(out.projection.contains(text), "{}", out.projection);
+            assert!(!std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("tools/call"));
+        }
+        assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
+    let p = pipeline(
+        Some(one("PreToolUse", None, "exit 0")),
+        None,
+        None,
+        None,
+        TrustMode::Always,
+    )
+    .await;
+    let mut events = p.rt.subscribe();
+    assert!(p.echo().await.is_ok());
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        match e {
+            RuntimeEvent::HookMatched(i) => {
+                assert_eq!(i.point, HookEvent::PreToolUse);
+                assert!(!i.detached);
+                seen.push(("matched", i.run_id));
+            }
+            RuntimeEvent::HookInvoked { run_id } => seen.push(("invoked", run_id)),
+            RuntimeEvent::HookResult {
+                run_id, outcomes, ..
+            } => {
+                assert_eq!(outcomes, vec![HookOutcome::Proceed]);
+                seen.push(("result", run_id));
+            }
+            _ => {}
+        }
+    }
+    let id = seen[0].1;
+    assert_eq!(seen, [("matched", id), ("invoked", id), ("result", id)]);
+    p.done().await;
+}
