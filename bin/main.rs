@@ -4,6 +4,7 @@
 mod approver;
 mod bench;
 mod demo_server;
+mod hooks;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +65,14 @@ enum Command {
         /// The chat this call belongs to (per-chat trust grants, TRUST-5).
         #[arg(long, value_name = "ID")]
         chat: Option<String>,
+        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        #[arg(long)]
+        strict_hooks: bool,
+    },
+    /// Command hooks of the `[hooks]` files.
+    Hooks {
+        #[command(subcommand)]
+        what: HooksCommand,
     },
     /// Resources of the configured servers (through the shared resource tools).
     Resources {
@@ -89,6 +98,36 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         tools: usize,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum HooksCommand {
+    /// Every configured hook with its event, matcher, timeout and hash.
+    List,
+    /// Run the configured hooks of one event on a payload and print the
+    /// merged, neutral outcome.
+    Test {
+        /// The event: SessionStart, UserPromptSubmit, PreToolUse, PostToolUse,
+        /// Stop, SubagentStart, SubagentStop.
+        #[arg(long)]
+        event: String,
+        /// Only this dialect's hooks (default: every configured file).
+        #[arg(long, value_enum)]
+        dialect: Option<DialectArg>,
+        /// Payload fields as a JSON object (tool_name, tool_input, prompt,
+        /// source, session_id, cwd, …); the bridge fills the rest.
+        #[arg(long)]
+        payload: Option<String>,
+        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        #[arg(long)]
+        strict_hooks: bool,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DialectArg {
+    Claude,
+    Codex,
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,16 +204,19 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             images,
             attachments,
             chat,
+            strict_hooks,
         } => {
             let opts = CallFlags {
                 images: *images,
                 attachments: attachments.clone(),
                 chat: chat.clone(),
+                strict_hooks: *strict_hooks,
             };
             call(&cli, name, args.as_deref(), opts).await
         }
         Command::Status { watch } => status(&cli, *watch).await,
         Command::Resources { what } => resources(&cli, what).await,
+        Command::Hooks { what } => hooks::run(&cli, what).await,
         Command::Bench { calls } => bench::run(*calls, cli.json).await,
     }
 }
@@ -209,6 +251,7 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
                 servers: vec![demo_config("demo", 0)?],
                 event_log: None,
                 secrets_file: None,
+                hooks: Default::default(),
             });
         }
         bail!(
@@ -223,8 +266,10 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
 
 /// A runtime builder with what the config file asks for beyond servers, and
 /// the terminal approver (TRUST-5).
-fn builder_for(cfg: &FileConfig) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
-    let mut b = Runtime::builder().approver(std::sync::Arc::new(approver::TerminalApprover));
+fn builder_for(cfg: &FileConfig, strict_hooks: bool) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
+    let mut b = Runtime::builder()
+        .approver(std::sync::Arc::new(approver::TerminalApprover))
+        .hooks(hooks::settings(cfg, strict_hooks));
     if let Some(path) = &cfg.event_log {
         b = b.event_log(path.clone());
     }
@@ -237,7 +282,7 @@ fn builder_for(cfg: &FileConfig) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
 }
 
 async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
-    start_with(builder_for(&cfg)?, cfg.servers, quiet).await
+    start_with(builder_for(&cfg, false)?, cfg.servers, quiet).await
 }
 
 async fn start_with(
@@ -531,6 +576,8 @@ fn outcome_json(o: &mcpvisor::ToolOutcome) -> Value {
         "generation": o.generation,
         "images": o.images,
         "cut_bytes": o.cut_bytes,
+        "notes": o.notes,
+        "stop": o.stop,
     })
 }
 
@@ -539,6 +586,7 @@ struct CallFlags {
     images: bool,
     attachments: Option<PathBuf>,
     chat: Option<String>,
+    strict_hooks: bool,
 }
 
 async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> anyhow::Result<u8> {
@@ -550,11 +598,14 @@ async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> an
         ),
     };
     let cfg = load_config(cli, true)?;
-    let mut builder = builder_for(&cfg)?;
+    let mut builder = builder_for(&cfg, flags.strict_hooks)?;
     if let Some(dir) = flags.attachments {
         builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
     }
     let runtime = start_with(builder, cfg.servers, cli.json).await?;
+    if !cli.json {
+        hooks::print_load_warnings(&runtime);
+    }
     let options = CallOptions {
         images: flags.images,
         chat: flags.chat.or_else(|| Some("cli".into())),
@@ -570,6 +621,12 @@ async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> an
             if !outcome.projection.contains(e.as_str()) {
                 eprintln!("{}: {e}", outcome.kind.name());
             }
+        }
+        for note in &outcome.notes {
+            eprintln!("{note}");
+        }
+        if let Some(r) = &outcome.stop {
+            eprintln!("a hook stopped the turn: {r}");
         }
     }
     Ok(u8::from(!outcome.is_ok()))
@@ -602,7 +659,7 @@ async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
         }
         return Ok(0);
     }
-    let runtime = builder_for(&cfg)?.start().await?;
+    let runtime = builder_for(&cfg, false)?.start().await?;
     let mut events = runtime.subscribe();
     for s in cfg.servers {
         runtime.add_server(Scope::Global, s).await?;

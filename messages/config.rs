@@ -439,6 +439,24 @@ pub struct RawConfigFile {
     pub events: Option<RawEvents>,
     /// `[secrets]`.
     pub secrets: Option<RawSecrets>,
+    /// `[hooks]`.
+    pub hooks: Option<RawHooks>,
+}
+
+/// `[hooks]` as written (HOOK-4, HOOK-12). Relative paths resolve against the
+/// process working directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHooks {
+    /// A Claude Code hooks or settings file.
+    pub claude: Option<PathBuf>,
+    /// A Codex `hooks.json`.
+    pub codex: Option<PathBuf>,
+    /// `CLAUDE_PROJECT_DIR` (default: the working directory).
+    pub project_dir: Option<PathBuf>,
+    /// Hex SHA-256 hashes of approved hook commands, for `--strict-hooks`.
+    #[serde(default)]
+    pub approved: Vec<String>,
 }
 
 /// `[secrets]` as written.
@@ -652,6 +670,8 @@ pub struct FileConfig {
     pub event_log: Option<PathBuf>,
     /// `[secrets] file`: the secret file; environment variables when absent (TRUST-2).
     pub secrets_file: Option<PathBuf>,
+    /// `[hooks]`.
+    pub hooks: RawHooks,
 }
 
 /// Parse a whole config file; `origin` (the path) prefixes every problem.
@@ -661,11 +681,24 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
     })?;
     let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
     let secrets_file = raw.secrets.as_ref().and_then(|s| s.file.clone());
+    let hooks = raw.hooks.clone().unwrap_or_default();
+    if let Some(bad) = hooks
+        .approved
+        .iter()
+        .find(|h| h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        return Err(ConfigError {
+            problems: vec![format!(
+                "{origin}: [hooks] approved: {bad:?} is not a hex SHA-256 (64 hex digits; see `mcpvisor hooks list`)"
+            )],
+        });
+    }
     let servers = servers_of(origin, raw)?;
     Ok(FileConfig {
         servers,
         event_log,
         secrets_file,
+        hooks,
     })
 }
 
@@ -768,6 +801,24 @@ max_delay_ms = 100
         let all = err.problems.join("\n");
         assert!(all.contains("servers.r.url"), "{all}");
         assert!(all.contains("use https://"), "{all}");
+    }
+
+    #[test]
+    fn the_hooks_table_names_files_and_approved_hashes() {
+        let cfg = parse_config(
+            "t.toml",
+            &format!(
+                "[hooks]\nclaude = \"h/cc.json\"\ncodex = \"cx.json\"\napproved = [\"{}\"]\n",
+                "a".repeat(64)
+            ),
+        )
+        .unwrap();
+        assert_eq!(cfg.hooks.claude, Some(PathBuf::from("h/cc.json")));
+        assert_eq!(cfg.hooks.codex, Some(PathBuf::from("cx.json")));
+        assert_eq!(cfg.hooks.approved.len(), 1);
+        let e = parse_config("t.toml", "[hooks]\napproved = [\"abc\"]\n").unwrap_err();
+        assert!(e.to_string().contains("t.toml: [hooks] approved"), "{e}");
+        assert!(parse_config("t.toml", "[hooks]\nclaud = \"x\"\n").is_err());
     }
 
     #[test]
