@@ -315,3 +315,121 @@ async fn a_call_needing_approval_without_a_terminal_is_denied_with_a_clear_messa
         text(&out.stderr)
     );
 }
+
+/// A Workdir whose `[hooks]` names `cc.json` and `cx.json` holding `hooks`
+/// (relative paths: resolved against the working directory, HOOK-4).
+fn with_hooks(w: &Workdir, hooks: &Value, approved: &[String]) {
+    for f in ["cc.json", "cx.json"] {
+        std::fs::write(
+            w.dir.join(f),
+            serde_json::to_vec(&serde_json::json!({ "hooks": hooks })).unwrap(),
+        )
+        .unwrap();
+    }
+    let mut toml = std::fs::read_to_string(w.config()).unwrap();
+    toml.push_str(&format!(
+        "[hooks]\nclaude = \"cc.json\"\ncodex = \"cx.json\"\napproved = {approved:?}\n"
+    ));
+    std::fs::write(w.config(), toml).unwrap();
+}
+
+const DENY_NO_RM: &str = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no rm"}}'"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_test_json_prints_the_neutral_outcome_per_dialect() {
+    // The `hooks test` contract: decision, reason, context, warnings, errors, runs.
+    let w = Workdir::new(&[], "");
+    let hooks = serde_json::json!({"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": DENY_NO_RM},
+        {"type": "command", "command": "echo boom >&2; exit 1"}]}]});
+    with_hooks(&w, &hooks, &[]);
+    for dialect in ["claude", "codex"] {
+        let out = run(
+            &w.dir,
+            &[
+                "--json",
+                "hooks",
+                "test",
+                "--event",
+                "PreToolUse",
+                "--dialect",
+                dialect,
+                "--payload",
+                r#"{"tool_name":"Bash","tool_input":{"command":"rm -rf build"}}"#,
+            ],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let v = json_stdout(&out);
+        assert_eq!(v["decision"], "deny", "{v}");
+        assert_eq!(v["reason"], "no rm");
+        assert_eq!(v["context"], serde_json::json!([]));
+        assert_eq!(v["errors"].as_array().unwrap().len(), 1, "{v}");
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1]["exit_code"], 1);
+        assert_eq!(runs[0]["timed_out"], false);
+        assert!(runs[0]["duration_ms"].is_u64());
+        assert!(runs[0]["command"].as_str().unwrap().contains("no rm"));
+    }
+    // A matcher that does not fire: proceed, no runs.
+    let out = run(
+        &w.dir,
+        &[
+            "--json",
+            "hooks",
+            "test",
+            "--event",
+            "PreToolUse",
+            "--dialect",
+            "claude",
+            "--payload",
+            r#"{"tool_name":"BashOutput"}"#,
+        ],
+    )
+    .await;
+    let v = json_stdout(&out);
+    assert_eq!(v["decision"], "proceed");
+    assert_eq!(v["runs"], serde_json::json!([]));
+    // Bad input is a clear error, exit 2.
+    let out = run(&w.dir, &["hooks", "test", "--event", "Nope"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a hook event"), "{}", describe(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
+    // HOOK-6, HOOK-12 through the reference binary: a denied call never
+    // reaches the server (its request log); under --strict-hooks an
+    // unapproved hook is skipped with a note.
+    let log = unique_temp_path("hooks-cli.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    let w = Workdir::new(&["--log-requests", &log_arg], "");
+    let hooks = serde_json::json!({"PreToolUse": [{"matcher": "mcp__x__.*", "hooks": [
+        {"type": "command", "command": DENY_NO_RM}]}]});
+    with_hooks(&w, &hooks, &[]);
+    let call = |strict: bool| {
+        let mut args = vec!["--json", "call", "mcp__x__echo", "--args", r#"{"message":"hi"}"#];
+        if strict {
+            args.push("--strict-hooks");
+        }
+        let dir = w.dir.clone();
+        async move { run(&dir, &args).await }
+    };
+    let out = call(false).await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let v = json_stdout(&out);
+    assert_eq!(v["outcome"], "denied_by_hook");
+    assert!(v["projection"].as_str().unwrap().contains("no rm"));
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!seen.contains("tools/call"), "the server saw a denied call: {seen}");
+
+    let out = call(true).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let v = json_stdout(&out);
+    assert_eq!(v["outcome"], "ok");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("not approved"), "{v}");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("tools/call"));
+    let _ = std::fs::remove_file(log);
+}
