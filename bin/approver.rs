@@ -31,8 +31,13 @@ impl Approver for TerminalApprover {
                 );
                 return Approval::DontAllow;
             }
+            let why = request
+                .reason
+                .as_deref()
+                .map(|r| format!("\n  a hook asks: {r}"))
+                .unwrap_or_default();
             let prompt = format!(
-                "\nAllow {} (server \"{}\")?\n  arguments: {}\n  [a] Always Allow   [c] Allow This Chat   [d] Don't Allow (Esc = Don't Allow): ",
+                "\nAllow {} (server \"{}\")?{why}\n  arguments: {}\n  [a] Always Allow   [c] Allow This Chat   [d] Don't Allow (Esc = Don't Allow): ",
                 request.tool, request.server, request.arguments
             );
             tokio::task::spawn_blocking(move || {

@@ -114,6 +114,9 @@ pub fn refusal_text(server: &str, tool: &str, why: Refusal) -> String {
         Refusal::NoApprover(why) => format!(
             "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and none could be asked: {why}."
         ),
+        Refusal::TimedOut(secs) => format!(
+            "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and nobody answered within {secs} s."
+        ),
     }
 }
 
@@ -124,8 +127,10 @@ pub enum Refusal {
     Never,
     /// The user answered Don't Allow.
     Declined,
-    /// Nobody could be asked (no approver, no terminal, timeout).
+    /// Nobody could be asked (no approver, no terminal).
     NoApprover(&'static str),
+    /// The approver did not answer within the approval timeout (seconds).
+    TimedOut(u64),
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::trust::{ApprovalRequest, Approver};
+use super::trust::{ask_within, ApprovalRequest, Approver};
 use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
 use crate::messages::hook_codec::{
@@ -620,6 +620,7 @@ impl HookEngine {
 pub(crate) struct HooksPolicy {
     pub(crate) engine: Arc<HookEngine>,
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) approval_timeout: Duration,
 }
 
 impl HooksPolicy {
@@ -690,7 +691,9 @@ impl CallPolicy for HooksPolicy {
                         arguments: Value::Object(call.arguments.clone()),
                         reason: m.reason.clone(),
                     };
-                    match approver.ask(&request).await {
+                    let answer =
+                        ask_within(approver.as_ref(), &request, self.approval_timeout).await;
+                    match answer.unwrap_or(Approval::DontAllow) {
                         Approval::DontAllow => deny(format!(
                             "a PreToolUse hook asked for approval and the user declined{}",
                             m.reason

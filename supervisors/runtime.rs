@@ -69,6 +69,7 @@ pub struct RuntimeBuilder {
     event_log: Option<std::path::PathBuf>,
     approver: Option<Arc<dyn super::trust::Approver>>,
     hooks: super::hooks::HookSettings,
+    approval_timeout: Option<Duration>,
     skip_close_barrier: bool,
 }
 
@@ -91,6 +92,13 @@ impl RuntimeBuilder {
     /// Append a policy to the chain every call passes through (CALL-1).
     pub fn policy(mut self, policy: Arc<dyn CallPolicy>) -> Self {
         self.policies.push(policy);
+        self
+    }
+
+    /// How long the approver may take before the answer is Don't Allow
+    /// (TRUST-5; default 300 s).
+    pub fn approval_timeout(mut self, limit: Duration) -> Self {
+        self.approval_timeout = Some(limit);
         self
     }
 
@@ -165,8 +173,12 @@ impl RuntimeBuilder {
     /// down again and its error returned (CONN-12).
     pub async fn start(self) -> Result<Runtime, RuntimeError> {
         let (events, _) = broadcast::channel(4096);
+        let approval_timeout = self
+            .approval_timeout
+            .unwrap_or(super::trust::DEFAULT_APPROVAL_TIMEOUT);
         let trust_gate: Arc<dyn CallPolicy> = Arc::new(super::trust::TrustGate::new(
             self.approver.clone(),
+            approval_timeout,
             events.clone(),
         ));
         let event_log = match &self.event_log {
@@ -189,6 +201,7 @@ impl RuntimeBuilder {
             Arc::new(super::hooks::HooksPolicy {
                 engine: hooks.clone(),
                 approver: self.approver.clone(),
+                approval_timeout,
             }) as Arc<dyn CallPolicy>
         });
         let args = RootArgs {
@@ -531,6 +544,21 @@ impl Runtime {
     /// The tools of a scope, ordered by server (SYNC-8).
     pub fn tools(&self, scope: &Scope) -> Vec<Arc<ToolDefinition>> {
         self.snapshot(scope).map(|s| s.tools()).unwrap_or_default()
+    }
+
+    /// The tools to offer a model route (TRUST-7): the scope's tools when the
+    /// route supports tool calling, none otherwise, so the model answers
+    /// normally instead of being sent tools it cannot call.
+    pub fn tools_for_route(
+        &self,
+        scope: &Scope,
+        route_supports_tools: bool,
+    ) -> Vec<Arc<ToolDefinition>> {
+        if route_supports_tools {
+            self.tools(scope)
+        } else {
+            Vec::new()
+        }
     }
 
     /// The attributed instructions of a scope's ready servers (RES-5).

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -33,6 +34,21 @@ pub struct ApprovalRequest {
     pub reason: Option<String>,
 }
 
+/// How long an approver may take before the answer is Don't Allow (TRUST-5).
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Ask `approver`, waiting at most `limit`: `None` when it did not answer
+/// in time, which callers treat as Don't Allow.
+pub(crate) async fn ask_within(
+    approver: &dyn Approver,
+    request: &ApprovalRequest,
+    limit: Duration,
+) -> Option<Approval> {
+    tokio::time::timeout(limit, approver.ask(request))
+        .await
+        .ok()
+}
+
 /// Asks the user (TRUST-5). The reference binary implements an interactive
 /// terminal prompt; with no approver every `ask` is Don't Allow.
 pub trait Approver: Send + Sync + 'static {
@@ -43,6 +59,7 @@ pub trait Approver: Send + Sync + 'static {
 /// The gate: per-chat grants and `always` given at run time, in memory.
 pub(crate) struct TrustGate {
     approver: Option<Arc<dyn Approver>>,
+    approval_timeout: Duration,
     /// (scope, server, chat) granted "Allow This Chat".
     chat_grants: Mutex<HashSet<(Scope, String, String)>>,
     /// (scope, server) answered "Always Allow".
@@ -53,10 +70,12 @@ pub(crate) struct TrustGate {
 impl TrustGate {
     pub(crate) fn new(
         approver: Option<Arc<dyn Approver>>,
+        approval_timeout: Duration,
         events: broadcast::Sender<RuntimeEvent>,
     ) -> Self {
         Self {
             approver,
+            approval_timeout,
             chat_grants: Mutex::default(),
             always: Mutex::default(),
             events,
@@ -131,7 +150,12 @@ impl CallPolicy for TrustGate {
                         arguments: serde_json::Value::Object(call.arguments.clone()),
                         reason: None,
                     };
-                    let answer = approver.ask(&request).await;
+                    let Some(answer) =
+                        ask_within(approver.as_ref(), &request, self.approval_timeout).await
+                    else {
+                        self.record(call, "deny", Some(Approval::DontAllow));
+                        return deny(call, Refusal::TimedOut(self.approval_timeout.as_secs()));
+                    };
                     self.record(
                         call,
                         if answer == Approval::DontAllow {
@@ -159,5 +183,75 @@ impl CallPolicy for TrustGate {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::call::ToolDefinition;
+
+    /// Never answers.
+    struct Silent;
+
+    impl Approver for Silent {
+        fn ask<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    fn call() -> PolicyCall {
+        PolicyCall {
+            scope: Scope::Global,
+            tool: Arc::new(ToolDefinition {
+                name: "mcp__srv__echo".into(),
+                scope: Scope::Global,
+                server: "srv".into(),
+                raw_name: "echo".into(),
+                generation: 1,
+                title: None,
+                description: None,
+                input_schema: Arc::default(),
+                output_schema: None,
+                annotations: None,
+                task_support_required: false,
+            }),
+            arguments: serde_json::Map::new(),
+            chat: Some("c1".into()),
+            trust: TrustMode::Ask,
+            call_id: 1,
+            cancel: Default::default(),
+            annotations: Default::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_approver_that_never_answers_is_dont_allow_after_the_timeout() {
+        // TRUST-5: Don't Allow is also the answer when the approver times out.
+        let (events, mut rx) = broadcast::channel(8);
+        let gate = TrustGate::new(Some(Arc::new(Silent)), Duration::from_secs(30), events);
+        let started = tokio::time::Instant::now();
+        let verdict = gate.before(&call()).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        match verdict {
+            PolicyVerdict::Deny { kind, reason } => {
+                assert_eq!(kind, OutcomeKind::RefusedByTrust);
+                assert!(reason.contains("nobody answered within 30 s"), "{reason}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(RuntimeEvent::TrustDecision {
+                decision: "deny",
+                approval: Some(Approval::DontAllow),
+                ..
+            })
+        ));
+        // Nothing persisted: the next call asks (and times out) again.
+        assert!(matches!(
+            gate.before(&call()).await,
+            PolicyVerdict::Deny { .. }
+        ));
     }
 }

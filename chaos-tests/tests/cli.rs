@@ -394,7 +394,11 @@ async fn hooks_test_json_prints_the_neutral_outcome_per_dialect() {
     // Bad input is a clear error, exit 2.
     let out = run(&w.dir, &["hooks", "test", "--event", "Nope"]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("not a hook event"), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("not a hook event"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,7 +413,13 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
         {"type": "command", "command": DENY_NO_RM}]}]});
     with_hooks(&w, &hooks, &[]);
     let call = |strict: bool| {
-        let mut args = vec!["--json", "call", "mcp__x__echo", "--args", r#"{"message":"hi"}"#];
+        let mut args = vec![
+            "--json",
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+        ];
         if strict {
             args.push("--strict-hooks");
         }
@@ -422,7 +432,10 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     assert_eq!(v["outcome"], "denied_by_hook");
     assert!(v["projection"].as_str().unwrap().contains("no rm"));
     let seen = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(!seen.contains("tools/call"), "the server saw a denied call: {seen}");
+    assert!(
+        !seen.contains("tools/call"),
+        "the server saw a denied call: {seen}"
+    );
 
     let out = call(true).await;
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -430,6 +443,8 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     assert_eq!(v["outcome"], "ok");
     let notes = v["notes"].to_string();
     assert!(notes.contains("not approved"), "{v}");
-    assert!(std::fs::read_to_string(&log).unwrap().contains("tools/call"));
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("tools/call"));
     let _ = std::fs::remove_file(log);
 }

@@ -666,6 +666,29 @@ async fn pipeline_ask_routes_to_the_approver_and_allow_never_skips_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_updated_input_is_never_applied_the_server_gets_the_original() {
+    let rewrite = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","updatedInput":{"message":"rewritten"}}}'"#;
+    for (cc, cx) in [
+        (Some(one("PreToolUse", None, rewrite)), None),
+        (None, Some(one("PreToolUse", None, rewrite))),
+    ] {
+        let codex = cx.is_some();
+        let p = pipeline(cc, cx, None, None, TrustMode::Always).await;
+        let out = p.echo().await;
+        assert!(out.is_ok(), "{}", out.projection);
+        assert!(out.projection.contains("hi"), "{}", out.projection);
+        assert!(!out.projection.contains("rewritten"));
+        let note = out.notes.join("\n");
+        if codex {
+            assert!(note.contains("unsupported updatedInput"), "{note}");
+        } else {
+            assert!(note.contains("updatedInput ignored"), "{note}");
+        }
+        p.done().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_post_tool_feedback_appends_for_claude_and_replaces_for_codex() {
     // T18: the call ran (side effect kept); the model sees feedback.
     let fix = "echo 'fix lint' >&2; exit 2";
