@@ -136,6 +136,14 @@ pub enum Fault {
     },
     /// HTTP: tools/call replies open an SSE stream that then stalls.
     HttpStall,
+    /// A Claude Code PreToolUse hook on every call that backgrounds a
+    /// long-lived process and exits: the group kill must reap it.
+    HookGrandchild,
+    /// A Codex PreToolUse hook (timeout 1 s) that hangs, with a background
+    /// process, on the trigger call: timeout, group kill, fail open.
+    HookHang,
+    /// A Claude Code PostToolUse hook printing random bytes and exiting 3.
+    HookGarbage,
 }
 
 impl Fault {
@@ -169,6 +177,40 @@ impl Fault {
             Self::Http500 => "http_500",
             Self::HttpSessionLoss { .. } => "http_session_loss",
             Self::HttpStall => "http_stall",
+            Self::HookGrandchild => "hook_grandchild",
+            Self::HookHang => "hook_hang",
+            Self::HookGarbage => "hook_garbage",
+        }
+    }
+
+    /// The hook this fault installs: (Codex?, event, matcher, command,
+    /// timeout s). Every process a hook leaves carries `--tag {tag}` so the
+    /// sampler tracks it.
+    fn hook(&self, tag: &str) -> Option<(bool, &'static str, &'static str, String, u64)> {
+        let linger = format!("sh -c 'sleep 60; true # --tag {tag}' &");
+        match self {
+            Self::HookGrandchild => Some((
+                false,
+                "PreToolUse",
+                "mcp__s__.*",
+                format!("{linger} sleep 0.05"),
+                10,
+            )),
+            Self::HookHang => Some((
+                true,
+                "PreToolUse",
+                "structured_ok",
+                format!("{linger} sleep 30"),
+                1,
+            )),
+            Self::HookGarbage => Some((
+                false,
+                "PostToolUse",
+                "",
+                "head -c 200 /dev/urandom; exit 3".into(),
+                10,
+            )),
+            _ => None,
         }
     }
 
@@ -214,6 +256,7 @@ impl Fault {
                 vec!["--http-fault".into(), format!("session-loss:{after}")]
             }
             Self::HttpStall => v(&["--http-fault", "stall"]),
+            Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
             | Self::IsError
@@ -235,6 +278,7 @@ impl Fault {
             Self::SchemaViolation => Some("structured_bad"),
             Self::HugeResult { .. } => Some("huge"),
             Self::AudioContent => Some("audio"),
+            Self::HookHang => Some("structured_ok"),
             _ => None,
         }
     }
@@ -336,6 +380,9 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
             }]
         }),
         ("http_stall", |_| vec![Fault::HttpStall]),
+        ("hook_grandchild", |_| vec![Fault::HookGrandchild]),
+        ("hook_hang", |_| vec![Fault::HookHang]),
+        ("hook_garbage", |_| vec![Fault::HookGarbage]),
         // Combinations: a connection that fails while its process refuses to die
         // is what the close barrier exists for (RECO-3).
         ("overlong_line_stubborn", |_| {
@@ -482,9 +529,12 @@ fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// `tags` are servers' (never two alive at once); `tracked` only are followed
+/// for orphans (hook processes, many at once by design).
 fn sampler(
     observed: Arc<Mutex<Observed>>,
     tags: Vec<String>,
+    tracked: Vec<String>,
     exclude: Arc<Mutex<HashSet<u32>>>,
     stop: tokio_util_stop::Stop,
 ) -> tokio::task::JoinHandle<()> {
@@ -502,7 +552,7 @@ fn sampler(
                     continue;
                 }
                 let cmd = cmdline(pid);
-                for tag in &tags {
+                for tag in tags.iter().chain(&tracked) {
                     if cmd.contains(&format!("--tag {tag} "))
                         || cmd.ends_with(&format!("--tag {tag}"))
                     {
@@ -520,6 +570,9 @@ fn sampler(
             if let Ok(mut o) = observed.lock() {
                 o.seen.extend(ours);
                 for (tag, live) in per_tag {
+                    if tracked.iter().any(|t| t == tag) {
+                        continue;
+                    }
                     // A child of a tagged process (e.g. a grandchild between fork
                     // and exec, which still shows its parent's command line) is
                     // not a second server.
@@ -638,10 +691,44 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
     let observed = Arc::new(Mutex::new(Observed::default()));
     let exclude = Arc::new(Mutex::new(HashSet::new()));
     let stop = tokio_util_stop::Stop::default();
-    let sampler = sampler(observed.clone(), tags, exclude.clone(), stop.clone());
+    let hook_tag = format!("{run_id}-h");
+    let sampler = sampler(
+        observed.clone(),
+        tags,
+        vec![hook_tag.clone()],
+        exclude.clone(),
+        stop.clone(),
+    );
 
     // The runtime and its servers.
     let mut builder = Runtime::builder();
+    let mut hook_files = Vec::new();
+    let hooks: Vec<_> = sc.faults.iter().filter_map(|f| f.hook(&hook_tag)).collect();
+    if !hooks.is_empty() {
+        let mut settings = mcpvisor::HookSettings::default();
+        for codex in [false, true] {
+            let mut events: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
+            for (_, event, matcher, command, timeout) in hooks.iter().filter(|h| h.0 == codex) {
+                events
+                    .entry(event)
+                    .or_default()
+                    .push(json!({"matcher": matcher,
+                    "hooks": [{"type": "command", "command": command, "timeout": timeout}]}));
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let path = unique_temp_path(&format!("{}-hooks-{codex}.json", sc.name));
+            let _ = std::fs::write(&path, json!({ "hooks": events }).to_string());
+            if codex {
+                settings.codex = Some(path.clone());
+            } else {
+                settings.claude = Some(path.clone());
+            }
+            hook_files.push(path);
+        }
+        builder = builder.hooks(settings);
+    }
     if opts.break_close_barrier {
         builder = builder.skip_close_barrier_for_chaos();
     }
@@ -921,6 +1008,9 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
         invariants.insert(Invariant::BoundedMemory, Verdict::Pass);
     }
     let _ = std::fs::remove_file(&log);
+    for f in hook_files {
+        let _ = std::fs::remove_file(f);
+    }
     report(sc, invariants, started, outcomes)
 }
 

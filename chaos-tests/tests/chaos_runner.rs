@@ -52,3 +52,25 @@ async fn crash_and_protocol_fault_scenarios_hold_every_invariant() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_fault_scenarios_hold_every_invariant_and_calls_fail_open() {
+    // HOOK-3, HOOK-5 under fault injection: hooks that leave processes
+    // behind, hang past their timeout, or print garbage never leave an
+    // orphan, and every call still gets its outcome (command hooks fail open).
+    for name in ["hook_grandchild", "hook_hang", "hook_garbage"] {
+        let r = run_scenario(&scenario(name), &RunOptions::default()).await;
+        assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
+        assert!(
+            r.outcomes.get("ok").copied().unwrap_or(0) > 0,
+            "{name}: {:?}",
+            r.outcomes
+        );
+        assert_eq!(
+            r.outcomes.get("denied_by_hook"),
+            None,
+            "{name}: {:?}",
+            r.outcomes
+        );
+    }
+}
