@@ -678,19 +678,7 @@ impl CallPolicy for HooksPolicy {
                                 .into(),
                         );
                     };
-                    let request = ApprovalRequest {
-                        scope: call.scope.clone(),
-                        chat: call.chat.clone(),
-                        server: call.tool.server.clone(),
-                        tool: call.tool.name.clone(),
-                        summary: call
-                            .tool
-                            .title
-                            .clone()
-                            .or_else(|| call.tool.description.clone()),
-                        arguments: Value::Object(call.arguments.clone()),
-                        reason: m.reason.clone(),
-                    };
+                    let request = ApprovalRequest::for_call(call, m.reason.clone());
                     let answer =
                         ask_within(approver.as_ref(), &request, self.approval_timeout).await;
                     match answer.unwrap_or(Approval::DontAllow) {

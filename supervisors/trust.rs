@@ -34,6 +34,25 @@ pub struct ApprovalRequest {
     pub reason: Option<String>,
 }
 
+impl ApprovalRequest {
+    /// The request for `call`; `reason` is a hook's, when a hook asks.
+    pub(crate) fn for_call(call: &PolicyCall, reason: Option<String>) -> Self {
+        Self {
+            scope: call.scope.clone(),
+            chat: call.chat.clone(),
+            server: call.tool.server.clone(),
+            tool: call.tool.name.clone(),
+            summary: call
+                .tool
+                .title
+                .clone()
+                .or_else(|| call.tool.description.clone()),
+            arguments: serde_json::Value::Object(call.arguments.clone()),
+            reason,
+        }
+    }
+}
+
 /// How long an approver may take before the answer is Don't Allow (TRUST-5).
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -137,19 +156,7 @@ impl CallPolicy for TrustGate {
                         self.record(call, "deny", Some(Approval::DontAllow));
                         return deny(call, Refusal::NoApprover("no approver is configured"));
                     };
-                    let request = ApprovalRequest {
-                        scope: call.scope.clone(),
-                        chat: call.chat.clone(),
-                        server: call.tool.server.clone(),
-                        tool: call.tool.name.clone(),
-                        summary: call
-                            .tool
-                            .title
-                            .clone()
-                            .or_else(|| call.tool.description.clone()),
-                        arguments: serde_json::Value::Object(call.arguments.clone()),
-                        reason: None,
-                    };
+                    let request = ApprovalRequest::for_call(call, None);
                     let Some(answer) =
                         ask_within(approver.as_ref(), &request, self.approval_timeout).await
                     else {
