@@ -262,6 +262,9 @@ pub struct ServerConfig {
     pub enabled: bool,
     /// Trust mode (TRUST-4).
     pub trust: TrustMode,
+    /// Per-tool trust by raw tool name, overriding `trust` (TRUST-4's option).
+    /// A tool set to `never` stays refused even after Always Allow.
+    pub tool_trust: BTreeMap<String, TrustMode>,
     /// Idle stop for stdio servers; `None` = never (RECO-6).
     pub idle_stop_after: Option<Duration>,
     /// Tools on connection loss without reconnect (RECO-5).
@@ -326,6 +329,7 @@ impl ServerConfig {
             reconnect: ReconnectPolicy::default(),
             enabled: true,
             trust: TrustMode::default(),
+            tool_trust: BTreeMap::new(),
             idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
             on_disconnect: OnDisconnect::default(),
         }
@@ -523,6 +527,9 @@ pub struct RawServerConfig {
     pub enabled: Option<bool>,
     /// See [`ServerConfig::trust`].
     pub trust: Option<TrustMode>,
+    /// See [`ServerConfig::tool_trust`].
+    #[serde(default)]
+    pub tool_trust: BTreeMap<String, TrustMode>,
     /// 0 = never.
     pub idle_stop_after_s: Option<u64>,
     /// See [`ServerConfig::on_disconnect`].
@@ -630,6 +637,7 @@ impl ServerConfig {
         if let Some(v) = raw.trust {
             cfg.trust = v;
         }
+        cfg.tool_trust = raw.tool_trust;
         if let Some(v) = raw.on_disconnect {
             cfg.on_disconnect = v;
         }
@@ -801,6 +809,24 @@ max_delay_ms = 100
         let all = err.problems.join("\n");
         assert!(all.contains("servers.r.url"), "{all}");
         assert!(all.contains("use https://"), "{all}");
+    }
+
+    #[test]
+    fn tool_trust_overrides_the_server_trust_per_raw_tool_name() {
+        let cfg = parse_config(
+            "t.toml",
+            "[servers.a]\ncommand = \"x\"\ntrust = \"always\"\ntool_trust = { delete = \"never\", write = \"ask\" }\n",
+        )
+        .unwrap();
+        let s = &cfg.servers[0];
+        assert_eq!(s.trust, TrustMode::Always);
+        assert_eq!(s.tool_trust.get("delete"), Some(&TrustMode::Never));
+        assert_eq!(s.tool_trust.get("write"), Some(&TrustMode::Ask));
+        assert!(parse_config(
+            "t.toml",
+            "[servers.a]\ncommand = \"x\"\ntool_trust = { delete = \"maybe\" }\n"
+        )
+        .is_err());
     }
 
     #[test]

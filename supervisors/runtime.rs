@@ -715,7 +715,13 @@ impl Runtime {
         let trust = snap
             .servers
             .get(&def.server)
-            .map(|e| e.config.trust)
+            .map(|e| {
+                e.config
+                    .tool_trust
+                    .get(&def.raw_name)
+                    .copied()
+                    .unwrap_or(e.config.trust)
+            })
             .unwrap_or_default();
         let mut call = PolicyCall {
             scope: scope.clone(),

@@ -132,8 +132,10 @@ impl CallPolicy for TrustGate {
                 return PolicyVerdict::Proceed;
             }
             let key = (call.scope.clone(), call.tool.server.clone());
+            // Only config sets never, and a runtime Always Allow never lifts it
+            // (a tool configured `never` under a server answered Always Allow).
             let mode = match self.always.lock() {
-                Ok(a) if a.contains(&key) => TrustMode::Always,
+                Ok(a) if a.contains(&key) && call.trust != TrustMode::Never => TrustMode::Always,
                 _ => call.trust,
             };
             let granted = call.chat.as_ref().is_some_and(|chat| {

@@ -172,3 +172,45 @@ async fn trust7_routes_without_tool_support_are_offered_no_tools() {
     assert!(rt.tools_for_route(&G, false).is_empty());
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust4_per_tool_never_holds_even_after_always_allow() {
+    let approver = Arc::new(Scripted {
+        answers: Mutex::new(vec![Approval::AlwaysAllow]),
+        asked: Mutex::default(),
+    });
+    let log = unique_temp_path("tool-trust.log");
+    let rt = Runtime::builder()
+        .approver(approver.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut cfg = ServerConfig::stdio(
+        "srv",
+        fault_server_path().to_string_lossy(),
+        vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
+    );
+    cfg.trust = TrustMode::Ask;
+    cfg.tool_trust.insert("echo".into(), TrustMode::Never);
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "srv", Duration::from_secs(20))
+        .await
+        .unwrap();
+    // Another tool of the server asks, and the answer is Always Allow.
+    let ok = rt
+        .call(&G, "mcp__srv__structured_ok", None, CallOptions::default())
+        .await;
+    assert!(ok.is_ok(), "{}", ok.projection);
+    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+    // The tool configured `never` stays refused, without asking.
+    let out = echo(&rt, "c1", "x").await;
+    assert_eq!(out.kind, OutcomeKind::RefusedByTrust);
+    assert!(
+        out.projection.contains("trust is set to never"),
+        "{}",
+        out.projection
+    );
+    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+    assert_eq!(calls_logged(&log), 1);
+    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+}
