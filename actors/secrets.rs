@@ -2,11 +2,12 @@
 //! only names; values are fetched when a connection starts and live in a
 //! redacting [`Secret`].
 //!
-//! Two implementations ship: [`EnvSecretStore`] (a secret name is the name of
-//! an environment variable of the runtime's process) and [`FileSecretStore`]
+//! Three implementations ship: [`EnvSecretStore`] (a secret name is the name
+//! of an environment variable of the runtime's process), [`FileSecretStore`]
 //! (a TOML file of `name = "value"` lines, created with mode 0600 and refused
-//! when group or others can read it). An OS keyring store is not built (no
-//! keyring service exists on the machines this is tested on).
+//! when group or others can read it) and, with the `keyring` feature on
+//! Linux, `KeyringSecretStore` (the user's kernel keyring). Desktop keyrings
+//! (Secret Service, macOS Keychain) are not built.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -111,6 +112,80 @@ impl SecretStore for FileSecretStore {
     }
 }
 
+/// Secrets from the OS keyring (feature `keyring`, Linux): `user` keys named
+/// `mcpvisor:<service>:<secret name>` in the user's kernel keyring
+/// (keyrings(7)), which lives as long as the user has a process running.
+#[cfg(all(feature = "keyring", target_os = "linux"))]
+#[derive(Debug, Clone)]
+pub struct KeyringSecretStore {
+    service: String,
+}
+
+#[cfg(all(feature = "keyring", target_os = "linux"))]
+impl KeyringSecretStore {
+    /// A store reading the entries of `service` (e.g. `"mcpvisor"`).
+    pub fn new(service: impl Into<String>) -> Self {
+        Self {
+            service: service.into(),
+        }
+    }
+
+    fn description(&self, name: &str) -> String {
+        format!("mcpvisor:{}:{name}", self.service)
+    }
+
+    fn keyring() -> Result<linux_keyutils::KeyRing, String> {
+        linux_keyutils::KeyRing::from_special_id(linux_keyutils::KeyRingIdentifier::User, false)
+            .map_err(|e| format!("the user keyring is not available: {e:?}"))
+    }
+
+    /// Store a value (replacing an earlier one).
+    pub fn set(&self, name: &str, value: &Secret) -> Result<(), String> {
+        Self::keyring()?
+            .add_key(&self.description(name), value.expose().as_bytes())
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "cannot store {name} in the keyring ({}): {e:?}",
+                    self.service
+                )
+            })
+    }
+
+    /// Remove a value.
+    pub fn delete(&self, name: &str) -> Result<(), String> {
+        Self::keyring()?
+            .search(&self.description(name))
+            .and_then(|k| k.invalidate())
+            .map_err(|e| {
+                format!(
+                    "cannot delete {name} from the keyring ({}): {e:?}",
+                    self.service
+                )
+            })
+    }
+}
+
+#[cfg(all(feature = "keyring", target_os = "linux"))]
+impl SecretStore for KeyringSecretStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+        Box::pin(async move {
+            let key = Self::keyring()?
+                .search(&self.description(name))
+                .map_err(|_| format!("no entry {name} in the keyring ({})", self.service))?;
+            let bytes = key.read_to_vec().map_err(|e| {
+                format!(
+                    "cannot read {name} from the keyring ({}): {e:?}",
+                    self.service
+                )
+            })?;
+            String::from_utf8(bytes)
+                .map(Secret::new)
+                .map_err(|_| format!("the keyring entry {name} ({}) is not UTF-8", self.service))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +209,19 @@ mod tests {
         assert!(open.contains("can be read by others"), "{open}");
         assert!(!open.contains("s3cr3t"));
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(all(feature = "keyring", target_os = "linux"))]
+    #[tokio::test]
+    async fn the_keyring_store_round_trips_and_names_a_missing_entry() {
+        let store = KeyringSecretStore::new(format!("mcpvisor-test-{}", std::process::id()));
+        store.set("gh_token", &Secret::new("k3yr1ng")).unwrap();
+        assert_eq!(store.get("gh_token").await.unwrap().expose(), "k3yr1ng");
+        store.delete("gh_token").unwrap();
+        let missing = store.get("gh_token").await.unwrap_err();
+        assert!(
+            missing.contains("no entry gh_token in the keyring"),
+            "{missing}"
+        );
     }
 }

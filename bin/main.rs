@@ -251,6 +251,7 @@ fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
                 servers: vec![demo_config("demo", 0)?],
                 event_log: None,
                 secrets_file: None,
+                secrets_keyring: None,
                 hooks: Default::default(),
             });
         }
@@ -277,6 +278,16 @@ fn builder_for(cfg: &FileConfig, strict_hooks: bool) -> anyhow::Result<mcpvisor:
         let store =
             mcpvisor::actors::secrets::FileSecretStore::open(path).map_err(anyhow::Error::msg)?;
         b = b.secrets(std::sync::Arc::new(store));
+    }
+    if let Some(service) = &cfg.secrets_keyring {
+        #[cfg(all(feature = "keyring", target_os = "linux"))]
+        {
+            b = b.secrets(std::sync::Arc::new(
+                mcpvisor::actors::secrets::KeyringSecretStore::new(service.clone()),
+            ));
+        }
+        #[cfg(not(all(feature = "keyring", target_os = "linux")))]
+        bail!("[secrets] keyring = {service:?}: this mcpvisor was built without the keyring feature (cargo build --features keyring, Linux only)");
     }
     Ok(b)
 }

@@ -469,6 +469,8 @@ pub struct RawHooks {
 pub struct RawSecrets {
     /// A TOML secret file (mode 0600) instead of environment variables.
     pub file: Option<PathBuf>,
+    /// The OS keyring service name (needs the `keyring` feature).
+    pub keyring: Option<String>,
 }
 
 /// `[events]` as written.
@@ -678,6 +680,8 @@ pub struct FileConfig {
     pub event_log: Option<PathBuf>,
     /// `[secrets] file`: the secret file; environment variables when absent (TRUST-2).
     pub secrets_file: Option<PathBuf>,
+    /// `[secrets] keyring`: the OS keyring service to read secrets from (TRUST-2).
+    pub secrets_keyring: Option<String>,
     /// `[hooks]`.
     pub hooks: RawHooks,
 }
@@ -689,6 +693,14 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
     })?;
     let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
     let secrets_file = raw.secrets.as_ref().and_then(|s| s.file.clone());
+    let secrets_keyring = raw.secrets.as_ref().and_then(|s| s.keyring.clone());
+    if secrets_file.is_some() && secrets_keyring.is_some() {
+        return Err(ConfigError {
+            problems: vec![format!(
+                "{origin}: [secrets] names both a file and a keyring; choose one"
+            )],
+        });
+    }
     let hooks = raw.hooks.clone().unwrap_or_default();
     if let Some(bad) = hooks
         .approved
@@ -706,6 +718,7 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
         servers,
         event_log,
         secrets_file,
+        secrets_keyring,
         hooks,
     })
 }
@@ -827,6 +840,18 @@ max_delay_ms = 100
             "[servers.a]\ncommand = \"x\"\ntool_trust = { delete = \"maybe\" }\n"
         )
         .is_err());
+    }
+
+    #[test]
+    fn secrets_come_from_a_file_or_a_keyring_never_both() {
+        let cfg = parse_config("t.toml", "[secrets]\nkeyring = \"mcpvisor\"\n").unwrap();
+        assert_eq!(cfg.secrets_keyring.as_deref(), Some("mcpvisor"));
+        let e = parse_config(
+            "t.toml",
+            "[secrets]\nkeyring = \"mcpvisor\"\nfile = \"s.toml\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("both a file and a keyring"), "{e}");
     }
 
     #[test]
