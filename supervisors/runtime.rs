@@ -774,6 +774,15 @@ impl Runtime {
                 }
             }
         }
+        // Cancelled while a policy waited (an approver, a hook): the server
+        // never sees the call.
+        if call.cancel.is_cancelled() {
+            return ToolOutcome::failure(
+                OutcomeKind::Cancelled,
+                "the call was cancelled before it was sent",
+            )
+            .for_tool(&def);
+        }
         if let Some(op) = resource_op {
             let outcome = self
                 .resource_call(&snap, op, &call.arguments, entry_timeout(&snap))

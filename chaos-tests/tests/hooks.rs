@@ -842,3 +842,124 @@ async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
     assert_eq!(seen, [("matched", id), ("invoked", id), ("result", id)]);
     p.done().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook3_cancelling_a_call_kills_its_running_hook_and_the_server_never_sees_it() {
+    let dir = temp_dir("cancel");
+    let fifo = dir.join("pid");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
+    let p = pipeline(
+        Some(one("PreToolUse", None, &command)),
+        None,
+        None,
+        None,
+        TrustMode::Always,
+    )
+    .await;
+    let cancel = CancellationToken::new();
+    let call = {
+        let rt = p.rt.clone();
+        let options = CallOptions {
+            cancel: Some(cancel.clone()),
+            ..CallOptions::default()
+        };
+        tokio::spawn(async move {
+            rt.call(
+                &G,
+                "mcp__srv__echo",
+                Some(json!({"message": "hi"})),
+                options,
+            )
+            .await
+        })
+    };
+    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
+        .await
+        .unwrap()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    cancel.cancel();
+    let out = call.await.unwrap();
+    assert_eq!(out.kind, OutcomeKind::Cancelled, "{}", out.projection);
+    assert!(
+        mcpvisor_chaos::wait_gone(pid, Duration::from_secs(5)).await,
+        "the hook {pid} outlived its cancelled call"
+    );
+    assert!(
+        out.notes.iter().any(|n| n.contains("cancelled")),
+        "{:?}",
+        out.notes
+    );
+    assert_eq!(p.calls_seen(), 0);
+    p.done().await;
+}
+
+struct DenyAll;
+
+impl ToolGuard for DenyAll {
+    fn name(&self) -> &str {
+        "deny-all"
+    }
+    fn check<'a>(&'a self, _call: &'a PolicyCall) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async { Ok(Some("nothing today".into())) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook6_an_earlier_allow_with_context_never_overrides_a_later_deny() {
+    let dir = temp_dir("later");
+    let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","additionalContext":"repo is clean"}}'"#;
+    let file = write_hooks(&dir, "cc.json", one("PreToolUse", None, allow));
+    let rt = Runtime::builder()
+        .hooks(HookSettings {
+            claude: Some(file),
+            session: session(&dir),
+            ..HookSettings::default()
+        })
+        .guard(Arc::new(DenyAll))
+        .start()
+        .await
+        .unwrap();
+    let log = dir.join("server.log");
+    let mut cfg = ServerConfig::stdio(
+        "srv",
+        fault_server_path().to_string_lossy(),
+        vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
+    );
+    cfg.trust = TrustMode::Always;
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "srv", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let out = rt
+        .call(
+            &G,
+            "mcp__srv__echo",
+            Some(json!({"message": "x"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::DeniedByHook);
+    assert!(
+        out.projection.contains("nothing today"),
+        "{}",
+        out.projection
+    );
+    // The hook's context is merged into the downstream decision, not lost.
+    assert!(
+        out.projection.contains("repo is clean"),
+        "{}",
+        out.projection
+    );
+    assert!(!std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("tools/call"));
+    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+}
