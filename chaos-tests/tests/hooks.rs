@@ -963,3 +963,147 @@ async fn hook6_an_earlier_allow_with_context_never_overrides_a_later_deny() {
         .contains("tools/call"));
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }
+
+/// One conformance row: event, hook command, expected (decision, reason)
+/// per dialect, and whether an error is expected per dialect.
+struct Row {
+    case: &'static str,
+    input: HookInput,
+    command: &'static str,
+    cc: (&'static str, Option<&'static str>, bool),
+    cx: (&'static str, Option<&'static str>, bool),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_rows_through_real_shells_in_both_dialects() {
+    let dir = temp_dir("rows");
+    let ups = HookInput::UserPromptSubmit {
+        prompt: "deploy".into(),
+    };
+    let start = HookInput::SessionStart {
+        source: "startup".into(),
+    };
+    let pre = pre_bash("rm -rf build");
+    let rows = [
+        Row {
+            case: "T3",
+            input: pre.clone(),
+            command: r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no rm"}}'"#,
+            cc: ("deny", Some("no rm"), false),
+            cx: ("deny", Some("no rm"), false),
+        },
+        Row {
+            case: "T4",
+            input: pre.clone(),
+            command: r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"no rm"}}'"#,
+            cc: ("ask", Some("no rm"), false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T7",
+            input: pre.clone(),
+            command: "exit 2",
+            cc: ("deny", Some("No stderr output"), false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T8",
+            input: pre.clone(),
+            command: r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny"}}'"#,
+            cc: ("deny", Some("Blocked by hook"), false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T9 block",
+            input: pre.clone(),
+            command: r#"echo '{"decision":"block","reason":"legacy"}'"#,
+            cc: ("deny", Some("legacy"), false),
+            cx: ("deny", Some("legacy"), false),
+        },
+        Row {
+            case: "T9 approve",
+            input: pre.clone(),
+            command: r#"echo '{"decision":"approve"}'"#,
+            cc: ("proceed", None, false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T13",
+            input: ups.clone(),
+            command: "echo 'branch: main'",
+            cc: ("proceed", None, false),
+            cx: ("proceed", None, false),
+        },
+        Row {
+            case: "T14 reason",
+            input: ups.clone(),
+            command: r#"echo '{"decision":"block","reason":"secret detected"}'"#,
+            cc: ("block", Some("secret detected"), false),
+            cx: ("block", Some("secret detected"), false),
+        },
+        Row {
+            case: "T14 bare",
+            input: ups.clone(),
+            command: r#"echo '{"decision":"block"}'"#,
+            cc: ("block", Some("Blocked by hook"), false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T16 start",
+            input: start,
+            command: r#"echo '{"continue":false,"stopReason":"maintenance"}'"#,
+            cc: ("stop", Some("maintenance"), false),
+            cx: ("stop", Some("maintenance"), false),
+        },
+        Row {
+            case: "T16 pre",
+            input: pre.clone(),
+            command: r#"echo '{"continue":false,"stopReason":"maintenance"}'"#,
+            cc: ("stop", Some("maintenance"), false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T17 pre",
+            input: pre,
+            command: r#"echo '{"foo":1}'"#,
+            cc: ("proceed", None, false),
+            cx: ("proceed", None, true),
+        },
+        Row {
+            case: "T17 ups",
+            input: ups,
+            command: "echo '{not json'",
+            cc: ("proceed", None, false),
+            cx: ("proceed", None, true),
+        },
+    ];
+    for row in rows {
+        let event = row.input.event().name();
+        for (dialect, (decision, reason, error)) in
+            [(Dialect::Claude, row.cc), (Dialect::Codex, row.cx)]
+        {
+            let r = run_one(dialect, one(event, None, row.command), &row.input, &dir).await;
+            let m = &r.merged;
+            let what = format!("{} {dialect:?}: {m:?}", row.case);
+            assert_eq!(m.verdict(), (decision, reason), "{what}");
+            assert_eq!(!m.errors.is_empty(), error, "{what}");
+        }
+    }
+    // T13 / T17: plain text (and CC's malformed JSON) on a prompt is context.
+    let r = run_one(
+        Dialect::Claude,
+        one("UserPromptSubmit", None, "echo '{not json'"),
+        &HookInput::UserPromptSubmit { prompt: "p".into() },
+        &dir,
+    )
+    .await;
+    assert_eq!(r.merged.context, ["{not json"]);
+    let r = run_one(
+        Dialect::Codex,
+        one("UserPromptSubmit", None, "echo 'branch: main'"),
+        &HookInput::UserPromptSubmit { prompt: "p".into() },
+        &dir,
+    )
+    .await;
+    assert_eq!(r.merged.context, ["branch: main"]);
+}
