@@ -530,8 +530,13 @@ async fn pipeline(
     if let Some(a) = approver {
         b = b.approver(a);
     }
+    serve(b, trust).await
+}
+
+/// Start `b` with one fault-server `srv` of that trust, logging its requests.
+async fn serve(b: mcpvisor::RuntimeBuilder, trust: TrustMode) -> Pipeline {
     let rt = b.start().await.unwrap();
-    let server_log = dir.join("server.log");
+    let server_log = temp_dir("serve").join("server.log");
     let mut cfg = ServerConfig::stdio(
         "srv",
         fault_server_path().to_string_lossy(),
@@ -771,40 +776,20 @@ impl ToolGuard for Broken {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook5_native_guards_fail_closed() {
     for (mode, text) in [("panic", "panicked"), ("err", "unreachable"), ("ok", "")] {
-        let rt = Runtime::builder()
-            .guard(Arc::new(Broken(mode)))
-            .start()
-            .await
-            .unwrap();
-        let log = unique_temp_path("guard.log");
-        let mut cfg = ServerConfig::stdio(
-            "srv",
-            fault_server_path().to_string_lossy(),
-            vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
-        );
-        cfg.trust = TrustMode::Always;
-        rt.add_server(G, cfg).await.unwrap();
-        rt.wait_ready(&G, "srv", Duration::from_secs(20))
-            .await
-            .unwrap();
-        let out = rt
-            .call(
-                &G,
-                "mcp__srv__echo",
-                Some(json!({"message": "x"})),
-                CallOptions::default(),
-            )
-            .await;
+        let p = serve(
+            Runtime::builder().guard(Arc::new(Broken(mode))),
+            TrustMode::Always,
+        )
+        .await;
+        let out = p.echo().await;
         if mode == "ok" {
             assert!(out.is_ok());
         } else {
             assert_eq!(out.kind, OutcomeKind::DeniedByHook);
             assert!(out.projection.contains(text), "{}", out.projection);
-            assert!(!std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("tools/call"));
+            assert_eq!(p.calls_seen(), 0);
         }
-        assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+        p.done().await;
     }
 }
 
@@ -917,35 +902,15 @@ async fn hook6_an_earlier_allow_with_context_never_overrides_a_later_deny() {
     let dir = temp_dir("later");
     let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","additionalContext":"repo is clean"}}'"#;
     let file = write_hooks(&dir, "cc.json", one("PreToolUse", None, allow));
-    let rt = Runtime::builder()
+    let b = Runtime::builder()
         .hooks(HookSettings {
             claude: Some(file),
             session: session(&dir),
             ..HookSettings::default()
         })
-        .guard(Arc::new(DenyAll))
-        .start()
-        .await
-        .unwrap();
-    let log = dir.join("server.log");
-    let mut cfg = ServerConfig::stdio(
-        "srv",
-        fault_server_path().to_string_lossy(),
-        vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
-    );
-    cfg.trust = TrustMode::Always;
-    rt.add_server(G, cfg).await.unwrap();
-    rt.wait_ready(&G, "srv", Duration::from_secs(20))
-        .await
-        .unwrap();
-    let out = rt
-        .call(
-            &G,
-            "mcp__srv__echo",
-            Some(json!({"message": "x"})),
-            CallOptions::default(),
-        )
-        .await;
+        .guard(Arc::new(DenyAll));
+    let p = serve(b, TrustMode::Always).await;
+    let out = p.echo().await;
     assert_eq!(out.kind, OutcomeKind::DeniedByHook);
     assert!(
         out.projection.contains("nothing today"),
@@ -958,10 +923,8 @@ async fn hook6_an_earlier_allow_with_context_never_overrides_a_later_deny() {
         "{}",
         out.projection
     );
-    assert!(!std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("tools/call"));
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    assert_eq!(p.calls_seen(), 0);
+    p.done().await;
 }
 
 /// One conformance row: event, hook command, expected (decision, reason)
