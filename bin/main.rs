@@ -180,12 +180,45 @@ fn main() -> std::process::ExitCode {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    match rt.block_on(run(cli)) {
+    // SIGINT or SIGTERM during a command (`status --watch` handles its own):
+    // the command is dropped with its runtime, the tokio runtime is shut
+    // down, and every child process group is SIGKILLed as its handle drops.
+    let watch = matches!(cli.command, Command::Status { watch: true });
+    let result = rt.block_on(async {
+        if watch {
+            return run(cli).await;
+        }
+        tokio::select! {
+            r = run(cli) => r,
+            why = interrupted() => {
+                eprintln!("mcpvisor: {why}: stopping every server");
+                Ok(130)
+            }
+        }
+    });
+    // Also ends a terminal approver still blocked reading stdin.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             eprintln!("mcpvisor: {e:#}");
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (never, if the handlers cannot be installed).
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => "interrupted",
+            _ = term.recv() => "terminated",
+        },
+        _ => std::future::pending().await,
     }
 }
 

@@ -448,3 +448,48 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
         .contains("tools/call"));
     let _ = std::fs::remove_file(log);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
+    // BIN-3 / the no-orphan rule: an interrupted command leaves no child.
+    let log = unique_temp_path("ctrl-c.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    let w = Workdir::new(&["--log-requests", &log_arg, "--grandchild"], "");
+    let mut child = command(&w.dir)
+        .args(["call", "mcp__x__hang"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mcpvisor_pid = child.id().unwrap();
+    // Wait (bounded) until the server is inside the hanging call.
+    let deadline = std::time::Instant::now() + RUN_LIMIT;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("tools/call")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let servers = mcpvisor_chaos::descendants_of(mcpvisor_pid);
+    assert!(servers.len() >= 2, "server and grandchild: {servers:?}");
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+    unsafe {
+        libc::kill(mcpvisor_pid as libc::pid_t, libc::SIGINT);
+    }
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+        .await
+        .expect("mcpvisor exits after SIGINT")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    for pid in servers {
+        assert!(
+            wait_gone(pid, Duration::from_secs(5)).await,
+            "{pid} outlived an interrupted mcpvisor"
+        );
+    }
+    let _ = std::fs::remove_file(log);
+}
