@@ -68,11 +68,13 @@
 //!
 //! ```text
 //! Runtime (handle)
-//! └── RootSupervisor                 one_for_one, escalates nothing
-//!     └── ScopeSupervisor(scope)     one per scope
-//!         ├── ToolRegistry(scope)    publishes generation-stamped snapshots
-//!         └── ServerSupervisor(srv)  budget, stability window, close barrier, idle stop
-//!             └── Connection(gen)    one rmcp session; owns the process group
+//! ├── RootSupervisor                 one_for_one, escalates nothing
+//! │   └── ScopeSupervisor(scope)     one per scope
+//! │       ├── ToolRegistry(scope)    publishes generation-stamped snapshots
+//! │       └── ServerSupervisor(srv)  budget, stability window, close barrier, idle stop
+//! │           └── Connection(gen)    one rmcp session; owns the process group
+//! └── HooksSupervisor                drained on shutdown
+//!     └── HookRun                    one per running hook; owns its process group
 //! ```
 //!
 //! Calls do not pass through actors: a call resolves its tool in the scope's

@@ -25,7 +25,7 @@ impl AttachmentStore for FileAttachmentStore {
     fn save<'a>(&'a self, mime: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let digest = Sha256::digest(bytes);
-            let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+            let name = crate::messages::naming::hex(&digest[..12]);
             let ext = match mime {
                 "application/json" => "json",
                 other => extension_for(other),

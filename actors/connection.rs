@@ -277,6 +277,26 @@ pub struct ConnectionState {
     ended_sent: bool,
 }
 
+/// A killed actor (or one whose parent failed) skips `post_stop`: its tasks
+/// must not outlive it. The close sequence, when it ran, took them already.
+impl Drop for ConnectionState {
+    fn drop(&mut self) {
+        for task in [
+            self.connect_task.take(),
+            self.pinger.take(),
+            self.watcher.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            task.abort();
+        }
+        if let Some(ct) = self.service_ct.take() {
+            ct.cancel();
+        }
+    }
+}
+
 impl Actor for Connection {
     type Msg = ConnectionMsg;
     type State = ConnectionState;

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -40,8 +41,8 @@ pub struct HookCommand {
     pub command: String,
     /// The shell.
     pub shell: HookShell,
-    /// The stdin bytes.
-    pub stdin: Vec<u8>,
+    /// The stdin bytes (shared by every hook of one dialect at one point).
+    pub stdin: Arc<[u8]>,
     /// Extra environment on top of the runtime's own.
     pub env: Vec<(String, String)>,
     /// The working directory, when it exists.
@@ -56,6 +57,8 @@ pub struct HookRunArgs {
     pub command: HookCommand,
     /// The operation's cancellation (a child token is used).
     pub cancel: CancellationToken,
+    /// The runtime's disposal: ends the run like a cancellation.
+    pub disposed: CancellationToken,
     /// Where the result goes. Dropped unanswered only if the actor is killed.
     pub reply: oneshot::Sender<RawRun>,
 }
@@ -89,8 +92,9 @@ impl Actor for HookRun {
     ) -> Result<Self::State, ActorProcessingErr> {
         let cancel = args.cancel.child_token();
         let token = cancel.clone();
+        let disposed = args.disposed;
         let task = tokio::spawn(async move {
-            let raw = run(args.command, token).await;
+            let raw = run(args.command, token, disposed).await;
             let _ = myself.send_message(HookRunMsg::Done(raw));
         });
         Ok(HookRunState {
@@ -130,6 +134,16 @@ impl Actor for HookRun {
     }
 }
 
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
 async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> String {
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 8192];
@@ -163,8 +177,17 @@ fn shell_command(shell: &HookShell, command: &str) -> tokio::process::Command {
 
 /// Run one hook to completion, timeout or cancellation. Never fails: a run
 /// that could not start is a `RawRun` with `failed_to_run`.
-async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
+async fn run(spec: HookCommand, cancel: CancellationToken, disposed: CancellationToken) -> RawRun {
     let timeout_ms = u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX);
+    if cancel.is_cancelled() || disposed.is_cancelled() {
+        // Cancelled before it started (a call given up on, a disposing
+        // runtime): no process at all.
+        return RawRun {
+            cancelled: true,
+            timeout_ms,
+            ..RawRun::default()
+        };
+    }
     let mut cmd = shell_command(&spec.shell, &spec.command);
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -187,11 +210,15 @@ async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
     let Some(pgid) = child.id() else {
         return failed("the hook exited before its pid was read".into());
     };
+    // If this task is dropped mid-run (the process is exiting), the group
+    // still dies; disarmed once the leader is reaped, when the id may be reused.
+    let mut group = KillGroupOnDrop(Some(pgid));
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         signal_group(pgid, libc::SIGKILL);
         let _ = child.wait().await;
+        group.0 = None;
         return failed("the hook's pipes are missing".into());
     };
     let out = tokio::spawn(read_capped(stdout));
@@ -199,7 +226,7 @@ async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
     let payload = spec.stdin;
     // A hook that does not read stdin closes it early: that is not a failure.
     let writer = tokio::spawn(async move {
-        let _ = stdin.write_all(&payload).await;
+        let _ = stdin.write_all(&payload[..]).await;
         let _ = stdin.shutdown().await;
     });
     let mut raw = RawRun {
@@ -210,6 +237,7 @@ async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
         s = child.wait() => s.ok(),
         _ = tokio::time::sleep(spec.timeout) => { raw.timed_out = true; None }
         _ = cancel.cancelled() => { raw.cancelled = true; None }
+        _ = disposed.cancelled() => { raw.cancelled = true; None }
     };
     // Every path: kill what is left of the group, then reap the leader.
     signal_group(pgid, libc::SIGKILL);
@@ -217,20 +245,42 @@ async fn run(spec: HookCommand, cancel: CancellationToken) -> RawRun {
         Some(s) => Some(s),
         None => child.wait().await.ok(),
     };
+    group.0 = None;
     if !raw.timed_out && !raw.cancelled {
         raw.exit_code = status.and_then(|s| s.code());
     }
     writer.abort();
     // The group is dead, so the pipes close; a process that left the group
-    // (setsid) could hold them open, hence the bound.
+    // (setsid) could hold them open, hence the bound, after which the
+    // readers are aborted and the output counts as empty.
+    let (abort_out, abort_err) = (out.abort_handle(), err.abort_handle());
     let drain = async {
         let o = out.await.unwrap_or_default();
         let e = err.await.unwrap_or_default();
         (o, e)
     };
-    if let Ok((o, e)) = tokio::time::timeout(Duration::from_secs(1), drain).await {
-        raw.stdout = o;
-        raw.stderr = e;
+    match tokio::time::timeout(Duration::from_secs(1), drain).await {
+        Ok((o, e)) => {
+            raw.stdout = o;
+            raw.stderr = e;
+        }
+        Err(_) => {
+            abort_out.abort();
+            abort_err.abort();
+        }
     }
     raw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_past_the_cap_is_read_and_dropped() {
+        // HOOK-3: captured with a size cap; the writer is never blocked.
+        let big = vec![b'x'; OUTPUT_CAP + 10_000];
+        let kept = read_capped(&big[..]).await;
+        assert_eq!(kept.len(), OUTPUT_CAP);
+    }
 }

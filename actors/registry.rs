@@ -179,7 +179,13 @@ impl ScopeSnapshot {
         let providers: Vec<String> = self
             .servers
             .iter()
-            .filter(|(_, e)| e.live.is_some() && e.status.resources)
+            // A server the config says never to call provides no resources
+            // either: the shared tools are not trust-gated per call (TRUST-4).
+            .filter(|(_, e)| {
+                e.live.is_some()
+                    && e.status.resources
+                    && e.config.trust != crate::messages::config::TrustMode::Never
+            })
             .map(|(n, _)| n.clone())
             .collect();
         if providers != self.resource_providers {

@@ -70,11 +70,13 @@ impl FileSecretStore {
         all.insert(name.to_owned(), value.expose().to_owned());
         let text =
             toml::to_string(&all).map_err(|e| format!("cannot encode the secret file: {e}"))?;
+        // A fresh file (an old or planted one is removed first), so the mode
+        // below is the mode it gets.
         let tmp = self.path.with_extension("tmp");
+        let _ = std::fs::remove_file(&tmp);
         std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use mcpvisor::messages::hook_config::HookEvent;
+use mcpvisor::supervisors::hooks::load_hook_file;
 use mcpvisor::{CancellationToken, Dialect, FileConfig, HookInput, HookSession, HookSettings};
 use serde_json::{json, Map, Value};
 
@@ -22,7 +23,8 @@ pub(crate) fn settings(cfg: &FileConfig, strict: bool) -> HookSettings {
             session_id: format!("mcpvisor-{}", uuid::Uuid::new_v4()),
             ..HookSession::default()
         },
-        approved: strict.then(|| h.approved.iter().cloned().collect()),
+        // Hashes are compared as `command_hash` writes them: lowercase.
+        approved: strict.then(|| h.approved.iter().map(|a| a.to_ascii_lowercase()).collect()),
         ..HookSettings::default()
     }
 }
@@ -69,47 +71,53 @@ pub(crate) async fn run(cli: &Cli, what: &HooksCommand) -> anyhow::Result<u8> {
 }
 
 async fn list(cli: &Cli, cfg: &FileConfig) -> anyhow::Result<u8> {
-    let runtime = mcpvisor::Runtime::builder()
-        .hooks(settings(cfg, false))
-        .start()
-        .await?;
-    let engine = runtime.hooks();
-    let mut rows = Vec::new();
-    for set in engine.sets() {
-        for (event, group, handler) in set.handlers() {
-            rows.push(json!({
-                "dialect": set.dialect,
-                "file": set.origin,
-                "event": event.name(),
-                "matcher": group.pattern,
-                "command": handler.command,
-                "timeout_ms": u64::try_from(handler.timeout.as_millis()).unwrap_or(u64::MAX),
-                "hash": handler.hash,
-            }));
-        }
-    }
-    let warnings = load_warnings(&runtime);
-    runtime.shutdown(Duration::from_secs(5)).await;
+    // Only the files are read: no runtime is needed to list them.
+    let sets: Vec<_> = [
+        (Dialect::Claude, &cfg.hooks.claude),
+        (Dialect::Codex, &cfg.hooks.codex),
+    ]
+    .into_iter()
+    .filter_map(|(d, path)| path.as_ref().map(|p| load_hook_file(d, p)))
+    .collect();
+    let warnings: Vec<&String> = sets.iter().flat_map(|s| &s.warnings).collect();
+    let hooks = sets.iter().flat_map(|set| {
+        set.handlers()
+            .map(move |(event, group, handler)| (set, event, group, handler))
+    });
     if cli.json {
+        let rows: Vec<Value> = hooks
+            .map(|(set, event, group, handler)| {
+                json!({
+                    "dialect": set.dialect,
+                    "file": set.origin,
+                    "event": event.name(),
+                    "matcher": group.pattern,
+                    "command": handler.command,
+                    "timeout_ms": u64::try_from(handler.timeout.as_millis()).unwrap_or(u64::MAX),
+                    "hash": handler.hash,
+                })
+            })
+            .collect();
         println!("{}", json!({"hooks": rows, "warnings": warnings}));
-    } else {
-        if rows.is_empty() {
-            println!("no hooks configured");
-        }
-        for r in &rows {
-            println!(
-                "{} {} matcher={} timeout={}ms sha256={}\n    {}",
-                r["dialect"].as_str().unwrap_or(""),
-                r["event"].as_str().unwrap_or(""),
-                r["matcher"].as_str().unwrap_or("*"),
-                r["timeout_ms"],
-                r["hash"].as_str().unwrap_or(""),
-                r["command"].as_str().unwrap_or(""),
-            );
-        }
-        for w in &warnings {
-            eprintln!("mcpvisor: hooks: {w}");
-        }
+        return Ok(0);
+    }
+    let mut any = false;
+    for (set, event, group, handler) in hooks {
+        any = true;
+        println!(
+            "{} {event} matcher={} timeout={}ms sha256={}\n    {}",
+            set.dialect.name(),
+            group.pattern.as_deref().unwrap_or("*"),
+            handler.timeout.as_millis(),
+            handler.hash,
+            handler.command,
+        );
+    }
+    if !any {
+        println!("no hooks configured");
+    }
+    for w in warnings {
+        eprintln!("mcpvisor: hooks: {w}");
     }
     Ok(0)
 }
@@ -179,22 +187,6 @@ async fn test(
     warnings.extend(m.warnings.iter().cloned());
     let (decision, reason) = m.verdict();
     if cli.json {
-        let runs: Vec<Value> = report
-            .runs
-            .iter()
-            .map(|r| {
-                json!({
-                    "dialect": r.dialect,
-                    "command": r.command,
-                    "hash": r.hash,
-                    "exit_code": r.exit_code,
-                    "duration_ms": r.duration_ms,
-                    "timed_out": r.timed_out,
-                    "skipped": r.skipped,
-                    "outcomes": r.outcomes,
-                })
-            })
-            .collect();
         println!(
             "{}",
             json!({
@@ -204,7 +196,7 @@ async fn test(
                 "context": m.context,
                 "warnings": warnings,
                 "errors": m.errors,
-                "runs": runs,
+                "runs": report.runs,
             })
         );
     } else {
@@ -230,7 +222,7 @@ async fn test(
             };
             println!(
                 "run: [{}] {how} in {} ms: {}",
-                dialect_name(r.dialect),
+                r.dialect.name(),
                 r.duration_ms,
                 r.command
             );
@@ -240,11 +232,4 @@ async fn test(
         }
     }
     Ok(0)
-}
-
-fn dialect_name(d: Dialect) -> &'static str {
-    match d {
-        Dialect::Claude => "claude",
-        Dialect::Codex => "codex",
-    }
 }

@@ -547,25 +547,36 @@ fn codex_exit0(event: HookEvent, stdout: &str) -> Vec<HookOutcome> {
     }
     let parsed = match serde_json::from_str::<Value>(stdout) {
         Ok(Value::Object(o)) => codex_json(event, &o),
-        _ => Err(String::new()),
+        _ => Err(Reject::Invalid),
     };
     match parsed {
         Ok(out) if out.is_empty() => vec![HookOutcome::Proceed],
         Ok(out) => out,
-        Err(why) if why.is_empty() => vec![HookOutcome::Error(format!(
+        Err(Reject::Invalid) => vec![HookOutcome::Error(format!(
             "hook returned invalid {label} JSON output"
         ))],
-        Err(why) => vec![HookOutcome::Error(format!(
+        Err(Reject::Unsupported(why)) => vec![HookOutcome::Error(format!(
             "{} hook returned {why}",
             event.name()
         ))],
     }
 }
 
-/// Codex's strict wire structs: unknown keys make the whole output invalid
-/// (`Err("")`); an accepted-but-unsupported field is `Err(what)`.
-fn codex_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcome>, String> {
-    let invalid = || String::new();
+/// Why Codex refuses a JSON output (fail open either way).
+enum Reject {
+    /// Not the event's wire struct: an unknown key or a wrong type.
+    Invalid,
+    /// A field the struct has but the event does not support.
+    Unsupported(String),
+}
+
+fn unsupported<T>(what: impl Into<String>) -> Result<T, Reject> {
+    Err(Reject::Unsupported(what.into()))
+}
+
+/// Codex's strict wire structs (`deny_unknown_fields`): an unknown key or a
+/// wrong type makes the whole output invalid.
+fn codex_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcome>, Reject> {
     let (top, spec_keys): (&[&str], &[&str]) = match event {
         HookEvent::PreToolUse => (
             &["decision", "reason", "hookSpecificOutput"],
@@ -592,87 +603,98 @@ fn codex_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcom
         ),
     };
     const UNIVERSAL: [&str; 4] = ["continue", "stopReason", "suppressOutput", "systemMessage"];
-    if o.keys()
-        .any(|k| !UNIVERSAL.contains(&k.as_str()) && !top.contains(&k.as_str()))
-    {
-        return Err(invalid());
+    let known = |k: &String, list: &[&str]| list.contains(&k.as_str());
+    if o.keys().any(|k| !known(k, &UNIVERSAL) && !known(k, top)) {
+        return Err(Reject::Invalid);
     }
-    let spec = specific(event, o).map_err(|_| invalid())?;
-    if spec.keys().any(|k| !spec_keys.contains(&k.as_str())) {
-        return Err(invalid());
+    let spec = specific(event, o).map_err(|_| Reject::Invalid)?;
+    if spec.keys().any(|k| !known(k, spec_keys)) {
+        return Err(Reject::Invalid);
     }
-    fn field(r: Result<Option<&str>, String>) -> Result<Option<&str>, String> {
-        r.map_err(|_| String::new())
-    }
-    let stop = bool_field(o, "continue").map_err(|_| invalid())? == Some(false);
-    let stop_reason = field(str_field(o, "stopReason"))?;
-    let suppress = bool_field(o, "suppressOutput").map_err(|_| invalid())? == Some(true);
-    let system = field(str_field(o, "systemMessage"))?;
-    let decision = field(str_field(o, "decision"))?;
-    let reason = field(str_field(o, "reason"))?.filter(|r| !r.trim().is_empty());
-    let context = field(str_field(&spec, "additionalContext"))?;
+    let s = |m: &Map<String, Value>, k: &str| {
+        str_field(m, k)
+            .map(|v| v.map(str::to_owned))
+            .map_err(|_| Reject::Invalid)
+    };
+    let stop = bool_field(o, "continue").map_err(|_| Reject::Invalid)? == Some(false);
+    let stop_reason = s(o, "stopReason")?;
+    let suppress = bool_field(o, "suppressOutput").map_err(|_| Reject::Invalid)? == Some(true);
+    let system = s(o, "systemMessage")?;
+    let decision = s(o, "decision")?;
+    let reason = s(o, "reason")?.filter(|r| !r.trim().is_empty());
+    let context = s(&spec, "additionalContext")?;
     let mut out = Vec::new();
     if let Some(m) = system {
-        out.push(HookOutcome::Warn(m.to_owned()));
+        out.push(HookOutcome::Warn(m));
     }
     if event == HookEvent::PreToolUse {
         if spec.contains_key("updatedInput") {
-            return Err("unsupported updatedInput".into());
+            return unsupported("unsupported updatedInput");
         }
         if context.is_some() {
-            return Err("unsupported additionalContext".into());
+            return unsupported("unsupported additionalContext");
         }
         if stop {
-            return Err("unsupported continue:false".into());
+            return unsupported("unsupported continue:false");
         }
         if stop_reason.is_some() {
-            return Err("unsupported stopReason".into());
+            return unsupported("unsupported stopReason");
         }
         if suppress {
-            return Err("unsupported suppressOutput".into());
+            return unsupported("unsupported suppressOutput");
         }
-        let pd = field(str_field(&spec, "permissionDecision"))?;
-        let pr = field(str_field(&spec, "permissionDecisionReason"))?;
-        match (pd, decision) {
+        let pd = s(&spec, "permissionDecision")?;
+        let pr = s(&spec, "permissionDecisionReason")?;
+        match (pd.as_deref(), decision.as_deref()) {
             (Some("deny"), _) => match pr.filter(|r| !r.trim().is_empty()) {
-                Some(r) => out.push(HookOutcome::Deny(r.into())),
-                None => return Err("deny without a non-empty permissionDecisionReason".into()),
+                Some(r) => out.push(HookOutcome::Deny(r)),
+                None => return unsupported("deny without a non-empty permissionDecisionReason"),
             },
-            (Some(other), _) => return Err(format!("unsupported permissionDecision:{other}")),
+            (Some(other), _) => {
+                return unsupported(format!("unsupported permissionDecision:{other}"))
+            }
             (None, Some("block")) => match reason {
-                Some(r) => out.push(HookOutcome::Deny(r.into())),
-                None => return Err("decision:block without a non-empty reason".into()),
+                Some(r) => out.push(HookOutcome::Deny(r)),
+                None => return unsupported("decision:block without a non-empty reason"),
             },
-            (None, Some(other)) => return Err(format!("unsupported decision:{other}")),
+            (None, Some(other)) => return unsupported(format!("unsupported decision:{other}")),
             (None, None) if pr.is_some() || reason.is_some() => {
-                return Err("a reason without a decision".into())
+                return unsupported("a reason without a decision")
             }
             (None, None) => {}
         }
         return Ok(out);
     }
     if suppress && event == HookEvent::PostToolUse {
-        return Err("unsupported suppressOutput".into());
+        return unsupported("unsupported suppressOutput");
     }
     if spec.contains_key("updatedMCPToolOutput") {
-        return Err("unsupported updatedMCPToolOutput".into());
+        return unsupported("unsupported updatedMCPToolOutput");
     }
-    match (decision, reason) {
-        (Some("block"), Some(r)) => out.push(if event == HookEvent::Stop {
-            HookOutcome::Continue(r.into())
-        } else {
-            HookOutcome::Block(r.into())
-        }),
-        (Some("block"), None) => return Err("decision:block without a non-empty reason".into()),
-        (Some(other), _) => return Err(format!("unsupported decision:{other}")),
-        (None, Some(_)) => return Err("a reason without a decision".into()),
-        (None, None) => {}
+    let block = match (decision.as_deref(), reason) {
+        (Some("block"), Some(r)) => Some(r),
+        (Some("block"), None) => return unsupported("decision:block without a non-empty reason"),
+        (Some(other), _) => return unsupported(format!("unsupported decision:{other}")),
+        (None, Some(_)) => return unsupported("a reason without a decision"),
+        (None, None) => None,
+    };
+    match (event, block) {
+        (HookEvent::Stop, Some(r)) => out.push(HookOutcome::Continue(r)),
+        // PostToolUse `continue:false`: the output is replaced (by the block
+        // reason, the stop reason or a default) and the turn goes on.
+        (HookEvent::PostToolUse, block) if stop => out.push(HookOutcome::Block(
+            block
+                .or(stop_reason.clone().filter(|r| !r.trim().is_empty()))
+                .unwrap_or_else(|| "The tool output was withheld by a PostToolUse hook.".into()),
+        )),
+        (_, Some(r)) => out.push(HookOutcome::Block(r)),
+        (_, None) => {}
     }
     if let Some(c) = context {
-        out.push(HookOutcome::Context(c.into()));
+        out.push(HookOutcome::Context(c));
     }
-    if stop {
-        out.push(HookOutcome::Stop(stop_reason.unwrap_or("").into()));
+    if stop && event != HookEvent::PostToolUse {
+        out.push(HookOutcome::Stop(stop_reason.unwrap_or_default()));
     }
     Ok(out)
 }
@@ -899,6 +921,20 @@ mod tests {
             &parse_outcome(CX, PreToolUse, &halt),
             "unsupported continue:false"
         ));
+    }
+
+    #[test]
+    fn codex_post_tool_continue_false_replaces_the_output_and_the_turn_goes_on() {
+        let run = exit0(r#"{"continue":false,"stopReason":"quota"}"#);
+        assert_eq!(
+            parse_outcome(CX, PostToolUse, &run),
+            vec![HookOutcome::Block("quota".into())]
+        );
+        // Elsewhere it is a neutral stop.
+        assert_eq!(
+            parse_outcome(CX, UserPromptSubmit, &run),
+            vec![HookOutcome::Stop("quota".into())]
+        );
     }
 
     #[test]

@@ -120,8 +120,7 @@ pub struct HookSet {
 
 /// The hex SHA-256 of a hook command: what `--strict-hooks` approves (HOOK-12).
 pub fn command_hash(command: &str) -> String {
-    let digest = Sha256::digest(command.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    super::naming::hex(&Sha256::digest(command.as_bytes()))
 }
 
 impl HookSet {
@@ -144,15 +143,30 @@ impl HookSet {
         let Value::Object(root) = root else {
             return Err(format!("{origin}: expected a JSON object"));
         };
-        // `{"hooks": {…}}` (a settings file may have other keys) or a bare map.
-        let events = match root.get("hooks") {
-            Some(Value::Object(events)) => events.clone(),
-            Some(_) => return Err(format!("{origin}: \"hooks\" must be an object")),
-            None if root.keys().all(|k| HookEvent::parse(k).is_some()) => root,
-            None => serde_json::Map::new(),
-        };
         let mut set = Self::empty(dialect, origin);
-        for (name, groups) in &events {
+        // `{"hooks": {…}}` (a settings file may have other keys) or a bare
+        // map of events (recognised by at least one event name).
+        let none = serde_json::Map::new();
+        let events = match root.get("hooks") {
+            Some(Value::Object(events)) => events,
+            Some(_) => return Err(format!("{origin}: \"hooks\" must be an object")),
+            None if root.keys().any(|k| HookEvent::parse(k).is_some()) => &root,
+            None => {
+                for k in root.keys() {
+                    if let Some(e) = HookEvent::ALL
+                        .iter()
+                        .find(|e| e.name().eq_ignore_ascii_case(k))
+                    {
+                        set.warnings.push(format!(
+                            "{origin}: no \"hooks\" key, and {k:?} is not an event name (event names are case-sensitive: {}); no hooks registered",
+                            e.name()
+                        ));
+                    }
+                }
+                &none
+            }
+        };
+        for (name, groups) in events {
             let Some(event) = HookEvent::parse(name) else {
                 set.warnings
                     .push(format!("{origin}: unknown hook event {name:?} ignored"));
@@ -161,7 +175,7 @@ impl HookSet {
             if !event.served_by(dialect) {
                 set.warnings.push(format!(
                     "{origin}: {name} is not a {} event; ignored",
-                    dialect_name(dialect)
+                    dialect.product()
                 ));
                 continue;
             }
@@ -241,13 +255,6 @@ impl HookSet {
             .iter()
             .flat_map(|(e, gs)| gs.iter().map(move |g| (*e, g)))
             .flat_map(|(e, g)| g.handlers.iter().map(move |h| (e, g, h)))
-    }
-}
-
-fn dialect_name(d: Dialect) -> &'static str {
-    match d {
-        Dialect::Claude => "Claude Code",
-        Dialect::Codex => "Codex",
     }
 }
 
@@ -347,9 +354,20 @@ mod tests {
         );
         assert!(s.groups.is_empty());
         assert_eq!(s.warnings.len(), 2);
-        // A bare map is accepted too.
-        let s = set(Dialect::Claude, r#"{"Stop":[{"hooks":[{"command":"x"}]}]}"#);
+        // A bare map is accepted too; a misspelled event in it is warned about.
+        let s = set(
+            Dialect::Claude,
+            r#"{"Stop":[{"hooks":[{"command":"x"}]}],"PreTooluse":[]}"#,
+        );
         assert_eq!(s.select(HookEvent::Stop, "").len(), 1);
+        assert!(s.warnings[0].contains("unknown hook event \"PreTooluse\""));
+        let s = set(Dialect::Claude, r#"{"pretooluse":[]}"#);
+        assert!(s.groups.is_empty());
+        assert!(
+            s.warnings[0].contains("case-sensitive: PreToolUse"),
+            "{:?}",
+            s.warnings
+        );
     }
 
     #[test]

@@ -16,6 +16,24 @@ pub enum Dialect {
     Codex,
 }
 
+impl Dialect {
+    /// `claude` or `codex`, as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Claude => "claude",
+            Dialect::Codex => "codex",
+        }
+    }
+
+    /// The product's name, for messages.
+    pub fn product(self) -> &'static str {
+        match self {
+            Dialect::Claude => "Claude Code",
+            Dialect::Codex => "Codex",
+        }
+    }
+}
+
 /// A compiled matcher (hooks-reference §4).
 #[derive(Debug, Clone)]
 pub enum Matcher {
@@ -118,7 +136,8 @@ pub struct Merged {
     pub reason: Option<String>,
     /// The first `continue: false`, with its reason.
     pub stop: Option<String>,
-    /// A `Continue` prompt (at stopping), the first in config order.
+    /// The `Continue` prompts (at stopping), non-empty ones in config order,
+    /// joined with a blank line.
     pub continue_with: Option<String>,
     /// Contexts in config order, empty ones skipped.
     pub context: Vec<String>,
@@ -159,11 +178,16 @@ fn rank(o: &HookOutcome) -> u8 {
 /// reasons of the winning rank are joined with a blank line; the first
 /// `continue: false` sets Stop; contexts and warnings keep config order and
 /// skip empty strings.
-pub fn merge(outcomes: &[HookOutcome]) -> Merged {
+pub fn merge<'a>(outcomes: impl IntoIterator<Item = &'a HookOutcome>) -> Merged {
+    let outcomes: Vec<&HookOutcome> = outcomes.into_iter().collect();
     let mut m = Merged::default();
-    let top = outcomes.iter().map(rank).max().unwrap_or(0);
+    let top = outcomes.iter().map(|o| rank(o)).max().unwrap_or(0);
     if top > 0 {
-        let winners: Vec<&HookOutcome> = outcomes.iter().filter(|o| rank(o) == top).collect();
+        let winners: Vec<&HookOutcome> = outcomes
+            .iter()
+            .copied()
+            .filter(|o| rank(o) == top)
+            .collect();
         m.decision = winners.first().map(|o| match o {
             HookOutcome::Deny(_) => "deny",
             HookOutcome::Block(_) => "block",
@@ -181,18 +205,18 @@ pub fn merge(outcomes: &[HookOutcome]) -> Merged {
             .collect();
         m.reason = (!reasons.is_empty()).then(|| reasons.join("\n\n"));
     }
+    let mut prompts: Vec<&str> = Vec::new();
     for o in outcomes {
         match o {
             HookOutcome::Stop(r) if m.stop.is_none() => m.stop = Some(r.clone()),
-            HookOutcome::Continue(p) if m.continue_with.is_none() => {
-                m.continue_with = Some(p.clone())
-            }
+            HookOutcome::Continue(p) if !p.trim().is_empty() => prompts.push(p),
             HookOutcome::Context(t) if !t.is_empty() => m.context.push(t.clone()),
             HookOutcome::Warn(t) if !t.is_empty() => m.warnings.push(t.clone()),
             HookOutcome::Error(t) if !t.is_empty() => m.errors.push(t.clone()),
             _ => {}
         }
     }
+    m.continue_with = (!prompts.is_empty()).then(|| prompts.join("\n\n"));
     m
 }
 
@@ -261,6 +285,22 @@ mod tests {
         let m = merge(&[HookOutcome::Proceed, HookOutcome::Ask("sure?".into())]);
         assert_eq!(m.decision, Some("ask"));
         assert_eq!(merge(&[HookOutcome::Proceed]).decision, None);
+    }
+
+    #[test]
+    fn every_stop_continuation_prompt_is_kept_in_config_order() {
+        // HOOK-6: two Stop hooks that both continue: neither prompt is lost.
+        let m = merge(&[
+            HookOutcome::Continue("run tests".into()),
+            HookOutcome::Proceed,
+            HookOutcome::Continue("".into()),
+            HookOutcome::Continue("update the changelog".into()),
+        ]);
+        assert_eq!(
+            m.continue_with.as_deref(),
+            Some("run tests\n\nupdate the changelog")
+        );
+        assert_eq!(m.verdict().0, "continue");
     }
 
     #[test]

@@ -68,8 +68,16 @@ pub fn public_tool_name(server: &str, raw: &str) -> String {
     let mut out = String::with_capacity(prefix_len + 1 + HASH_HEX_LEN);
     out.push_str(replaced.get(..prefix_len).unwrap_or(&replaced));
     out.push('_');
-    for byte in digest.iter().take(HASH_HEX_LEN / 2) {
-        out.push_str(&format!("{byte:02x}"));
+    out.push_str(&hex(&digest[..HASH_HEX_LEN / 2]));
+    out
+}
+
+/// Lowercase hex of `bytes` (digests in names, hashes and file names).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
     }
     out
 }

@@ -161,7 +161,7 @@ pub enum RuntimeEvent {
         /// Tool count after the change.
         tools: usize,
     },
-    /// A call started (after argument normalisation, before the policy chain).
+    /// A call started (before the tool is resolved and the policy chain runs).
     CallStarted {
         /// Scope.
         scope: Scope,
@@ -286,6 +286,7 @@ impl ShutdownReport {
         self.servers_stopped.extend(other.servers_stopped);
         self.processes_reaped.extend(other.processes_reaped);
         self.calls_cancelled += other.calls_cancelled;
+        self.hook_runs_aborted += other.hook_runs_aborted;
         self.unconfirmed.extend(other.unconfirmed);
     }
 }

@@ -114,6 +114,9 @@ pub fn refusal_text(server: &str, tool: &str, why: Refusal) -> String {
         Refusal::NoApprover(why) => format!(
             "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and none could be asked: {why}."
         ),
+        Refusal::Cancelled => format!(
+            "This tool call (\"{tool}\" of server \"{server}\") was cancelled while it waited for the user's approval."
+        ),
         Refusal::TimedOut(secs) => format!(
             "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and nobody answered within {secs} s."
         ),
@@ -131,6 +134,8 @@ pub enum Refusal {
     NoApprover(&'static str),
     /// The approver did not answer within the approval timeout (seconds).
     TimedOut(u64),
+    /// The call was cancelled while the approver was asked.
+    Cancelled,
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,10 +20,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, oneshot};
+use tokio::time::Instant as Deadline;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::trust::{ask_within, ApprovalRequest, Approver};
+use super::trust::{ask_user, Approver};
 use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
 use crate::messages::hook_codec::{
@@ -32,7 +33,7 @@ use crate::messages::hook_codec::{
 use crate::messages::hook_config::{HookEvent, HookSet};
 use crate::messages::hooks::{merge, Dialect, HookOutcome, Merged};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
-use crate::messages::trust::Approval;
+use crate::messages::trust::{refusal_text, Approval};
 
 /// The default budget of consecutive Stop continuations (HOOK-7).
 pub const DEFAULT_STOP_BUDGET: u32 = 8;
@@ -110,7 +111,7 @@ impl HookReport {
             r.dialect == Dialect::Codex
                 && r.outcomes
                     .iter()
-                    .any(|o| matches!(o, HookOutcome::Block(_) | HookOutcome::Stop(_)))
+                    .any(|o| matches!(o, HookOutcome::Block(_)))
         })
     }
 
@@ -181,8 +182,11 @@ impl CallPolicy for GuardPolicy {
 
 /// Messages of the hooks supervisor.
 pub enum HooksMsg {
-    /// Stop every running hook (their groups are killed and reaped), then answer.
+    /// Stop every running hook (their groups are killed and reaped), then
+    /// answer; runs still going after `limit` are left to their own kill.
     Drain {
+        /// How long to wait.
+        limit: Duration,
         /// Answered once every run has stopped.
         reply: RpcReplyPort<()>,
     },
@@ -207,12 +211,9 @@ impl Actor for HooksSupervisor {
         msg: Self::Msg,
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
-        let HooksMsg::Drain { reply } = msg;
+        let HooksMsg::Drain { limit, reply } = msg;
         myself
-            .stop_children_and_wait(
-                Some("hook bridge disposed".into()),
-                Some(Duration::from_secs(10)),
-            )
+            .stop_children_and_wait(Some("hook bridge disposed".into()), Some(limit))
             .await;
         let _ = reply.send(());
         Ok(())
@@ -231,20 +232,6 @@ impl Actor for HooksSupervisor {
         }
         Ok(())
     }
-
-    async fn post_stop(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        myself
-            .stop_children_and_wait(
-                Some("runtime shut down".into()),
-                Some(Duration::from_secs(10)),
-            )
-            .await;
-        Ok(())
-    }
 }
 
 // ===== The engine =====
@@ -252,14 +239,15 @@ impl Actor for HooksSupervisor {
 /// Runs hooks. One per runtime: `Runtime::hooks`.
 pub struct HookEngine {
     sets: Vec<HookSet>,
+    /// With `plugin_root` resolved (default: the Claude Code file's directory).
     settings: HookSettings,
-    plugin_root: Option<PathBuf>,
     supervisor: ActorRef<HooksMsg>,
     events: broadcast::Sender<RuntimeEvent>,
     run_ids: AtomicU64,
     /// Hook processes running now.
-    running: std::sync::atomic::AtomicUsize,
+    running: AtomicUsize,
     detached: TaskTracker,
+    /// Cancelled at dispose: every run watches it besides its call's token.
     disposed: CancellationToken,
 }
 
@@ -272,49 +260,58 @@ impl std::fmt::Debug for HookEngine {
 }
 
 /// Read a hooks file once (HOOK-4): a relative path resolves against the
-/// process working directory; a file that cannot be read or parsed registers
-/// no hooks, with the reason as a warning.
-pub fn load_hook_file(dialect: Dialect, path: &Path) -> (HookSet, Vec<String>) {
+/// process working directory. A file that cannot be read or parsed registers
+/// no hooks; why is the set's first warning,
+/// `could not load hook config: PATH: WHY; no hooks registered`.
+pub fn load_hook_file(dialect: Dialect, path: &Path) -> HookSet {
     let shown = path.display().to_string();
     let loaded = std::fs::read_to_string(path)
-        .map_err(|e| format!("could not load hook config {shown:?}: {e}; no hooks registered"))
-        .and_then(|text| {
-            HookSet::parse(dialect, &shown, &text)
-                .map_err(|e| format!("could not load hook config: {e}; no hooks registered"))
-        });
-    match loaded {
-        Ok(set) => {
-            let warnings = set.warnings.clone();
-            (set, warnings)
-        }
-        Err(e) => {
-            let mut set = HookSet::empty(dialect, shown);
-            set.warnings.push(e.clone());
-            (set, vec![e])
-        }
+        .map_err(|e| format!("{shown}: {e}"))
+        .and_then(|text| HookSet::parse(dialect, &shown, &text));
+    loaded.unwrap_or_else(|e| {
+        let mut set = HookSet::empty(dialect, shown);
+        set.warnings.push(format!(
+            "could not load hook config: {e}; no hooks registered"
+        ));
+        set
+    })
+}
+
+/// Counts a running hook process for as long as it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Self(n)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl HookEngine {
     pub(crate) async fn start(
-        settings: HookSettings,
+        mut settings: HookSettings,
         events: broadcast::Sender<RuntimeEvent>,
     ) -> Result<Self, String> {
         let mut sets = Vec::new();
-        let mut plugin_root = settings.plugin_root.clone();
         for (dialect, path) in [
-            (Dialect::Claude, &settings.claude),
-            (Dialect::Codex, &settings.codex),
+            (Dialect::Claude, settings.claude.clone()),
+            (Dialect::Codex, settings.codex.clone()),
         ] {
             let Some(path) = path else { continue };
-            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-            if dialect == Dialect::Claude && plugin_root.is_none() {
-                plugin_root = path.parent().map(Path::to_path_buf);
+            let path = std::path::absolute(&path).unwrap_or(path);
+            if dialect == Dialect::Claude && settings.plugin_root.is_none() {
+                settings.plugin_root = path.parent().map(Path::to_path_buf);
             }
-            let (set, warnings) = load_hook_file(dialect, &path);
-            for w in warnings {
+            let set = load_hook_file(dialect, &path);
+            for w in &set.warnings {
                 tracing::warn!("{w}");
-                let _ = events.send(RuntimeEvent::HookNotice { text: w });
+                let _ = events.send(RuntimeEvent::HookNotice { text: w.clone() });
             }
             sets.push(set);
         }
@@ -324,11 +321,10 @@ impl HookEngine {
         Ok(Self {
             sets,
             settings,
-            plugin_root,
             supervisor,
             events,
             run_ids: AtomicU64::new(1),
-            running: Default::default(),
+            running: AtomicUsize::new(0),
             detached: TaskTracker::new(),
             disposed: CancellationToken::new(),
         })
@@ -351,9 +347,10 @@ impl HookEngine {
             .any(|s| s.groups.get(&event).is_some_and(|g| !g.is_empty()))
     }
 
-    fn emit(&self, event: RuntimeEvent) {
+    /// Send an event built only when someone listens.
+    fn emit(&self, event: impl FnOnce() -> RuntimeEvent) {
         if self.events.receiver_count() > 0 {
-            let _ = self.events.send(event);
+            let _ = self.events.send(event());
         }
     }
 
@@ -379,12 +376,18 @@ impl HookEngine {
     ) -> HookReport {
         let event = input.event();
         let mut jobs = Vec::new();
-        for set in &self.sets {
-            if dialect.is_some_and(|d| d != set.dialect) || !event.served_by(set.dialect) {
-                continue;
+        for set in self
+            .sets
+            .iter()
+            .filter(|s| dialect.is_none_or(|d| d == s.dialect))
+        {
+            let selected = set.select(event, input.subject());
+            if selected.is_empty() {
+                continue; // no payload is built for a dialect nobody listens in
             }
-            let stdin = encode(set.dialect, &payload(set.dialect, session, input));
-            for (group, handler) in set.select(event, input.subject()) {
+            let stdin: Arc<[u8]> =
+                encode(set.dialect, &payload(set.dialect, session, input)).into();
+            for (group, handler) in selected {
                 let info = HookRunInfo {
                     run_id: self.run_ids.fetch_add(1, Ordering::Relaxed),
                     dialect: set.dialect,
@@ -394,22 +397,20 @@ impl HookEngine {
                     matcher: group.pattern.clone(),
                     detached,
                 };
-                self.emit(RuntimeEvent::HookMatched(info.clone()));
+                self.emit(|| RuntimeEvent::HookMatched(info.clone()));
                 let approved = self
                     .settings
                     .approved
                     .as_ref()
                     .is_none_or(|a| a.contains(&handler.hash));
                 let command =
-                    approved.then(|| self.command(set.dialect, &handler.command, session));
-                let timeout = handler.timeout;
-                jobs.push(self.run_one(info, command, stdin.clone(), timeout, cancel));
+                    approved.then(|| self.command(set.dialect, handler, session, stdin.clone()));
+                jobs.push(self.run_one(info, command, cancel));
             }
         }
         let runs = futures::future::join_all(jobs).await;
-        let outcomes: Vec<HookOutcome> = runs.iter().flat_map(|r| r.outcomes.clone()).collect();
         HookReport {
-            merged: merge(&outcomes),
+            merged: merge(runs.iter().flat_map(|r| &r.outcomes)),
             runs,
         }
     }
@@ -417,42 +418,44 @@ impl HookEngine {
     /// The dialect's command: Claude Code substitutes `${VAR}` and exports the
     /// project and plugin variables, runs `sh -c`; Codex runs the text as is
     /// with `$SHELL -lc` and no extra environment.
-    fn command(&self, dialect: Dialect, command: &str, session: &HookSession) -> HookCommand {
+    fn command(
+        &self,
+        dialect: Dialect,
+        handler: &crate::messages::hook_config::HookHandler,
+        session: &HookSession,
+        stdin: Arc<[u8]>,
+    ) -> HookCommand {
         let cwd = (!session.cwd.is_empty()).then(|| PathBuf::from(&session.cwd));
-        match dialect {
+        let (command, shell, env) = match dialect {
             Dialect::Claude => {
-                let project = self
-                    .settings
+                let s = &self.settings;
+                let project = s
                     .project_dir
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| session.cwd.clone());
                 let mut vars = vec![("CLAUDE_PROJECT_DIR".to_owned(), project)];
-                if let Some(root) = &self.plugin_root {
-                    vars.push(("CLAUDE_PLUGIN_ROOT".into(), root.display().to_string()));
-                }
-                if let Some(data) = &self.settings.plugin_data {
-                    vars.push(("CLAUDE_PLUGIN_DATA".into(), data.display().to_string()));
+                for (name, dir) in [
+                    ("CLAUDE_PLUGIN_ROOT", &s.plugin_root),
+                    ("CLAUDE_PLUGIN_DATA", &s.plugin_data),
+                ] {
+                    if let Some(dir) = dir {
+                        vars.push((name.to_owned(), dir.display().to_string()));
+                    }
                 }
                 let refs: Vec<(&str, &str)> =
                     vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                HookCommand {
-                    command: substitute(command, &refs),
-                    shell: HookShell::Sh,
-                    stdin: Vec::new(),
-                    env: vars,
-                    cwd,
-                    timeout: Duration::ZERO,
-                }
+                (substitute(&handler.command, &refs), HookShell::Sh, vars)
             }
-            Dialect::Codex => HookCommand {
-                command: command.to_owned(),
-                shell: HookShell::Login,
-                stdin: Vec::new(),
-                env: Vec::new(),
-                cwd,
-                timeout: Duration::ZERO,
-            },
+            Dialect::Codex => (handler.command.clone(), HookShell::Login, Vec::new()),
+        };
+        HookCommand {
+            command,
+            shell,
+            stdin,
+            env,
+            cwd,
+            timeout: handler.timeout,
         }
     }
 
@@ -460,8 +463,6 @@ impl HookEngine {
         &self,
         info: HookRunInfo,
         command: Option<HookCommand>,
-        stdin: Vec<u8>,
-        timeout: Duration,
         cancel: &CancellationToken,
     ) -> HookRunRecord {
         let started = Instant::now();
@@ -483,10 +484,8 @@ impl HookEngine {
                     info.command, info.hash
                 ))];
             }
-            Some(mut command) => {
-                command.stdin = stdin;
-                command.timeout = timeout;
-                self.emit(RuntimeEvent::HookInvoked {
+            Some(command) => {
+                self.emit(|| RuntimeEvent::HookInvoked {
                     run_id: info.run_id,
                 });
                 let raw = self.spawn_run(command, cancel).await;
@@ -496,7 +495,7 @@ impl HookEngine {
             }
         }
         record.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.emit(RuntimeEvent::HookResult {
+        self.emit(|| RuntimeEvent::HookResult {
             run_id: info.run_id,
             exit_code: record.exit_code,
             duration_ms: record.duration_ms,
@@ -506,26 +505,21 @@ impl HookEngine {
         record
     }
 
-    /// One temporary `HookRun` actor under the hooks supervisor.
+    /// One temporary `HookRun` actor under the hooks supervisor. Dropping
+    /// this future (a caller that gave up on the call) cancels the run.
     async fn spawn_run(&self, command: HookCommand, cancel: &CancellationToken) -> RawRun {
         let timeout_ms = u64::try_from(command.timeout.as_millis()).unwrap_or(u64::MAX);
         let (reply, answer) = oneshot::channel();
-        // A run started while disposing is cancelled from the start.
         let token = cancel.child_token();
-        let disposed = self.disposed.clone();
-        let linked = token.clone();
-        let watcher = tokio::spawn(async move {
-            disposed.cancelled().await;
-            linked.cancel();
-        });
+        let _cancel_on_drop = token.clone().drop_guard();
+        let _running = Running::new(&self.running);
         let args = HookRunArgs {
             command,
             cancel: token,
+            disposed: self.disposed.clone(),
             reply,
         };
-        self.running.fetch_add(1, Ordering::SeqCst);
-        let spawned = Actor::spawn_linked(None, HookRun, args, self.supervisor.get_cell()).await;
-        let raw = match spawned {
+        match Actor::spawn_linked(None, HookRun, args, self.supervisor.get_cell()).await {
             Ok(_) => answer.await.unwrap_or(RawRun {
                 cancelled: true,
                 timeout_ms,
@@ -536,10 +530,7 @@ impl HookEngine {
                 timeout_ms,
                 ..RawRun::default()
             },
-        };
-        watcher.abort();
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        raw
+        }
     }
 
     /// Run a lifecycle event (SessionStart, Subagent*) detached (HOOK-8): the
@@ -577,7 +568,7 @@ impl HookEngine {
         } else if let Some(prompt) = &report.merged.continue_with {
             if state.continuations >= self.settings.stop_budget {
                 let budget = self.settings.stop_budget;
-                self.emit(RuntimeEvent::HookNotice {
+                self.emit(|| RuntimeEvent::HookNotice {
                     text: format!(
                         "Stop hooks asked to continue {budget} times in a row; the turn ends here"
                     ),
@@ -600,14 +591,15 @@ impl HookEngine {
         self.supervisor.stop(None);
     }
 
-    /// Abort and drain every running hook, detached ones included (HOOK-8).
-    /// Returns how many runs were still going.
-    pub async fn dispose(&self) -> usize {
+    /// Abort and drain every running hook, detached ones included (HOOK-8),
+    /// within `limit`. Returns how many runs were still going.
+    pub async fn dispose(&self, limit: Duration) -> usize {
+        let deadline = Deadline::now() + limit;
         let n = self.running.load(Ordering::SeqCst);
         self.disposed.cancel();
         self.detached.close();
-        let _ = ractor::call!(self.supervisor, |reply| HooksMsg::Drain { reply });
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.detached.wait()).await;
+        let _ = ractor::call!(self.supervisor, |reply| HooksMsg::Drain { limit, reply });
+        let _ = tokio::time::timeout_at(deadline, self.detached.wait()).await;
         self.supervisor.stop(None);
         n
     }
@@ -672,26 +664,26 @@ impl CallPolicy for HooksPolicy {
                         .unwrap_or_else(|| "blocked by PreToolUse hook".into()),
                 ),
                 Some("ask") => {
-                    let Some(approver) = &self.approver else {
-                        return deny(
-                            "a PreToolUse hook asked for approval and no approver is configured"
-                                .into(),
-                        );
-                    };
-                    let request = ApprovalRequest::for_call(call, m.reason.clone());
-                    let answer =
-                        ask_within(approver.as_ref(), &request, self.approval_timeout).await;
-                    match answer.unwrap_or(Approval::DontAllow) {
-                        Approval::DontAllow => deny(format!(
-                            "a PreToolUse hook asked for approval and the user declined{}",
-                            m.reason
-                                .as_deref()
-                                .map(|r| format!(": {r}"))
-                                .unwrap_or_default()
-                        )),
+                    let asked = ask_user(
+                        self.approver.as_deref(),
+                        call,
+                        m.reason.clone(),
+                        self.approval_timeout,
+                    )
+                    .await;
+                    let why = match asked {
                         // A hook's ask approves this call only; no grant is kept.
-                        Approval::AllowThisChat | Approval::AlwaysAllow => PolicyVerdict::Proceed,
-                    }
+                        Ok(Approval::AllowThisChat | Approval::AlwaysAllow) => {
+                            return PolicyVerdict::Proceed
+                        }
+                        Ok(Approval::DontAllow) => crate::messages::trust::Refusal::Declined,
+                        Err(why) => why,
+                    };
+                    let hook = m.reason.as_deref().unwrap_or("no reason given");
+                    deny(format!(
+                        "A PreToolUse hook asked for approval ({hook}). {}",
+                        refusal_text(&call.tool.server, &call.tool.name, why)
+                    ))
                 }
                 _ => PolicyVerdict::Proceed,
             }
@@ -722,23 +714,15 @@ impl CallPolicy for HooksPolicy {
                 .run(&self.session(call), &input, None, &call.cancel)
                 .await;
             let m = &report.merged;
-            let feedback = m
-                .reason
-                .as_deref()
-                .filter(|_| m.decision == Some("block"))
-                .map(|r| format!("PostToolUse hook feedback: {r}"));
-            // Codex replaces the output the model sees; Claude Code puts the
-            // feedback next to it. The side effect stays either way.
-            if report.codex_blocked() {
-                let text = feedback
-                    .clone()
-                    .or_else(|| m.stop.clone().filter(|s| !s.is_empty()))
-                    .unwrap_or_else(|| {
-                        "The tool output was withheld by a PostToolUse hook.".into()
-                    });
-                outcome.replace_model_text(&text);
-            } else if let Some(f) = &feedback {
-                outcome.append_model_text(f);
+            if let Some(r) = m.reason.as_deref().filter(|_| m.decision == Some("block")) {
+                // Codex replaces the output the model sees; Claude Code puts
+                // the feedback next to it. The side effect stays either way.
+                let feedback = format!("PostToolUse hook feedback: {r}");
+                if report.codex_blocked() {
+                    outcome.replace_model_text(&feedback);
+                } else {
+                    outcome.append_model_text(&feedback);
+                }
             }
             for c in &m.context {
                 outcome.append_model_text(c);

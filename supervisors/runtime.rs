@@ -220,6 +220,7 @@ impl RuntimeBuilder {
                 events,
                 call_ids: std::sync::atomic::AtomicU64::new(1),
                 off: std::sync::atomic::AtomicBool::new(false),
+                servers_off: Mutex::default(),
                 trust_gate,
                 hooks,
                 hooks_policy,
@@ -242,6 +243,8 @@ impl RuntimeBuilder {
 struct Inner {
     /// Turned off at run time (TRUST-1).
     off: std::sync::atomic::AtomicBool,
+    /// Servers turned off one by one (TRUST-1), kept off by a global on.
+    servers_off: Mutex<std::collections::HashSet<(Scope, String)>>,
     trust_gate: Arc<dyn CallPolicy>,
     hooks: Arc<super::hooks::HookEngine>,
     /// PreToolUse / PostToolUse, when any such hook is registered.
@@ -442,70 +445,79 @@ impl Runtime {
 
     /// The global switch (TRUST-1). Off: every server is stopped quiescently
     /// (the report says what was reaped), no process runs and no tool is
-    /// exposed until it is turned on again, which starts every server that
-    /// was running. Returns the merged report of the stops.
+    /// exposed until it is turned on again, which starts every enabled server
+    /// except those turned off one by one with `set_server_enabled`. Returns
+    /// the merged report of the stops.
     pub async fn set_enabled(&self, enabled: bool) -> ShutdownReport {
         self.inner
             .off
             .store(!enabled, std::sync::atomic::Ordering::SeqCst);
-        let handles: Vec<ScopeHandle> = self
+        let handles: Vec<(Scope, ScopeHandle)> = self
             .inner
             .scopes
             .read()
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        // Servers switched off one by one stay off when the runtime comes on.
+        let kept_off = self
+            .inner
+            .servers_off
+            .lock()
+            .map(|o| o.clone())
             .unwrap_or_default();
         let supervisors: Vec<ActorRef<ServerSupervisorMsg>> = handles
             .iter()
-            .flat_map(|h| {
+            .flat_map(|(scope, h)| {
                 h.snapshot
                     .borrow()
                     .servers
-                    .values()
-                    .filter(|e| e.config.enabled)
-                    .map(|e| e.supervisor.clone())
+                    .iter()
+                    .filter(|(name, e)| {
+                        e.config.enabled
+                            && !(enabled && kept_off.contains(&(scope.clone(), (*name).clone())))
+                    })
+                    .map(|(_, e)| e.supervisor.clone())
                     .collect::<Vec<_>>()
             })
             .collect();
-        let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
-        let waits = supervisors.iter().map(|s| {
-            s.call(
-                |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
-                limit,
-            )
-        });
+        let waits = supervisors.iter().map(|s| switch(s, enabled));
         let mut report = ShutdownReport::default();
         for r in futures::future::join_all(waits).await {
             match r {
-                Ok(CallResult::Success(r)) => report.absorb(r),
-                _ => report
-                    .unconfirmed
-                    .push("a server supervisor did not answer".into()),
+                Ok(r) => report.absorb(r),
+                Err(e) => report.unconfirmed.push(e),
             }
         }
         report
     }
 
-    /// Turn one server off (quiescently) or on again (TRUST-1).
+    /// Turn one server off (quiescently) or on again (TRUST-1). It stays off
+    /// across a global off and on; turning it on while the runtime is off
+    /// is refused.
     pub async fn set_server_enabled(
         &self,
         scope: &Scope,
         server: &str,
         enabled: bool,
     ) -> Result<ShutdownReport, RuntimeError> {
-        let entry = self.server_entry(scope, server)?;
-        let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
-        match entry
-            .supervisor
-            .call(
-                |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
-                limit,
-            )
-            .await
-        {
-            Ok(CallResult::Success(r)) => Ok(r),
-            Ok(other) => Err(RuntimeError::Unavailable(format!("{other:?}"))),
-            Err(e) => Err(RuntimeError::Unavailable(e.to_string())),
+        if enabled && self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RuntimeError::Server {
+                server: server.to_owned(),
+                message: "the runtime is turned off (TRUST-1): turn it on first".into(),
+            });
         }
+        let entry = self.server_entry(scope, server)?;
+        if let Ok(mut off) = self.inner.servers_off.lock() {
+            let key = (scope.clone(), server.to_owned());
+            if enabled {
+                off.remove(&key);
+            } else {
+                off.insert(key);
+            }
+        }
+        switch(&entry.supervisor, enabled)
+            .await
+            .map_err(RuntimeError::Unavailable)
     }
 
     /// A server's entry in its scope's snapshot.
@@ -769,6 +781,15 @@ impl Runtime {
             match policy.before(call).await {
                 PolicyVerdict::Proceed => {}
                 PolicyVerdict::ProceedWith(args) => call.arguments = args,
+                // A refusal caused by the caller cancelling (while the
+                // approver was asked) is the caller's cancellation.
+                PolicyVerdict::Deny { .. } if call.cancel.is_cancelled() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::Cancelled,
+                        "the call was cancelled before it was sent",
+                    )
+                    .for_tool(&def)
+                }
                 PolicyVerdict::Deny { kind, reason } => {
                     return ToolOutcome::failure(kind, reason).for_tool(&def)
                 }
@@ -790,43 +811,50 @@ impl Runtime {
                 .for_tool(&def);
             return self.after_policies(call, outcome).await;
         }
-        // Resolve the live connection; wake an idle-stopped server (RECO-6).
-        let mut entry = snap.servers.get(&def.server).cloned();
-        if entry
-            .as_ref()
-            .is_some_and(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped)
-        {
-            if let Some(e) = &entry {
-                let limit = e.config.startup_timeout + Duration::from_secs(1);
-                let woke = e
-                    .supervisor
-                    .call(|reply| ServerSupervisorMsg::Wake { reply }, Some(limit))
-                    .await;
-                let failed = match woke {
-                    Ok(CallResult::Success(Ok(()))) => None,
-                    Ok(CallResult::Success(Err(e))) => Some(e),
-                    Ok(CallResult::Timeout) => Some("the server did not come back in time".into()),
-                    Ok(CallResult::SenderError) | Err(_) => {
-                        Some("the server's supervisor is gone".into())
-                    }
-                };
-                if let Some(why) = failed {
-                    return ToolOutcome::failure(
-                        OutcomeKind::ServerNotReady,
-                        format!("server \"{}\": {why}", def.server),
-                    )
-                    .for_tool(&def);
+        // The chain may have waited (an approver, a hook): resolve against
+        // the current snapshot, not the one the call started with.
+        if let Some(s) = self.snapshot(scope) {
+            snap = s;
+            match snap.resolve(name) {
+                Some((_, d)) => def = d.clone(),
+                None => return unknown(),
+            }
+        }
+        // Wake an idle-stopped server (RECO-6).
+        let idle = snap
+            .servers
+            .get(&def.server)
+            .filter(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped)
+            .map(|e| (e.supervisor.clone(), e.config.startup_timeout));
+        if let Some((supervisor, startup_timeout)) = idle {
+            let limit = startup_timeout + Duration::from_secs(1);
+            let woke = supervisor
+                .call(|reply| ServerSupervisorMsg::Wake { reply }, Some(limit))
+                .await;
+            let failed = match woke {
+                Ok(CallResult::Success(Ok(()))) => None,
+                Ok(CallResult::Success(Err(e))) => Some(e),
+                Ok(CallResult::Timeout) => Some("the server did not come back in time".into()),
+                Ok(CallResult::SenderError) | Err(_) => {
+                    Some("the server's supervisor is gone".into())
                 }
+            };
+            if let Some(why) = failed {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerNotReady,
+                    format!("server \"{}\": {why}", def.server),
+                )
+                .for_tool(&def);
             }
             if let Some(s) = self.snapshot(scope) {
                 snap = s;
                 if let Some((_, d)) = snap.resolve(name) {
                     def = d.clone();
                 }
-                entry = snap.servers.get(&def.server).cloned();
             }
         }
-        let Some(entry) = entry else {
+        // Borrowed from the snapshot: no per-call copy of the entry.
+        let Some(entry) = snap.servers.get(&def.server) else {
             return unknown();
         };
         let Some(live) = entry.live.clone() else {
@@ -853,16 +881,24 @@ impl Runtime {
             )
             .await
             .for_tool(&def);
+        if outcome.kind == OutcomeKind::ServerNotReady {
+            return outcome; // never sent: nothing for the after half to see
+        }
         self.after_policies(call, outcome).await
     }
 
     /// The after half of the policy chain, and the post-policy change check (CALL-7).
     async fn after_policies(&self, call: &PolicyCall, mut outcome: ToolOutcome) -> ToolOutcome {
-        if self.inner.policies.is_empty() && self.inner.hooks_policy.is_none() {
-            return outcome; // nothing can change the value: no copy on the hot path
+        // PostToolUse hooks first. They only add to or replace what the
+        // model sees, never the canonical value, so they need no change check.
+        if let Some(hooks) = &self.inner.hooks_policy {
+            hooks.after(call, &mut outcome).await;
+        }
+        if self.inner.policies.is_empty() {
+            return outcome; // nothing else can change the value: no copy
         }
         let prepared = outcome.canonical.clone();
-        for policy in self.inner.hooks_policy.iter().chain(&self.inner.policies) {
+        for policy in &self.inner.policies {
             policy.after(call, &mut outcome).await;
         }
         if outcome.canonical != prepared {
@@ -1132,12 +1168,14 @@ impl Runtime {
     /// returns an empty report.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         let started = Instant::now();
-        let mut report = match self
-            .inner
-            .root
-            .call(|reply| RootMsg::Shutdown { reply }, Some(deadline))
-            .await
-        {
+        // The tree and the running hooks (HOOK-8) stop side by side.
+        let (stopped, hook_runs_aborted) = tokio::join!(
+            self.inner
+                .root
+                .call(|reply| RootMsg::Shutdown { reply }, Some(deadline)),
+            self.inner.hooks.dispose(deadline)
+        );
+        let mut report = match stopped {
             Ok(CallResult::Success(r)) => r,
             Ok(CallResult::Timeout) => ShutdownReport {
                 unconfirmed: vec![format!(
@@ -1148,7 +1186,7 @@ impl Runtime {
             },
             _ => ShutdownReport::default(),
         };
-        report.hook_runs_aborted = self.inner.hooks.dispose().await;
+        report.hook_runs_aborted = hook_runs_aborted;
         let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let left = deadline
@@ -1197,6 +1235,24 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// Project a changed canonical value again, text-only for images, and say so.
+/// `SetEnabled` to one server supervisor, within its shutdown deadline.
+async fn switch(
+    supervisor: &ActorRef<ServerSupervisorMsg>,
+    enabled: bool,
+) -> Result<ShutdownReport, String> {
+    let limit = Some(super::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
+    match supervisor
+        .call(
+            |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
+            limit,
+        )
+        .await
+    {
+        Ok(CallResult::Success(r)) => Ok(r),
+        Ok(_) | Err(_) => Err("a server supervisor did not answer".into()),
+    }
+}
+
 fn reproject(outcome: &mut ToolOutcome) {
     let Some(value) = &outcome.canonical else {
         return;
@@ -1211,7 +1267,7 @@ fn reproject(outcome: &mut ToolOutcome) {
     outcome.images.clear();
 }
 
-/// The request timeout of the first live server of a snapshot (resource requests).
+/// The longest request timeout of a snapshot's servers (resource requests).
 fn entry_timeout(snap: &ScopeSnapshot) -> Duration {
     snap.servers
         .values()

@@ -45,7 +45,7 @@ use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 /// How long the previous transport has to confirm its close (RECO-3).
 pub const CLOSE_BARRIER: Duration = Duration::from_secs(5);
 /// How long a server's part of the shutdown may take before it reports what did
-/// not confirm (CONN-8's sequence takes at most ~8 s).
+/// not confirm (CONN-8's close sequence takes at most ~4.5 s).
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Arguments of one server supervisor.

@@ -704,10 +704,68 @@ async fn off_means_off_and_on_starts_the_servers_again() {
     wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     assert!(echo(&rt).await.is_ok());
     assert_eq!(h.attempts().len(), 2);
-    // One server alone.
+    // One server alone: it stays off across a global off and on, and
+    // cannot be turned on while the runtime is off.
     rt.set_server_enabled(&Scope::Global, "srv", false)
         .await
         .unwrap();
     assert!(rt.tools(&Scope::Global).is_empty());
+    rt.set_enabled(false).await;
+    let err = rt
+        .set_server_enabled(&Scope::Global, "srv", true)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("turned off"), "{err}");
+    rt.set_enabled(true).await;
+    assert_eq!(rt.status()[0].state, ServerState::Stopped);
+    assert_eq!(
+        h.attempts().len(),
+        2,
+        "the server turned off alone stayed off"
+    );
+    rt.set_server_enabled(&Scope::Global, "srv", true)
+        .await
+        .unwrap();
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    assert_eq!(h.attempts().len(), 3);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_set_to_never_provides_no_resources() {
+    // TRUST-4 for the shared resource tools, which are not gated per call:
+    // a `never` server is not a resource provider at all.
+    let mut a = Harness::new(Mode::Serve);
+    a.resources = true;
+    let mut b = Harness::new(Mode::Serve);
+    b.resources = true;
+    let rt = Runtime::builder().start().await.unwrap();
+    for (name, h, trust) in [
+        ("a", &a, crate::TrustMode::Always),
+        ("b", &b, crate::TrustMode::Never),
+    ] {
+        let mut cfg = named_config(name, h, policy(100, 1000, 1));
+        cfg.trust = trust;
+        rt.add_server(Scope::Global, cfg).await.unwrap();
+        rt.wait_ready(&Scope::Global, name, Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    let call = |server: &'static str| {
+        rt.call(
+            &Scope::Global,
+            "list_mcp_resources",
+            Some(serde_json::json!({ "server": server })),
+            CallOptions::default(),
+        )
+    };
+    assert_eq!(call("a").await.kind, OutcomeKind::Ok);
+    let refused = call("b").await;
+    assert_eq!(refused.kind, OutcomeKind::InvalidArguments, "{refused:?}");
+    assert!(
+        refused.projection.contains("known: a"),
+        "{}",
+        refused.projection
+    );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

@@ -56,16 +56,25 @@ impl ApprovalRequest {
 /// How long an approver may take before the answer is Don't Allow (TRUST-5).
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Ask `approver`, waiting at most `limit`: `None` when it did not answer
-/// in time, which callers treat as Don't Allow.
-pub(crate) async fn ask_within(
-    approver: &dyn Approver,
-    request: &ApprovalRequest,
+/// Ask the user about `call` (TRUST-5): the answer, or why there is none (no
+/// approver, no answer within `limit`, the call was cancelled). Callers treat
+/// every `Err` as Don't Allow. Used by the trust gate and by a hook's ask.
+pub(crate) async fn ask_user(
+    approver: Option<&dyn Approver>,
+    call: &PolicyCall,
+    reason: Option<String>,
     limit: Duration,
-) -> Option<Approval> {
-    tokio::time::timeout(limit, approver.ask(request))
-        .await
-        .ok()
+) -> Result<Approval, Refusal> {
+    let Some(approver) = approver else {
+        return Err(Refusal::NoApprover("no approver is configured"));
+    };
+    let request = ApprovalRequest::for_call(call, reason);
+    tokio::select! {
+        answer = tokio::time::timeout(limit, approver.ask(&request)) => {
+            answer.map_err(|_| Refusal::TimedOut(limit.as_secs()))
+        }
+        _ = call.cancel.cancelled() => Err(Refusal::Cancelled),
+    }
 }
 
 /// Asks the user (TRUST-5). The reference binary implements an interactive
@@ -154,16 +163,14 @@ impl CallPolicy for TrustGate {
                     deny(call, Refusal::Never)
                 }
                 TrustDecision::Ask => {
-                    let Some(approver) = &self.approver else {
-                        self.record(call, "deny", Some(Approval::DontAllow));
-                        return deny(call, Refusal::NoApprover("no approver is configured"));
-                    };
-                    let request = ApprovalRequest::for_call(call, None);
-                    let Some(answer) =
-                        ask_within(approver.as_ref(), &request, self.approval_timeout).await
-                    else {
-                        self.record(call, "deny", Some(Approval::DontAllow));
-                        return deny(call, Refusal::TimedOut(self.approval_timeout.as_secs()));
+                    let asked =
+                        ask_user(self.approver.as_deref(), call, None, self.approval_timeout).await;
+                    let answer = match asked {
+                        Ok(answer) => answer,
+                        Err(why) => {
+                            self.record(call, "deny", Some(Approval::DontAllow));
+                            return deny(call, why);
+                        }
                     };
                     self.record(
                         call,

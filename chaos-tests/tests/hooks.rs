@@ -224,6 +224,11 @@ async fn t12_timeout_kills_the_whole_group_within_the_hooks_own_limit() {
         let r = run_one(d, hooks.clone(), &pre_bash("x"), &dir).await;
         assert!(r.runs[0].timed_out);
         assert!(r.merged.errors[0].contains("timed out after 1000 ms"));
+        assert!(
+            r.runs[0].duration_ms < 5_000,
+            "the hook's own 1 s limit applies, not the default: {} ms",
+            r.runs[0].duration_ms
+        );
         assert_eq!(r.merged.verdict().0, "proceed");
         // 1 s, not the 600 s default (a generous bound: this is not a timing test).
         assert!(started.elapsed() < Duration::from_secs(20));
@@ -427,6 +432,14 @@ async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
         .await
         .unwrap();
     assert!(rt.hooks().sets().iter().all(|s| s.groups.is_empty()));
+    let hooks = rt.hooks();
+    let warning = &hooks.sets()[0].warnings[0];
+    assert!(
+        warning.starts_with("could not load hook config: ")
+            && warning.contains("not valid JSON")
+            && warning.ends_with("; no hooks registered"),
+        "{warning}"
+    );
     // Fixing the file later changes nothing: it was read once.
     std::fs::write(
         &abs,
@@ -1069,4 +1082,51 @@ async fn conformance_rows_through_real_shells_in_both_dialects() {
     )
     .await;
     assert_eq!(r.merged.context, ["branch: main"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook3_a_call_given_up_by_its_caller_kills_its_running_hook() {
+    let dir = temp_dir("dropped");
+    let fifo = dir.join("pid");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
+    let p = pipeline(
+        Some(one("PreToolUse", None, &command)),
+        None,
+        None,
+        None,
+        TrustMode::Always,
+    )
+    .await;
+    let call = {
+        let rt = p.rt.clone();
+        tokio::spawn(async move {
+            rt.call(
+                &G,
+                "mcp__srv__echo",
+                Some(json!({"message": "hi"})),
+                CallOptions::default(),
+            )
+            .await
+        })
+    };
+    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
+        .await
+        .unwrap()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The embedder stops waiting: the call's future is dropped.
+    call.abort();
+    assert!(
+        mcpvisor_chaos::wait_gone(pid, Duration::from_secs(5)).await,
+        "the hook {pid} outlived the call its caller gave up"
+    );
+    assert_eq!(p.calls_seen(), 0);
+    p.done().await;
 }

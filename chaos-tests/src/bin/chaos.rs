@@ -25,7 +25,7 @@ struct Args {
     /// Run only these scenarios (repeatable).
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
-    /// Every scenario once (the CI profile).
+    /// Every scenario once (the CI profile; also what a run without --soak does).
     #[arg(long, conflicts_with = "soak")]
     smoke: bool,
     /// Loop over all scenarios with new seeds for this many seconds; checks memory.
