@@ -72,7 +72,7 @@
 //! │   └── ScopeSupervisor(scope)     one per scope
 //! │       ├── ToolRegistry(scope)    publishes generation-stamped snapshots
 //! │       └── ServerSupervisor(srv)  budget, stability window, close barrier, idle stop
-//! │           └── Connection(gen)    one rmcp session; owns the process group
+//! │           └── Connection(conn_gen)    one rmcp session; owns the process group
 //! └── HooksSupervisor                drained on shutdown
 //!     └── HookRun                    one per running hook; owns its process group
 //! ```
@@ -96,9 +96,9 @@ pub use messages::capabilities::{
     AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
 };
 pub use messages::config::{
-    parse_config, parse_config_file, ConfigError, FileConfig, HttpConfig, InProcessConnection,
-    InProcessConnector, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope, ServerConfig,
-    StdioConfig, TransportConfig, TrustMode,
+    ConfigError, FileConfig, HttpConfig, InProcessConnection, InProcessConnector, OnDisconnect,
+    OversizedInstructions, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
+    TrustMode, parse_config, parse_config_file,
 };
 pub use messages::hook_codec::{HookInput, HookSession};
 pub use messages::hook_config::HookEvent;
@@ -106,7 +106,7 @@ pub use messages::hooks::{Dialect, HookOutcome, Merged};
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;
 pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
-pub use messages::trust::{validate_endpoint, Approval, Secret};
+pub use messages::trust::{Approval, Secret, validate_endpoint};
 pub use supervisors::hooks::{
     HookEngine, HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 
-use crate::messages::images::{extension_for, AttachmentStore};
+use crate::messages::images::{AttachmentStore, extension_for};
 
 /// Saves attachments as `<dir>/<sha256 prefix>.<ext>`.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! `Connection(gen)`: one rmcp session with one server instance.
+//! `Connection(conn_gen)`: one rmcp session with one server instance.
 //!
 //! Owns exclusively: the transport of one generation — for stdio the child
 //! process group (via [`ProcessHandle`]), for HTTP the rmcp session, for
@@ -10,7 +10,7 @@
 //!      └──error/timeout──▶ stop(cause)          Up ──stop──▶ post_stop: close
 //! ```
 //! Every exit path runs the close sequence in a detached task that reports
-//! `ConnectionEnded { gen, reaped }` to the supervisor: the close barrier
+//! `ConnectionEnded { conn_gen, reaped }` to the supervisor: the close barrier
 //! (RECO-3) waits for that message, never for this actor.
 
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 
 use super::stdio::{self, Diagnostics, ProcessHandle};
 use crate::messages::capabilities::{
-    apply_schema_defaults, ClientHandlers, ElicitationRequest, ElicitationResponse,
+    ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
 use crate::messages::config::{ServerConfig, TransportConfig};
 use crate::messages::server::{ConnInfo, ConnectionMsg, ServerSupervisorMsg};
@@ -54,7 +54,7 @@ const IN_PROCESS_CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// for every server→client request.
 #[derive(Debug, Clone)]
 pub struct SupervisedClient {
-    gen: u64,
+    conn_gen: u64,
     server: String,
     supervisor: ActorRef<ServerSupervisorMsg>,
     handlers: ClientHandlers,
@@ -143,9 +143,9 @@ impl ClientHandler for SupervisedClient {
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self
-            .supervisor
-            .cast(ServerSupervisorMsg::ToolsListChanged { gen: self.gen });
+        let _ = self.supervisor.cast(ServerSupervisorMsg::ToolsListChanged {
+            conn_gen: self.conn_gen,
+        });
     }
 }
 
@@ -222,7 +222,7 @@ pub async fn fetch_catalog(
 /// Arguments of one connection generation.
 pub struct ConnectionArgs {
     /// Generation.
-    pub gen: u64,
+    pub conn_gen: u64,
     /// The server's config.
     pub config: Arc<ServerConfig>,
     /// Where to report.
@@ -254,7 +254,7 @@ pub struct Connection;
 /// State of one connection.
 pub struct ConnectionState {
     /// Generation.
-    gen: u64,
+    conn_gen: u64,
     /// Config.
     config: Arc<ServerConfig>,
     /// Supervisor.
@@ -308,7 +308,7 @@ impl Actor for Connection {
         args: ConnectionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut state = ConnectionState {
-            gen: args.gen,
+            conn_gen: args.conn_gen,
             config: args.config,
             supervisor: args.supervisor,
             diag: args.diag,
@@ -321,7 +321,7 @@ impl Actor for Connection {
             ended_sent: false,
         };
         let handler = SupervisedClient {
-            gen: state.gen,
+            conn_gen: state.conn_gen,
             server: state.config.server_name.clone(),
             supervisor: state.supervisor.clone(),
             handlers: args.handlers.clone(),
@@ -402,7 +402,7 @@ impl Actor for Connection {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = tracing::debug_span!("connection", server = %state.config.server_name, conn_gen = state.gen);
+        let span = tracing::debug_span!("connection", server = %state.config.server_name, conn_gen = state.conn_gen);
         async move {
             tracing::debug!("handling a message");
             match msg {
@@ -428,7 +428,7 @@ impl Actor for Connection {
                         state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
                     }
                     state.supervisor.cast(ServerSupervisorMsg::ConnUp {
-                        gen: state.gen,
+                        conn_gen: state.conn_gen,
                         peer,
                         info,
                         catalog,
@@ -503,7 +503,7 @@ fn start_close(state: &mut ConnectionState) {
     let ct = state.service_ct.take();
     let watcher = state.watcher.take();
     let supervisor = state.supervisor.clone();
-    let gen = state.gen;
+    let conn_gen = state.conn_gen;
     let pid = state.pid;
     tokio::spawn(async move {
         if let Some(ct) = ct {
@@ -519,7 +519,11 @@ fn start_close(state: &mut ConnectionState) {
                 .unwrap_or(false),
             Closer::Network => true,
         };
-        let _ = supervisor.cast(ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid });
+        let _ = supervisor.cast(ServerSupervisorMsg::ConnectionEnded {
+            conn_gen,
+            reaped,
+            pid,
+        });
     });
 }
 
@@ -540,7 +544,7 @@ async fn resolve_secrets(
                 return Err(format!(
                     "{} ({why})",
                     crate::messages::trust::secret_unavailable(secret_name, server)
-                ))
+                ));
             }
         }
     }

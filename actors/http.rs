@@ -19,12 +19,12 @@ use std::time::Duration;
 use futures::stream::{BoxStream, StreamExt};
 use http::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
-use rmcp::transport::StreamableHttpClientTransport;
 use sse_stream::Sse;
 
 use super::stdio::Diagnostics;
@@ -117,10 +117,9 @@ impl TappedClient {
                 if let Ok(Sse {
                     data: Some(data), ..
                 }) = event
+                    && data.contains("\"tools\"")
                 {
-                    if data.contains("\"tools\"") {
-                        diag.tap_tools_list(data.as_bytes());
-                    }
+                    diag.tap_tools_list(data.as_bytes());
                 }
             })
             .boxed()

@@ -8,8 +8,8 @@
 //! snapshot directly and never queue behind this mailbox.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -94,7 +94,7 @@ impl Drop for ActivityGuard {
 #[derive(Debug, Clone)]
 pub struct LiveConn {
     /// Connection generation.
-    pub gen: u64,
+    pub conn_gen: u64,
     /// rmcp call handle.
     pub peer: Peer<RoleClient>,
 }
@@ -380,7 +380,7 @@ impl Actor for ToolRegistry {
                     status.generation = entry.status.generation;
                     let changed = entry.status != status;
                     entry.up_since = match (&entry.live, &live) {
-                        (Some(old), Some(new)) if old.gen == new.gen => entry.up_since,
+                        (Some(old), Some(new)) if old.conn_gen == new.conn_gen => entry.up_since,
                         (_, Some(_)) => Some(Instant::now()),
                         (_, None) => None,
                     };
@@ -479,11 +479,11 @@ fn swap(
         return Err(format!("server \"{server}\" is not registered"));
     };
     match &entry.live {
-        Some(live) if live.gen == conn_gen => {}
+        Some(live) if live.conn_gen == conn_gen => {}
         _ => {
             return Err(format!(
                 "stale catalog of connection {conn_gen} dropped: no longer the live connection"
-            ))
+            ));
         }
     }
     let conflict = tools
@@ -501,7 +501,9 @@ fn swap(
         entry.tools = Arc::new(Vec::new());
         entry.status.tools = 0;
         entry.instructions = None;
-        let msg = format!("tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools");
+        let msg = format!(
+            "tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools"
+        );
         entry.status.error = Some(msg.clone());
         if st.current.reindex() {
             st.emit_resource_tools();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mcpvisor::{CallOptions, Runtime, Scope};
-use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientConfig};
 use serde_json::json;
 
 /// Concurrent callers in the throughput row (PERF-1).

@@ -17,7 +17,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const PAGE: usize = 500;
 
@@ -150,7 +150,7 @@ impl ServerHandler for Demo {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other}"),
                     None,
-                ))
+                ));
             }
         };
         Ok(result.into())

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use mcpvisor::messages::hook_config::HookEvent;
 use mcpvisor::supervisors::hooks::load_hook_file;
 use mcpvisor::{CancellationToken, Dialect, FileConfig, HookInput, HookSession, HookSettings};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{load_config, Cli, DialectArg, HooksCommand};
+use super::{Cli, DialectArg, HooksCommand, load_config};
 
 /// The `[hooks]` table as runtime settings; `strict` turns on HOOK-12 with
 /// the table's approved hashes.

@@ -10,14 +10,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use mcpvisor::actors::attachments::FileAttachmentStore;
 use mcpvisor::{
-    parse_config, CallOptions, FileConfig, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState,
-    ServerStatus, ShutdownReport,
+    CallOptions, FileConfig, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ServerStatus,
+    ShutdownReport, parse_config,
 };
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// A supervised runtime for MCP servers.
 #[derive(Parser, Debug)]
@@ -209,7 +209,7 @@ fn main() -> std::process::ExitCode {
 
 /// Resolves on SIGINT or SIGTERM (never, if the handlers cannot be installed).
 async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -320,7 +320,9 @@ fn builder_for(cfg: &FileConfig, strict_hooks: bool) -> anyhow::Result<mcpvisor:
             ));
         }
         #[cfg(not(all(feature = "keyring", target_os = "linux")))]
-        bail!("[secrets] keyring = {service:?}: this mcpvisor was built without the keyring feature (cargo build --features keyring, Linux only)");
+        bail!(
+            "[secrets] keyring = {service:?}: this mcpvisor was built without the keyring feature (cargo build --features keyring, Linux only)"
+        );
     }
     Ok(b)
 }
@@ -661,10 +663,10 @@ async fn call(cli: &Cli, name: &str, args: Option<&str>, flags: CallFlags) -> an
         println!("{}", outcome_json(&outcome));
     } else {
         println!("{}", outcome.projection);
-        if let Some(e) = &outcome.error {
-            if !outcome.projection.contains(e.as_str()) {
-                eprintln!("{}: {e}", outcome.kind.name());
-            }
+        if let Some(e) = &outcome.error
+            && !outcome.projection.contains(e.as_str())
+        {
+            eprintln!("{}: {e}", outcome.kind.name());
         }
         for note in &outcome.notes {
             eprintln!("{note}");
@@ -688,7 +690,9 @@ async fn status(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
                 Value::Array(statuses.iter().map(status_json).collect())
             );
         } else {
-            println!("Runtime\n└── RootSupervisor\n    └── ScopeSupervisor(global)\n        ├── ToolRegistry(global)");
+            println!(
+                "Runtime\n└── RootSupervisor\n    └── ScopeSupervisor(global)\n        ├── ToolRegistry(global)"
+            );
             let n = statuses.len();
             for (i, s) in statuses.iter().enumerate() {
                 let branch = if i + 1 == n { "└──" } else { "├──" };

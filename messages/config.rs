@@ -347,10 +347,8 @@ impl ServerConfig {
         let prefix = format!("servers.{}", self.server_name);
         let mut problems = Vec::new();
         let derived = self.server_name.is_empty() && self.display_name.is_some();
-        if !derived {
-            if let Err(e) = validate_server_name(&self.server_name) {
-                problems.push(e);
-            }
+        if !derived && let Err(e) = validate_server_name(&self.server_name) {
+            problems.push(e);
         }
         check_reconnect(&prefix, &self.reconnect, &mut problems);
         for (field, d) in [
@@ -811,7 +809,12 @@ max_delay_ms = 100
             all.contains("servers.bad.reconnect.max_attempts must be at least 1"),
             "{all}"
         );
-        assert!(all.contains("servers.worse.reconnect.initial_delay_ms (5000) must not exceed max_delay_ms (100)"), "{all}");
+        assert!(
+            all.contains(
+                "servers.worse.reconnect.initial_delay_ms (5000) must not exceed max_delay_ms (100)"
+            ),
+            "{all}"
+        );
     }
 
     #[test]
@@ -835,11 +838,13 @@ max_delay_ms = 100
         assert_eq!(s.trust, TrustMode::Always);
         assert_eq!(s.tool_trust.get("delete"), Some(&TrustMode::Never));
         assert_eq!(s.tool_trust.get("write"), Some(&TrustMode::Ask));
-        assert!(parse_config(
-            "t.toml",
-            "[servers.a]\ncommand = \"x\"\ntool_trust = { delete = \"maybe\" }\n"
-        )
-        .is_err());
+        assert!(
+            parse_config(
+                "t.toml",
+                "[servers.a]\ncommand = \"x\"\ntool_trust = { delete = \"maybe\" }\n"
+            )
+            .is_err()
+        );
     }
 
     #[test]

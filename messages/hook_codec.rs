@@ -3,7 +3,7 @@
 //! neutral [`HookOutcome`]s come out.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::hook_config::HookEvent;
 use super::hooks::{Dialect, HookOutcome};
@@ -651,7 +651,7 @@ fn codex_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcom
                 None => return unsupported("deny without a non-empty permissionDecisionReason"),
             },
             (Some(other), _) => {
-                return unsupported(format!("unsupported permissionDecision:{other}"))
+                return unsupported(format!("unsupported permissionDecision:{other}"));
             }
             (None, Some("block")) => match reason {
                 Some(r) => out.push(HookOutcome::Deny(r)),
@@ -659,7 +659,7 @@ fn codex_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcom
             },
             (None, Some(other)) => return unsupported(format!("unsupported decision:{other}")),
             (None, None) if pr.is_some() || reason.is_some() => {
-                return unsupported("a reason without a decision")
+                return unsupported("a reason without a decision");
             }
             (None, None) => {}
         }

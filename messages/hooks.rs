@@ -260,9 +260,11 @@ mod tests {
         let (m, warning) = Matcher::compile(CC, Some("[")).unwrap();
         assert!(!m.matches("["));
         assert!(warning.unwrap().contains("never matches"));
-        assert!(Matcher::compile(CX, Some("["))
-            .unwrap_err()
-            .contains("skipped"));
+        assert!(
+            Matcher::compile(CX, Some("["))
+                .unwrap_err()
+                .contains("skipped")
+        );
         for d in [CC, CX] {
             for p in [None, Some(""), Some("*")] {
                 assert!(Matcher::compile(d, p).unwrap().0.matches("anything"));

@@ -293,13 +293,13 @@ fn validate_object(
     path: &str,
     out: &mut Vec<Violation>,
 ) {
-    if let Some(Value::String(t)) = schema.get("type") {
-        if !has_type(value, t) {
-            out.push(violation(
-                path,
-                format!("expected {t}, got {}", kind(value)),
-            ));
-        }
+    if let Some(Value::String(t)) = schema.get("type")
+        && !has_type(value, t)
+    {
+        out.push(violation(
+            path,
+            format!("expected {t}, got {}", kind(value)),
+        ));
     }
     if let Some(Value::Array(branches)) = schema.get("oneOf") {
         let matched = branches
@@ -320,18 +320,18 @@ fn validate_object(
             ));
         }
     }
-    if let Some(Value::Array(allowed)) = schema.get("enum") {
-        if !allowed.iter().any(|a| json_equal(a, value)) {
-            out.push(violation(
-                path,
-                format!("value is not one of the {} allowed values", allowed.len()),
-            ));
-        }
+    if let Some(Value::Array(allowed)) = schema.get("enum")
+        && !allowed.iter().any(|a| json_equal(a, value))
+    {
+        out.push(violation(
+            path,
+            format!("value is not one of the {} allowed values", allowed.len()),
+        ));
     }
-    if let Some(expected) = schema.get("const") {
-        if !json_equal(expected, value) {
-            out.push(violation(path, format!("value must equal {expected}")));
-        }
+    if let Some(expected) = schema.get("const")
+        && !json_equal(expected, value)
+    {
+        out.push(violation(path, format!("value must equal {expected}")));
     }
     if let Value::Object(obj) = value {
         let props = schema.get("properties").and_then(Value::as_object);

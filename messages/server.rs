@@ -28,10 +28,10 @@ pub struct ConnInfo {
 
 /// Messages of the `ServerSupervisor` actor.
 pub enum ServerSupervisorMsg {
-    /// Connection `gen` finished its handshake and first catalog fetch.
+    /// Connection `conn_gen` finished its handshake and first catalog fetch.
     ConnUp {
         /// Connection generation.
-        gen: u64,
+        conn_gen: u64,
         /// Cloneable call handle.
         peer: Peer<RoleClient>,
         /// Handshake facts.
@@ -39,25 +39,25 @@ pub enum ServerSupervisorMsg {
         /// Raw `tools/list` entries of all pages (empty without the tools capability).
         catalog: Vec<Value>,
     },
-    /// The transport of connection `gen` is closed; `reaped` = the process was
+    /// The transport of connection `conn_gen` is closed; `reaped` = the process was
     /// confirmed gone (RECO-3).
     ConnectionEnded {
         /// Connection generation.
-        gen: u64,
+        conn_gen: u64,
         /// Close confirmed.
         reaped: bool,
         /// The reaped pid (stdio).
         pid: Option<u32>,
     },
-    /// `notifications/tools/list_changed` from connection `gen` (SYNC-5).
+    /// `notifications/tools/list_changed` from connection `conn_gen` (SYNC-5).
     ToolsListChanged {
         /// Connection generation.
-        gen: u64,
+        conn_gen: u64,
     },
-    /// A catalog re-sync of connection `gen` finished phase 1 (SYNC-3).
+    /// A catalog re-sync of connection `conn_gen` finished phase 1 (SYNC-3).
     SyncDone {
         /// Connection generation.
-        gen: u64,
+        conn_gen: u64,
         /// All entries, or why the fetch failed.
         result: Result<Vec<Value>, String>,
     },
@@ -66,10 +66,10 @@ pub enum ServerSupervisorMsg {
         /// 1-based attempt.
         attempt: u32,
     },
-    /// The close barrier's deadline for connection `gen` (RECO-3).
+    /// The close barrier's deadline for connection `conn_gen` (RECO-3).
     CloseDeadline {
         /// Connection generation.
-        gen: u64,
+        conn_gen: u64,
     },
     /// Check the idle timer (RECO-6).
     IdleCheck,

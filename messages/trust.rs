@@ -110,7 +110,9 @@ pub fn refusal_text(server: &str, tool: &str, why: Refusal) -> String {
         Refusal::Never => format!(
             "The user does not allow the tool \"{tool}\" of server \"{server}\" (trust is set to never). Do not retry it."
         ),
-        Refusal::Declined => format!("The user declined this tool call (\"{tool}\" of server \"{server}\")."),
+        Refusal::Declined => {
+            format!("The user declined this tool call (\"{tool}\" of server \"{server}\").")
+        }
         Refusal::NoApprover(why) => format!(
             "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and none could be asked: {why}."
         ),
@@ -153,9 +155,11 @@ mod tests {
         assert!(remote.contains("use https://"), "{remote}");
         assert!(validate_endpoint("http://10.0.0.1/mcp").is_err());
         assert!(validate_endpoint("http://127.0.0.2/mcp").is_err());
-        assert!(validate_endpoint("ws://localhost/mcp")
-            .unwrap_err()
-            .contains("scheme \"ws\""));
+        assert!(
+            validate_endpoint("ws://localhost/mcp")
+                .unwrap_err()
+                .contains("scheme \"ws\"")
+        );
         assert!(validate_endpoint("not a url").is_err());
     }
 

@@ -10,30 +10,30 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant as Deadline;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::trust::{ask_user, Approver};
+use super::trust::{Approver, ask_user};
 use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
 use crate::messages::hook_codec::{
-    encode, parse_outcome, payload, substitute, HookInput, HookSession, RawRun,
+    HookInput, HookSession, RawRun, encode, parse_outcome, payload, substitute,
 };
 use crate::messages::hook_config::{HookEvent, HookSet};
-use crate::messages::hooks::{merge, Dialect, HookOutcome, Merged};
+use crate::messages::hooks::{Dialect, HookOutcome, Merged, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
-use crate::messages::trust::{refusal_text, Approval};
+use crate::messages::trust::{Approval, refusal_text};
 
 /// The default budget of consecutive Stop continuations (HOOK-7).
 pub const DEFAULT_STOP_BUDGET: u32 = 8;
@@ -674,7 +674,7 @@ impl CallPolicy for HooksPolicy {
                     let why = match asked {
                         // A hook's ask approves this call only; no grant is kept.
                         Ok(Approval::AllowThisChat | Approval::AlwaysAllow) => {
-                            return PolicyVerdict::Proceed
+                            return PolicyVerdict::Proceed;
                         }
                         Ok(Approval::DontAllow) => crate::messages::trust::Refusal::Declined,
                         Err(why) => why,

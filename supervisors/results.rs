@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::messages::call::{OutcomeKind, ToolDefinition, ToolOutcome};
-use crate::messages::images::{check_images, AdmittedImage, AttachmentStore, ResultLimits};
+use crate::messages::images::{AdmittedImage, AttachmentStore, ResultLimits, check_images};
 use crate::messages::projection::{
-    check_call_tool_result, is_error, parts_to_text, project_parts, ImageRender, ProjectionPart,
+    ImageRender, ProjectionPart, check_call_tool_result, is_error, parts_to_text, project_parts,
 };
 use crate::messages::schema::validate;
 
@@ -44,15 +44,15 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
     let (renders, images) = admit_images(ctx, &canonical).await;
     let parts = project_parts(&canonical, &renders);
     let (mut parts, cut_bytes) = budget_parts(parts, ctx.limits.max_result_bytes);
-    if kind == OutcomeKind::OutputSchemaViolation {
-        if let Some(err) = &error {
-            parts.insert(
-                0,
-                ProjectionPart::Text {
-                    text: format!("Tool call failed ({}): {err}", kind.name()),
-                },
-            );
-        }
+    if kind == OutcomeKind::OutputSchemaViolation
+        && let Some(err) = &error
+    {
+        parts.insert(
+            0,
+            ProjectionPart::Text {
+                text: format!("Tool call failed ({}): {err}", kind.name()),
+            },
+        );
     }
     let projection = parts_to_text(&parts);
     let canonical = spill_if_oversized(ctx, canonical).await;
@@ -171,7 +171,7 @@ async fn admit_images(
                 return (
                     fallback(&format!("the attachment store failed ({e})")),
                     Vec::new(),
-                )
+                );
             }
         }
     }

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::scope::{ScopeArgs, ScopeMsg, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
-use super::spec::{stop_child, Shutdown};
+use super::spec::{Shutdown, stop_child};
 use crate::actors::registry::ScopeSnapshot;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;

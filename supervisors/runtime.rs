@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::results::{judge_result, ResultContext};
+use super::results::{ResultContext, judge_result};
 use super::root::{RootArgs, RootMsg, RootSupervisor, ScopeHandle};
 use super::scope::ScopeMsg;
 use crate::actors::registry::ScopeSnapshot;
@@ -28,9 +28,9 @@ use crate::messages::call::{
 };
 use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
 use crate::messages::config::{Scope, ServerConfig};
-use crate::messages::images::{apply_budget, AttachmentStore, ResultLimits};
+use crate::messages::images::{AttachmentStore, ResultLimits, apply_budget};
 use crate::messages::projection::{parts_to_text, project_parts};
-use crate::messages::resources::{render_resource_result, ResourceOp};
+use crate::messages::resources::{ResourceOp, render_resource_result};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 
@@ -370,7 +370,7 @@ impl Runtime {
                 return Err(RuntimeError::Server {
                     server: requested,
                     message,
-                })
+                });
             }
             Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
             Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
@@ -699,20 +699,20 @@ impl Runtime {
                     OutcomeKind::InvalidArguments,
                     format!("arguments must be a JSON object, got {}", json_kind(&other)),
                 )
-                .for_tool(&def)
-            }
-        };
-        if let Some(expected) = options.expected_generation {
-            if expected != def.generation {
-                return ToolOutcome::failure(
-                    OutcomeKind::StaleGeneration,
-                    format!(
-                        "expected catalog generation {expected}, current is {}",
-                        def.generation
-                    ),
-                )
                 .for_tool(&def);
             }
+        };
+        if let Some(expected) = options.expected_generation
+            && expected != def.generation
+        {
+            return ToolOutcome::failure(
+                OutcomeKind::StaleGeneration,
+                format!(
+                    "expected catalog generation {expected}, current is {}",
+                    def.generation
+                ),
+            )
+            .for_tool(&def);
         }
         if def.task_support_required {
             return ToolOutcome::failure(
@@ -788,10 +788,10 @@ impl Runtime {
                         OutcomeKind::Cancelled,
                         "the call was cancelled before it was sent",
                     )
-                    .for_tool(&def)
+                    .for_tool(&def);
                 }
                 PolicyVerdict::Deny { kind, reason } => {
-                    return ToolOutcome::failure(kind, reason).for_tool(&def)
+                    return ToolOutcome::failure(kind, reason).for_tool(&def);
                 }
             }
         }
@@ -928,7 +928,11 @@ impl Runtime {
             .await
         {
             Ok(h) => h,
-            Err(e) => return self.lost(scope, def, live.gen, e.to_string(), false).await,
+            Err(e) => {
+                return self
+                    .lost(scope, def, live.conn_gen, e.to_string(), false)
+                    .await;
+            }
         };
         let cancel = options.cancel.clone().unwrap_or_default();
         #[allow(clippy::large_enum_variant)] // a local, moved once
@@ -975,7 +979,7 @@ impl Runtime {
                 return ToolOutcome::failure(
                     OutcomeKind::InvalidResult,
                     "the server answered tools/call with another result type",
-                )
+                );
             }
             Err(ServiceError::McpError(e)) => {
                 return ToolOutcome::failure(
@@ -984,15 +988,23 @@ impl Runtime {
                         "the server answered with JSON-RPC error {}: {}",
                         e.code.0, e.message
                     ),
-                )
+                );
             }
             Err(ServiceError::TransportClosed) => {
                 return self
-                    .lost(scope, def, live.gen, "the transport closed".into(), true)
-                    .await
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        "the transport closed".into(),
+                        true,
+                    )
+                    .await;
             }
             Err(e) if live.peer.is_transport_closed() => {
-                return self.lost(scope, def, live.gen, e.to_string(), true).await
+                return self
+                    .lost(scope, def, live.conn_gen, e.to_string(), true)
+                    .await;
             }
             // The transport is still up (e.g. HTTP 500 on this one request): no
             // connection-level cause to wait for.
@@ -1000,7 +1012,7 @@ impl Runtime {
                 return ToolOutcome::failure(
                     OutcomeKind::TransportLostDuringCall,
                     format!("the request failed in transport, side effects unknown: {e}"),
-                )
+                );
             }
         };
         let ctx = ResultContext {
@@ -1018,7 +1030,7 @@ impl Runtime {
         &self,
         scope: &Scope,
         def: &ToolDefinition,
-        gen: u64,
+        conn_gen: u64,
         fallback: String,
         in_flight: bool,
     ) -> ToolOutcome {
@@ -1029,7 +1041,7 @@ impl Runtime {
             let waited = tokio::time::timeout(CAUSE_WAIT, async move {
                 loop {
                     let found = rx.borrow_and_update().servers.get(&server).and_then(|e| {
-                        let moved_on = e.live.as_ref().map(|l| l.gen) != Some(gen);
+                        let moved_on = e.live.as_ref().map(|l| l.conn_gen) != Some(conn_gen);
                         (moved_on && e.status.error.is_some())
                             .then(|| e.status.error.clone())
                             .flatten()
@@ -1082,13 +1094,13 @@ impl Runtime {
                         "unknown resource server \"{s}\"; known: {}",
                         snap.resource_providers.join(", ")
                     ),
-                )
+                );
             }
             None if op == ResourceOp::Read => {
                 return ToolOutcome::failure(
                     OutcomeKind::InvalidArguments,
                     "\"server\" is required",
-                )
+                );
             }
             None => snap.resource_providers.iter().map(String::as_str).collect(),
         };
@@ -1125,7 +1137,7 @@ impl Runtime {
                     return ToolOutcome::failure(
                         OutcomeKind::ServerError,
                         format!("server \"{target}\": {e}"),
-                    )
+                    );
                 }
                 // Listing across servers: one failing server does not hide the others.
                 Err(e) => {

@@ -14,8 +14,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
-use super::server::{ServerSupervisor, ServerSupervisorArgs, SHUTDOWN_DEADLINE};
-use super::spec::{stop_child, Intensity, Restart, Shutdown};
+use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
+use super::spec::{Intensity, Restart, Shutdown, stop_child};
 
 /// Shutdown spec of the scope's children once they have quiesced.
 const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
@@ -141,15 +141,15 @@ impl Actor for ScopeSupervisor {
             tracing::debug!("handling a message");
             match msg {
                 ScopeMsg::AddServer { mut config, reply } => {
-                    if config.server_name.is_empty() {
-                        if let Some(display) = &config.display_name {
-                            // SYNC-2: derived on every add, against this scope's names.
-                            config.server_name = derive_slug(
-                                display,
-                                |s| st.servers.contains_key(s),
-                                || format!("{:08x}", rand::random::<u32>()),
-                            );
-                        }
+                    if config.server_name.is_empty()
+                        && let Some(display) = &config.display_name
+                    {
+                        // SYNC-2: derived on every add, against this scope's names.
+                        config.server_name = derive_slug(
+                            display,
+                            |s| st.servers.contains_key(s),
+                            || format!("{:08x}", rand::random::<u32>()),
+                        );
                     }
                     let name = config.server_name.clone();
                     let result = if st.shutting_down {

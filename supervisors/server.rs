@@ -3,21 +3,21 @@
 //! Owns: the server's connection generations, its reconnect budget (RECO-1/2/4),
 //! the close barrier (RECO-3), catalog sync serialization (SYNC-5/6), idle stop
 //! (RECO-6) and its part of the quiescent shutdown (RECO-7). Supervisor:
-//! `ScopeSupervisor`. Child: at most one `Connection(gen)` at a time
+//! `ScopeSupervisor`. Child: at most one `Connection(conn_gen)` at a time
 //! (restart type temporary: a lost connection is replaced by a *new*
 //! generation only after the old one confirmed its close).
 //!
 //! ```text
 //! | State        | Event                          | Actions                                   | Next          |
 //! |--------------|--------------------------------|-------------------------------------------|---------------|
-//! | connecting   | ConnUp(gen)                    | publish live, build+swap catalog          | ready         |
+//! | connecting   | ConnUp(conn_gen)                    | publish live, build+swap catalog          | ready         |
 //! | ready        | conn exit (abnormal)           | failures+=1 (0 first if up ≥ window)      | reconnecting  |
-//! | reconnecting | Reconnect(k), all closes done  | spawn Connection(gen+1)                   | connecting    |
+//! | reconnecting | Reconnect(k), all closes done  | spawn Connection(conn_gen+1)                   | connecting    |
 //! | reconnecting | Reconnect(k), close pending    | wait for ConnectionEnded                  | reconnecting  |
-//! | any          | CloseDeadline(gen), unconfirmed| stop reconnecting                         | failed        |
+//! | any          | CloseDeadline(conn_gen), unconfirmed| stop reconnecting                         | failed        |
 //! | any          | failures > max_attempts        | remove tools                              | exhausted     |
 //! | ready        | IdleCheck, idle ≥ limit        | stop connection (not a failure)           | idle_stopped  |
-//! | idle_stopped | Wake                           | spawn Connection(gen+1), reply when ready | connecting    |
+//! | idle_stopped | Wake                           | spawn Connection(conn_gen+1), reply when ready | connecting    |
 //! ```
 
 use std::collections::BTreeSet;
@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 type Timer = JoinHandle<Result<(), ractor::MessagingErr<ServerSupervisorMsg>>>;
 use tokio::time::Instant;
 
-use crate::actors::connection::{fetch_catalog, Connection, ConnectionArgs};
+use crate::actors::connection::{Connection, ConnectionArgs, fetch_catalog};
 use crate::actors::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
@@ -83,7 +83,7 @@ enum StopIntent {
 #[derive(Debug)]
 struct ConnSlot {
     cell: ActorRef<ConnectionMsg>,
-    gen: u64,
+    conn_gen: u64,
     up_since: Option<Instant>,
     intent: StopIntent,
 }
@@ -288,12 +288,12 @@ impl Actor for ServerSupervisor {
             tracing::debug!("handling a message");
             match msg {
                 ServerSupervisorMsg::ConnUp {
-                    gen,
+                    conn_gen,
                     peer,
                     info,
                     catalog,
                 } => {
-                    let current = st.conn.as_ref().map(|c| c.gen) == Some(gen);
+                    let current = st.conn.as_ref().map(|c| c.conn_gen) == Some(conn_gen);
                     if !current || st.disposing.is_some() {
                         return Ok(()); // SYNC-6: a late result from an older connection is dropped.
                     }
@@ -301,7 +301,7 @@ impl Actor for ServerSupervisor {
                         slot.up_since = Some(Instant::now());
                     }
                     st.activity.reset();
-                    st.live = Some(LiveConn { gen, peer });
+                    st.live = Some(LiveConn { conn_gen, peer });
                     st.instructions = info.instructions.clone();
                     st.status.pid = info.pid;
                     st.status.protocol_version = Some(info.protocol_version.clone());
@@ -311,7 +311,7 @@ impl Actor for ServerSupervisor {
                     // Publish the live handle first (the registry's Swap checks it, SYNC-6),
                     // and report `ready` only once the catalog is registered (CONN-10).
                     st.publish();
-                    apply_catalog(st, gen, catalog).await;
+                    apply_catalog(st, conn_gen, catalog).await;
                     st.set_state(ServerState::Ready);
                     st.answer_waiters(Ok(()));
                     arm_idle(&myself, st, None);
@@ -319,19 +319,19 @@ impl Actor for ServerSupervisor {
                         start_sync(&myself, st);
                     }
                 }
-                ServerSupervisorMsg::ConnectionEnded { gen, reaped, pid } => {
-                    st.open.remove(&gen);
+                ServerSupervisorMsg::ConnectionEnded { conn_gen, reaped, pid } => {
+                    st.open.remove(&conn_gen);
                     st.close_timers.retain(|(g, t)| {
-                        if *g == gen {
+                        if *g == conn_gen {
                             t.abort();
                         }
-                        *g != gen
+                        *g != conn_gen
                     });
                     if let Some(d) = st.disposing.as_mut() {
                         match (reaped, pid) {
                             (true, Some(pid)) => d.report.processes_reaped.push(pid),
                             (false, _) => d.report.unconfirmed.push(format!(
-                                "{}/{}: connection {gen} did not confirm its close{}",
+                                "{}/{}: connection {conn_gen} did not confirm its close{}",
                                 st.scope,
                                 st.config.server_name,
                                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
@@ -342,42 +342,41 @@ impl Actor for ServerSupervisor {
                         return Ok(());
                     }
                     if !reaped {
-                        barrier_failed(st, gen, pid);
-                    } else if st.open.is_empty() {
-                        if let Some(attempt) = st.pending_attempt.take() {
+                        barrier_failed(st, conn_gen, pid);
+                    } else if st.open.is_empty()
+                        && let Some(attempt) = st.pending_attempt.take() {
                             if attempt > 0 {
                                 st.status.restarts += 1;
                             }
                             start_connection(&myself, st).await;
                         }
-                    }
                 }
-                ServerSupervisorMsg::ToolsListChanged { gen } => {
+                ServerSupervisorMsg::ToolsListChanged { conn_gen } => {
                     if st.disposing.is_some() {
                         return Ok(());
                     }
                     match &st.live {
-                        Some(live) if live.gen == gen => {
+                        Some(live) if live.conn_gen == conn_gen => {
                             if st.sync.is_some() {
                                 st.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
                             } else {
                                 start_sync(&myself, st);
                             }
                         }
-                        _ if st.conn.as_ref().map(|c| c.gen) == Some(gen) => {
+                        _ if st.conn.as_ref().map(|c| c.conn_gen) == Some(conn_gen) => {
                             st.resync_pending = true
                         }
                         _ => {}
                     }
                 }
-                ServerSupervisorMsg::SyncDone { gen, result } => {
+                ServerSupervisorMsg::SyncDone { conn_gen, result } => {
                     st.sync = None;
-                    let live = st.live.as_ref().map(|l| l.gen) == Some(gen);
+                    let live = st.live.as_ref().map(|l| l.conn_gen) == Some(conn_gen);
                     if !live || st.disposing.is_some() {
                         return Ok(()); // SYNC-6
                     }
                     match result {
-                        Ok(entries) => apply_catalog(st, gen, entries).await,
+                        Ok(entries) => apply_catalog(st, conn_gen, entries).await,
                         Err(e) => {
                             st.catalog_warnings = vec![format!(
                                 "catalog re-sync failed, previous generation kept: {e}"
@@ -401,9 +400,9 @@ impl Actor for ServerSupervisor {
                         st.pending_attempt = Some(attempt); // RECO-3: wait for the close confirmation.
                     }
                 }
-                ServerSupervisorMsg::CloseDeadline { gen } => {
-                    if st.open.contains(&gen) && st.disposing.is_none() {
-                        barrier_failed(st, gen, None);
+                ServerSupervisorMsg::CloseDeadline { conn_gen } => {
+                    if st.open.contains(&conn_gen) && st.disposing.is_none() {
+                        barrier_failed(st, conn_gen, None);
                     }
                 }
                 ServerSupervisorMsg::IdleCheck => {
@@ -499,9 +498,9 @@ impl Actor for ServerSupervisor {
                     let open: Vec<u64> = st.open.iter().copied().collect();
                     if let Some(d) = st.disposing.as_mut() {
                         d.deadline = None;
-                        for gen in open {
+                        for conn_gen in open {
                             d.report.unconfirmed.push(format!(
-                                "{}/{}: connection {gen} did not confirm its close within {} s",
+                                "{}/{}: connection {conn_gen} did not confirm its close within {} s",
                                 st.scope,
                                 st.config.server_name,
                                 SHUTDOWN_DEADLINE.as_secs()
@@ -540,7 +539,7 @@ impl Actor for ServerSupervisor {
                 (cell, format!("the connection actor failed: {err}"))
             }
             SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
-                return Ok(())
+                return Ok(());
             }
         };
         let is_current = st.conn.as_ref().map(|c| c.cell.get_id()) == Some(cell.get_id());
@@ -556,7 +555,7 @@ impl Actor for ServerSupervisor {
 
 /// Spawn `Connection(next_gen)`; the transport counts as open until it confirms its close.
 async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    let gen = st.next_gen;
+    let conn_gen = st.next_gen;
     st.next_gen += 1;
     st.diag = Arc::new(Diagnostics::default());
     if !matches!(st.status.state, ServerState::Reconnecting { .. }) {
@@ -564,18 +563,18 @@ async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut Serve
     }
     st.status.pid = None;
     let args = ConnectionArgs {
-        gen,
+        conn_gen,
         config: st.config.clone(),
         supervisor: myself.clone(),
         diag: st.diag.clone(),
         handlers: st.handlers.clone(),
     };
-    st.open.insert(gen);
+    st.open.insert(conn_gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
         Ok((cell, _)) => {
             st.conn = Some(ConnSlot {
                 cell,
-                gen,
+                conn_gen,
                 up_since: None,
                 intent: StopIntent::None,
             });
@@ -583,7 +582,7 @@ async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut Serve
         }
         Err(e) => {
             // Nothing was spawned, so there is nothing to close.
-            st.open.remove(&gen);
+            st.open.remove(&conn_gen);
             let slot_less = format!("could not start the connection actor: {e}");
             register_failure(myself, st, None, slot_less);
         }
@@ -604,12 +603,12 @@ async fn on_connection_exit(
     if let Some(t) = st.sync.take() {
         t.abort();
     }
-    if st.open.contains(&slot.gen) {
-        let gen = slot.gen;
+    if st.open.contains(&slot.conn_gen) {
+        let conn_gen = slot.conn_gen;
         let timer = myself.send_after(CLOSE_BARRIER, move || ServerSupervisorMsg::CloseDeadline {
-            gen,
+            conn_gen,
         });
-        st.close_timers.push((gen, timer));
+        st.close_timers.push((conn_gen, timer));
     }
     match slot.intent {
         StopIntent::Shutdown => finish_if_done(myself, st),
@@ -677,11 +676,11 @@ fn register_failure(
 }
 
 /// RECO-3: the previous transport could not be confirmed closed; never overlap.
-fn barrier_failed(st: &mut ServerSupervisorState, gen: u64, pid: Option<u32>) {
+fn barrier_failed(st: &mut ServerSupervisorState, conn_gen: u64, pid: Option<u32>) {
     st.cancel_timers();
     let what = pid
         .map(|p| format!("process {p}"))
-        .unwrap_or_else(|| format!("connection {gen}"));
+        .unwrap_or_else(|| format!("connection {conn_gen}"));
     st.status.error = Some(format!(
         "could not confirm that the previous process exited ({what} did not confirm its close within {} s); \
          not reconnecting, so that two processes of this server never overlap",
@@ -753,7 +752,7 @@ fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
     st.sync = Some(tokio::spawn(async move {
         let result = fetch_catalog(&live.peer, timeout, &diag).await;
         let _ = me.cast(ServerSupervisorMsg::SyncDone {
-            gen: live.gen,
+            conn_gen: live.conn_gen,
             result,
         });
     }));

@@ -309,10 +309,11 @@ async fn an_unconfirmed_close_stops_reconnecting_after_the_barrier_deadline() {
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
         "{waited:?}"
     );
-    assert!(s
-        .error
-        .unwrap()
-        .contains("could not confirm that the previous process exited"));
+    assert!(
+        s.error
+            .unwrap()
+            .contains("could not confirm that the previous process exited")
+    );
     assert_eq!(h.attempts().len(), 1, "no replacement was started");
     let report = rt.shutdown(Duration::from_secs(30)).await;
     assert!(
@@ -555,10 +556,11 @@ async fn the_shared_resource_tools_stay_while_any_provider_is_live() {
             CallOptions::default(),
         )
         .await;
-    assert!(out
-        .error
-        .unwrap()
-        .contains("unknown resource server \"zzz\""));
+    assert!(
+        out.error
+            .unwrap()
+            .contains("unknown resource server \"zzz\"")
+    );
     b.crash(); // b's transport ends first: the tools stay for a
     wait_status(&mut events, |s| {
         s.server == "b" && s.state == ServerState::Failed

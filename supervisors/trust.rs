@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict};
 use crate::messages::config::{Scope, TrustMode};
 use crate::messages::status::RuntimeEvent;
-use crate::messages::trust::{decide, refusal_text, Approval, Refusal, TrustDecision};
+use crate::messages::trust::{Approval, Refusal, TrustDecision, decide, refusal_text};
 
 /// What the approver is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -595,8 +595,8 @@ fn sampler(
 
 /// A tiny stop flag (no extra dependency).
 mod tokio_util_stop {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     #[derive(Clone, Default)]
     pub(super) struct Stop(Arc<AtomicBool>);
@@ -1079,18 +1079,18 @@ fn check_generations(
         if gens.len() > 1 {
             problems.push(format!("{server}: generations {gens:?} registered at once"));
         }
-        if let Some(&whole) = expected.get(server) {
-            if count != whole {
-                problems.push(format!(
-                    "{server}: {count} tools registered, the whole catalog has {whole}"
-                ));
-            }
+        if let Some(&whole) = expected.get(server)
+            && count != whole
+        {
+            problems.push(format!(
+                "{server}: {count} tools registered, the whole catalog has {whole}"
+            ));
         }
     }
-    if !problems.is_empty() {
-        if let Ok(mut o) = observed.lock() {
-            o.generation_problems.extend(problems);
-        }
+    if !problems.is_empty()
+        && let Ok(mut o) = observed.lock()
+    {
+        o.generation_problems.extend(problems);
     }
 }
 
@@ -1113,18 +1113,18 @@ fn check_budget(events: &[(Instant, RuntimeEvent)], policy: &ReconnectPolicy) ->
             pending
                 .entry(s.server.clone())
                 .or_insert((*at, attempt, s.connection_generation));
-        } else if let Some((since, attempt, gen)) = pending.get(&s.server).cloned() {
-            if s.connection_generation > gen {
-                let waited = at.duration_since(since);
-                let want = policy.delay_for_attempt(attempt);
-                if waited + Duration::from_millis(2) < want {
-                    problems.push(format!(
-                        "{}: attempt {attempt} started after {waited:?}, schedule says {want:?}",
-                        s.server
-                    ));
-                }
-                pending.remove(&s.server);
+        } else if let Some((since, attempt, conn_gen)) = pending.get(&s.server).cloned()
+            && s.connection_generation > conn_gen
+        {
+            let waited = at.duration_since(since);
+            let want = policy.delay_for_attempt(attempt);
+            if waited + Duration::from_millis(2) < want {
+                problems.push(format!(
+                    "{}: attempt {attempt} started after {waited:?}, schedule says {want:?}",
+                    s.server
+                ));
             }
+            pending.remove(&s.server);
         }
         if s.state == ServerState::Exhausted && s.consecutive_failures <= policy.max_attempts {
             problems.push(format!(

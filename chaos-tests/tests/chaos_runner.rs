@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use mcpvisor_chaos::chaos::{run_scenario, scenarios, Invariant, RunOptions, Scenario, Verdict};
+use mcpvisor_chaos::chaos::{Invariant, RunOptions, Scenario, Verdict, run_scenario, scenarios};
 
 fn scenario(name: &str) -> Scenario {
     scenarios(42).into_iter().find(|s| s.name == name).unwrap()

@@ -71,11 +71,10 @@ fn command(cwd: &Path) -> tokio::process::Command {
 }
 
 async fn run(cwd: &Path, args: &[&str]) -> Output {
-    let out = tokio::time::timeout(RUN_LIMIT, command(cwd).args(args).output())
+    tokio::time::timeout(RUN_LIMIT, command(cwd).args(args).output())
         .await
         .expect("mcpvisor finished in time")
-        .unwrap();
-    out
+        .unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -272,10 +271,12 @@ async fn status_watch_streams_json_until_sigterm_then_reaps_the_server_and_exits
         .find(|v| v.get("shutdown").is_some())
         .unwrap_or_else(|| panic!("no shutdown line in {rest:?}"));
     assert_eq!(shutdown["shutdown"]["unconfirmed"], serde_json::json!([]));
-    assert!(shutdown["shutdown"]["processes_reaped"]
-        .as_array()
-        .unwrap()
-        .contains(&Value::from(server_pid)));
+    assert!(
+        shutdown["shutdown"]["processes_reaped"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(server_pid))
+    );
     assert!(
         wait_gone(server_pid, Duration::from_secs(2)).await,
         "fault-server {server_pid} outlived mcpvisor"
@@ -443,9 +444,11 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     assert_eq!(v["outcome"], "ok");
     let notes = v["notes"].to_string();
     assert!(notes.contains("not approved"), "{v}");
-    assert!(std::fs::read_to_string(&log)
-        .unwrap()
-        .contains("tools/call"));
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("tools/call")
+    );
     let _ = std::fs::remove_file(log);
 }
 

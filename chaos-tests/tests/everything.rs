@@ -77,7 +77,9 @@ async fn wait_all_tools(runtime: &Runtime, events: &mut broadcast::Receiver<Runt
     .await;
     if let Err(last) = found {
         let names: Vec<String> = runtime.tools(&G).iter().map(|t| t.name.clone()).collect();
-        panic!("not ready with {TOOL_COUNT} tools within {CATALOG_WAIT:?}: {last:#?}\ntools: {names:?}");
+        panic!(
+            "not ready with {TOOL_COUNT} tools within {CATALOG_WAIT:?}: {last:#?}\ntools: {names:?}"
+        );
     }
 }
 
@@ -134,11 +136,13 @@ async fn everything_over_stdio_handshakes_lists_13_tools_and_answers_calls() {
     let status = runtime.status().remove(0);
     assert_eq!(status.protocol_version.as_deref(), Some("2025-11-25"));
     assert_eq!(status.transport, "stdio");
-    assert!(status
-        .server_info
-        .as_deref()
-        .unwrap_or("")
-        .contains("everything"));
+    assert!(
+        status
+            .server_info
+            .as_deref()
+            .unwrap_or("")
+            .contains("everything")
+    );
     let pid = status.pid.unwrap();
     common_calls(&runtime).await;
 
@@ -445,11 +449,13 @@ async fn everything_results_project_every_block_type_and_admit_real_images() {
     )
     .await;
     assert_eq!(structured.kind, OutcomeKind::Ok, "{structured:?}");
-    assert!(structured
-        .canonical
-        .unwrap()
-        .get("structuredContent")
-        .is_some());
+    assert!(
+        structured
+            .canonical
+            .unwrap()
+            .get("structuredContent")
+            .is_some()
+    );
 
     // An embedded blob resource (gzip of a data: URI, no network) → placeholder.
     let gz = call(

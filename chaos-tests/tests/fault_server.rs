@@ -14,8 +14,8 @@ use mcpvisor::{
     ServerConfig, ServerState, ServerStatus,
 };
 use mcpvisor_chaos::{
-    alive, descendants_of, fault_server_path, next_event, process_alive, shutdown_checked,
-    unique_temp_path, wait_catalog_ready, wait_for_status, ShutdownCheck,
+    ShutdownCheck, alive, descendants_of, fault_server_path, next_event, process_alive,
+    shutdown_checked, unique_temp_path, wait_catalog_ready, wait_for_status,
 };
 use serde_json::json;
 use tokio::sync::broadcast;
@@ -171,8 +171,8 @@ async fn a_server_crashing_at_start_reports_exit_status_and_stderr_then_exhausts
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exhausting_the_budget_removes_the_tools_of_a_server_that_was_ready_until_an_explicit_restart(
-) {
+async fn exhausting_the_budget_removes_the_tools_of_a_server_that_was_ready_until_an_explicit_restart()
+ {
     // RECO-4: budget exhausted → tools removed, state exhausted; only an explicit
     // restart starts it again (with a fresh budget).
     let marker = unique_temp_path("crash-marker");
@@ -286,10 +286,12 @@ async fn a_hanging_call_times_out_and_the_server_stays_usable() {
     let outcome = call(&runtime, "mcp__hangs__hang", json!({})).await;
     assert_eq!(outcome.kind, OutcomeKind::Timeout, "{outcome:?}");
     assert!(started.elapsed() >= Duration::from_millis(300));
-    assert!(outcome
-        .error
-        .unwrap_or_default()
-        .contains("side effects unknown"));
+    assert!(
+        outcome
+            .error
+            .unwrap_or_default()
+            .contains("side effects unknown")
+    );
     let echo = call(
         &runtime,
         "mcp__hangs__echo",
@@ -486,10 +488,11 @@ async fn a_call_lost_in_flight_reached_the_server_once_and_is_never_retried() {
     assert_eq!(first.kind, OutcomeKind::Ok);
     let lost = call(&runtime, "mcp__once__echo", json!({"message": "lost-call"})).await;
     assert_eq!(lost.kind, OutcomeKind::TransportLostDuringCall, "{lost:?}");
-    assert!(lost
-        .error
-        .unwrap_or_default()
-        .contains("exited with status 4"));
+    assert!(
+        lost.error
+            .unwrap_or_default()
+            .contains("exited with status 4")
+    );
     ready(&runtime, &mut events, &G, "once", up.connection_generation).await;
     let after = call(&runtime, "mcp__once__echo", json!({"message": "after"})).await;
     assert_eq!(after.kind, OutcomeKind::Ok);
@@ -543,10 +546,12 @@ async fn a_tool_added_at_run_time_arrives_through_list_changed_as_a_new_generati
     // SYNC-8: every definition carries its generation; callers see the change.
     let (runtime, mut events, ready) = start_ready("grows", &[]).await;
     let before = ready.generation;
-    assert!(runtime
-        .tools(&G)
-        .iter()
-        .all(|t| t.name != "mcp__grows__dyn_0"));
+    assert!(
+        runtime
+            .tools(&G)
+            .iter()
+            .all(|t| t.name != "mcp__grows__dyn_0")
+    );
     let outcome = call(&runtime, "mcp__grows__add_tool", json!({})).await;
     assert_eq!(outcome.projection, "added dyn_0");
     let changed = next_event(&mut events, READY, |e| {

@@ -15,7 +15,7 @@ use mcpvisor::{
     RuntimeEvent, Scope, ServerConfig, StopState, StopVerdict, ToolGuard, TrustMode,
 };
 use mcpvisor_chaos::{fault_server_path, process_alive, shutdown_checked, unique_temp_path};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const G: Scope = Scope::Global;
 
@@ -469,11 +469,13 @@ async fn hook8_dispose_aborts_and_reaps_detached_runs_and_events_form_triples() 
     let dir = temp_dir("hook8");
     // The hook reports its pid through a FIFO: reading it waits for the hook.
     let fifo = dir.join("pid");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
     let file = write_hooks(&dir, "cc.json", one("SessionStart", None, &command));
     let rt = runtime_with(Some(file), None, &dir).await;
@@ -751,10 +753,11 @@ async fn hook12_strict_hooks_run_only_approved_commands() {
     let out = p.echo().await;
     assert!(out.is_ok(), "an unapproved hook does not run");
     assert!(!dir.join("ran").exists());
-    assert!(out
-        .notes
-        .iter()
-        .any(|n| n.contains(&hash) && n.contains("not approved")));
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.contains(&hash) && n.contains("not approved"))
+    );
     p.done().await;
     let p = pipeline(
         Some(one("PreToolUse", None, &mark)),
@@ -845,11 +848,13 @@ async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
 async fn hook3_cancelling_a_call_kills_its_running_hook_and_the_server_never_sees_it() {
     let dir = temp_dir("cancel");
     let fifo = dir.join("pid");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
     let p = pipeline(
         Some(one("PreToolUse", None, &command)),
@@ -1088,11 +1093,13 @@ async fn conformance_rows_through_real_shells_in_both_dialects() {
 async fn hook3_a_call_given_up_by_its_caller_kills_its_running_hook() {
     let dir = temp_dir("dropped");
     let fifo = dir.join("pid");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
     let p = pipeline(
         Some(one("PreToolUse", None, &command)),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use mcpvisor::{Runtime, Scope, ServerConfig, ServerState};

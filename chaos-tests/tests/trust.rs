@@ -165,10 +165,11 @@ async fn grants_follow_the_answers_per_chat_and_always() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust7_routes_without_tool_support_are_offered_no_tools() {
     let (rt, _log) = runtime(TrustMode::Always, None).await;
-    assert!(rt
-        .tools_for_route(&G, true)
-        .iter()
-        .any(|t| t.name == "mcp__srv__echo"));
+    assert!(
+        rt.tools_for_route(&G, true)
+            .iter()
+            .any(|t| t.name == "mcp__srv__echo")
+    );
     assert!(rt.tools_for_route(&G, false).is_empty());
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }

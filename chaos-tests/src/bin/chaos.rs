@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use mcpvisor_chaos::chaos::{
-    rss_kib, run_scenario, scenarios, RunOptions, ScenarioReport, Verdict,
+    RunOptions, ScenarioReport, Verdict, rss_kib, run_scenario, scenarios,
 };
 use serde_json::json;
 
@@ -144,7 +144,11 @@ async fn main() -> std::process::ExitCode {
                 "note: rerun with `cargo run -p mcpvisor-chaos --bin chaos -- --seed {} --scenario {}{}`",
                 r.seed,
                 r.name,
-                if args.break_close_barrier { " --break-close-barrier" } else { "" }
+                if args.break_close_barrier {
+                    " --break-close-barrier"
+                } else {
+                    ""
+                }
             );
         }
     }

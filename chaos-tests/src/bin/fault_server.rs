@@ -29,7 +29,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Fault-injecting MCP server for mcpvisor's integration tests.
 #[derive(Parser, Debug, Clone)]
@@ -370,10 +370,10 @@ impl ServerHandler for FaultServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.log_request("tools/list", &ctx, None);
-        if self.listed.fetch_add(1, Ordering::SeqCst) == 0 {
-            if let Some(msg) = &self.args.stderr_then_exit {
-                die(3, Some(msg));
-            }
+        if self.listed.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(msg) = &self.args.stderr_then_exit
+        {
+            die(3, Some(msg));
         }
         let all = self.all_tools();
         let start = match req.and_then(|r| r.cursor) {
@@ -559,7 +559,7 @@ impl ServerHandler for FaultServer {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other}"),
                     None,
-                ))
+                ));
             }
         };
         Ok(result.into())
@@ -659,10 +659,10 @@ async fn http_fault_layer(
                 )],
                 "unauthorized",
             )
-                .into_response()
+                .into_response();
         }
         HttpFault::ServerError if is_call => {
-            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response()
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response();
         }
         // Once: the session is forgotten, as if the server restarted.
         HttpFault::SessionLoss(after) if is_call && has_session && n == after + 1 => {
@@ -729,16 +729,16 @@ fn main() -> std::process::ExitCode {
     if let Some(code) = args.crash_at_start {
         die(code, Some("fatal: boom at start"));
     }
-    if let Some(marker) = &args.crash_at_start_if_exists {
-        if marker.exists() {
-            die(
-                6,
-                Some(&format!(
-                    "fatal: boom at start ({} exists)",
-                    marker.display()
-                )),
-            );
-        }
+    if let Some(marker) = &args.crash_at_start_if_exists
+        && marker.exists()
+    {
+        die(
+            6,
+            Some(&format!(
+                "fatal: boom at start ({} exists)",
+                marker.display()
+            )),
+        );
     }
     if let Some(name) = &args.print_env {
         eprintln!("env {name}={}", std::env::var(name).unwrap_or_default());
