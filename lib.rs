@@ -85,9 +85,9 @@
 
 pub mod actors;
 pub mod messages;
+pub mod runtime;
 pub mod supervisors;
 
-pub use actors::attachments::FileAttachmentStore;
 pub use messages::call::{
     Annotations, CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition,
     ToolOutcome,
@@ -100,16 +100,18 @@ pub use messages::config::{
     OversizedInstructions, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
     TrustMode, parse_config, parse_config_file,
 };
-pub use messages::hook_codec::{HookInput, HookSession};
-pub use messages::hook_config::HookEvent;
+pub use messages::hooks::codec::{HookInput, HookSession};
+pub use messages::hooks::config::HookEvent;
+pub use messages::hooks::engine::{
+    HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
+};
 pub use messages::hooks::{Dialect, HookOutcome, Merged};
 pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
 pub use messages::projection::ProjectionPart;
 pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 pub use messages::trust::{Approval, Secret, validate_endpoint};
-pub use supervisors::hooks::{
-    HookEngine, HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
-};
-pub use supervisors::runtime::{Runtime, RuntimeBuilder, RuntimeError};
-pub use supervisors::trust::{ApprovalRequest, Approver};
+pub use runtime::hooks::HookEngine;
+pub use runtime::policies::trust::{ApprovalRequest, Approver};
+pub use runtime::stores::attachments::FileAttachmentStore;
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 pub use tokio_util::sync::CancellationToken;

@@ -532,9 +532,9 @@ fn start_close(state: &mut ConnectionState) {
 async fn resolve_secrets(
     server: &str,
     wanted: &std::collections::BTreeMap<String, String>,
-    store: Option<&dyn crate::actors::secrets::SecretStore>,
+    store: Option<&dyn crate::runtime::stores::secrets::SecretStore>,
 ) -> Result<Vec<(String, crate::messages::trust::Secret)>, String> {
-    let env_store = crate::actors::secrets::EnvSecretStore;
+    let env_store = crate::runtime::stores::secrets::EnvSecretStore;
     let store = store.unwrap_or(&env_store);
     let mut out = Vec::with_capacity(wanted.len());
     for (target, secret_name) in wanted {

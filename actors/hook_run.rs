@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::stdio::signal_group;
-use crate::messages::hook_codec::RawRun;
+use crate::messages::hooks::codec::RawRun;
 
 /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
 pub const OUTPUT_CAP: usize = 256 * 1024;

@@ -5,8 +5,6 @@ pub mod call;
 pub mod capabilities;
 pub mod catalog;
 pub mod config;
-pub mod hook_codec;
-pub mod hook_config;
 pub mod hooks;
 pub mod images;
 pub mod naming;

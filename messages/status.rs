@@ -246,7 +246,7 @@ pub struct HookRunInfo {
     /// `claude` or `codex`.
     pub dialect: super::hooks::Dialect,
     /// The extension point.
-    pub point: super::hook_config::HookEvent,
+    pub point: super::hooks::config::HookEvent,
     /// The command as configured.
     pub command: String,
     /// Its hash (HOOK-12).

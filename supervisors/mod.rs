@@ -1,10 +1,8 @@
-//! OTP-style supervision on ractor, the supervision tree, and the `Runtime` facade.
+//! Supervision only: the OTP vocabulary on ractor and the supervisors of the
+//! tree (root, scope, server, hook runs).
 
 pub mod hooks;
-pub mod results;
 pub mod root;
-pub mod runtime;
 pub mod scope;
 pub mod server;
 pub mod spec;
-pub mod trust;

@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::hook_config::HookEvent;
-use super::hooks::{Dialect, HookOutcome};
+use super::config::HookEvent;
+use super::{Dialect, HookOutcome};
 
 /// What every payload shares: the session the hook runs for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

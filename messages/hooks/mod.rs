@@ -1,8 +1,12 @@
 //! The dialect-neutral hook core (HOOK-1, HOOK-2, HOOK-6): matchers of both
 //! dialects, neutral outcomes, and the deterministic merge. Pure.
 //!
-//! Events and the hooks file are in `hook_config`, the dialects' payloads and
-//! outcome parsers in `hook_codec`; running hooks is `supervisors::hooks`.
+//! Events and the hooks file are in [`config`], the dialects' payloads and
+//! outcome parsers in [`codec`]; running hooks is `runtime::hooks`.
+
+pub mod codec;
+pub mod config;
+pub mod engine;
 
 use serde::Serialize;
 

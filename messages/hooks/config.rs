@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::hooks::{Dialect, Matcher};
+use super::{Dialect, Matcher};
 
 /// The default hook timeout (HOOK-3): 600000 ms.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -120,7 +120,7 @@ pub struct HookSet {
 
 /// The hex SHA-256 of a hook command: what `--strict-hooks` approves (HOOK-12).
 pub fn command_hash(command: &str) -> String {
-    super::naming::hex(&Sha256::digest(command.as_bytes()))
+    crate::messages::naming::hex(&Sha256::digest(command.as_bytes()))
 }
 
 impl HookSet {

@@ -1,0 +1,204 @@
+//! `RuntimeBuilder`: what a runtime is started with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use ractor::Actor;
+use tokio::sync::broadcast;
+
+use crate::messages::call::CallPolicy;
+use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
+use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::supervisors::root::{RootArgs, RootSupervisor};
+
+use super::{DEFAULT_SHUTDOWN_DEADLINE, Inner, Runtime, RuntimeError};
+
+/// Builds a [`Runtime`].
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    servers: Vec<(Scope, ServerConfig)>,
+    policies: Vec<Arc<dyn CallPolicy>>,
+    handlers: ClientHandlers,
+    attachments: Option<Arc<dyn AttachmentStore>>,
+    limits: ResultLimits,
+    event_log: Option<std::path::PathBuf>,
+    approver: Option<Arc<dyn crate::runtime::policies::trust::Approver>>,
+    hooks: crate::messages::hooks::engine::HookSettings,
+    approval_timeout: Option<Duration>,
+    skip_close_barrier: bool,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("servers", &self.servers)
+            .field("policies", &self.policies.len())
+            .finish()
+    }
+}
+
+impl RuntimeBuilder {
+    /// Register a server in a scope at start.
+    pub fn server(mut self, scope: Scope, config: ServerConfig) -> Self {
+        self.servers.push((scope, config));
+        self
+    }
+
+    /// Append a policy to the chain every call passes through (CALL-1).
+    pub fn policy(mut self, policy: Arc<dyn CallPolicy>) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// How long the approver may take before the answer is Don't Allow
+    /// (TRUST-5; default 300 s).
+    pub fn approval_timeout(mut self, limit: Duration) -> Self {
+        self.approval_timeout = Some(limit);
+        self
+    }
+
+    /// Command hooks of either or both dialects (HOOK-4): the files are read
+    /// once, in `start`. PreToolUse / PostToolUse run for every call, right
+    /// after the trust gate; the other events are `Runtime::hooks`.
+    pub fn hooks(mut self, settings: crate::messages::hooks::engine::HookSettings) -> Self {
+        self.hooks = settings;
+        self
+    }
+
+    /// Append a native typed guard (HOOK-5) to the policy chain: unlike a
+    /// command hook, its error or panic denies the call.
+    pub fn guard(mut self, guard: Arc<dyn crate::messages::hooks::engine::ToolGuard>) -> Self {
+        self.policies
+            .push(Arc::new(crate::runtime::policies::hooks::GuardPolicy(
+                guard,
+            )));
+        self
+    }
+
+    /// Where admitted images and spilled results are saved (CALL-7, CALL-8).
+    /// Without a store, images are projected as placeholders.
+    pub fn attachments(mut self, store: Arc<dyn AttachmentStore>) -> Self {
+        self.attachments = Some(store);
+        self
+    }
+
+    /// The approver asked when a server's trust is `ask` and the chat has no
+    /// grant (TRUST-5). Without one, `ask` is Don't Allow.
+    pub fn approver(
+        mut self,
+        approver: Arc<dyn crate::runtime::policies::trust::Approver>,
+    ) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Append every runtime event as one JSON line to `path` (OBS-2): server
+    /// states, catalog generations, calls and every model-visible text.
+    pub fn event_log(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.event_log = Some(path.into());
+        self
+    }
+
+    /// Byte limits of projections and canonical values (LOOP-3, CALL-8).
+    pub fn result_limits(mut self, limits: ResultLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Where `env_secrets` and `header_secrets` values come from (TRUST-2).
+    /// Without one, a secret name is read as an environment variable name.
+    pub fn secrets(mut self, store: Arc<dyn crate::runtime::stores::secrets::SecretStore>) -> Self {
+        self.handlers.secrets = Some(store);
+        self
+    }
+
+    /// Opt in to elicitation (CONN-11): the capability is declared in
+    /// `initialize` and server requests go to `handler`. Without it they get -32601.
+    pub fn elicitation(mut self, handler: Arc<dyn ElicitationHandler>) -> Self {
+        self.handlers.elicitation = Some(handler);
+        self
+    }
+
+    /// Test-only: let a replacement connection start before the previous one
+    /// confirmed its close. Exists so the chaos runner can show that its
+    /// `no_overlap` invariant detects a broken close barrier.
+    #[cfg(feature = "chaos")]
+    pub fn skip_close_barrier_for_chaos(mut self) -> Self {
+        self.skip_close_barrier = true;
+        self
+    }
+
+    /// Start the tree and every configured server. Servers with
+    /// `fail_on_startup_error` are awaited; if one fails, everything is shut
+    /// down again and its error returned (CONN-12).
+    pub async fn start(self) -> Result<Runtime, RuntimeError> {
+        let (events, _) = broadcast::channel(4096);
+        let approval_timeout = self
+            .approval_timeout
+            .unwrap_or(crate::runtime::policies::trust::DEFAULT_APPROVAL_TIMEOUT);
+        let trust_gate: Arc<dyn CallPolicy> =
+            Arc::new(crate::runtime::policies::trust::TrustGate::new(
+                self.approver.clone(),
+                approval_timeout,
+                events.clone(),
+            ));
+        let event_log = match &self.event_log {
+            Some(path) => Some(
+                crate::actors::event_log::EventLogHandle::start(path.clone(), &events)
+                    .await
+                    .map_err(RuntimeError::Unavailable)?,
+            ),
+            None => None,
+        };
+        let hooks = Arc::new(
+            crate::runtime::hooks::HookEngine::start(self.hooks, events.clone())
+                .await
+                .map_err(RuntimeError::Unavailable)?,
+        );
+        let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
+            .has(crate::messages::hooks::config::HookEvent::PreToolUse)
+            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUse))
+        .then(|| {
+            Arc::new(crate::runtime::policies::hooks::HooksPolicy {
+                engine: hooks.clone(),
+                approver: self.approver.clone(),
+                approval_timeout,
+            }) as Arc<dyn CallPolicy>
+        });
+        let args = RootArgs {
+            events: events.clone(),
+            skip_close_barrier: self.skip_close_barrier,
+            handlers: self.handlers,
+        };
+        let (root, task) = Actor::spawn(None, RootSupervisor, args)
+            .await
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        let runtime = Runtime {
+            inner: Arc::new(Inner {
+                root,
+                root_task: Mutex::new(Some(task)),
+                scopes: RwLock::new(HashMap::new()),
+                events,
+                call_ids: std::sync::atomic::AtomicU64::new(1),
+                off: std::sync::atomic::AtomicBool::new(false),
+                servers_off: Mutex::default(),
+                trust_gate,
+                hooks,
+                hooks_policy,
+                event_log,
+                policies: self.policies,
+                attachments: self.attachments,
+                limits: self.limits,
+            }),
+        };
+        for (scope, config) in self.servers {
+            if let Err(e) = runtime.add_server(scope, config).await {
+                runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;
+                return Err(e);
+            }
+        }
+        Ok(runtime)
+    }
+}

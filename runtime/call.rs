@@ -1,0 +1,511 @@
+//! The call pipeline (CALL-1..8, design.md "The call path"): everything a
+//! tool call does, in the caller's task, with no actor hop for a ready server.
+//!
+//! ```text
+//! Runtime::call            call id, CallStarted / CallFinished events (only when listened)
+//! └ call_inner             resolve the public name in the scope's snapshot,
+//!   │                      normalise the arguments, expected generation, taskSupport
+//!   └ execute              the policy chain: trust gate → hook bridges → guards
+//!     │                    → installed policies (policies/); re-resolve after it;
+//!     │                    wake an idle-stopped server (the one actor hop, RECO-6)
+//!     ├ send_call          tools/call with the server's timeout and the caller's
+//!     │                    cancellation; a lost transport waits for its cause (CONN-8)
+//!     │ └ judge_result     the result half (results.rs): validate, classify,
+//!     │                    admit images, budget, spill (CALL-3/6/7/8)
+//!     └ after_policies     PostToolUse hooks, then the installed policies' after half
+//! ```
+//!
+//! The shared resource tools take the same chain and leave it for
+//! `resources.rs` instead of `send_call`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::ServiceError;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use super::results::{ResultContext, judge_result};
+use crate::actors::registry::ScopeSnapshot;
+use crate::messages::call::{
+    CallOptions, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
+};
+use crate::messages::config::Scope;
+use crate::messages::projection::{parts_to_text, project_parts};
+use crate::messages::resources::ResourceOp;
+use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::status::{RuntimeEvent, ServerState};
+
+use super::resources::entry_timeout;
+use super::{CAUSE_WAIT, Runtime};
+
+impl Runtime {
+    /// Call a tool by public name (CALL-1..6). Exactly one outcome per call.
+    pub async fn call(
+        &self,
+        scope: &Scope,
+        name: &str,
+        arguments: Option<Value>,
+        options: CallOptions,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let call_id = self
+            .inner
+            .call_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Events cost a clone of the projection: build them only for listeners.
+        let listened = self.inner.events.receiver_count() > 0;
+        if listened {
+            let _ = self.inner.events.send(RuntimeEvent::CallStarted {
+                scope: scope.clone(),
+                tool: name.to_owned(),
+                call_id,
+            });
+        }
+        let outcome = self
+            .call_inner(scope, name, arguments, options, call_id)
+            .await;
+        if listened {
+            let _ = self.inner.events.send(RuntimeEvent::CallFinished {
+                scope: scope.clone(),
+                tool: name.to_owned(),
+                call_id,
+                outcome: outcome.kind.name(),
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                projection: outcome.projection.clone(),
+            });
+        }
+        outcome
+    }
+
+    async fn call_inner(
+        &self,
+        scope: &Scope,
+        name: &str,
+        arguments: Option<Value>,
+        options: CallOptions,
+        call_id: u64,
+    ) -> ToolOutcome {
+        let unknown = || {
+            ToolOutcome::failure(
+                OutcomeKind::UnknownTool,
+                format!("no tool named \"{name}\" in scope {scope}"),
+            )
+        };
+        let Some(snap) = self.snapshot(scope) else {
+            return unknown();
+        };
+        let resource_op =
+            ResourceOp::from_tool_name(name).filter(|_| snap.resource_tool(name).is_some());
+        let found = match resource_op {
+            Some(_) => snap.resource_tool(name).cloned(),
+            None => snap.resolve(name).map(|(_, d)| d.clone()),
+        };
+        let Some(def) = found else {
+            return unknown();
+        };
+        let arguments = match arguments {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(other) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    format!("arguments must be a JSON object, got {}", json_kind(&other)),
+                )
+                .for_tool(&def);
+            }
+        };
+        if let Some(expected) = options.expected_generation
+            && expected != def.generation
+        {
+            return ToolOutcome::failure(
+                OutcomeKind::StaleGeneration,
+                format!(
+                    "expected catalog generation {expected}, current is {}",
+                    def.generation
+                ),
+            )
+            .for_tool(&def);
+        }
+        if def.task_support_required {
+            return ToolOutcome::failure(
+                OutcomeKind::TaskSupportRequired,
+                format!(
+                    "tool \"{}\" requires task-based execution, which mcpvisor does not implement",
+                    def.raw_name
+                ),
+            )
+            .for_tool(&def);
+        }
+        let trust = snap
+            .servers
+            .get(&def.server)
+            .map(|e| {
+                e.config
+                    .tool_trust
+                    .get(&def.raw_name)
+                    .copied()
+                    .unwrap_or(e.config.trust)
+            })
+            .unwrap_or_default();
+        let mut call = PolicyCall {
+            scope: scope.clone(),
+            tool: def.clone(),
+            arguments,
+            chat: options.chat.clone(),
+            trust,
+            call_id,
+            cancel: options.cancel.clone().unwrap_or_default(),
+            annotations: Default::default(),
+        };
+        let annotations = call.annotations.clone();
+        let mut outcome = self
+            .execute(scope, name, &mut call, snap, def, resource_op, &options)
+            .await;
+        if let Ok(mut a) = annotations.lock() {
+            outcome.annotate(std::mem::take(&mut *a));
+        }
+        outcome
+    }
+
+    /// The policy chain and the call itself (CALL-1): trust, the hook bridges,
+    /// the installed policies, the call, then the after half.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        scope: &Scope,
+        name: &str,
+        call: &mut PolicyCall,
+        mut snap: Arc<ScopeSnapshot>,
+        mut def: Arc<ToolDefinition>,
+        resource_op: Option<ResourceOp>,
+        options: &CallOptions,
+    ) -> ToolOutcome {
+        let unknown = || {
+            ToolOutcome::failure(
+                OutcomeKind::UnknownTool,
+                format!("no tool named \"{name}\" in scope {scope}"),
+            )
+        };
+        let chain = std::iter::once(&self.inner.trust_gate)
+            .chain(self.inner.hooks_policy.iter())
+            .chain(self.inner.policies.iter());
+        for policy in chain {
+            match policy.before(call).await {
+                PolicyVerdict::Proceed => {}
+                PolicyVerdict::ProceedWith(args) => call.arguments = args,
+                // A refusal caused by the caller cancelling (while the
+                // approver was asked) is the caller's cancellation.
+                PolicyVerdict::Deny { .. } if call.cancel.is_cancelled() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::Cancelled,
+                        "the call was cancelled before it was sent",
+                    )
+                    .for_tool(&def);
+                }
+                PolicyVerdict::Deny { kind, reason } => {
+                    return ToolOutcome::failure(kind, reason).for_tool(&def);
+                }
+            }
+        }
+        // Cancelled while a policy waited (an approver, a hook): the server
+        // never sees the call.
+        if call.cancel.is_cancelled() {
+            return ToolOutcome::failure(
+                OutcomeKind::Cancelled,
+                "the call was cancelled before it was sent",
+            )
+            .for_tool(&def);
+        }
+        if let Some(op) = resource_op {
+            let outcome = self
+                .resource_call(&snap, op, &call.arguments, entry_timeout(&snap))
+                .await
+                .for_tool(&def);
+            return self.after_policies(call, outcome).await;
+        }
+        // The chain may have waited (an approver, a hook): resolve against
+        // the current snapshot, not the one the call started with.
+        if let Some(s) = self.snapshot(scope) {
+            snap = s;
+            match snap.resolve(name) {
+                Some((_, d)) => def = d.clone(),
+                None => return unknown(),
+            }
+        }
+        // Wake an idle-stopped server (RECO-6).
+        let idle = snap
+            .servers
+            .get(&def.server)
+            .filter(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped)
+            .map(|e| (e.supervisor.clone(), e.config.startup_timeout));
+        if let Some((supervisor, startup_timeout)) = idle {
+            let limit = startup_timeout + Duration::from_secs(1);
+            let woke = supervisor
+                .call(|reply| ServerSupervisorMsg::Wake { reply }, Some(limit))
+                .await;
+            let failed = match woke {
+                Ok(CallResult::Success(Ok(()))) => None,
+                Ok(CallResult::Success(Err(e))) => Some(e),
+                Ok(CallResult::Timeout) => Some("the server did not come back in time".into()),
+                Ok(CallResult::SenderError) | Err(_) => {
+                    Some("the server's supervisor is gone".into())
+                }
+            };
+            if let Some(why) = failed {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerNotReady,
+                    format!("server \"{}\": {why}", def.server),
+                )
+                .for_tool(&def);
+            }
+            if let Some(s) = self.snapshot(scope) {
+                snap = s;
+                if let Some((_, d)) = snap.resolve(name) {
+                    def = d.clone();
+                }
+            }
+        }
+        // Borrowed from the snapshot: no per-call copy of the entry.
+        let Some(entry) = snap.servers.get(&def.server) else {
+            return unknown();
+        };
+        let Some(live) = entry.live.clone() else {
+            let why = entry
+                .status
+                .error
+                .clone()
+                .unwrap_or_else(|| "not connected".into());
+            return ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\" is {}: {why}", def.server, entry.status.state),
+            )
+            .for_tool(&def);
+        };
+        let _activity = entry.activity.begin();
+        let outcome = self
+            .send_call(
+                scope,
+                &def,
+                &live,
+                call.arguments.clone(),
+                entry.config.tool_call_timeout,
+                options,
+            )
+            .await
+            .for_tool(&def);
+        if outcome.kind == OutcomeKind::ServerNotReady {
+            return outcome; // never sent: nothing for the after half to see
+        }
+        self.after_policies(call, outcome).await
+    }
+
+    /// The after half of the policy chain, and the post-policy change check (CALL-7).
+    async fn after_policies(&self, call: &PolicyCall, mut outcome: ToolOutcome) -> ToolOutcome {
+        // PostToolUse hooks first. They only add to or replace what the
+        // model sees, never the canonical value, so they need no change check.
+        if let Some(hooks) = &self.inner.hooks_policy {
+            hooks.after(call, &mut outcome).await;
+        }
+        if self.inner.policies.is_empty() {
+            return outcome; // nothing else can change the value: no copy
+        }
+        let prepared = outcome.canonical.clone();
+        for policy in &self.inner.policies {
+            policy.after(call, &mut outcome).await;
+        }
+        if outcome.canonical != prepared {
+            // CALL-7: a policy changed the value after the projection was
+            // prepared; the prepared projection no longer matches. Project the
+            // new value again (images as placeholders: the admitted ones belonged
+            // to the old value) instead of silently keeping either.
+            reproject(&mut outcome);
+        }
+        outcome
+    }
+
+    async fn send_call(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        live: &crate::actors::registry::LiveConn,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+        options: &CallOptions,
+    ) -> ToolOutcome {
+        let params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle = match live
+            .peer
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => {
+                return self
+                    .lost(scope, def, live.conn_gen, e.to_string(), false)
+                    .await;
+            }
+        };
+        let cancel = options.cancel.clone().unwrap_or_default();
+        #[allow(clippy::large_enum_variant)] // a local, moved once
+        enum Ended {
+            Response(
+                Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
+            ),
+            Timeout,
+            Cancelled,
+        }
+        let ended = tokio::select! {
+            r = &mut handle.rx => Ended::Response(r),
+            _ = tokio::time::sleep(timeout) => Ended::Timeout,
+            _ = cancel.cancelled() => Ended::Cancelled,
+        };
+        let response = match ended {
+            Ended::Response(Ok(r)) => r,
+            Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
+            Ended::Timeout => {
+                let _ = handle.cancel(Some("tool call timed out".into())).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Timeout,
+                    format!(
+                        "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
+                        timeout.as_millis()
+                    ),
+                );
+            }
+            Ended::Cancelled => {
+                let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Cancelled,
+                    "cancelled by the caller; the server was told to cancel; side effects unknown",
+                );
+            }
+        };
+        let canonical = match response {
+            Ok(ServerResult::CallToolResult(r)) => match serde_json::to_value(&r) {
+                Ok(v) => v,
+                Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
+            },
+            Ok(ServerResult::CustomResult(v)) => v.0,
+            Ok(_) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidResult,
+                    "the server answered tools/call with another result type",
+                );
+            }
+            Err(ServiceError::McpError(e)) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerError,
+                    format!(
+                        "the server answered with JSON-RPC error {}: {}",
+                        e.code.0, e.message
+                    ),
+                );
+            }
+            Err(ServiceError::TransportClosed) => {
+                return self
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        "the transport closed".into(),
+                        true,
+                    )
+                    .await;
+            }
+            Err(e) if live.peer.is_transport_closed() => {
+                return self
+                    .lost(scope, def, live.conn_gen, e.to_string(), true)
+                    .await;
+            }
+            // The transport is still up (e.g. HTTP 500 on this one request): no
+            // connection-level cause to wait for.
+            Err(e) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::TransportLostDuringCall,
+                    format!("the request failed in transport, side effects unknown: {e}"),
+                );
+            }
+        };
+        let ctx = ResultContext {
+            def,
+            images: options.images,
+            store: self.inner.attachments.as_ref(),
+            limits: self.inner.limits,
+        };
+        judge_result(&ctx, canonical).await
+    }
+
+    /// The connection was lost (or a send failed): wait briefly for the
+    /// connection's real cause so the outcome names it (CONN-8).
+    async fn lost(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        conn_gen: u64,
+        fallback: String,
+        in_flight: bool,
+    ) -> ToolOutcome {
+        let mut cause = fallback;
+        if let Some(h) = self.cached_scope(scope) {
+            let mut rx = h.snapshot.clone();
+            let server = def.server.clone();
+            let waited = tokio::time::timeout(CAUSE_WAIT, async move {
+                loop {
+                    let found = rx.borrow_and_update().servers.get(&server).and_then(|e| {
+                        let moved_on = e.live.as_ref().map(|l| l.conn_gen) != Some(conn_gen);
+                        (moved_on && e.status.error.is_some())
+                            .then(|| e.status.error.clone())
+                            .flatten()
+                    });
+                    if found.is_some() || rx.changed().await.is_err() {
+                        return found;
+                    }
+                }
+            })
+            .await;
+            if let Ok(Some(real)) = waited {
+                cause = real;
+            }
+        }
+        if in_flight {
+            ToolOutcome::failure(
+                OutcomeKind::TransportLostDuringCall,
+                format!("connection lost during the call, side effects unknown: {cause}"),
+            )
+        } else {
+            ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\": {cause}", def.server),
+            )
+        }
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn reproject(outcome: &mut ToolOutcome) {
+    let Some(value) = &outcome.canonical else {
+        return;
+    };
+    let mut parts = project_parts(value, &std::collections::BTreeMap::new());
+    parts.push(crate::messages::projection::ProjectionPart::Text {
+        text: "[note: a policy changed this result after it was projected; it was projected again]"
+            .into(),
+    });
+    outcome.projection = parts_to_text(&parts);
+    outcome.parts = parts;
+    outcome.images.clear();
+}

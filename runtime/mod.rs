@@ -1,0 +1,531 @@
+//! `Runtime`: the embedded API facade over the supervision tree.
+//!
+//! Lifecycle requests (add a server, restart, shut down) are messages to the
+//! supervisors. Calls are not: a call resolves its tool in the scope's
+//! published snapshot and runs the policy chain and the request in the
+//! caller's task (design.md, "The call path"), so it never queues behind an
+//! actor's mailbox.
+//!
+//! The module's rooms: this file is the handle and its lifecycle API
+//! (servers, switches, status, shutdown); `builder.rs` starts a runtime;
+//! `call.rs` is the call pipeline and `results.rs` its result half;
+//! `resources.rs` the shared resource tools; `policies/` the stages of the
+//! policy chain (trust gate, hook bridges, guards); `hooks.rs` the hook
+//! engine; `stores/` the adapters behind the attachment and secret ports.
+
+mod builder;
+pub use builder::RuntimeBuilder;
+mod call;
+pub mod hooks;
+pub mod policies;
+mod resources;
+pub mod results;
+pub mod stores;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::actors::registry::ScopeSnapshot;
+use crate::messages::call::{CallPolicy, ToolDefinition};
+use crate::messages::config::{Scope, ServerConfig};
+use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+use crate::supervisors::root::{RootMsg, ScopeHandle};
+use crate::supervisors::scope::ScopeMsg;
+
+/// Default deadline of [`Runtime::shutdown`].
+pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a lost call waits for the connection's real cause (CONN-8).
+const CAUSE_WAIT: Duration = Duration::from_secs(3);
+
+/// Errors of the runtime's lifecycle API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// A configuration problem.
+    #[error(transparent)]
+    Config(#[from] crate::messages::config::ConfigError),
+    /// A server could not be added or did not come up (CONN-12).
+    #[error("server \"{server}\": {message}")]
+    Server {
+        /// The server.
+        server: String,
+        /// What happened, with the stderr tail when there is one.
+        message: String,
+    },
+    /// The runtime's actors could not be reached (it was shut down).
+    #[error("runtime unavailable: {0}")]
+    Unavailable(String),
+}
+
+struct Inner {
+    /// Turned off at run time (TRUST-1).
+    off: std::sync::atomic::AtomicBool,
+    /// Servers turned off one by one (TRUST-1), kept off by a global on.
+    servers_off: Mutex<std::collections::HashSet<(Scope, String)>>,
+    trust_gate: Arc<dyn CallPolicy>,
+    hooks: Arc<self::hooks::HookEngine>,
+    /// PreToolUse / PostToolUse, when any such hook is registered.
+    hooks_policy: Option<Arc<dyn CallPolicy>>,
+    call_ids: std::sync::atomic::AtomicU64,
+    event_log: Option<crate::actors::event_log::EventLogHandle>,
+    attachments: Option<Arc<dyn AttachmentStore>>,
+    limits: ResultLimits,
+    root: ActorRef<RootMsg>,
+    root_task: Mutex<Option<JoinHandle<()>>>,
+    scopes: RwLock<HashMap<Scope, ScopeHandle>>,
+    events: broadcast::Sender<RuntimeEvent>,
+    policies: Vec<Arc<dyn CallPolicy>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Without an explicit shutdown, stopping the root kills the tree; every
+        // process handle SIGKILLs its group on drop, and the reapers reap.
+        // Running hooks see the cancellation and kill their groups.
+        self.hooks.cancel_all();
+        self.root.stop(None);
+    }
+}
+
+/// The embedded runtime. Cheap to clone; all clones share one tree.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A builder.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    async fn scope_handle(&self, scope: &Scope) -> Result<ScopeHandle, RuntimeError> {
+        if let Some(h) = self.cached_scope(scope) {
+            return Ok(h);
+        }
+        let scope2 = scope.clone();
+        let h = match self
+            .inner
+            .root
+            .call(
+                |reply| RootMsg::Scope {
+                    scope: scope2,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(Ok(h))) => h,
+            Ok(CallResult::Success(Err(e))) => return Err(RuntimeError::Unavailable(e)),
+            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
+            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
+        };
+        if let Ok(mut map) = self.inner.scopes.write() {
+            map.insert(scope.clone(), h.clone());
+        }
+        Ok(h)
+    }
+
+    fn cached_scope(&self, scope: &Scope) -> Option<ScopeHandle> {
+        self.inner
+            .scopes
+            .read()
+            .ok()
+            .and_then(|m| m.get(scope).cloned())
+    }
+
+    fn snapshot(&self, scope: &Scope) -> Option<Arc<ScopeSnapshot>> {
+        self.cached_scope(scope)
+            .map(|h| h.snapshot.borrow().clone())
+    }
+
+    /// Add and start a server in a scope (CONN-4) and return its server_name
+    /// (derived from `display_name` when the name is empty, SYNC-2). With
+    /// `fail_on_startup_error` this waits for the first connection and returns
+    /// its error (CONN-12).
+    pub async fn add_server(
+        &self,
+        scope: Scope,
+        config: ServerConfig,
+    ) -> Result<String, RuntimeError> {
+        config.validate()?;
+        if self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RuntimeError::Server {
+                server: config.server_name.clone(),
+                message: "the runtime is turned off (TRUST-1): turn it on before adding servers"
+                    .into(),
+            });
+        }
+        let requested = config
+            .display_name
+            .clone()
+            .filter(|_| config.server_name.is_empty())
+            .unwrap_or_else(|| config.server_name.clone());
+        let strict = config.fail_on_startup_error && config.enabled;
+        let wait = config.startup_timeout + Duration::from_secs(2);
+        let handle = self.scope_handle(&scope).await?;
+        let added = handle
+            .actor
+            .call(
+                |reply| ScopeMsg::AddServer {
+                    config: Box::new(config),
+                    reply,
+                },
+                None,
+            )
+            .await;
+        let name = match added {
+            Ok(CallResult::Success(Ok(name))) => name,
+            Ok(CallResult::Success(Err(message))) => {
+                return Err(RuntimeError::Server {
+                    server: requested,
+                    message,
+                });
+            }
+            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
+            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
+        };
+        if strict {
+            self.wait_outcome(&scope, &name, wait, Wait::FirstAttempt)
+                .await?;
+        }
+        Ok(name)
+    }
+
+    /// Wait until the server is ready, up to `limit` (CONN-12's `first_ready`).
+    /// Reconnect attempts in between are waited through; `failed` and
+    /// `exhausted` end the wait with the server's error.
+    pub async fn wait_ready(
+        &self,
+        scope: &Scope,
+        server: &str,
+        limit: Duration,
+    ) -> Result<ServerStatus, RuntimeError> {
+        self.wait_outcome(scope, server, limit, Wait::Ready).await
+    }
+
+    /// Wait until `server`'s state settles as `wait` asks: `Ready` waits through
+    /// reconnects; `FirstAttempt` ends at the first failure, and also fails a
+    /// server that came up with a rejected or conflicting catalog (strict
+    /// initial mode, CONN-12 / SYNC-4).
+    async fn wait_outcome(
+        &self,
+        scope: &Scope,
+        server: &str,
+        limit: Duration,
+        wait: Wait,
+    ) -> Result<ServerStatus, RuntimeError> {
+        let handle = self.scope_handle(scope).await?;
+        let mut rx = handle.snapshot.clone();
+        let waited = tokio::time::timeout(limit, async {
+            loop {
+                let verdict = rx.borrow_and_update().servers.get(server).and_then(|e| {
+                    let s = &e.status;
+                    match s.state {
+                        ServerState::Ready if e.live.is_some() => match wait {
+                            Wait::FirstAttempt if s.error.is_some() => Some(Err(s.clone())),
+                            _ => Some(Ok(s.clone())),
+                        },
+                        ServerState::Failed | ServerState::Exhausted => Some(Err(s.clone())),
+                        _ if wait == Wait::FirstAttempt && s.consecutive_failures > 0 => {
+                            Some(Err(s.clone()))
+                        }
+                        _ => None,
+                    }
+                });
+                if let Some(v) = verdict {
+                    return v;
+                }
+                if rx.changed().await.is_err() {
+                    return Err(initial_unknown(scope, server));
+                }
+            }
+        })
+        .await;
+        let err = |message: String| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        };
+        match waited {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(s)) => Err(err(s.error.unwrap_or_else(|| s.state.to_string()))),
+            Err(_) => Err(err(format!("not ready within {} ms", limit.as_millis()))),
+        }
+    }
+
+    /// The global switch (TRUST-1). Off: every server is stopped quiescently
+    /// (the report says what was reaped), no process runs and no tool is
+    /// exposed until it is turned on again, which starts every enabled server
+    /// except those turned off one by one with `set_server_enabled`. Returns
+    /// the merged report of the stops.
+    pub async fn set_enabled(&self, enabled: bool) -> ShutdownReport {
+        self.inner
+            .off
+            .store(!enabled, std::sync::atomic::Ordering::SeqCst);
+        let handles: Vec<(Scope, ScopeHandle)> = self
+            .inner
+            .scopes
+            .read()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        // Servers switched off one by one stay off when the runtime comes on.
+        let kept_off = self
+            .inner
+            .servers_off
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default();
+        let supervisors: Vec<ActorRef<ServerSupervisorMsg>> = handles
+            .iter()
+            .flat_map(|(scope, h)| {
+                h.snapshot
+                    .borrow()
+                    .servers
+                    .iter()
+                    .filter(|(name, e)| {
+                        e.config.enabled
+                            && !(enabled && kept_off.contains(&(scope.clone(), (*name).clone())))
+                    })
+                    .map(|(_, e)| e.supervisor.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let waits = supervisors.iter().map(|s| switch(s, enabled));
+        let mut report = ShutdownReport::default();
+        for r in futures::future::join_all(waits).await {
+            match r {
+                Ok(r) => report.absorb(r),
+                Err(e) => report.unconfirmed.push(e),
+            }
+        }
+        report
+    }
+
+    /// Turn one server off (quiescently) or on again (TRUST-1). It stays off
+    /// across a global off and on; turning it on while the runtime is off
+    /// is refused.
+    pub async fn set_server_enabled(
+        &self,
+        scope: &Scope,
+        server: &str,
+        enabled: bool,
+    ) -> Result<ShutdownReport, RuntimeError> {
+        if enabled && self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RuntimeError::Server {
+                server: server.to_owned(),
+                message: "the runtime is turned off (TRUST-1): turn it on first".into(),
+            });
+        }
+        let entry = self.server_entry(scope, server)?;
+        if let Ok(mut off) = self.inner.servers_off.lock() {
+            let key = (scope.clone(), server.to_owned());
+            if enabled {
+                off.remove(&key);
+            } else {
+                off.insert(key);
+            }
+        }
+        switch(&entry.supervisor, enabled)
+            .await
+            .map_err(RuntimeError::Unavailable)
+    }
+
+    /// A server's entry in its scope's snapshot.
+    fn server_entry(
+        &self,
+        scope: &Scope,
+        server: &str,
+    ) -> Result<crate::actors::registry::ServerEntry, RuntimeError> {
+        self.snapshot(scope)
+            .and_then(|s| s.servers.get(server).cloned())
+            .ok_or_else(|| RuntimeError::Server {
+                server: server.to_owned(),
+                message: format!("no such server in scope {scope}"),
+            })
+    }
+
+    /// Restart a server explicitly: resets its budget (RECO-4).
+    pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
+        let entry = self.server_entry(scope, server)?;
+        entry
+            .supervisor
+            .call(
+                |reply| ServerSupervisorMsg::Restart { reply },
+                Some(Duration::from_secs(5)),
+            )
+            .await
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+            .and_then(|r| match r {
+                CallResult::Success(()) => Ok(()),
+                other => Err(RuntimeError::Unavailable(format!(
+                    "restart not confirmed: {other:?}"
+                ))),
+            })
+    }
+
+    /// The tools of a scope, ordered by server (SYNC-8).
+    pub fn tools(&self, scope: &Scope) -> Vec<Arc<ToolDefinition>> {
+        self.snapshot(scope).map(|s| s.tools()).unwrap_or_default()
+    }
+
+    /// The tools to offer a model route (TRUST-7): the scope's tools when the
+    /// route supports tool calling, none otherwise, so the model answers
+    /// normally instead of being sent tools it cannot call.
+    pub fn tools_for_route(
+        &self,
+        scope: &Scope,
+        route_supports_tools: bool,
+    ) -> Vec<Arc<ToolDefinition>> {
+        if route_supports_tools {
+            self.tools(scope)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The attributed instructions of a scope's ready servers (RES-5).
+    pub fn instructions(&self, scope: &Scope) -> Vec<String> {
+        self.snapshot(scope)
+            .map(|s| {
+                s.servers
+                    .values()
+                    .filter_map(|e| e.instructions.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Status of every server in every scope (OBS-1).
+    pub fn status(&self) -> Vec<ServerStatus> {
+        let handles: Vec<ScopeHandle> = self
+            .inner
+            .scopes
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for h in handles {
+            let snap = h.snapshot.borrow().clone();
+            for e in snap.servers.values() {
+                let mut s = e.status.clone();
+                s.uptime_ms = e
+                    .up_since
+                    .filter(|_| e.live.is_some())
+                    .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX));
+                s.idle_stop_in_s = match (&e.live, e.config.idle_stop_after, e.activity.idle_for())
+                {
+                    (Some(_), Some(limit), Some(idle)) if s.transport != "streamable-http" => {
+                        Some(limit.saturating_sub(idle).as_secs())
+                    }
+                    _ => None,
+                };
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| (&a.scope, &a.server).cmp(&(&b.scope, &b.server)));
+        out
+    }
+
+    /// The hook engine: run the extension points the runtime does not run
+    /// itself (UserPromptSubmit, Stop, SessionStart, Subagent*), list hooks.
+    pub fn hooks(&self) -> Arc<self::hooks::HookEngine> {
+        self.inner.hooks.clone()
+    }
+
+    /// Subscribe to runtime events (OBS-2).
+    pub fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Shut everything down quiescently (RECO-7). Idempotent: a second call
+    /// returns an empty report.
+    pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        let started = Instant::now();
+        // The tree and the running hooks (HOOK-8) stop side by side.
+        let (stopped, hook_runs_aborted) = tokio::join!(
+            self.inner
+                .root
+                .call(|reply| RootMsg::Shutdown { reply }, Some(deadline)),
+            self.inner.hooks.dispose(deadline)
+        );
+        let mut report = match stopped {
+            Ok(CallResult::Success(r)) => r,
+            Ok(CallResult::Timeout) => ShutdownReport {
+                unconfirmed: vec![format!(
+                    "the shutdown did not finish within {} ms",
+                    deadline.as_millis()
+                )],
+                ..Default::default()
+            },
+            _ => ShutdownReport::default(),
+        };
+        report.hook_runs_aborted = hook_runs_aborted;
+        let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let left = deadline
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(100));
+            if tokio::time::timeout(left, task).await.is_err() {
+                report
+                    .unconfirmed
+                    .push("the root supervisor did not stop".into());
+                self.inner.root.kill();
+            }
+        }
+        if let Ok(mut m) = self.inner.scopes.write() {
+            m.clear();
+        }
+        report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Some(log) = &self.inner.event_log {
+            log.stop().await; // after the tree: the shutdown's own events are in the file
+        }
+        report
+    }
+}
+
+/// What [`Runtime::wait_outcome`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Ready,
+    FirstAttempt,
+}
+
+fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {
+    let mut s = ServerStatus::new(scope.clone(), server, "unknown", 0);
+    s.error = Some("the scope was shut down".into());
+    s
+}
+
+/// Project a changed canonical value again, text-only for images, and say so.
+/// `SetEnabled` to one server supervisor, within its shutdown deadline.
+async fn switch(
+    supervisor: &ActorRef<ServerSupervisorMsg>,
+    enabled: bool,
+) -> Result<ShutdownReport, String> {
+    let limit = Some(crate::supervisors::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
+    match supervisor
+        .call(
+            |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
+            limit,
+        )
+        .await
+    {
+        Ok(CallResult::Success(r)) => Ok(r),
+        Ok(_) | Err(_) => Err("a server supervisor did not answer".into()),
+    }
+}

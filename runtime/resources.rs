@@ -1,0 +1,148 @@
+//! The shared resource tools (RES-2..4, RES-6).
+
+use std::time::Duration;
+
+use rmcp::model::ClientRequest;
+use serde_json::{Map, Value};
+
+use crate::actors::registry::ScopeSnapshot;
+use crate::messages::call::{OutcomeKind, ToolOutcome};
+use crate::messages::images::apply_budget;
+use crate::messages::resources::{ResourceOp, render_resource_result};
+
+use super::Runtime;
+
+impl Runtime {
+    /// A shared resource tool (RES-2..4, RES-6): resolve the server in the
+    /// caller's scope (an invisible server gets the same error as an unknown
+    /// one), pass cursors and URIs through untouched, and show the model the
+    /// server name plus compact JSON with blobs replaced by their length.
+    pub(super) async fn resource_call(
+        &self,
+        snap: &ScopeSnapshot,
+        op: ResourceOp,
+        args: &Map<String, Value>,
+        timeout: Duration,
+    ) -> ToolOutcome {
+        let server = args.get("server").and_then(Value::as_str);
+        let cursor = args
+            .get("cursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let targets: Vec<&str> = match server {
+            Some(s) if snap.resource_providers.iter().any(|p| p == s) => vec![s],
+            Some(s) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    format!(
+                        "unknown resource server \"{s}\"; known: {}",
+                        snap.resource_providers.join(", ")
+                    ),
+                );
+            }
+            None if op == ResourceOp::Read => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidArguments,
+                    "\"server\" is required",
+                );
+            }
+            None => snap.resource_providers.iter().map(String::as_str).collect(),
+        };
+        let uri = args.get("uri").and_then(Value::as_str);
+        if op == ResourceOp::Read && uri.is_none() {
+            return ToolOutcome::failure(OutcomeKind::InvalidArguments, "\"uri\" is required");
+        }
+        let mut canonical = Map::new();
+        let mut shown = Vec::new();
+        for target in targets {
+            let Some(live) = snap.servers.get(target).and_then(|e| e.live.clone()) else {
+                continue;
+            };
+            let request = match op {
+                ResourceOp::List => ClientRequest::ListResourcesRequest(
+                    rmcp::model::ListResourcesRequest::with_param(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+                    ),
+                ),
+                ResourceOp::Templates => ClientRequest::ListResourceTemplatesRequest(
+                    rmcp::model::ListResourceTemplatesRequest::with_param(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+                    ),
+                ),
+                ResourceOp::Read => {
+                    ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
+                        rmcp::model::ReadResourceRequestParams::new(uri.unwrap_or_default()),
+                    ))
+                }
+            };
+            let value = match request_value(&live.peer, request, timeout).await {
+                Ok(v) => v,
+                Err(e) if server.is_some() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::ServerError,
+                        format!("server \"{target}\": {e}"),
+                    );
+                }
+                // Listing across servers: one failing server does not hide the others.
+                Err(e) => {
+                    shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
+                    continue;
+                }
+            };
+            shown.push(render_resource_result(target, &value));
+            canonical.insert(target.to_owned(), value);
+        }
+        let projection = if shown.is_empty() {
+            "No resource server answered.".to_owned()
+        } else {
+            shown.join("\n")
+        };
+        let (projection, cut_bytes) = apply_budget(
+            &projection,
+            self.inner.limits.max_result_bytes,
+            "a tool result",
+        );
+        ToolOutcome {
+            kind: OutcomeKind::Ok,
+            error: None,
+            parts: vec![crate::messages::projection::ProjectionPart::Text {
+                text: projection.clone(),
+            }],
+            projection,
+            images: Vec::new(),
+            cut_bytes,
+            canonical: Some(Value::Object(canonical)),
+            server: None,
+            raw_name: None,
+            generation: None,
+            notes: Vec::new(),
+            stop: None,
+        }
+    }
+}
+
+/// The longest request timeout of a snapshot's servers (resource requests).
+pub(super) fn entry_timeout(snap: &ScopeSnapshot) -> Duration {
+    snap.servers
+        .values()
+        .map(|e| e.config.request_timeout)
+        .max()
+        .unwrap_or(Duration::from_secs(15))
+}
+
+/// Send one request with a timeout and return its result as raw JSON.
+async fn request_value(
+    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    request: ClientRequest,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let handle = peer
+        .send_request_with_option(
+            request,
+            rmcp::service::PeerRequestOptions::with_timeout(timeout),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = handle.await_response().await.map_err(|e| e.to_string())?;
+    serde_json::to_value(&result).map_err(|e| e.to_string())
+}
