@@ -56,12 +56,24 @@
 //!
 //! # Layout
 //!
-//! - [`messages`]: config types, message enums, events, errors and the pure
-//!   rules on them (tool naming, catalog validation, result projection).
-//! - [`actors`]: one file per actor (connection, tool registry) with the
-//!   transport glue (stdio child processes, streamable HTTP) beside it.
-//! - [`supervisors`]: OTP vocabulary on ractor, the supervision tree, and the
-//!   [`Runtime`] facade.
+//! The modules are private; everything an embedder uses is re-exported at
+//! the crate root (below). Inside, the layers only point down:
+//! `messages` ← `actors` ← `supervisors` ← `runtime` ← the crate root ← `bin/`.
+//!
+//! - `messages/`: the vocabulary. Config types, protocol message enums,
+//!   events, errors, the ports (traits such as [`SecretStore`],
+//!   [`AttachmentStore`], [`Approver`], [`CallPolicy`], [`ToolGuard`]) and
+//!   the pure rules on them (naming, catalog validation, projection, hook
+//!   dialects). No I/O, no tasks.
+//! - `actors/`: one file per actor (connection, tool registry, hook run,
+//!   event log), with the transport glue (stdio child processes, streamable
+//!   HTTP) beside the actor that owns it.
+//! - `supervisors/`: supervision only. The OTP vocabulary on ractor and the
+//!   supervisors of the tree.
+//! - `runtime/`: the [`Runtime`] facade. Its lifecycle API, the builder, the
+//!   call pipeline (`call.rs`, with the result half in `results.rs`), the
+//!   resource tools, the policy chain's stages (`policies/`), the hook engine,
+//!   and the adapters behind the ports (`stores/`).
 //! - `bin/`: the reference binary `mcpvisor` (and the built-in demo server).
 //!
 //! # The supervision tree
@@ -80,38 +92,63 @@
 //! Calls do not pass through actors: a call resolves its tool in the scope's
 //! published snapshot and sends the request from the caller's task.
 
-#![warn(missing_docs, rust_2018_idioms)]
+#![warn(missing_docs, rust_2018_idioms, unnameable_types)]
 #![deny(unsafe_code)]
 
-pub mod actors;
-pub mod messages;
-pub mod runtime;
-pub mod supervisors;
+mod actors;
+mod messages;
+mod runtime;
+mod supervisors;
 
+// ===== The public surface =====
+//
+// Everything an embedder uses is re-exported here, grouped by topic; the
+// modules themselves are private, so actor refs, message enums and internal
+// fields are not API.
+
+// The runtime and its lifecycle.
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+
+// Configuration: validated types, and the TOML layer the binary reads.
+pub use messages::config::{
+    ConfigError, FileConfig, HttpConfig, OnDisconnect, OversizedInstructions, RawConfigFile,
+    RawEvents, RawHooks, RawReconnect, RawSecrets, RawServerConfig, ReconnectPolicy, Scope,
+    ServerConfig, StdioConfig, TransportConfig, parse_config, parse_config_file,
+};
+pub use messages::transport::{InProcessConnection, InProcessConnector};
+
+// Calls, outcomes and the policy chain.
 pub use messages::call::{
     Annotations, CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition,
     ToolOutcome,
 };
+pub use messages::projection::ProjectionPart;
+pub use tokio_util::sync::CancellationToken;
+
+// Results: limits, budgets, images and where they are saved.
+pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
+pub use runtime::stores::attachments::FileAttachmentStore;
+
+// Status and events.
+pub use messages::status::{HookRunInfo, RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+
+// Trust and secrets.
+pub use messages::approval::{ApprovalRequest, Approver};
+pub use messages::trust::{Approval, Secret, SecretStore, TrustMode, validate_endpoint};
+#[cfg(all(feature = "keyring", target_os = "linux"))]
+pub use runtime::stores::secrets::KeyringSecretStore;
+pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore};
+
+// Client capabilities a server may use (CONN-11).
 pub use messages::capabilities::{
     AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
 };
-pub use messages::config::{
-    ConfigError, FileConfig, HttpConfig, InProcessConnection, InProcessConnector, OnDisconnect,
-    OversizedInstructions, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
-    TrustMode, parse_config, parse_config_file,
-};
+
+// Hooks.
 pub use messages::hooks::codec::{HookInput, HookSession};
-pub use messages::hooks::config::HookEvent;
+pub use messages::hooks::config::{HookEvent, HookGroup, HookHandler, HookSet, command_hash};
 pub use messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };
-pub use messages::hooks::{Dialect, HookOutcome, Merged};
-pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
-pub use messages::projection::ProjectionPart;
-pub use messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
-pub use messages::trust::{Approval, Secret, validate_endpoint};
-pub use runtime::hooks::HookEngine;
-pub use runtime::policies::trust::{ApprovalRequest, Approver};
-pub use runtime::stores::attachments::FileAttachmentStore;
-pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
-pub use tokio_util::sync::CancellationToken;
+pub use messages::hooks::{Dialect, HookOutcome, Matcher, Merged};
+pub use runtime::hooks::{HookEngine, load_hook_file};

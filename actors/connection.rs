@@ -37,7 +37,7 @@ use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
 use crate::messages::config::{ServerConfig, TransportConfig};
-use crate::messages::server::{ConnInfo, ConnectionMsg, ServerSupervisorMsg};
+use crate::messages::server::{ConnInfo, ServerSupervisorMsg};
 
 /// Most `tools/list` pages accepted in one catalog (SYNC-3).
 pub const MAX_CATALOG_PAGES: usize = 1000;
@@ -231,6 +231,15 @@ pub struct ConnectionArgs {
     pub diag: Arc<Diagnostics>,
     /// Opt-in client capabilities (CONN-11).
     pub handlers: ClientHandlers,
+}
+
+/// Messages of the `Connection` actor: private self-messages, sent only by
+/// the actor's own tasks (the handshake, the transport watcher, the pinger).
+pub enum ConnectionMsg {
+    /// The handshake task finished.
+    Established(Result<Box<Established>, String>),
+    /// The transport ended, or liveness failed (CONN-14).
+    Lost(String),
 }
 
 /// What the handshake task hands the actor.
@@ -532,10 +541,17 @@ fn start_close(state: &mut ConnectionState) {
 async fn resolve_secrets(
     server: &str,
     wanted: &std::collections::BTreeMap<String, String>,
-    store: Option<&dyn crate::runtime::stores::secrets::SecretStore>,
+    store: Option<&dyn crate::messages::trust::SecretStore>,
 ) -> Result<Vec<(String, crate::messages::trust::Secret)>, String> {
-    let env_store = crate::runtime::stores::secrets::EnvSecretStore;
-    let store = store.unwrap_or(&env_store);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The runtime's builder always installs one (the environment by default).
+    let Some(store) = store else {
+        return Err(format!(
+            "server {server} needs secrets, but no secret store is installed"
+        ));
+    };
     let mut out = Vec::with_capacity(wanted.len());
     for (target, secret_name) in wanted {
         match store.get(secret_name).await {
@@ -588,7 +604,6 @@ where
             .as_ref()
             .map(|i| format!("{} {}", i.name, i.version)),
         instructions,
-        has_tools,
         has_resources: server.capabilities.resources.is_some(),
         pid,
     };

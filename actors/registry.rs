@@ -184,7 +184,7 @@ impl ScopeSnapshot {
             .filter(|(_, e)| {
                 e.live.is_some()
                     && e.status.resources
-                    && e.config.trust != crate::messages::config::TrustMode::Never
+                    && e.config.trust != crate::messages::trust::TrustMode::Never
             })
             .map(|(n, _)| n.clone())
             .collect();
@@ -252,11 +252,6 @@ pub enum RegistryMsg {
     Barrier {
         /// Answered with ().
         reply: RpcReplyPort<()>,
-    },
-    /// Remove a server entirely (shutdown).
-    Unregister {
-        /// Server.
-        server: String,
     },
 }
 
@@ -451,14 +446,6 @@ impl Actor for ToolRegistry {
                 }
                 RegistryMsg::Barrier { reply } => {
                     let _ = reply.send(());
-                }
-                RegistryMsg::Unregister { server } => {
-                    if st.current.servers.remove(&server).is_some() {
-                        if st.current.reindex() {
-                            st.emit_resource_tools();
-                        }
-                        st.publish();
-                    }
                 }
             }
             Ok(())

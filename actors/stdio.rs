@@ -378,11 +378,6 @@ pub struct ProcessHandle {
 }
 
 impl ProcessHandle {
-    /// The exit description once the child has been reaped.
-    pub fn exit_status(&self) -> Option<String> {
-        self.exit.borrow().clone()
-    }
-
     /// Wait up to `limit` for the child to be reaped, then up to 200 ms more for
     /// stderr to drain (so the error can quote what the server printed last, CONN-7).
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<String> {

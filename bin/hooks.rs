@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use mcpvisor::messages::hooks::config::HookEvent;
-use mcpvisor::runtime::hooks::load_hook_file;
+use mcpvisor::HookEvent;
+use mcpvisor::load_hook_file;
 use mcpvisor::{CancellationToken, Dialect, FileConfig, HookInput, HookSession, HookSettings};
 use serde_json::{Map, Value, json};
 

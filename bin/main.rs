@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use mcpvisor::runtime::stores::attachments::FileAttachmentStore;
+use mcpvisor::FileAttachmentStore;
 use mcpvisor::{
     CallOptions, FileConfig, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ServerStatus,
     ShutdownReport, parse_config,
@@ -308,16 +308,15 @@ fn builder_for(cfg: &FileConfig, strict_hooks: bool) -> anyhow::Result<mcpvisor:
         b = b.event_log(path.clone());
     }
     if let Some(path) = &cfg.secrets_file {
-        let store = mcpvisor::runtime::stores::secrets::FileSecretStore::open(path)
-            .map_err(anyhow::Error::msg)?;
+        let store = mcpvisor::FileSecretStore::open(path).map_err(anyhow::Error::msg)?;
         b = b.secrets(std::sync::Arc::new(store));
     }
     if let Some(service) = &cfg.secrets_keyring {
         #[cfg(all(feature = "keyring", target_os = "linux"))]
         {
-            b = b.secrets(std::sync::Arc::new(
-                mcpvisor::runtime::stores::secrets::KeyringSecretStore::new(service.clone()),
-            ));
+            b = b.secrets(std::sync::Arc::new(mcpvisor::KeyringSecretStore::new(
+                service.clone(),
+            )));
         }
         #[cfg(not(all(feature = "keyring", target_os = "linux")))]
         bail!(

@@ -221,7 +221,7 @@ pub struct PolicyCall {
     /// The chat, when given.
     pub chat: Option<String>,
     /// The server's configured trust mode (TRUST-4).
-    pub trust: super::config::TrustMode,
+    pub trust: super::trust::TrustMode,
     /// Per-runtime call id (as in `CallStarted`).
     pub call_id: u64,
     /// The call's cancellation, for policies that wait (hooks).

@@ -66,7 +66,7 @@ pub struct ClientHandlers {
     pub elicitation: Option<Arc<dyn ElicitationHandler>>,
     /// Where `env_secrets` / `header_secrets` values come from; the process
     /// environment when not set.
-    pub secrets: Option<Arc<dyn crate::runtime::stores::secrets::SecretStore>>,
+    pub secrets: Option<Arc<dyn crate::messages::trust::SecretStore>>,
 }
 
 impl fmt::Debug for ClientHandlers {

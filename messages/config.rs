@@ -8,12 +8,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::naming::validate_server_name;
+use super::transport::InProcessConnector;
+use super::trust::TrustMode;
 
 /// Default `tool_call_timeout_ms` (CONN-2).
 pub const DEFAULT_TOOL_CALL_TIMEOUT_MS: u64 = 60_000;
@@ -121,19 +122,6 @@ pub enum OversizedInstructions {
     Truncate,
 }
 
-/// Trust mode of a server (TRUST-4). Stored now; enforced by the trust gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TrustMode {
-    /// Ask the approver.
-    #[default]
-    Ask,
-    /// Always allowed.
-    Always,
-    /// Never allowed.
-    Never,
-}
-
 /// How a stdio server is started (CONN-3, CONN-5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StdioConfig {
@@ -202,34 +190,6 @@ impl TransportConfig {
             Self::StreamableHttp(_) => "streamable-http",
             Self::InProcess(_) => "in-process",
         }
-    }
-}
-
-/// One in-process connection: the client's end of a byte stream plus a future that
-/// resolves to `true` once the server side confirms it has fully closed (the
-/// in-process analogue of "the child was reaped", RECO-3).
-pub struct InProcessConnection {
-    /// The client's end of the stream.
-    pub stream: tokio::io::DuplexStream,
-    /// Resolves when the server side has closed; `true` = confirmed.
-    pub closed: futures::future::BoxFuture<'static, bool>,
-}
-
-impl fmt::Debug for InProcessConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InProcessConnection")
-    }
-}
-
-/// Factory of in-process connections; called once per connection attempt.
-#[derive(Clone)]
-pub struct InProcessConnector(
-    pub Arc<dyn Fn() -> Result<InProcessConnection, String> + Send + Sync>,
-);
-
-impl fmt::Debug for InProcessConnector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InProcessConnector")
     }
 }
 

@@ -1,6 +1,7 @@
 //! The vocabulary: configuration, messages, events, errors, and the pure rules
 //! on them. No I/O and no tasks live here.
 
+pub mod approval;
 pub mod call;
 pub mod capabilities;
 pub mod catalog;
@@ -13,4 +14,5 @@ pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod status;
+pub mod transport;
 pub mod trust;

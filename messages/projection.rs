@@ -232,7 +232,10 @@ pub fn parts_to_text(parts: &[ProjectionPart]) -> String {
 /// only, and `structuredContent` is present and not `null`, the projection is
 /// the compact JSON of `structuredContent`; when both have content, the
 /// content wins. With nothing model-visible at all, it is [`NO_CONTENT`].
-pub fn project(value: &Value) -> String {
+/// The rule as one string, for the tests; the pipeline projects to parts
+/// ([`project_parts`]) and joins them ([`parts_to_text`]).
+#[cfg(test)]
+fn project(value: &Value) -> String {
     let projected = value
         .get("content")
         .and_then(Value::as_array)

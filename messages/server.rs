@@ -18,8 +18,6 @@ pub struct ConnInfo {
     pub server_info: Option<String>,
     /// Attributed instructions text (RES-5), within the byte cap.
     pub instructions: Option<String>,
-    /// Whether the server declared the `tools` capability (SYNC-3).
-    pub has_tools: bool,
     /// Whether the server declared the `resources` capability (RES-1).
     pub has_resources: bool,
     /// Child pid (stdio).
@@ -98,12 +96,4 @@ pub enum ServerSupervisorMsg {
     },
     /// The shutdown's deadline.
     ShutdownDeadline,
-}
-
-/// Messages of the `Connection` actor.
-pub enum ConnectionMsg {
-    /// The handshake task finished.
-    Established(Result<Box<super::super::actors::connection::Established>, String>),
-    /// The transport ended, or liveness failed (CONN-14).
-    Lost(String),
 }

@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::config::TrustMode;
+use futures::future::BoxFuture;
+use serde::Deserialize;
 
 // ===== TRUST-3: one endpoint validator =====
 
@@ -138,6 +139,26 @@ pub enum Refusal {
     TimedOut(u64),
     /// The call was cancelled while the approver was asked.
     Cancelled,
+}
+
+/// Trust mode of a server (TRUST-4). Stored now; enforced by the trust gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustMode {
+    /// Ask the approver.
+    #[default]
+    Ask,
+    /// Always allowed.
+    Always,
+    /// Never allowed.
+    Never,
+}
+
+/// Supplies secret values by name.
+pub trait SecretStore: Send + Sync + 'static {
+    /// The value of `name`, or why it cannot be had (the message must not
+    /// contain a value).
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>>;
 }
 
 #[cfg(test)]

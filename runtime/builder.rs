@@ -24,7 +24,7 @@ pub struct RuntimeBuilder {
     attachments: Option<Arc<dyn AttachmentStore>>,
     limits: ResultLimits,
     event_log: Option<std::path::PathBuf>,
-    approver: Option<Arc<dyn crate::runtime::policies::trust::Approver>>,
+    approver: Option<Arc<dyn crate::messages::approval::Approver>>,
     hooks: crate::messages::hooks::engine::HookSettings,
     approval_timeout: Option<Duration>,
     skip_close_barrier: bool,
@@ -86,10 +86,7 @@ impl RuntimeBuilder {
 
     /// The approver asked when a server's trust is `ask` and the chat has no
     /// grant (TRUST-5). Without one, `ask` is Don't Allow.
-    pub fn approver(
-        mut self,
-        approver: Arc<dyn crate::runtime::policies::trust::Approver>,
-    ) -> Self {
+    pub fn approver(mut self, approver: Arc<dyn crate::messages::approval::Approver>) -> Self {
         self.approver = Some(approver);
         self
     }
@@ -109,7 +106,7 @@ impl RuntimeBuilder {
 
     /// Where `env_secrets` and `header_secrets` values come from (TRUST-2).
     /// Without one, a secret name is read as an environment variable name.
-    pub fn secrets(mut self, store: Arc<dyn crate::runtime::stores::secrets::SecretStore>) -> Self {
+    pub fn secrets(mut self, store: Arc<dyn crate::messages::trust::SecretStore>) -> Self {
         self.handlers.secrets = Some(store);
         self
     }
@@ -167,11 +164,19 @@ impl RuntimeBuilder {
                 approval_timeout,
             }) as Arc<dyn CallPolicy>
         });
-        let args = RootArgs {
-            events: events.clone(),
-            skip_close_barrier: self.skip_close_barrier,
-            handlers: self.handlers,
-        };
+        let args =
+            RootArgs {
+                events: events.clone(),
+                skip_close_barrier: self.skip_close_barrier,
+                handlers: ClientHandlers {
+                    // Without a store of the embedder's, secret names are
+                    // environment variable names (TRUST-2).
+                    secrets: Some(self.handlers.secrets.unwrap_or_else(|| {
+                        Arc::new(crate::runtime::stores::secrets::EnvSecretStore)
+                    })),
+                    ..self.handlers
+                },
+            };
         let (root, task) = Actor::spawn(None, RootSupervisor, args)
             .await
             .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;

@@ -74,6 +74,13 @@ pub fn load_hook_file(dialect: Dialect, path: &Path) -> HookSet {
     })
 }
 
+/// The process's working directory, as payloads show it.
+fn process_cwd() -> String {
+    std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
 /// Counts a running hook process for as long as it lives.
 struct Running<'a>(&'a AtomicUsize);
 
@@ -95,6 +102,9 @@ impl HookEngine {
         mut settings: HookSettings,
         events: broadcast::Sender<RuntimeEvent>,
     ) -> Result<Self, String> {
+        if settings.session.cwd.is_empty() {
+            settings.session.cwd = process_cwd();
+        }
         let mut sets = Vec::new();
         for (dialect, path) in [
             (Dialect::Claude, settings.claude.clone()),
@@ -171,6 +181,16 @@ impl HookEngine {
         cancel: &CancellationToken,
         detached: bool,
     ) -> HookReport {
+        let filled;
+        let session = if session.cwd.is_empty() {
+            filled = HookSession {
+                cwd: self.settings.session.cwd.clone(),
+                ..session.clone()
+            };
+            &filled
+        } else {
+            session
+        };
         let event = input.event();
         let mut jobs = Vec::new();
         for set in self

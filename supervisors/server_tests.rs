@@ -21,9 +21,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::messages::config::{
-    InProcessConnection, InProcessConnector, ReconnectPolicy, TransportConfig,
-};
+use crate::messages::config::{ReconnectPolicy, TransportConfig};
+use crate::messages::transport::{InProcessConnection, InProcessConnector};
 use crate::{
     CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ServerStatus,
 };

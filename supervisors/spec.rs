@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// When a child is restarted (OTP `restart()`).
+#[allow(dead_code)] // the full OTP vocabulary; the tree uses Transient today
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
     /// Always restarted.
@@ -31,6 +32,7 @@ impl Restart {
     }
 }
 
+#[allow(dead_code)] // the full OTP vocabulary; the tree uses Timeout today
 /// How a child is stopped (OTP `shutdown()`): `Timeout(t)` = `stop_and_wait`
 /// for `t`, then kill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,7 @@ pub enum Shutdown {
 }
 
 /// OTP's default worker shutdown: "5000" ms.
+#[allow(dead_code)] // used by the tests and the child-spec core
 pub const DEFAULT_WORKER_SHUTDOWN: Shutdown = Shutdown::Timeout(Duration::from_millis(5000));
 
 /// Stop one child as its shutdown spec says: `BrutalKill` kills at once;

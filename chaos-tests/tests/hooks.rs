@@ -741,7 +741,7 @@ async fn pipeline_post_tool_feedback_appends_for_claude_and_replaces_for_codex()
 async fn hook12_strict_hooks_run_only_approved_commands() {
     let dir = temp_dir("strict");
     let mark = format!("touch {}/ran; exit 2", dir.display());
-    let hash = mcpvisor::messages::hooks::config::command_hash(&mark);
+    let hash = mcpvisor::command_hash(&mark);
     let p = pipeline(
         Some(one("PreToolUse", None, &mark)),
         None,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpvisor::runtime::stores::secrets::FileSecretStore;
+use mcpvisor::FileSecretStore;
 use mcpvisor::{Runtime, Scope, Secret, ServerConfig, StdioConfig, TransportConfig};
 use mcpvisor_chaos::{
     ensure_mcpvisor_built, fault_server_path, shutdown_checked, unique_temp_path,

@@ -14,7 +14,8 @@ use super::{Dialect, HookOutcome};
 pub struct HookSession {
     /// `session_id`.
     pub session_id: String,
-    /// `cwd`, also the hook's working directory.
+    /// `cwd`, also the hook's working directory. Empty means the runtime's
+    /// working directory when its hook engine started.
     pub cwd: String,
     /// The embedder's transcript path; Claude Code sends `""` and Codex `null` without one.
     pub transcript_path: Option<String>,
@@ -30,9 +31,9 @@ impl Default for HookSession {
     fn default() -> Self {
         Self {
             session_id: String::new(),
-            cwd: std::env::current_dir()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            // Empty: the hook engine fills in the runtime's working
+            // directory (the vocabulary reads no process state).
+            cwd: String::new(),
             transcript_path: None,
             permission_mode: "default".into(),
             model: String::new(),

@@ -9,7 +9,8 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::trust::{Approver, ask_user};
+use super::trust::ask_user;
+use crate::messages::approval::Approver;
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
 use crate::messages::hooks::codec::{HookInput, HookSession};
 use crate::messages::hooks::config::HookEvent;

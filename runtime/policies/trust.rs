@@ -7,51 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::messages::approval::{ApprovalRequest, Approver};
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict};
-use crate::messages::config::{Scope, TrustMode};
+use crate::messages::config::Scope;
 use crate::messages::status::RuntimeEvent;
-use crate::messages::trust::{Approval, Refusal, TrustDecision, decide, refusal_text};
-
-/// What the approver is asked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ApprovalRequest {
-    /// The scope of the call.
-    pub scope: Scope,
-    /// The chat, when the caller named one.
-    pub chat: Option<String>,
-    /// The server.
-    pub server: String,
-    /// Public tool name.
-    pub tool: String,
-    /// Tool title or description, for the prompt.
-    pub summary: Option<String>,
-    /// The arguments that would be sent.
-    pub arguments: serde_json::Value,
-    /// Why a PreToolUse hook asks (HOOK-6), when it is a hook that asks.
-    pub reason: Option<String>,
-}
-
-impl ApprovalRequest {
-    /// The request for `call`; `reason` is a hook's, when a hook asks.
-    pub(crate) fn for_call(call: &PolicyCall, reason: Option<String>) -> Self {
-        Self {
-            scope: call.scope.clone(),
-            chat: call.chat.clone(),
-            server: call.tool.server.clone(),
-            tool: call.tool.name.clone(),
-            summary: call
-                .tool
-                .title
-                .clone()
-                .or_else(|| call.tool.description.clone()),
-            arguments: serde_json::Value::Object(call.arguments.clone()),
-            reason,
-        }
-    }
-}
+use crate::messages::trust::{Approval, Refusal, TrustDecision, TrustMode, decide, refusal_text};
 
 /// How long an approver may take before the answer is Don't Allow (TRUST-5).
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -75,13 +37,6 @@ pub(crate) async fn ask_user(
         }
         _ = call.cancel.cancelled() => Err(Refusal::Cancelled),
     }
-}
-
-/// Asks the user (TRUST-5). The reference binary implements an interactive
-/// terminal prompt; with no approver every `ask` is Don't Allow.
-pub trait Approver: Send + Sync + 'static {
-    /// Ask once.
-    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval>;
 }
 
 /// The gate: per-chat grants and `always` given at run time, in memory.

@@ -15,14 +15,7 @@ use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 
-use crate::messages::trust::Secret;
-
-/// Supplies secret values by name.
-pub trait SecretStore: Send + Sync + 'static {
-    /// The value of `name`, or why it cannot be had (the message must not
-    /// contain a value).
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>>;
-}
+use crate::messages::trust::{Secret, SecretStore};
 
 /// Secret name = environment variable name of this process.
 #[derive(Debug, Clone, Copy, Default)]
