@@ -9,7 +9,6 @@
 //! reap in `post_stop`.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::stdio::signal_group;
+use super::process::ProcessGroup;
 use crate::messages::hooks::codec::RawRun;
 
 /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
@@ -134,16 +133,6 @@ impl Actor for HookRun {
     }
 }
 
-struct KillGroupOnDrop(Option<u32>);
-
-impl Drop for KillGroupOnDrop {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
-}
-
 async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> String {
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 8192];
@@ -189,41 +178,26 @@ async fn run(spec: HookCommand, cancel: CancellationToken, disposed: Cancellatio
         };
     }
     let mut cmd = shell_command(&spec.shell, &spec.command);
-    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(cwd) = spec.cwd.as_ref().filter(|c| c.is_dir()) {
         cmd.current_dir(cwd);
     }
-    let failed = |why: String| RawRun {
-        failed_to_run: Some(why),
-        timeout_ms,
-        ..RawRun::default()
+    // The group is SIGKILLed if this task is dropped mid-run (the process is
+    // exiting); the reaper still reaps the leader.
+    let (mut group, pipes) = match ProcessGroup::spawn(&mut cmd) {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            return RawRun {
+                failed_to_run: Some(format!("could not start the shell: {e}")),
+                timeout_ms,
+                ..RawRun::default()
+            };
+        }
     };
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return failed(format!("could not start the shell: {e}")),
-    };
-    let Some(pgid) = child.id() else {
-        return failed("the hook exited before its pid was read".into());
-    };
-    // If this task is dropped mid-run (the process is exiting), the group
-    // still dies; disarmed once the leader is reaped, when the id may be reused.
-    let mut group = KillGroupOnDrop(Some(pgid));
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        signal_group(pgid, libc::SIGKILL);
-        let _ = child.wait().await;
-        group.0 = None;
-        return failed("the hook's pipes are missing".into());
-    };
-    let out = tokio::spawn(read_capped(stdout));
-    let err = tokio::spawn(read_capped(stderr));
+    let out = tokio::spawn(read_capped(pipes.stdout));
+    let err = tokio::spawn(read_capped(pipes.stderr));
     let payload = spec.stdin;
+    let mut stdin = pipes.stdin;
     // A hook that does not read stdin closes it early: that is not a failure.
     let writer = tokio::spawn(async move {
         let _ = stdin.write_all(&payload[..]).await;
@@ -233,21 +207,20 @@ async fn run(spec: HookCommand, cancel: CancellationToken, disposed: Cancellatio
         timeout_ms,
         ..RawRun::default()
     };
-    let status = tokio::select! {
-        s = child.wait() => s.ok(),
+    let exit = tokio::select! {
+        e = group.wait(None) => e,
         _ = tokio::time::sleep(spec.timeout) => { raw.timed_out = true; None }
         _ = cancel.cancelled() => { raw.cancelled = true; None }
         _ = disposed.cancelled() => { raw.cancelled = true; None }
     };
     // Every path: kill what is left of the group, then reap the leader.
-    signal_group(pgid, libc::SIGKILL);
-    let status = match status {
-        Some(s) => Some(s),
-        None => child.wait().await.ok(),
+    group.signal(libc::SIGKILL);
+    let exit = match exit {
+        Some(e) => Some(e),
+        None => group.kill_and_reap().await,
     };
-    group.0 = None;
     if !raw.timed_out && !raw.cancelled {
-        raw.exit_code = status.and_then(|s| s.code());
+        raw.exit_code = exit.and_then(|e| e.code());
     }
     writer.abort();
     // The group is dead, so the pipes close; a process that left the group

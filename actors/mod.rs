@@ -4,5 +4,6 @@ pub mod connection;
 pub mod event_log;
 pub mod hook_run;
 pub mod http;
+pub mod process;
 pub mod registry;
 pub mod stdio;

@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::watch;
 
+use super::process::{CloseGraces, ProcessGroup};
 use crate::messages::config::StdioConfig;
 
 /// Longest stdout line accepted (CONN-6).
@@ -31,9 +31,11 @@ pub const ENV_ALLOWLIST: [&str; 10] = [
 /// How long the close sequence waits after closing stdin, after SIGTERM and after
 /// SIGKILL (CONN-8). With the 0.5 s service close, the worst case (4.5 s) fits
 /// inside the 5 s close barrier (RECO-3).
-const GRACE_AFTER_STDIN: Duration = Duration::from_secs(1);
-const GRACE_AFTER_TERM: Duration = Duration::from_millis(1500);
-const GRACE_AFTER_KILL: Duration = Duration::from_millis(1500);
+const CLOSE_GRACES: CloseGraces = CloseGraces {
+    after_stdin: Duration::from_secs(1),
+    after_term: Duration::from_millis(1500),
+    after_kill: Duration::from_millis(1500),
+};
 
 // ===== Diagnostics =====
 
@@ -288,32 +290,16 @@ pub fn spawn(
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let exe = resolve_executable(&cfg.command, path, home.as_deref())?;
     let mut cmd = tokio::process::Command::new(&exe);
-    cmd.args(&cfg.args)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.args(&cfg.args).env_clear().envs(env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = cmd
-        .spawn()
+    let (group, pipes) = ProcessGroup::spawn(&mut cmd)
         .map_err(|e| format!("could not start {}: {e}", exe.display()))?;
-    let pid = child
-        .id()
-        .ok_or_else(|| "child exited before its pid was read".to_owned())?;
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err("child stdio pipes missing".into());
-    };
     let (stderr_done_tx, stderr_done) = watch::channel(false);
     let d = diag.clone();
     tokio::spawn(async move {
-        let mut stderr = stderr;
+        let mut stderr = pipes.stderr;
         let mut buf = vec![0u8; 4096];
         loop {
             match stderr.read(&mut buf).await {
@@ -323,113 +309,55 @@ pub fn spawn(
         }
         let _ = stderr_done_tx.send(true);
     });
-    let (exit_tx, exit) = watch::channel(None);
-    tokio::spawn(async move {
-        let status = match child.wait().await {
-            Ok(s) => describe_status(s),
-            Err(e) => format!("could not be waited for: {e}"),
-        };
-        let _ = exit_tx.send(Some(status));
-    });
     Ok(SpawnedChild {
-        transport: StdioTransport::new(stdin, stdout, diag),
+        transport: StdioTransport::new(pipes.stdin, pipes.stdout, diag),
         process: ProcessHandle {
-            pid,
-            exit,
+            pid: group.pid(),
+            group,
             stderr_done,
-            reaped: false,
         },
     })
 }
 
-/// Send `sig` to the process group `pgid` (a child spawned with
-/// `process_group(0)`: its pid). ESRCH (the group is gone) is ignored.
-pub(crate) fn signal_group(pgid: u32, sig: i32) {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return;
-    };
-    // SAFETY: killpg has no memory-safety preconditions; ESRCH is ignored.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::killpg(pgid, sig);
-    }
-}
-
-fn describe_status(s: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("was killed by signal {sig}"),
-        (None, None) => "exited".into(),
-    }
-}
-
 // ===== The process handle =====
 
-/// Owns the close sequence of one child process group. Dropping it without a
-/// confirmed close SIGKILLs the group (the reaper task still reaps the leader).
+/// The server's process group (see `actors::process`) and its stderr
+/// reader: closing it runs the close sequence; dropping it without a
+/// confirmed close SIGKILLs the group.
 #[derive(Debug)]
 pub struct ProcessHandle {
     /// The child's pid, also its process group id.
     pub pid: u32,
-    exit: watch::Receiver<Option<String>>,
+    group: ProcessGroup,
     stderr_done: watch::Receiver<bool>,
-    reaped: bool,
 }
 
 impl ProcessHandle {
     /// Wait up to `limit` for the child to be reaped, then up to 200 ms more for
     /// stderr to drain (so the error can quote what the server printed last, CONN-7).
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<String> {
-        let waited = tokio::time::timeout(limit, async {
-            self.exit
-                .wait_for(Option::is_some)
-                .await
-                .map(|v| v.clone())
-                .ok()
-                .flatten()
-        })
-        .await;
-        let status = waited.ok().flatten();
-        if status.is_some() {
-            let _ = tokio::time::timeout(
-                Duration::from_millis(200),
-                self.stderr_done.wait_for(|d| *d),
-            )
-            .await;
-        }
-        status
+        let exit = self.group.wait(Some(limit)).await?;
+        self.drain_stderr().await;
+        Some(exit.describe())
     }
 
-    fn signal_group(&self, sig: i32) {
-        signal_group(self.pid, sig);
+    async fn drain_stderr(&mut self) {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(200),
+            self.stderr_done.wait_for(|d| *d),
+        )
+        .await;
     }
 
     /// The close sequence (CONN-8) after stdin was closed by the transport:
-    /// wait 1 s, SIGTERM the group, wait, SIGKILL, wait for the reap. Finally
-    /// SIGKILL the group once more so no grandchild outlives its leader.
+    /// wait 1 s, SIGTERM the group, wait, SIGKILL, wait for the reap.
     /// Returns whether the leader was confirmed reaped.
     pub async fn close(&mut self) -> bool {
-        let mut status = self.wait_exit(GRACE_AFTER_STDIN).await;
-        if status.is_none() {
-            self.signal_group(libc::SIGTERM);
-            status = self.wait_exit(GRACE_AFTER_TERM).await;
+        let exit = self.group.close(CLOSE_GRACES).await;
+        if exit.is_some() {
+            self.drain_stderr().await;
         }
-        if status.is_none() {
-            self.signal_group(libc::SIGKILL);
-            status = self.wait_exit(GRACE_AFTER_KILL).await;
-        }
-        self.signal_group(libc::SIGKILL);
-        self.reaped = status.is_some();
-        self.reaped
-    }
-}
-
-impl Drop for ProcessHandle {
-    fn drop(&mut self) {
-        if !self.reaped {
-            self.signal_group(libc::SIGKILL);
-        }
+        exit.is_some()
     }
 }
 
