@@ -3,9 +3,10 @@
 //! Owns exclusively: the log file. A forwarder task reads the runtime's event
 //! broadcast and appends one JSON object per line (`{"ts_ms": …, "event": …,
 //! …}`), flushed per line so a crash loses at most the line being written.
-//! Supervisor: the `Runtime` handle (started before the tree, stopped after it
-//! so the shutdown's own events are logged). On stop the forwarder drains what
-//! is buffered, flushes, and only then does the actor stop.
+//! Supervisor: the `RootSupervisor` (tier 0: started first, stopped last, so
+//! the shutdown's own events are logged); restart type temporary. States:
+//! forwarding, then on `Stop` draining what is buffered and flushing, then
+//! stopped. Messages: [`EventLogMsg`].
 
 use std::path::PathBuf;
 
@@ -142,45 +143,5 @@ impl Actor for EventLog {
             f.abort();
         }
         Ok(())
-    }
-}
-
-/// The runtime's handle on its event log.
-#[derive(Debug)]
-pub struct EventLogHandle {
-    actor: ActorRef<EventLogMsg>,
-}
-
-impl EventLogHandle {
-    /// Open the log and start forwarding `events` into it.
-    pub async fn start(
-        path: PathBuf,
-        events: &broadcast::Sender<RuntimeEvent>,
-    ) -> Result<Self, String> {
-        let args = EventLogArgs {
-            path,
-            events: events.subscribe(),
-        };
-        let (actor, _) = Actor::spawn(None, EventLog, args)
-            .await
-            .map_err(|e| format!("cannot start the event log: {e}"))?;
-        Ok(Self { actor })
-    }
-
-    /// Drain, flush and stop.
-    pub async fn stop(&self) {
-        let _ = self
-            .actor
-            .call(
-                |reply| EventLogMsg::Stop { reply },
-                Some(std::time::Duration::from_secs(5)),
-            )
-            .await;
-    }
-}
-
-impl Drop for EventLogHandle {
-    fn drop(&mut self) {
-        self.actor.stop(None);
     }
 }

@@ -96,4 +96,8 @@ pub enum ServerSupervisorMsg {
     },
     /// The shutdown's deadline.
     ShutdownDeadline,
+    /// Test-only (feature `chaos`): the handler fails, as a bug would, so the
+    /// scope's restart of a failed server supervisor can be exercised.
+    #[cfg(feature = "chaos")]
+    FailForChaos,
 }

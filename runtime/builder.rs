@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use ractor::Actor;
 use tokio::sync::broadcast;
 
 use crate::messages::call::CallPolicy;
@@ -141,29 +140,6 @@ impl RuntimeBuilder {
                 approval_timeout,
                 events.clone(),
             ));
-        let event_log = match &self.event_log {
-            Some(path) => Some(
-                crate::actors::event_log::EventLogHandle::start(path.clone(), &events)
-                    .await
-                    .map_err(RuntimeError::Unavailable)?,
-            ),
-            None => None,
-        };
-        let hooks = Arc::new(
-            crate::runtime::hooks::HookEngine::start(self.hooks, events.clone())
-                .await
-                .map_err(RuntimeError::Unavailable)?,
-        );
-        let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
-            .has(crate::messages::hooks::config::HookEvent::PreToolUse)
-            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUse))
-        .then(|| {
-            Arc::new(crate::runtime::policies::hooks::HooksPolicy {
-                engine: hooks.clone(),
-                approver: self.approver.clone(),
-                approval_timeout,
-            }) as Arc<dyn CallPolicy>
-        });
         let args =
             RootArgs {
                 events: events.clone(),
@@ -176,10 +152,35 @@ impl RuntimeBuilder {
                     })),
                     ..self.handlers
                 },
+                event_log: self.event_log,
             };
-        let (root, task) = Actor::spawn(None, RootSupervisor, args)
+        let (root, task) = RootSupervisor::start(args)
             .await
-            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+            .map_err(RuntimeError::Unavailable)?;
+        let hooks_supervisor = match root.hooks_supervisor().await {
+            Ok(h) => h,
+            Err(e) => {
+                root.kill();
+                return Err(RuntimeError::Unavailable(format!(
+                    "the root supervisor {e}"
+                )));
+            }
+        };
+        let hooks = Arc::new(crate::runtime::hooks::HookEngine::start(
+            self.hooks,
+            hooks_supervisor,
+            events.clone(),
+        ));
+        let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
+            .has(crate::messages::hooks::config::HookEvent::PreToolUse)
+            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUse))
+        .then(|| {
+            Arc::new(crate::runtime::policies::hooks::HooksPolicy {
+                engine: hooks.clone(),
+                approver: self.approver.clone(),
+                approval_timeout,
+            }) as Arc<dyn CallPolicy>
+        });
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 root,
@@ -187,12 +188,9 @@ impl RuntimeBuilder {
                 scopes: RwLock::new(HashMap::new()),
                 events,
                 call_ids: std::sync::atomic::AtomicU64::new(1),
-                off: std::sync::atomic::AtomicBool::new(false),
-                servers_off: Mutex::default(),
                 trust_gate,
                 hooks,
                 hooks_policy,
-                event_log,
                 policies: self.policies,
                 attachments: self.attachments,
                 limits: self.limits,

@@ -29,7 +29,7 @@ use crate::messages::hooks::engine::{
 };
 use crate::messages::hooks::{Dialect, HookOutcome, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
-use crate::supervisors::hooks::{HooksMsg, HooksSupervisor};
+use crate::supervisors::hooks::HooksMsg;
 
 // ===== The engine =====
 
@@ -98,10 +98,12 @@ impl Drop for Running<'_> {
 }
 
 impl HookEngine {
-    pub(crate) async fn start(
+    /// Read the hook files once (HOOK-4); runs are spawned under `supervisor`.
+    pub(crate) fn start(
         mut settings: HookSettings,
+        supervisor: ActorRef<HooksMsg>,
         events: broadcast::Sender<RuntimeEvent>,
-    ) -> Result<Self, String> {
+    ) -> Self {
         if settings.session.cwd.is_empty() {
             settings.session.cwd = process_cwd();
         }
@@ -122,10 +124,7 @@ impl HookEngine {
             }
             sets.push(set);
         }
-        let (supervisor, _) = Actor::spawn(None, HooksSupervisor, ())
-            .await
-            .map_err(|e| format!("could not start the hooks supervisor: {e}"))?;
-        Ok(Self {
+        Self {
             sets,
             settings,
             supervisor,
@@ -134,7 +133,7 @@ impl HookEngine {
             running: AtomicUsize::new(0),
             detached: TaskTracker::new(),
             disposed: CancellationToken::new(),
-        })
+        }
     }
 
     /// The loaded hook sets (with their load warnings).
@@ -417,7 +416,7 @@ impl HookEngine {
         self.detached.close();
         let _ = ractor::call!(self.supervisor, |reply| HooksMsg::Drain { limit, reply });
         let _ = tokio::time::timeout_at(deadline, self.detached.wait()).await;
-        self.supervisor.stop(None);
+        // The supervisor itself is the root's child: the root stops it.
         n
     }
 }

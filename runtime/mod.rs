@@ -26,8 +26,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use ractor::ActorRef;
-use ractor::rpc::CallResult;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -38,8 +36,8 @@ use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::images::{AttachmentStore, ResultLimits};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
-use crate::supervisors::root::{RootMsg, ScopeHandle};
-use crate::supervisors::scope::ScopeMsg;
+use crate::supervisors::root::{RootHandle, ScopeHandle};
+use crate::supervisors::spec::{AskError, ask};
 
 /// Default deadline of [`Runtime::shutdown`].
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
@@ -66,19 +64,14 @@ pub enum RuntimeError {
 }
 
 struct Inner {
-    /// Turned off at run time (TRUST-1).
-    off: std::sync::atomic::AtomicBool,
-    /// Servers turned off one by one (TRUST-1), kept off by a global on.
-    servers_off: Mutex<std::collections::HashSet<(Scope, String)>>,
     trust_gate: Arc<dyn CallPolicy>,
     hooks: Arc<self::hooks::HookEngine>,
     /// PreToolUse / PostToolUse, when any such hook is registered.
     hooks_policy: Option<Arc<dyn CallPolicy>>,
     call_ids: std::sync::atomic::AtomicU64,
-    event_log: Option<crate::actors::event_log::EventLogHandle>,
     attachments: Option<Arc<dyn AttachmentStore>>,
     limits: ResultLimits,
-    root: ActorRef<RootMsg>,
+    root: RootHandle,
     root_task: Mutex<Option<JoinHandle<()>>>,
     scopes: RwLock<HashMap<Scope, ScopeHandle>>,
     events: broadcast::Sender<RuntimeEvent>,
@@ -91,7 +84,7 @@ impl Drop for Inner {
         // process handle SIGKILLs its group on drop, and the reapers reap.
         // Running hooks see the cancellation and kill their groups.
         self.hooks.cancel_all();
-        self.root.stop(None);
+        self.root.stop();
     }
 }
 
@@ -117,36 +110,27 @@ impl Runtime {
         if let Some(h) = self.cached_scope(scope) {
             return Ok(h);
         }
-        let scope2 = scope.clone();
-        let h = match self
+        let h = self
             .inner
             .root
-            .call(
-                |reply| RootMsg::Scope {
-                    scope: scope2,
-                    reply,
-                },
-                None,
-            )
+            .scope(scope)
             .await
-        {
-            Ok(CallResult::Success(Ok(h))) => h,
-            Ok(CallResult::Success(Err(e))) => return Err(RuntimeError::Unavailable(e)),
-            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
-            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
-        };
+            .map_err(|e| RuntimeError::Unavailable(format!("the root supervisor {e}")))?
+            .map_err(RuntimeError::Unavailable)?;
         if let Ok(mut map) = self.inner.scopes.write() {
             map.insert(scope.clone(), h.clone());
         }
         Ok(h)
     }
 
+    /// The cached handle of a scope whose supervisor still runs (a failed
+    /// scope is dropped by the root and made again on next use).
     fn cached_scope(&self, scope: &Scope) -> Option<ScopeHandle> {
         self.inner
             .scopes
             .read()
             .ok()
-            .and_then(|m| m.get(scope).cloned())
+            .and_then(|m| m.get(scope).filter(|h| h.is_alive()).cloned())
     }
 
     fn snapshot(&self, scope: &Scope) -> Option<Arc<ScopeSnapshot>> {
@@ -164,13 +148,6 @@ impl Runtime {
         config: ServerConfig,
     ) -> Result<String, RuntimeError> {
         config.validate()?;
-        if self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(RuntimeError::Server {
-                server: config.server_name.clone(),
-                message: "the runtime is turned off (TRUST-1): turn it on before adding servers"
-                    .into(),
-            });
-        }
         let requested = config
             .display_name
             .clone()
@@ -179,27 +156,14 @@ impl Runtime {
         let strict = config.fail_on_startup_error && config.enabled;
         let wait = config.startup_timeout + Duration::from_secs(2);
         let handle = self.scope_handle(&scope).await?;
-        let added = handle
-            .actor
-            .call(
-                |reply| ScopeMsg::AddServer {
-                    config: Box::new(config),
-                    reply,
-                },
-                None,
-            )
-            .await;
-        let name = match added {
-            Ok(CallResult::Success(Ok(name))) => name,
-            Ok(CallResult::Success(Err(message))) => {
-                return Err(RuntimeError::Server {
-                    server: requested,
-                    message,
-                });
-            }
-            Ok(other) => return Err(RuntimeError::Unavailable(format!("{other:?}"))),
-            Err(e) => return Err(RuntimeError::Unavailable(e.to_string())),
-        };
+        let name = handle
+            .add_server(Box::new(config))
+            .await
+            .map_err(|e| RuntimeError::Unavailable(format!("the scope supervisor {e}")))?
+            .map_err(|message| RuntimeError::Server {
+                server: requested,
+                message,
+            })?;
         if strict {
             self.wait_outcome(&scope, &name, wait, Wait::FirstAttempt)
                 .await?;
@@ -274,46 +238,13 @@ impl Runtime {
     /// except those turned off one by one with `set_server_enabled`. Returns
     /// the merged report of the stops.
     pub async fn set_enabled(&self, enabled: bool) -> ShutdownReport {
-        self.inner
-            .off
-            .store(!enabled, std::sync::atomic::Ordering::SeqCst);
-        let handles: Vec<(Scope, ScopeHandle)> = self
-            .inner
-            .scopes
-            .read()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default();
-        // Servers switched off one by one stay off when the runtime comes on.
-        let kept_off = self
-            .inner
-            .servers_off
-            .lock()
-            .map(|o| o.clone())
-            .unwrap_or_default();
-        let supervisors: Vec<ActorRef<ServerSupervisorMsg>> = handles
-            .iter()
-            .flat_map(|(scope, h)| {
-                h.snapshot
-                    .borrow()
-                    .servers
-                    .iter()
-                    .filter(|(name, e)| {
-                        e.config.enabled
-                            && !(enabled && kept_off.contains(&(scope.clone(), (*name).clone())))
-                    })
-                    .map(|(_, e)| e.supervisor.clone())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let waits = supervisors.iter().map(|s| switch(s, enabled));
-        let mut report = ShutdownReport::default();
-        for r in futures::future::join_all(waits).await {
-            match r {
-                Ok(r) => report.absorb(r),
-                Err(e) => report.unconfirmed.push(e),
-            }
+        match self.inner.root.set_enabled(enabled).await {
+            Ok(report) => report,
+            Err(e) => ShutdownReport {
+                unconfirmed: vec![format!("the root supervisor {e}")],
+                ..Default::default()
+            },
         }
-        report
     }
 
     /// Turn one server off (quiescently) or on again (TRUST-1). It stays off
@@ -325,24 +256,15 @@ impl Runtime {
         server: &str,
         enabled: bool,
     ) -> Result<ShutdownReport, RuntimeError> {
-        if enabled && self.inner.off.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(RuntimeError::Server {
-                server: server.to_owned(),
-                message: "the runtime is turned off (TRUST-1): turn it on first".into(),
-            });
-        }
-        let entry = self.server_entry(scope, server)?;
-        if let Ok(mut off) = self.inner.servers_off.lock() {
-            let key = (scope.clone(), server.to_owned());
-            if enabled {
-                off.remove(&key);
-            } else {
-                off.insert(key);
-            }
-        }
-        switch(&entry.supervisor, enabled)
+        let handle = self.scope_handle(scope).await?;
+        handle
+            .set_server_enabled(server, enabled)
             .await
-            .map_err(RuntimeError::Unavailable)
+            .map_err(|e| RuntimeError::Unavailable(format!("the scope supervisor {e}")))?
+            .map_err(|message| RuntimeError::Server {
+                server: server.to_owned(),
+                message,
+            })
     }
 
     /// A server's entry in its scope's snapshot.
@@ -362,20 +284,30 @@ impl Runtime {
     /// Restart a server explicitly: resets its budget (RECO-4).
     pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
         let entry = self.server_entry(scope, server)?;
+        ask(
+            &entry.supervisor,
+            |reply| ServerSupervisorMsg::Restart { reply },
+            Some(Duration::from_secs(5)),
+        )
+        .await
+        .map_err(|e| {
+            RuntimeError::Unavailable(format!("restart not confirmed: the server supervisor {e}"))
+        })
+    }
+
+    /// Test-only (feature `chaos`): make a server's supervisor fail, as a bug
+    /// in it would; its scope restarts it within that server's intensity.
+    #[cfg(feature = "chaos")]
+    pub fn fail_server_supervisor_for_chaos(
+        &self,
+        scope: &Scope,
+        server: &str,
+    ) -> Result<(), RuntimeError> {
+        let entry = self.server_entry(scope, server)?;
         entry
             .supervisor
-            .call(
-                |reply| ServerSupervisorMsg::Restart { reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await
+            .cast(ServerSupervisorMsg::FailForChaos)
             .map_err(|e| RuntimeError::Unavailable(e.to_string()))
-            .and_then(|r| match r {
-                CallResult::Success(()) => Ok(()),
-                other => Err(RuntimeError::Unavailable(format!(
-                    "restart not confirmed: {other:?}"
-                ))),
-            })
     }
 
     /// The tools of a scope, ordered by server (SYNC-8).
@@ -458,21 +390,20 @@ impl Runtime {
         let started = Instant::now();
         // The tree and the running hooks (HOOK-8) stop side by side.
         let (stopped, hook_runs_aborted) = tokio::join!(
-            self.inner
-                .root
-                .call(|reply| RootMsg::Shutdown { reply }, Some(deadline)),
+            self.inner.root.shutdown(deadline),
             self.inner.hooks.dispose(deadline)
         );
         let mut report = match stopped {
-            Ok(CallResult::Success(r)) => r,
-            Ok(CallResult::Timeout) => ShutdownReport {
+            Ok(r) => r,
+            Err(AskError::Timeout(_)) => ShutdownReport {
                 unconfirmed: vec![format!(
                     "the shutdown did not finish within {} ms",
                     deadline.as_millis()
                 )],
                 ..Default::default()
             },
-            _ => ShutdownReport::default(),
+            // Already shut down: nothing is left to stop (idempotent).
+            Err(AskError::Gone) => ShutdownReport::default(),
         };
         report.hook_runs_aborted = hook_runs_aborted;
         let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
@@ -491,9 +422,6 @@ impl Runtime {
             m.clear();
         }
         report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if let Some(log) = &self.inner.event_log {
-            log.stop().await; // after the tree: the shutdown's own events are in the file
-        }
         report
     }
 }
@@ -509,23 +437,4 @@ fn initial_unknown(scope: &Scope, server: &str) -> ServerStatus {
     let mut s = ServerStatus::new(scope.clone(), server, "unknown", 0);
     s.error = Some("the scope was shut down".into());
     s
-}
-
-/// Project a changed canonical value again, text-only for images, and say so.
-/// `SetEnabled` to one server supervisor, within its shutdown deadline.
-async fn switch(
-    supervisor: &ActorRef<ServerSupervisorMsg>,
-    enabled: bool,
-) -> Result<ShutdownReport, String> {
-    let limit = Some(crate::supervisors::server::SHUTDOWN_DEADLINE + Duration::from_secs(2));
-    match supervisor
-        .call(
-            |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
-            limit,
-        )
-        .await
-    {
-        Ok(CallResult::Success(r)) => Ok(r),
-        Ok(_) | Err(_) => Err("a server supervisor did not answer".into()),
-    }
 }

@@ -1,30 +1,161 @@
-//! `RootSupervisor`: the top of a runtime's tree. One-for-one over its scope
-//! supervisors; it escalates nothing — a failed scope is reported (logged and
-//! dropped), never allowed to take the runtime down.
+//! `RootSupervisor`: the top of a runtime's one tree.
+//!
+//! Owns: the tree's services and the scopes. Supervisor: none — the
+//! `Runtime` handle spawns it and stops it (on drop, ractor kills the whole
+//! tree below it; every process group is SIGKILLed by its owner's drop).
+//! It escalates nothing: a failed scope is logged and dropped (made again on
+//! next use), never allowed to take the runtime down.
+//!
+//! Children, in start order ([`ChildSpec`] tiers):
+//! 1. tier 0: the `EventLog` (when configured), so the shutdown's own events
+//!    are in the file: it is stopped last;
+//! 2. tier 1: the `HooksSupervisor`, parent of every hook run;
+//! 3. tier 2: one `ScopeSupervisor` per scope, started on first use.
+//!
+//! ```text
+//! | State    | Event            | Actions                                       | Next    |
+//! |----------|------------------|-----------------------------------------------|---------|
+//! | running  | Scope(s)         | the scope's handle; start it if new (off/on)  | running |
+//! | running  | SetEnabled(b)    | remember b; switch every scope (TRUST-1)      | running |
+//! | running  | HooksSupervisor  | its ref (for the hook engine)                 | running |
+//! | running  | scope failed     | log, drop it                                  | running |
+//! | running  | Shutdown         | fan-out by tier: scopes, hooks, event log     | stopped |
+//! | stopped  | Scope(s)         | refused: shutting down                        | stopped |
+//! ```
+//! Messages: [`RootMsg`].
 
-use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
 
+use super::hooks::{HooksMsg, HooksSupervisor};
 use super::scope::{ScopeArgs, ScopeMsg, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
-use super::spec::{Shutdown, stop_child};
+use super::spec::{
+    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
+};
+use crate::actors::event_log::{EventLog, EventLogArgs, EventLogMsg};
 use crate::actors::registry::ScopeSnapshot;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 
+/// How long a scope has to report its quiescent stop.
+const SCOPE_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() + 5);
+/// How long the hooks supervisor has to stop its runs (they are killed at once).
+const HOOKS_DRAIN: Duration = Duration::from_secs(5);
+/// How long the event log has to drain and flush.
+const LOG_FLUSH: Duration = Duration::from_secs(5);
+/// Stop spec of the root's children once they have quiesced.
+const CHILD_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
+
 /// What the runtime keeps of a scope: its supervisor and its snapshot.
 #[derive(Debug, Clone)]
 pub struct ScopeHandle {
-    /// The scope supervisor.
-    pub actor: ActorRef<ScopeMsg>,
+    actor: ActorRef<ScopeMsg>,
     /// The registry's published catalog.
     pub snapshot: watch::Receiver<Arc<ScopeSnapshot>>,
+}
+
+impl ScopeHandle {
+    /// Whether the scope's supervisor still runs (a failed scope is made
+    /// again by the root on next use).
+    pub fn is_alive(&self) -> bool {
+        matches!(
+            self.actor.get_status(),
+            ractor::ActorStatus::Running | ractor::ActorStatus::Starting
+        )
+    }
+
+    /// Add and start a server (CONN-4); its server_name, or why not.
+    pub async fn add_server(
+        &self,
+        config: Box<crate::messages::config::ServerConfig>,
+    ) -> Result<Result<String, String>, AskError> {
+        ask(
+            &self.actor,
+            |reply| ScopeMsg::AddServer { config, reply },
+            None,
+        )
+        .await
+    }
+
+    /// Turn one server off, or on again (TRUST-1).
+    pub async fn set_server_enabled(
+        &self,
+        server: &str,
+        enabled: bool,
+    ) -> Result<Result<ShutdownReport, String>, AskError> {
+        let server = server.to_owned();
+        ask(
+            &self.actor,
+            |reply| ScopeMsg::SetServerEnabled {
+                server,
+                enabled,
+                reply,
+            },
+            Some(SCOPE_REPORT),
+        )
+        .await
+    }
+}
+
+/// The root's handle, for the `Runtime`.
+#[derive(Debug, Clone)]
+pub struct RootHandle {
+    actor: ActorRef<RootMsg>,
+}
+
+impl RootHandle {
+    /// The scope's handle, starting the scope on first use.
+    pub async fn scope(&self, scope: &Scope) -> Result<Result<ScopeHandle, String>, AskError> {
+        let scope = scope.clone();
+        ask(&self.actor, |reply| RootMsg::Scope { scope, reply }, None).await
+    }
+
+    /// The hooks supervisor (for the hook engine).
+    pub async fn hooks_supervisor(&self) -> Result<ActorRef<HooksMsg>, AskError> {
+        ask(
+            &self.actor,
+            |reply| RootMsg::HooksSupervisor { reply },
+            Some(Duration::from_secs(5)),
+        )
+        .await
+    }
+
+    /// The global switch (TRUST-1): every scope, the merged report.
+    pub async fn set_enabled(&self, enabled: bool) -> Result<ShutdownReport, AskError> {
+        ask(
+            &self.actor,
+            |reply| RootMsg::SetEnabled { enabled, reply },
+            Some(SCOPE_REPORT),
+        )
+        .await
+    }
+
+    /// Shut the tree down (RECO-7), within `deadline`.
+    pub async fn shutdown(&self, deadline: Duration) -> Result<ShutdownReport, AskError> {
+        ask(
+            &self.actor,
+            |reply| RootMsg::Shutdown { reply },
+            Some(deadline),
+        )
+        .await
+    }
+
+    /// Stop the root (and so the tree) without a quiescent shutdown.
+    pub fn stop(&self) {
+        self.actor.stop(None);
+    }
+
+    /// Kill the root (and so the tree).
+    pub fn kill(&self) {
+        self.actor.kill();
+    }
 }
 
 /// Messages of the root supervisor.
@@ -36,7 +167,19 @@ pub enum RootMsg {
         /// Its handle.
         reply: RpcReplyPort<Result<ScopeHandle, String>>,
     },
-    /// Shut every scope down concurrently and report.
+    /// The hooks supervisor.
+    HooksSupervisor {
+        /// Its ref.
+        reply: RpcReplyPort<ActorRef<HooksMsg>>,
+    },
+    /// The global switch (TRUST-1): remembered for scopes started later.
+    SetEnabled {
+        /// On or off.
+        enabled: bool,
+        /// The merged report of the stops.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// Shut every child down, tier by tier, and report.
     Shutdown {
         /// The merged report.
         reply: RpcReplyPort<ShutdownReport>,
@@ -52,6 +195,19 @@ pub struct RootArgs {
     pub skip_close_barrier: bool,
     /// See [`ScopeArgs::handlers`].
     pub handlers: ClientHandlers,
+    /// The event log's file (OBS-2), when there is one.
+    pub event_log: Option<PathBuf>,
+}
+
+/// What the root keeps of a child.
+#[derive(Debug)]
+pub enum RootChild {
+    /// The event log (tier 0).
+    EventLog(ActorRef<EventLogMsg>),
+    /// The hooks supervisor (tier 1).
+    Hooks(ActorRef<HooksMsg>),
+    /// A scope (tier 2).
+    Scope(ScopeHandle),
 }
 
 /// The root supervisor.
@@ -62,10 +218,39 @@ pub struct RootSupervisor;
 #[derive(Debug)]
 pub struct RootState {
     events: broadcast::Sender<RuntimeEvent>,
-    scopes: BTreeMap<Scope, ScopeHandle>,
+    children: Children<RootChild>,
+    hooks: ActorRef<HooksMsg>,
     skip_close_barrier: bool,
     handlers: ClientHandlers,
+    /// The runtime is turned off (TRUST-1).
+    off: bool,
     shutting_down: bool,
+}
+
+fn spec(id: &str, restart: Restart, tier: u8) -> ChildSpec {
+    ChildSpec {
+        id: id.to_owned(),
+        restart,
+        shutdown: CHILD_STOP,
+        tier,
+    }
+}
+
+fn scope_id(scope: &Scope) -> String {
+    format!("scope {scope}")
+}
+
+impl RootSupervisor {
+    /// Spawn the root and its services (the event log, the hooks supervisor).
+    /// Also returns the root's task, which ends when the tree has stopped.
+    pub async fn start(
+        args: RootArgs,
+    ) -> Result<(RootHandle, tokio::task::JoinHandle<()>), String> {
+        let (actor, task) = Actor::spawn(None, RootSupervisor, args)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((RootHandle { actor }, task))
+    }
 }
 
 impl Actor for RootSupervisor {
@@ -75,14 +260,41 @@ impl Actor for RootSupervisor {
 
     async fn pre_start(
         &self,
-        _: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: RootArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let mut children = Children::default();
+        if let Some(path) = args.event_log {
+            let log_args = EventLogArgs {
+                path,
+                events: args.events.subscribe(),
+            };
+            let (log, _) = Actor::spawn_linked(None, EventLog, log_args, myself.get_cell())
+                .await
+                .map_err(|e| format!("cannot start the event log: {e}"))?;
+            children.push(Child {
+                spec: spec("event log", Restart::Temporary, 0),
+                cell: log.get_cell(),
+                handle: RootChild::EventLog(log),
+                intensity: Intensity::default(),
+            });
+        }
+        let (hooks, _) = Actor::spawn_linked(None, HooksSupervisor, (), myself.get_cell())
+            .await
+            .map_err(|e| format!("could not start the hooks supervisor: {e}"))?;
+        children.push(Child {
+            spec: spec("hooks", Restart::Temporary, 1),
+            cell: hooks.get_cell(),
+            handle: RootChild::Hooks(hooks.clone()),
+            intensity: Intensity::default(),
+        });
         Ok(RootState {
             events: args.events,
-            scopes: BTreeMap::new(),
+            children,
+            hooks,
             skip_close_barrier: args.skip_close_barrier,
             handlers: args.handlers,
+            off: false,
             shutting_down: false,
         })
     }
@@ -93,73 +305,86 @@ impl Actor for RootSupervisor {
         msg: Self::Msg,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = tracing::debug_span!("root_supervisor", scopes = st.scopes.len());
+        let span = tracing::debug_span!("root_supervisor", children = st.children.iter().count());
         async move {
             tracing::debug!("handling a message");
             match msg {
                 RootMsg::Scope { scope, reply } => {
-                    if st.shutting_down {
-                        let _ = reply.send(Err("the runtime is shutting down".into()));
-                        return Ok(());
-                    }
-                    if let Some(h) = st.scopes.get(&scope) {
-                        let _ = reply.send(Ok(h.clone()));
-                        return Ok(());
-                    }
-                    let (tx, rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
-                    let args = ScopeArgs {
-                        scope: scope.clone(),
-                        snapshot: tx,
-                        events: st.events.clone(),
-                        skip_close_barrier: st.skip_close_barrier,
-                        handlers: st.handlers.clone(),
-                    };
-                    let result =
-                        match Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell())
-                            .await
-                        {
-                            Ok((actor, _)) => {
-                                let h = ScopeHandle {
-                                    actor,
-                                    snapshot: rx,
-                                };
-                                st.scopes.insert(scope, h.clone());
-                                Ok(h)
-                            }
-                            Err(e) => Err(format!("could not start scope {scope}: {e}")),
-                        };
+                    let result = scope_handle(&myself, st, scope).await;
                     let _ = reply.send(result);
                 }
-                RootMsg::Shutdown { reply } => {
-                    st.shutting_down = true;
-                    let waits = st.scopes.iter().map(|(scope, h)| {
-                        let actor = h.actor.clone();
-                        let scope = scope.clone();
-                        async move {
-                            let limit = SHUTDOWN_DEADLINE + Duration::from_secs(5);
-                            match actor
-                                .call(|r| ScopeMsg::Shutdown { reply: r }, Some(limit))
-                                .await
-                            {
-                                Ok(ractor::rpc::CallResult::Success(report)) => report,
-                                _ => ShutdownReport {
-                                    unconfirmed: vec![format!("scope {scope} did not report")],
-                                    ..Default::default()
-                                },
-                            }
-                        }
+                RootMsg::HooksSupervisor { reply } => {
+                    let _ = reply.send(st.hooks.clone());
+                }
+                RootMsg::SetEnabled { enabled, reply } => {
+                    st.off = !enabled;
+                    let waits = st.children.iter().filter_map(|c| match &c.handle {
+                        RootChild::Scope(h) => Some((c.spec.id.clone(), h.actor.clone())),
+                        RootChild::EventLog(_) | RootChild::Hooks(_) => None,
+                    });
+                    let waits = waits.map(|(id, actor)| async move {
+                        let asked = ask(
+                            &actor,
+                            |reply| ScopeMsg::SetEnabled { enabled, reply },
+                            Some(SCOPE_REPORT),
+                        )
+                        .await;
+                        asked.map_err(|e| format!("{id}: the scope supervisor {e}"))
                     });
                     let mut report = ShutdownReport::default();
                     for r in futures::future::join_all(waits).await {
-                        report.absorb(r);
+                        match r {
+                            Ok(r) => report.absorb(r),
+                            Err(e) => report.unconfirmed.push(e),
+                        }
                     }
-                    for (_, h) in std::mem::take(&mut st.scopes) {
-                        stop_child(
-                            &h.actor.get_cell(),
-                            Shutdown::Timeout(Duration::from_secs(1)),
-                        )
+                    let _ = reply.send(report);
+                }
+                RootMsg::Shutdown { reply } => {
+                    st.shutting_down = true;
+                    let report = st
+                        .children
+                        .shutdown("", |child| match &child.handle {
+                            RootChild::Scope(h) => Some(quiesce(
+                                &h.actor,
+                                |reply| ScopeMsg::Shutdown { reply },
+                                SCOPE_REPORT,
+                            )),
+                            RootChild::Hooks(hooks) => {
+                                let hooks = hooks.clone();
+                                Some(Box::pin(async move {
+                                    let drained = ask(
+                                        &hooks,
+                                        |reply| HooksMsg::Drain {
+                                            limit: HOOKS_DRAIN,
+                                            reply,
+                                        },
+                                        Some(HOOKS_DRAIN + Duration::from_secs(1)),
+                                    )
+                                    .await;
+                                    // Gone: it had nothing left to stop.
+                                    match drained {
+                                        Ok(()) | Err(AskError::Gone) => {
+                                            Some(ShutdownReport::default())
+                                        }
+                                        Err(AskError::Timeout(_)) => None,
+                                    }
+                                }))
+                            }
+                            RootChild::EventLog(log) => {
+                                let log = log.clone();
+                                Some(Box::pin(async move {
+                                    let flushed = ask(
+                                        &log,
+                                        |reply| EventLogMsg::Stop { reply },
+                                        Some(LOG_FLUSH),
+                                    )
+                                    .await;
+                                    flushed.ok().map(|()| ShutdownReport::default())
+                                }))
+                            }
+                        })
                         .await;
-                    }
                     let _ = reply.send(report);
                     myself.stop(Some("shutdown".into()));
                 }
@@ -176,18 +401,64 @@ impl Actor for RootSupervisor {
         evt: SupervisionEvent,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let SupervisionEvent::ActorFailed(cell, err) = evt {
-            let failed: Vec<Scope> = st
-                .scopes
-                .iter()
-                .filter(|(_, h)| h.actor.get_id() == cell.get_id())
-                .map(|(s, _)| s.clone())
-                .collect();
-            for scope in failed {
-                tracing::error!(%scope, "scope supervisor failed: {err}");
-                st.scopes.remove(&scope);
+        let (cell, why) = match evt {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, reason.unwrap_or_else(|| "stopped".into()))
             }
+            // Starts need no action; process groups are a ractor feature
+            // this tree does not use.
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
+                return Ok(());
+            }
+        };
+        // Temporary children: a scope is made again on next use; the
+        // services end only with the tree.
+        if let Some(id) = st.children.id_of(cell.get_id())
+            && !st.shutting_down
+        {
+            tracing::error!(child = %id, "a child of the root exited: {why}");
+            st.children.remove(&id);
         }
         Ok(())
     }
+}
+
+/// `Scope`: the existing scope's handle, or a new scope started in the
+/// runtime's current on/off state.
+async fn scope_handle(
+    myself: &ActorRef<RootMsg>,
+    st: &mut RootState,
+    scope: Scope,
+) -> Result<ScopeHandle, String> {
+    if st.shutting_down {
+        return Err("the runtime is shutting down".into());
+    }
+    let id = scope_id(&scope);
+    if let Some(RootChild::Scope(h)) = st.children.get(&id).map(|c| &c.handle) {
+        return Ok(h.clone());
+    }
+    let (tx, rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
+    let args = ScopeArgs {
+        scope: scope.clone(),
+        snapshot: tx,
+        events: st.events.clone(),
+        skip_close_barrier: st.skip_close_barrier,
+        handlers: st.handlers.clone(),
+        off: st.off,
+    };
+    let (actor, _) = Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell())
+        .await
+        .map_err(|e| format!("could not start scope {scope}: {e}"))?;
+    let handle = ScopeHandle {
+        actor,
+        snapshot: rx,
+    };
+    st.children.push(Child {
+        spec: spec(&id, Restart::Temporary, 2),
+        cell: handle.actor.get_cell(),
+        handle: RootChild::Scope(handle.clone()),
+        intensity: Intensity::default(),
+    });
+    Ok(handle)
 }

@@ -1,24 +1,45 @@
 //! `ScopeSupervisor(scope)`: one per caller-visible scope (CONN-4).
 //!
-//! Children, in start order: the scope's `ToolRegistry` (permanent), then one
-//! `ServerSupervisor` per server (transient, intensity 3 restarts / 5 s).
-//! Shutdown stops the servers concurrently (no server can block another's
-//! shutdown, CONN-1), then the registry: reverse start order.
+//! Owns: the scope's children and the scope's part of the off switch
+//! (TRUST-1: whether the runtime is off, and which servers were turned off
+//! one by one). Supervisor: the `RootSupervisor`, which started it on first
+//! use; restart type temporary (a failed scope is dropped and made again on
+//! next use).
+//!
+//! Children, in start order ([`ChildSpec`] tiers): the scope's `ToolRegistry`
+//! (tier 0, permanent: its exit escalates), then one `ServerSupervisor` per
+//! server (tier 1, transient, intensity 3 restarts / 5 s *per server*).
+//! Shutdown is the tree's one fan-out: the servers quiesce concurrently (no
+//! server can block another's shutdown, CONN-1), then the registry; then all
+//! are stopped in reverse start order.
+//!
+//! ```text
+//! | State   | Event                       | Actions                                  | Next    |
+//! |---------|-----------------------------|------------------------------------------|---------|
+//! | running | AddServer (on, name free)   | spawn ServerSupervisor, barrier registry | running |
+//! | running | AddServer (off / taken)     | refuse                                   | running |
+//! | running | SetEnabled(on/off)          | switch every enabled server not kept off | running |
+//! | running | SetServerEnabled            | keep off / release, switch that server   | running |
+//! | running | server failed, within limit | respawn it (same config, same activity)  | running |
+//! | running | server failed, past limit   | drop it, Abandon its tools               | running |
+//! | running | registry exited             | escalate (fail)                          | —       |
+//! | running | Shutdown                    | fan-out, reply, stop                     | stopped |
+//! ```
+//! Messages: [`ScopeMsg`].
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
-use super::spec::{Intensity, Restart, Shutdown, stop_child};
-
-/// Shutdown spec of the scope's children once they have quiesced.
-const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
+use super::spec::{
+    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
+};
 use crate::actors::registry::{Activity, RegistryArgs, RegistryMsg, ScopeSnapshot, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
@@ -26,15 +47,42 @@ use crate::messages::naming::derive_slug;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 
+/// Shutdown spec of the scope's children once they have quiesced.
+const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
+/// How long a server supervisor has to report its quiescent stop.
+const SERVER_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() + 2);
+/// The registry's child id: not a valid server name, so never a server's.
+const REGISTRY_ID: &str = "(tool registry)";
+/// A server supervisor's restart intensity, per server.
+const SERVER_INTENSITY: (u32, Duration) = (3, Duration::from_secs(5));
+
 /// Messages of a scope supervisor.
 pub enum ScopeMsg {
-    /// Add and start a server; refused when the name is taken in this scope (CONN-4).
+    /// Add and start a server; refused when the name is taken in this scope
+    /// (CONN-4) or the runtime is off (TRUST-1).
     AddServer {
         /// Validated config.
         config: Box<ServerConfig>,
         /// The server_name (derived from the display name when empty, SYNC-2)
         /// once the server's supervisor runs.
         reply: RpcReplyPort<Result<String, String>>,
+    },
+    /// The global switch (TRUST-1), for this scope: every enabled server that
+    /// was not turned off by itself is switched.
+    SetEnabled {
+        /// On or off.
+        enabled: bool,
+        /// The merged report of the stops.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// Turn one server off, or on again (refused while the runtime is off).
+    SetServerEnabled {
+        /// The server.
+        server: String,
+        /// On or off.
+        enabled: bool,
+        /// Its stop's report, or why not.
+        reply: RpcReplyPort<Result<ShutdownReport, String>>,
     },
     /// Stop everything in reverse start order and report (RECO-7).
     Shutdown {
@@ -56,11 +104,22 @@ pub struct ScopeArgs {
     pub skip_close_barrier: bool,
     /// Opt-in client capabilities for every server of the scope (CONN-11).
     pub handlers: ClientHandlers,
+    /// Whether the runtime is turned off (TRUST-1) when the scope starts.
+    pub off: bool,
+}
+
+/// What the scope keeps of a child.
+#[derive(Debug)]
+pub enum ScopeChild {
+    /// The registry (tier 0).
+    Registry,
+    /// A server supervisor (tier 1).
+    Server(ServerChild),
 }
 
 /// One server child.
 #[derive(Debug)]
-struct ServerChild {
+pub struct ServerChild {
     actor: ActorRef<ServerSupervisorMsg>,
     config: Arc<ServerConfig>,
     activity: Arc<Activity>,
@@ -75,11 +134,39 @@ pub struct ScopeSupervisor;
 pub struct ScopeState {
     scope: Scope,
     registry: ActorRef<RegistryMsg>,
-    servers: BTreeMap<String, ServerChild>,
-    intensity: Intensity,
+    children: Children<ScopeChild>,
     skip_close_barrier: bool,
     handlers: ClientHandlers,
+    /// The runtime is off (TRUST-1): no server is added or turned on.
+    off: bool,
+    /// Servers turned off one by one; a global on leaves them off.
+    kept_off: BTreeSet<String>,
     shutting_down: bool,
+}
+
+impl ScopeState {
+    fn server(&self, name: &str) -> Option<&ServerChild> {
+        match self.children.get(name).map(|c| &c.handle) {
+            Some(ScopeChild::Server(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn servers(&self) -> impl Iterator<Item = (&str, &ServerChild)> {
+        self.children.iter().filter_map(|c| match &c.handle {
+            ScopeChild::Server(s) => Some((c.spec.id.as_str(), s)),
+            ScopeChild::Registry => None,
+        })
+    }
+}
+
+fn server_spec(name: &str) -> ChildSpec {
+    ChildSpec {
+        id: name.to_owned(),
+        restart: Restart::Transient,
+        shutdown: WORKER_STOP,
+        tier: 1,
+    }
 }
 
 async fn spawn_server(
@@ -102,6 +189,20 @@ async fn spawn_server(
         .map_err(|e| format!("could not start the server supervisor: {e}"))
 }
 
+/// `SetEnabled` to one server supervisor, within its shutdown deadline.
+async fn switch(
+    supervisor: &ActorRef<ServerSupervisorMsg>,
+    enabled: bool,
+) -> Result<ShutdownReport, AskError> {
+    let limit = Some(SERVER_REPORT);
+    ask(
+        supervisor,
+        |reply| ServerSupervisorMsg::SetEnabled { enabled, reply },
+        limit,
+    )
+    .await
+}
+
 impl Actor for ScopeSupervisor {
     type Msg = ScopeMsg;
     type State = ScopeState;
@@ -119,13 +220,26 @@ impl Actor for ScopeSupervisor {
         };
         let (registry, _) =
             Actor::spawn_linked(None, ToolRegistry, reg_args, myself.get_cell()).await?;
+        let mut children = Children::default();
+        children.push(Child {
+            spec: ChildSpec {
+                id: REGISTRY_ID.into(),
+                restart: Restart::Permanent,
+                shutdown: WORKER_STOP,
+                tier: 0,
+            },
+            cell: registry.get_cell(),
+            handle: ScopeChild::Registry,
+            intensity: Intensity::default(),
+        });
         Ok(ScopeState {
             scope: args.scope,
             registry,
-            servers: BTreeMap::new(),
-            intensity: Intensity::new(3, Duration::from_secs(5)),
+            children,
             skip_close_barrier: args.skip_close_barrier,
             handlers: args.handlers,
+            off: args.off,
+            kept_off: BTreeSet::new(),
             shutting_down: false,
         })
     }
@@ -140,88 +254,66 @@ impl Actor for ScopeSupervisor {
         async move {
             tracing::debug!("handling a message");
             match msg {
-                ScopeMsg::AddServer { mut config, reply } => {
-                    if config.server_name.is_empty()
-                        && let Some(display) = &config.display_name
-                    {
-                        // SYNC-2: derived on every add, against this scope's names.
-                        config.server_name = derive_slug(
-                            display,
-                            |s| st.servers.contains_key(s),
-                            || format!("{:08x}", rand::random::<u32>()),
-                        );
-                    }
-                    let name = config.server_name.clone();
-                    let result = if st.shutting_down {
-                        Err("the runtime is shutting down".to_owned())
-                    } else if st.servers.contains_key(&name) {
-                        Err(format!(
-                            "server_name \"{name}\" is already registered in scope {}",
-                            st.scope
-                        ))
-                    } else if let Err(e) = config.validate() {
-                        Err(e.to_string())
-                    } else {
-                        let config = Arc::new(*config);
-                        let activity = Arc::new(Activity::new());
-                        match spawn_server(&myself, st, config.clone(), activity.clone()).await {
-                            Ok(actor) => {
-                                // The new supervisor registered itself from pre_start; make
-                                // that visible before answering, so status() shows the server.
-                                let _ = st
-                                    .registry
-                                    .call(
-                                        |reply| RegistryMsg::Barrier { reply },
-                                        Some(Duration::from_secs(5)),
-                                    )
-                                    .await;
-                                st.servers.insert(
-                                    name.clone(),
-                                    ServerChild {
-                                        actor,
-                                        config,
-                                        activity,
-                                    },
-                                );
-                                Ok(name)
-                            }
-                            Err(e) => Err(e),
+                ScopeMsg::AddServer { config, reply } => {
+                    let result = add_server(&myself, st, config).await;
+                    let _ = reply.send(result);
+                }
+                ScopeMsg::SetEnabled { enabled, reply } => {
+                    st.off = !enabled;
+                    let targets: Vec<ActorRef<ServerSupervisorMsg>> = st
+                        .servers()
+                        .filter(|(name, s)| {
+                            s.config.enabled && !(enabled && st.kept_off.contains(*name))
+                        })
+                        .map(|(_, s)| s.actor.clone())
+                        .collect();
+                    let waits = targets.iter().map(|s| switch(s, enabled));
+                    let mut report = ShutdownReport::default();
+                    for r in futures::future::join_all(waits).await {
+                        match r {
+                            Ok(r) => report.absorb(r),
+                            Err(e) => report
+                                .unconfirmed
+                                .push(format!("scope {}: a server supervisor {e}", st.scope)),
                         }
+                    }
+                    let _ = reply.send(report);
+                }
+                ScopeMsg::SetServerEnabled {
+                    server,
+                    enabled,
+                    reply,
+                } => {
+                    let result = if enabled && st.off {
+                        Err("the runtime is turned off (TRUST-1): turn it on first".to_owned())
+                    } else if let Some(actor) = st.server(&server).map(|s| s.actor.clone()) {
+                        if enabled {
+                            st.kept_off.remove(&server);
+                        } else {
+                            st.kept_off.insert(server.clone());
+                        }
+                        switch(&actor, enabled)
+                            .await
+                            .map_err(|e| format!("the server supervisor {e}"))
+                    } else {
+                        Err(format!("no such server in scope {}", st.scope))
                     };
                     let _ = reply.send(result);
                 }
                 ScopeMsg::Shutdown { reply } => {
                     st.shutting_down = true;
-                    let waits = st.servers.values().map(|child| {
-                        let actor = child.actor.clone();
-                        let name = child.config.server_name.clone();
-                        let scope = st.scope.clone();
-                        async move {
-                            let limit = SHUTDOWN_DEADLINE + Duration::from_secs(2);
-                            match actor
-                                .call(|r| ServerSupervisorMsg::Shutdown { reply: r }, Some(limit))
-                                .await
-                            {
-                                Ok(ractor::rpc::CallResult::Success(report)) => report,
-                                _ => ShutdownReport {
-                                    unconfirmed: vec![format!(
-                                        "{scope}/{name}: server supervisor did not report"
-                                    )],
-                                    ..Default::default()
-                                },
-                            }
-                        }
-                    });
-                    let reports = futures::future::join_all(waits).await;
-                    let mut report = ShutdownReport::default();
-                    for r in reports {
-                        report.absorb(r);
-                    }
-                    // Reverse start order: the servers (already quiesced above), then the registry.
-                    for child in std::mem::take(&mut st.servers).into_values() {
-                        stop_child(&child.actor.get_cell(), WORKER_STOP).await;
-                    }
-                    stop_child(&st.registry.get_cell(), WORKER_STOP).await;
+                    let prefix = format!("{}/", st.scope);
+                    let report = st
+                        .children
+                        .shutdown(&prefix, |child| match &child.handle {
+                            ScopeChild::Server(s) => Some(quiesce(
+                                &s.actor,
+                                |reply| ServerSupervisorMsg::Shutdown { reply },
+                                SERVER_REPORT,
+                            )),
+                            ScopeChild::Registry => None,
+                        })
+                        .await;
                     let _ = reply.send(report);
                     myself.stop(Some("shutdown".into()));
                 }
@@ -243,49 +335,111 @@ impl Actor for ScopeSupervisor {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 (cell, false, reason.unwrap_or_default())
             }
-            _ => return Ok(()),
+            // Starts need no action; process groups are a ractor feature
+            // this tree does not use.
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
+                return Ok(());
+            }
         };
-        if cell.get_id() == st.registry.get_id() {
+        let Some(id) = st.children.id_of(cell.get_id()) else {
+            return Ok(());
+        };
+        if id == REGISTRY_ID {
             if st.shutting_down {
                 return Ok(());
             }
             // The registry is permanent and the servers depend on it: escalate.
             return Err(format!("the tool registry of scope {} exited: {why}", st.scope).into());
         }
-        let Some(name) = st
-            .servers
-            .iter()
-            .find(|(_, c)| c.actor.get_id() == cell.get_id())
-            .map(|(n, _)| n.clone())
-        else {
+        let Some(child) = st.children.get_mut(&id) else {
             return Ok(());
         };
-        if st.shutting_down || !Restart::Transient.restarts_after(abnormal) {
-            st.servers.remove(&name);
+        if st.shutting_down || !child.spec.restart.restarts_after(abnormal) {
+            st.children.remove(&id);
             return Ok(());
         }
-        tracing::error!(scope = %st.scope, server = %name, "server supervisor failed: {why}");
-        let respawned = match st.servers.get(&name) {
-            Some(child) if st.intensity.allow(Instant::now()) => {
-                let (config, activity) = (child.config.clone(), child.activity.clone());
+        tracing::error!(scope = %st.scope, server = %id, "server supervisor failed: {why}");
+        let allowed = child.intensity.allow(Instant::now());
+        let respawned = match (&child.handle, allowed) {
+            (ScopeChild::Server(s), true) => {
+                let (config, activity) = (s.config.clone(), s.activity.clone());
                 spawn_server(&myself, st, config, activity).await.ok()
             }
             _ => None,
         };
-        match respawned {
-            Some(actor) => {
-                if let Some(child) = st.servers.get_mut(&name) {
-                    child.actor = actor;
+        match (respawned, st.children.get_mut(&id)) {
+            (Some(actor), Some(child)) => {
+                child.cell = actor.get_cell();
+                if let ScopeChild::Server(s) = &mut child.handle {
+                    s.actor = actor;
                 }
             }
-            None => {
-                st.servers.remove(&name);
+            _ => {
+                st.children.remove(&id);
                 let _ = st.registry.cast(RegistryMsg::Abandon {
-                    server: name,
+                    server: id,
                     error: format!("the server's supervisor failed and was not restarted: {why}"),
                 });
             }
         }
         Ok(())
     }
+}
+
+/// `AddServer`: derive the name, refuse what must be refused, start the
+/// server's supervisor, and answer once `status()` shows it.
+async fn add_server(
+    myself: &ActorRef<ScopeMsg>,
+    st: &mut ScopeState,
+    mut config: Box<ServerConfig>,
+) -> Result<String, String> {
+    if config.server_name.is_empty()
+        && let Some(display) = &config.display_name
+    {
+        // SYNC-2: derived on every add, against this scope's names.
+        config.server_name = derive_slug(
+            display,
+            |s| st.children.get(s).is_some(),
+            || format!("{:08x}", rand::random::<u32>()),
+        );
+    }
+    let name = config.server_name.clone();
+    if st.shutting_down {
+        return Err("the runtime is shutting down".to_owned());
+    }
+    if st.off {
+        return Err(
+            "the runtime is turned off (TRUST-1): turn it on before adding servers".to_owned(),
+        );
+    }
+    if st.children.get(&name).is_some() {
+        return Err(format!(
+            "server_name \"{name}\" is already registered in scope {}",
+            st.scope
+        ));
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    let config = Arc::new(*config);
+    let activity = Arc::new(Activity::new());
+    let actor = spawn_server(myself, st, config.clone(), activity.clone()).await?;
+    // The new supervisor registered itself from pre_start; make that visible
+    // before answering, so status() shows the server.
+    let _ = ask(
+        &st.registry,
+        |reply| RegistryMsg::Barrier { reply },
+        Some(Duration::from_secs(5)),
+    )
+    .await;
+    let (max_restarts, period) = SERVER_INTENSITY;
+    st.children.push(Child {
+        spec: server_spec(&name),
+        cell: actor.get_cell(),
+        handle: ScopeChild::Server(ServerChild {
+            actor,
+            config,
+            activity,
+        }),
+        intensity: Intensity::new(max_restarts, period),
+    });
+    Ok(name)
 }

@@ -495,6 +495,10 @@ impl Actor for ServerSupervisor {
                     }
                     let _ = reply.send(ShutdownReport::default());
                 }
+                #[cfg(feature = "chaos")]
+                ServerSupervisorMsg::FailForChaos => {
+                    return Err("a failure injected by the chaos runner".into());
+                }
                 ServerSupervisorMsg::ShutdownDeadline => {
                     let open: Vec<u64> = st.open.iter().copied().collect();
                     if let Some(d) = st.disposing.as_mut() {

@@ -770,3 +770,36 @@ async fn a_server_set_to_never_provides_no_resources() {
     );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[cfg(feature = "chaos")]
+#[tokio::test(start_paused = true)]
+async fn restart_intensity_is_per_server_so_a_fourth_failing_server_is_still_restarted() {
+    // Scope intensity is 3 restarts / 5 s per child: with one window shared by
+    // the scope, the fourth failure within 5 s would abandon its server.
+    let h = Harness::new(Mode::Serve);
+    let rt = Runtime::builder().start().await.unwrap();
+    let names = ["s1", "s2", "s3", "s4"];
+    for name in names {
+        rt.add_server(Scope::Global, named_config(name, &h, policy(100, 1000, 2)))
+            .await
+            .unwrap();
+        rt.wait_ready(&Scope::Global, name, Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    for name in names {
+        let mut events = rt.subscribe();
+        rt.fail_server_supervisor_for_chaos(&Scope::Global, name)
+            .unwrap();
+        let settled = wait_status(&mut events, |s| {
+            s.server == name && (s.state == ServerState::Ready || s.state == ServerState::Failed)
+        })
+        .await;
+        assert_eq!(
+            (settled.state, settled.error),
+            (ServerState::Ready, None),
+            "{name} was restarted by its scope"
+        );
+    }
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}

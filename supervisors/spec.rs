@@ -1,16 +1,22 @@
 //! OTP vocabulary for supervision written on top of ractor (G6 of the style guide).
 //!
 //! ractor links actors and reports `SupervisionEvent`s but leaves strategy,
-//! intensity and shutdown order to the implementor. The pieces here are the
-//! pure parts of that: restart types, shutdown specs and the intensity window.
+//! intensity and shutdown order to the implementor. The pieces here are that
+//! part: restart types, shutdown specs, the intensity window, child specs,
+//! and the one shutdown fan-out every supervisor of the tree uses
+//! ([`Children::shutdown`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use ractor::rpc::CallResult;
+use ractor::{ActorCell, ActorId, ActorRef, Message, RpcReplyPort};
 use tokio::time::Instant;
 
+use crate::messages::status::ShutdownReport;
+
 /// When a child is restarted (OTP `restart()`).
-#[allow(dead_code)] // the full OTP vocabulary; the tree uses Transient today
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
     /// Always restarted.
@@ -32,32 +38,21 @@ impl Restart {
     }
 }
 
-#[allow(dead_code)] // the full OTP vocabulary; the tree uses Timeout today
 /// How a child is stopped (OTP `shutdown()`): `Timeout(t)` = `stop_and_wait`
-/// for `t`, then kill.
+/// for `t`, then kill. The tree's children always quiesce first (their own
+/// deadlines), so a bounded stop is the only kind it needs; OTP's
+/// `brutal_kill` and `infinity` are not used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shutdown {
-    /// Killed at once.
-    BrutalKill,
     /// Asked to stop, killed after the timeout.
     Timeout(Duration),
-    /// Waited for without limit (supervisors, whose children have their own deadlines).
-    Infinity,
 }
 
-/// OTP's default worker shutdown: "5000" ms.
-#[allow(dead_code)] // used by the tests and the child-spec core
-pub const DEFAULT_WORKER_SHUTDOWN: Shutdown = Shutdown::Timeout(Duration::from_millis(5000));
-
-/// Stop one child as its shutdown spec says: `BrutalKill` kills at once;
-/// `Timeout(t)` asks it to stop and kills it if it has not stopped after `t`;
-/// `Infinity` waits for the stop. Returns false when the child had to be killed.
+/// Stop one child as its shutdown spec says: `Timeout(t)` asks it to stop
+/// and kills it if it has not stopped after `t`. Returns false when the
+/// child had to be killed.
 pub async fn stop_child(child: &ractor::ActorCell, shutdown: Shutdown) -> bool {
     match shutdown {
-        Shutdown::BrutalKill => {
-            child.kill();
-            false
-        }
         Shutdown::Timeout(t) => match child.stop_and_wait(Some("shutdown".into()), Some(t)).await {
             Ok(()) => true,
             Err(_) => {
@@ -65,10 +60,6 @@ pub async fn stop_child(child: &ractor::ActorCell, shutdown: Shutdown) -> bool {
                 false
             }
         },
-        Shutdown::Infinity => child
-            .stop_and_wait(Some("shutdown".into()), None)
-            .await
-            .is_ok(),
     }
 }
 
@@ -111,6 +102,163 @@ impl Intensity {
         }
         self.log.push_back(now);
         self.log.len() <= self.max_restarts as usize
+    }
+}
+
+/// Why an actor gave no answer to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// No answer within the deadline.
+    #[error("did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    /// The actor is gone (stopped, or it dropped the request).
+    #[error("is gone")]
+    Gone,
+}
+
+/// A request to an actor (OTP `call`), with a deadline (`None`: without
+/// one), as a typed result: every handle of the tree asks through this, so
+/// `CallResult` is matched in one place.
+pub async fn ask<M: Message, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    request: impl FnOnce(RpcReplyPort<T>) -> M,
+    limit: Option<Duration>,
+) -> Result<T, AskError> {
+    match actor.call(request, limit).await {
+        Ok(CallResult::Success(answer)) => Ok(answer),
+        Ok(CallResult::Timeout) => Err(AskError::Timeout(limit.unwrap_or_default())),
+        Ok(CallResult::SenderError) | Err(_) => Err(AskError::Gone),
+    }
+}
+
+/// The quiescing request for a child whose message enum has a
+/// report-carrying shutdown variant: its report, `None` without one in time.
+pub fn quiesce<M: Message>(
+    actor: &ActorRef<M>,
+    request: fn(RpcReplyPort<ShutdownReport>) -> M,
+    limit: Duration,
+) -> Quiesce {
+    let actor = actor.clone();
+    Box::pin(async move { ask(&actor, request, Some(limit)).await.ok() })
+}
+
+/// A child's place in its supervisor (OTP `child_spec()`): how it is named
+/// in reports, when it is restarted, how it is stopped, and its tier in the
+/// start order.
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    /// Its name among its siblings (a server name, a scope, `hooks`).
+    pub id: String,
+    /// When it is restarted.
+    pub restart: Restart,
+    /// How it is stopped once it has quiesced (or did not in time).
+    pub shutdown: Shutdown,
+    /// Its start tier: lower tiers start first and stop last. Children of one
+    /// tier quiesce concurrently, so no child blocks another's shutdown
+    /// (CONN-1).
+    pub tier: u8,
+}
+
+/// One running child: its spec, its cell, the supervisor's handle on it, and
+/// its own restart window (intensity is per child, so one failing child
+/// never uses up another's restarts).
+#[derive(Debug)]
+pub struct Child<H> {
+    /// Its spec.
+    pub spec: ChildSpec,
+    /// The actor.
+    pub cell: ActorCell,
+    /// What the supervisor keeps of it (an actor ref, a config).
+    pub handle: H,
+    /// Its restart window.
+    pub intensity: Intensity,
+}
+
+/// The quiescing request of one child in a shutdown fan-out: its report, or
+/// `None` when it did not report within its deadline.
+pub type Quiesce = BoxFuture<'static, Option<ShutdownReport>>;
+
+/// A supervisor's children, in start order.
+#[derive(Debug)]
+pub struct Children<H> {
+    list: Vec<Child<H>>,
+}
+
+impl<H> Default for Children<H> {
+    fn default() -> Self {
+        Self { list: Vec::new() }
+    }
+}
+
+impl<H> Children<H> {
+    /// Append a started child (start order is insertion order).
+    pub fn push(&mut self, child: Child<H>) {
+        self.list.push(child);
+    }
+
+    /// The child with this spec id.
+    pub fn get(&self, id: &str) -> Option<&Child<H>> {
+        self.list.iter().find(|c| c.spec.id == id)
+    }
+
+    /// The child with this spec id, mutably.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Child<H>> {
+        self.list.iter_mut().find(|c| c.spec.id == id)
+    }
+
+    /// The spec id of the child whose actor is `actor`.
+    pub fn id_of(&self, actor: ActorId) -> Option<String> {
+        self.list
+            .iter()
+            .find(|c| c.cell.get_id() == actor)
+            .map(|c| c.spec.id.clone())
+    }
+
+    /// Remove a child from the list (it exited, or was stopped).
+    pub fn remove(&mut self, id: &str) -> Option<Child<H>> {
+        let i = self.list.iter().position(|c| c.spec.id == id)?;
+        Some(self.list.remove(i))
+    }
+
+    /// The children, in start order.
+    pub fn iter(&self) -> impl Iterator<Item = &Child<H>> {
+        self.list.iter()
+    }
+
+    /// The one shutdown fan-out (RECO-7): tier by tier, highest first, every
+    /// child of a tier is asked to quiesce concurrently (`quiesce` builds the
+    /// request; `None`: nothing to quiesce) and its report is merged; a child
+    /// that does not report is named (`{prefix}{id}`) as unconfirmed. Then
+    /// every child is stopped as its spec says, in reverse start order.
+    pub async fn shutdown(
+        &mut self,
+        prefix: &str,
+        quiesce: impl Fn(&Child<H>) -> Option<Quiesce>,
+    ) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        let mut tiers: Vec<u8> = self.list.iter().map(|c| c.spec.tier).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        for tier in tiers.into_iter().rev() {
+            let waits = self
+                .list
+                .iter()
+                .filter(|c| c.spec.tier == tier)
+                .filter_map(|c| quiesce(c).map(|q| (c.spec.id.clone(), q)))
+                .map(|(id, q)| async move { (id, q.await) });
+            for (id, r) in futures::future::join_all(waits).await {
+                match r {
+                    Some(r) => report.absorb(r),
+                    None => report
+                        .unconfirmed
+                        .push(format!("{prefix}{id}: did not report within its deadline")),
+                }
+            }
+        }
+        for child in std::mem::take(&mut self.list).into_iter().rev() {
+            stop_child(&child.cell, child.spec.shutdown).await;
+        }
+        report
     }
 }
 
@@ -164,7 +312,8 @@ mod tests {
         );
         handle.await.unwrap();
         let (ok, handle) = Actor::spawn(None, Stuck, ()).await.unwrap();
-        assert!(stop_child(&ok.get_cell(), DEFAULT_WORKER_SHUTDOWN).await);
+        let otp_worker_default = Shutdown::Timeout(Duration::from_millis(5000));
+        assert!(stop_child(&ok.get_cell(), otp_worker_default).await);
         handle.await.unwrap();
     }
 
