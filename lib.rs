@@ -111,9 +111,12 @@ pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.
 pub use messages::config::{
-    ConfigError, FileConfig, HttpConfig, OnDisconnect, OversizedInstructions, RawConfigFile,
-    RawEvents, RawHooks, RawReconnect, RawSecrets, RawServerConfig, ReconnectPolicy, Scope,
-    ServerConfig, StdioConfig, TransportConfig, parse_config, parse_config_file,
+    ConfigError, HttpConfig, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope,
+    ServerConfig, StdioConfig, TransportConfig,
+};
+pub use messages::config_file::{
+    FileConfig, RawConfigFile, RawEvents, RawHooks, RawReconnect, RawSecrets, RawServerConfig,
+    parse_config, parse_config_file,
 };
 pub use messages::transport::{InProcessConnection, InProcessConnector};
 
@@ -126,7 +129,8 @@ pub use messages::projection::ProjectionPart;
 pub use tokio_util::sync::CancellationToken;
 
 // Results: limits, budgets, images and where they are saved.
-pub use messages::images::{AdmittedImage, AttachmentStore, ResultLimits, TurnBudget};
+pub use messages::budget::{ResultLimits, TurnBudget};
+pub use messages::images::{AdmittedImage, AttachmentStore};
 pub use runtime::stores::attachments::FileAttachmentStore;
 
 // Status and events.
@@ -145,10 +149,10 @@ pub use messages::capabilities::{
 };
 
 // Hooks.
-pub use messages::hooks::codec::{HookInput, HookSession};
 pub use messages::hooks::config::{HookEvent, HookGroup, HookHandler, HookSet, command_hash};
 pub use messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };
+pub use messages::hooks::input::{HookInput, HookSession};
 pub use messages::hooks::{Dialect, HookOutcome, Matcher, Merged};
 pub use runtime::hooks::{HookEngine, load_hook_file};

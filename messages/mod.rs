@@ -2,10 +2,12 @@
 //! on them. No I/O and no tasks live here.
 
 pub mod approval;
+pub mod budget;
 pub mod call;
 pub mod capabilities;
 pub mod catalog;
 pub mod config;
+pub mod config_file;
 pub mod hooks;
 pub mod images;
 pub mod naming;

@@ -8,24 +8,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::images::AdmittedImage;
+use super::schema::kind;
 
 /// The projection when a result has no model-visible content at all (CALL-6).
 pub const NO_CONTENT: &str = "The tool returned no content.";
 
 /// Sentence appended to every placeholder (CALL-6).
-const RAW_KEPT: &str = "the raw data remains available to programmatic callers";
-
-/// The JSON kind of a value, as used in messages.
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
+pub const RAW_KEPT: &str = "the raw data remains available to programmatic callers";
 
 /// Checks that `value` has the shape of a `CallToolResult` (CALL-3).
 ///

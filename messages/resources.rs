@@ -157,10 +157,8 @@ pub fn attribute_instructions(
         )),
         super::config::OversizedInstructions::Truncate => {
             let marker = format!("\n[… instructions cut to max_instruction_bytes = {max}]");
-            let mut end = max.saturating_sub(marker.len());
-            while end > 0 && !attributed.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end =
+                super::budget::floor_char_boundary(&attributed, max.saturating_sub(marker.len()));
             Ok(Some(format!("{}{marker}", &attributed[..end])))
         }
     }

@@ -56,8 +56,8 @@ fn child(path: &str, segment: &str) -> String {
     }
 }
 
-/// The JSON kind of a value, as used in messages.
-fn kind(value: &Value) -> &'static str {
+/// The JSON kind of a value, as used in messages ("object", "null", …).
+pub fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -65,6 +65,15 @@ fn kind(value: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+/// [`kind`] with its article, for sentences ("an object", "a string", "null").
+pub fn kind_with_article(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Array(_) | Value::Object(_) => format!("an {}", kind(value)),
+        _ => format!("a {}", kind(value)),
     }
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::messages::budget::ResultLimits;
 use crate::messages::call::CallPolicy;
 use crate::messages::capabilities::{ClientHandlers, ElicitationHandler};
 use crate::messages::config::{Scope, ServerConfig};
-use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::messages::images::AttachmentStore;
 use crate::supervisors::root::{RootArgs, RootSupervisor};
 
 use super::{DEFAULT_SHUTDOWN_DEADLINE, Inner, Runtime, RuntimeError};

@@ -35,6 +35,7 @@ use crate::messages::call::{
 use crate::messages::config::Scope;
 use crate::messages::projection::{parts_to_text, project_parts};
 use crate::messages::resources::ResourceOp;
+use crate::messages::schema::kind_with_article;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState};
 
@@ -112,7 +113,10 @@ impl Runtime {
             Some(other) => {
                 return ToolOutcome::failure(
                     OutcomeKind::InvalidArguments,
-                    format!("arguments must be a JSON object, got {}", json_kind(&other)),
+                    format!(
+                        "arguments must be a JSON object, got {}",
+                        kind_with_article(&other)
+                    ),
                 )
                 .for_tool(&def);
             }
@@ -482,17 +486,6 @@ impl Runtime {
                 format!("server \"{}\": {cause}", def.server),
             )
         }
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -20,13 +20,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
-use crate::messages::hooks::codec::{
-    HookInput, HookSession, RawRun, encode, parse_outcome, payload, substitute,
-};
+use crate::messages::hooks::codec::{RawRun, parse_outcome};
 use crate::messages::hooks::config::{HookEvent, HookSet};
 use crate::messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict,
 };
+use crate::messages::hooks::input::{HookInput, HookSession, encode, payload, substitute};
 use crate::messages::hooks::{Dialect, HookOutcome, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
 use crate::supervisors::hooks::HooksMsg;

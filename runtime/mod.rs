@@ -31,9 +31,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::actors::registry::ScopeSnapshot;
+use crate::messages::budget::ResultLimits;
 use crate::messages::call::{CallPolicy, ToolDefinition};
 use crate::messages::config::{Scope, ServerConfig};
-use crate::messages::images::{AttachmentStore, ResultLimits};
+use crate::messages::images::AttachmentStore;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 use crate::supervisors::root::{RootHandle, ScopeHandle};

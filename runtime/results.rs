@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::messages::budget::{ResultLimits, budget_parts};
 use crate::messages::call::{OutcomeKind, ToolDefinition, ToolOutcome};
-use crate::messages::images::{AdmittedImage, AttachmentStore, ResultLimits, check_images};
+use crate::messages::images::{AdmittedImage, AttachmentStore, check_images};
 use crate::messages::projection::{
-    ImageRender, ProjectionPart, check_call_tool_result, is_error, parts_to_text, project_parts,
+    ImageRender, ProjectionPart, RAW_KEPT, check_call_tool_result, is_error, parts_to_text,
+    project_parts,
 };
 use crate::messages::schema::validate;
 
@@ -26,8 +28,6 @@ pub(crate) struct ResultContext<'a> {
     /// Byte limits.
     pub limits: ResultLimits,
 }
-
-const RAW_KEPT: &str = "the raw data remains available to programmatic callers";
 
 /// Validate, project and budget one received result.
 pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) -> ToolOutcome {
@@ -179,55 +179,6 @@ async fn admit_images(
         renders.insert(img.index, ImageRender::Admitted(img.clone()));
     }
     (renders, admitted)
-}
-
-/// CALL-8: text parts share `max` bytes. The part that crosses the limit is
-/// cut on a character boundary and ends with a marker saying how many bytes
-/// were cut in all; later text parts are dropped (and counted); admitted
-/// images keep their places.
-fn budget_parts(parts: Vec<ProjectionPart>, max: usize) -> (Vec<ProjectionPart>, usize) {
-    let text_len = |p: &ProjectionPart| match p {
-        ProjectionPart::Text { text } => text.len(),
-        ProjectionPart::Image(_) => 0,
-    };
-    let total: usize = parts.iter().map(text_len).sum();
-    if total <= max {
-        return (parts, 0);
-    }
-    let mut left = max;
-    let mut kept = 0usize;
-    let mut out: Vec<ProjectionPart> = Vec::with_capacity(parts.len());
-    let mut cut_index = None;
-    for p in parts {
-        match p {
-            ProjectionPart::Text { text } if cut_index.is_none() => {
-                if text.len() <= left {
-                    left -= text.len();
-                    kept += text.len();
-                    out.push(ProjectionPart::Text { text });
-                } else {
-                    let mut end = left;
-                    while end > 0 && !text.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    kept += end;
-                    cut_index = Some(out.len());
-                    out.push(ProjectionPart::Text {
-                        text: text[..end].to_owned(),
-                    });
-                }
-            }
-            ProjectionPart::Text { .. } => {}
-            img @ ProjectionPart::Image(_) => out.push(img),
-        }
-    }
-    let cut = total - kept;
-    if let Some(ProjectionPart::Text { text }) = cut_index.and_then(|i| out.get_mut(i)) {
-        text.push_str(&format!(
-            "\n[… {cut} bytes cut: a tool result is limited to {max} bytes; the full value remains available to programmatic callers]"
-        ));
-    }
-    (out, cut)
 }
 
 /// CALL-8: a canonical value over the hard cap goes to the attachment store

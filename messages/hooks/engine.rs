@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-use super::codec::HookSession;
+use super::input::HookSession;
 use super::{Dialect, HookOutcome, Merged};
 use crate::messages::call::PolicyCall;
 

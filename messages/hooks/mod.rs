@@ -1,12 +1,16 @@
 //! The dialect-neutral hook core (HOOK-1, HOOK-2, HOOK-6): matchers of both
 //! dialects, neutral outcomes, and the deterministic merge. Pure.
 //!
-//! Events and the hooks file are in [`config`], the dialects' payloads and
-//! outcome parsers in [`codec`]; running hooks is `runtime::hooks`.
+//! Events and the hooks file are in [`config`], what a hook is given in
+//! [`input`], how its run becomes outcomes in [`codec`] (with one file per
+//! dialect's JSON rules); running hooks is `runtime::hooks`.
 
+mod claude;
 pub mod codec;
+mod codex;
 pub mod config;
 pub mod engine;
+pub mod input;
 
 use serde::Serialize;
 

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use super::trust::ask_user;
 use crate::messages::approval::Approver;
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
-use crate::messages::hooks::codec::{HookInput, HookSession};
 use crate::messages::hooks::config::HookEvent;
 use crate::messages::hooks::engine::ToolGuard;
+use crate::messages::hooks::input::{HookInput, HookSession};
 use crate::messages::trust::{Approval, refusal_text};
 use crate::runtime::hooks::HookEngine;
 
