@@ -10,21 +10,13 @@
 
 use std::path::PathBuf;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::messages::status::RuntimeEvent;
-
-/// Messages of the event log.
-pub enum EventLogMsg {
-    /// Drain, flush and stop; answered when the file is complete.
-    Stop {
-        /// Answered once flushed.
-        reply: RpcReplyPort<()>,
-    },
-}
+use crate::messages::tree::EventLogMsg;
 
 /// The event log actor.
 #[derive(Debug, Default)]

@@ -28,12 +28,12 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::results::{ResultContext, judge_result};
-use crate::actors::registry::ScopeSnapshot;
 use crate::messages::call::{
     CallOptions, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition, ToolOutcome,
 };
 use crate::messages::config::Scope;
 use crate::messages::projection::{parts_to_text, project_parts};
+use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::ResourceOp;
 use crate::messages::schema::kind_with_article;
 use crate::messages::server::ServerSupervisorMsg;
@@ -334,7 +334,7 @@ impl Runtime {
         &self,
         scope: &Scope,
         def: &ToolDefinition,
-        live: &crate::actors::registry::LiveConn,
+        live: &crate::messages::registry::LiveConn,
         arguments: Map<String, Value>,
         timeout: Duration,
         options: &CallOptions,

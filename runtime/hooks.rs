@@ -28,7 +28,7 @@ use crate::messages::hooks::engine::{
 use crate::messages::hooks::input::{HookInput, HookSession, encode, payload, substitute};
 use crate::messages::hooks::{Dialect, HookOutcome, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
-use crate::supervisors::hooks::HooksMsg;
+use crate::messages::tree::HooksMsg;
 
 // ===== The engine =====
 
@@ -404,6 +404,11 @@ impl HookEngine {
     pub(crate) fn cancel_all(&self) {
         self.disposed.cancel();
         self.supervisor.stop(None);
+    }
+
+    /// Hook processes running now.
+    pub(crate) fn running_count(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Abort and drain every running hook, detached ones included (HOOK-8),

@@ -30,14 +30,15 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::actors::registry::ScopeSnapshot;
 use crate::messages::budget::ResultLimits;
 use crate::messages::call::{CallPolicy, ToolDefinition};
 use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::images::AttachmentStore;
+use crate::messages::registry::ScopeSnapshot;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
-use crate::supervisors::root::{RootHandle, ScopeHandle};
+use crate::messages::tree::ScopeHandle;
+use crate::supervisors::root::RootHandle;
 use crate::supervisors::spec::{AskError, ask};
 
 /// Default deadline of [`Runtime::shutdown`].
@@ -273,7 +274,7 @@ impl Runtime {
         &self,
         scope: &Scope,
         server: &str,
-    ) -> Result<crate::actors::registry::ServerEntry, RuntimeError> {
+    ) -> Result<crate::messages::registry::ServerEntry, RuntimeError> {
         self.snapshot(scope)
             .and_then(|s| s.servers.get(server).cloned())
             .ok_or_else(|| RuntimeError::Server {
@@ -389,8 +390,11 @@ impl Runtime {
     /// returns an empty report.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         let started = Instant::now();
+        // Counted before anything stops: the root's fan-out drains the hooks
+        // supervisor too, and may end a run before `dispose` first runs.
+        let hook_runs_aborted = self.inner.hooks.running_count();
         // The tree and the running hooks (HOOK-8) stop side by side.
-        let (stopped, hook_runs_aborted) = tokio::join!(
+        let (stopped, _) = tokio::join!(
             self.inner.root.shutdown(deadline),
             self.inner.hooks.dispose(deadline)
         );

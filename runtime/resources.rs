@@ -5,9 +5,9 @@ use std::time::Duration;
 use rmcp::model::ClientRequest;
 use serde_json::{Map, Value};
 
-use crate::actors::registry::ScopeSnapshot;
 use crate::messages::budget::apply_budget;
 use crate::messages::call::{OutcomeKind, ToolOutcome};
+use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::{ResourceOp, render_resource_result};
 
 use super::Runtime;

@@ -6,23 +6,11 @@
 //! `Drain` (every run is stopped, its group killed and reaped), then stopped.
 //! Messages: [`HooksMsg`].
 
-use std::time::Duration;
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use crate::messages::tree::HooksMsg;
 
 // ===== The supervisor of hook runs =====
-
-/// Messages of the hooks supervisor.
-pub enum HooksMsg {
-    /// Stop every running hook (their groups are killed and reaped), then
-    /// answer; runs still going after `limit` are left to their own kill.
-    Drain {
-        /// How long to wait.
-        limit: Duration,
-        /// Answered once every run has stopped.
-        reply: RpcReplyPort<()>,
-    },
-}
 
 /// Parent of every [`HookRun`]: temporary children, never restarted.
 #[derive(Debug, Default)]

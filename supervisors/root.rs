@@ -28,21 +28,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
 use tracing::Instrument;
 
-use super::hooks::{HooksMsg, HooksSupervisor};
-use super::scope::{ScopeArgs, ScopeMsg, ScopeSupervisor};
+use super::hooks::HooksSupervisor;
+use super::scope::{ScopeArgs, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
 use super::spec::{
     AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
 };
-use crate::actors::event_log::{EventLog, EventLogArgs, EventLogMsg};
-use crate::actors::registry::ScopeSnapshot;
+use crate::actors::event_log::{EventLog, EventLogArgs};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
+use crate::messages::registry::ScopeSnapshot;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
+use crate::messages::tree::{EventLogMsg, HooksMsg, RootMsg, ScopeHandle, ScopeMsg};
 
 /// How long a scope has to report its quiescent stop.
 const SCOPE_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() + 5);
@@ -52,14 +53,6 @@ const HOOKS_DRAIN: Duration = Duration::from_secs(5);
 const LOG_FLUSH: Duration = Duration::from_secs(5);
 /// Stop spec of the root's children once they have quiesced.
 const CHILD_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
-
-/// What the runtime keeps of a scope: its supervisor and its snapshot.
-#[derive(Debug, Clone)]
-pub struct ScopeHandle {
-    actor: ActorRef<ScopeMsg>,
-    /// The registry's published catalog.
-    pub snapshot: watch::Receiver<Arc<ScopeSnapshot>>,
-}
 
 impl ScopeHandle {
     /// Whether the scope's supervisor still runs (a failed scope is made
@@ -156,34 +149,6 @@ impl RootHandle {
     pub fn kill(&self) {
         self.actor.kill();
     }
-}
-
-/// Messages of the root supervisor.
-pub enum RootMsg {
-    /// Get (or create) a scope.
-    Scope {
-        /// The scope.
-        scope: Scope,
-        /// Its handle.
-        reply: RpcReplyPort<Result<ScopeHandle, String>>,
-    },
-    /// The hooks supervisor.
-    HooksSupervisor {
-        /// Its ref.
-        reply: RpcReplyPort<ActorRef<HooksMsg>>,
-    },
-    /// The global switch (TRUST-1): remembered for scopes started later.
-    SetEnabled {
-        /// On or off.
-        enabled: bool,
-        /// The merged report of the stops.
-        reply: RpcReplyPort<ShutdownReport>,
-    },
-    /// Shut every child down, tier by tier, and report.
-    Shutdown {
-        /// The merged report.
-        reply: RpcReplyPort<ShutdownReport>,
-    },
 }
 
 /// Arguments.

@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -40,12 +40,14 @@ use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
 use super::spec::{
     AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
 };
-use crate::actors::registry::{Activity, RegistryArgs, RegistryMsg, ScopeSnapshot, ToolRegistry};
+use crate::actors::registry::{RegistryArgs, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::naming::derive_slug;
+use crate::messages::registry::{Activity, RegistryMsg, ScopeSnapshot};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
+use crate::messages::tree::ScopeMsg;
 
 /// Shutdown spec of the scope's children once they have quiesced.
 const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
@@ -55,41 +57,6 @@ const SERVER_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() 
 const REGISTRY_ID: &str = "(tool registry)";
 /// A server supervisor's restart intensity, per server.
 const SERVER_INTENSITY: (u32, Duration) = (3, Duration::from_secs(5));
-
-/// Messages of a scope supervisor.
-pub enum ScopeMsg {
-    /// Add and start a server; refused when the name is taken in this scope
-    /// (CONN-4) or the runtime is off (TRUST-1).
-    AddServer {
-        /// Validated config.
-        config: Box<ServerConfig>,
-        /// The server_name (derived from the display name when empty, SYNC-2)
-        /// once the server's supervisor runs.
-        reply: RpcReplyPort<Result<String, String>>,
-    },
-    /// The global switch (TRUST-1), for this scope: every enabled server that
-    /// was not turned off by itself is switched.
-    SetEnabled {
-        /// On or off.
-        enabled: bool,
-        /// The merged report of the stops.
-        reply: RpcReplyPort<ShutdownReport>,
-    },
-    /// Turn one server off, or on again (refused while the runtime is off).
-    SetServerEnabled {
-        /// The server.
-        server: String,
-        /// On or off.
-        enabled: bool,
-        /// Its stop's report, or why not.
-        reply: RpcReplyPort<Result<ShutdownReport, String>>,
-    },
-    /// Stop everything in reverse start order and report (RECO-7).
-    Shutdown {
-        /// The report.
-        reply: RpcReplyPort<ShutdownReport>,
-    },
-}
 
 /// Arguments.
 #[derive(Debug)]

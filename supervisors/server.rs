@@ -35,11 +35,11 @@ use tokio::time::Instant;
 
 use crate::actors::connection::ConnectionMsg;
 use crate::actors::connection::{Connection, ConnectionArgs, fetch_catalog};
-use crate::actors::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
+use crate::messages::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 

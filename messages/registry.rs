@@ -1,0 +1,251 @@
+//! A scope's catalog as the `ToolRegistry` publishes it (SYNC-3, SYNC-6):
+//! the immutable [`ScopeSnapshot`] every caller reads without an actor hop,
+//! its [`ServerEntry`]s, the live call handle of a generation, the call
+//! activity a server's idle stop reads (RECO-6), and the registry's
+//! protocol ([`RegistryMsg`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use ractor::{ActorRef, RpcReplyPort};
+use rmcp::service::{Peer, RoleClient};
+use tokio::time::Instant;
+
+use super::call::ToolDefinition;
+use super::config::{Scope, ServerConfig};
+use super::server::ServerSupervisorMsg;
+use super::status::ServerStatus;
+
+/// Activity of one server, updated by calls in the caller's task (RECO-6).
+#[derive(Debug)]
+pub struct Activity {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    /// A fresh activity record; "last call" is now.
+    pub fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Mark a call as started; the guard marks it finished.
+    pub fn begin(self: &Arc<Self>) -> ActivityGuard {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.last_ms.store(self.now_ms(), Ordering::SeqCst);
+        ActivityGuard(self.clone())
+    }
+
+    /// Calls in flight right now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Time since the last call started or finished, or `None` while calls are in flight.
+    pub fn idle_for(&self) -> Option<std::time::Duration> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let last = self.last_ms.load(Ordering::SeqCst);
+        Some(std::time::Duration::from_millis(
+            self.now_ms().saturating_sub(last),
+        ))
+    }
+
+    /// Restart the idle clock (on connect).
+    pub fn reset(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::SeqCst);
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Ends one call's activity.
+#[derive(Debug)]
+pub struct ActivityGuard(Arc<Activity>);
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        self.0.last_ms.store(self.0.now_ms(), Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The live connection of a server: the cloneable call handle of one generation.
+#[derive(Debug, Clone)]
+pub struct LiveConn {
+    /// Connection generation.
+    pub conn_gen: u64,
+    /// rmcp call handle.
+    pub peer: Peer<RoleClient>,
+}
+
+/// One server as the scope's snapshot shows it.
+#[derive(Debug, Clone)]
+pub struct ServerEntry {
+    /// Status (OBS-1).
+    pub status: ServerStatus,
+    /// The live call handle while ready.
+    pub live: Option<LiveConn>,
+    /// When the current connection came up.
+    pub up_since: Option<Instant>,
+    /// The registered tools of the current catalog generation.
+    pub tools: Arc<Vec<Arc<ToolDefinition>>>,
+    /// Attributed instructions (RES-5).
+    pub instructions: Option<String>,
+    /// The server's supervisor (cold-path requests: wake, restart).
+    pub supervisor: ActorRef<ServerSupervisorMsg>,
+    /// Call activity.
+    pub activity: Arc<Activity>,
+    /// Config.
+    pub config: Arc<ServerConfig>,
+}
+
+/// An immutable view of one scope's catalog and servers.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeSnapshot {
+    /// Servers by name.
+    pub servers: BTreeMap<String, ServerEntry>,
+    /// Public tool name → (server, index in its tools).
+    pub index: BTreeMap<String, (String, usize)>,
+    /// The scope's shared resource tools (RES-2): present while at least one
+    /// live server provides resources.
+    pub resource_tools: Vec<Arc<ToolDefinition>>,
+    /// The live resource providers, by name (RES-1).
+    pub resource_providers: Vec<String>,
+    /// Bumped whenever the set of providers changes.
+    pub resource_generation: u64,
+    /// The scope.
+    pub scope: Option<Scope>,
+}
+
+impl ScopeSnapshot {
+    /// Resolve a public tool name.
+    pub fn resolve(&self, public: &str) -> Option<(&ServerEntry, &Arc<ToolDefinition>)> {
+        let (server, i) = self.index.get(public)?;
+        let entry = self.servers.get(server)?;
+        Some((entry, entry.tools.get(*i)?))
+    }
+
+    /// Every tool of the scope, by server then server order, then the shared
+    /// resource tools.
+    pub fn tools(&self) -> Vec<Arc<ToolDefinition>> {
+        self.servers
+            .values()
+            .flat_map(|s| s.tools.iter().cloned())
+            .chain(self.resource_tools.iter().cloned())
+            .collect()
+    }
+
+    /// A shared resource tool by name, if installed.
+    pub fn resource_tool(&self, name: &str) -> Option<&Arc<ToolDefinition>> {
+        self.resource_tools.iter().find(|t| t.name == name)
+    }
+
+    /// Rebuild the name index; true when the shared resource tools changed.
+    pub(crate) fn reindex(&mut self) -> bool {
+        let changed = self.refresh_providers();
+        self.index.clear();
+        for (name, entry) in &self.servers {
+            for (i, t) in entry.tools.iter().enumerate() {
+                self.index.insert(t.name.clone(), (name.clone(), i));
+            }
+        }
+        changed
+    }
+
+    /// Recompute the resource providers; the shared tools follow them (RES-2).
+    /// True when they changed.
+    pub(crate) fn refresh_providers(&mut self) -> bool {
+        let providers: Vec<String> = self
+            .servers
+            .iter()
+            // A server the config says never to call provides no resources
+            // either: the shared tools are not trust-gated per call (TRUST-4).
+            .filter(|(_, e)| {
+                e.live.is_some()
+                    && e.status.resources
+                    && e.config.trust != crate::messages::trust::TrustMode::Never
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if providers != self.resource_providers {
+            self.resource_generation += 1;
+            self.resource_providers = providers;
+            let scope = self.scope.clone().unwrap_or(Scope::Global);
+            self.resource_tools = crate::messages::resources::resource_tools(
+                &scope,
+                &self.resource_providers,
+                self.resource_generation,
+            );
+            return true;
+        }
+        false
+    }
+}
+
+/// Messages of the registry.
+pub enum RegistryMsg {
+    /// Add a server entry (before its supervisor starts connecting).
+    Register {
+        /// The initial entry.
+        entry: Box<ServerEntry>,
+    },
+    /// Replace a server's status and live handle.
+    Publish {
+        /// Status.
+        status: Box<ServerStatus>,
+        /// Live handle (`None` = not callable).
+        live: Option<LiveConn>,
+        /// Instructions, published with the tools (RES-5).
+        instructions: Option<String>,
+    },
+    /// Phase 2 of a sync: swap in generation `generation` of `server`'s tools,
+    /// if connection `conn_gen` is still the live one (SYNC-6). A public-name
+    /// conflict with another server leaves this server with zero tools (SYNC-4).
+    Swap {
+        /// Server.
+        server: String,
+        /// Connection generation that fetched the catalog.
+        conn_gen: u64,
+        /// The new catalog generation.
+        generation: u64,
+        /// The new definitions.
+        tools: Vec<Arc<ToolDefinition>>,
+        /// Ok(count) or the conflict / staleness.
+        reply: RpcReplyPort<Result<usize, String>>,
+    },
+    /// Remove a server's tools (RECO-4, RECO-5).
+    RemoveTools {
+        /// Server.
+        server: String,
+    },
+    /// The scope gave up on a server's supervisor: no live handle, no tools,
+    /// state `failed` with the reason — visible, never silently stale.
+    Abandon {
+        /// Server.
+        server: String,
+        /// Why.
+        error: String,
+    },
+    /// Answered once every message sent before it has been handled: lets a
+    /// caller make sure a `Register` it caused is visible in the snapshot.
+    Barrier {
+        /// Answered with ().
+        reply: RpcReplyPort<()>,
+    },
+}

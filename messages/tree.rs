@@ -1,0 +1,107 @@
+//! The supervision tree's protocol: the messages of the root and scope
+//! supervisors, the hooks supervisor and the event log, and the scope handle
+//! the root hands out. (The server supervisor's are in [`super::server`],
+//! the registry's in [`super::registry`].)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::sync::watch;
+
+use super::config::{Scope, ServerConfig};
+use super::registry::ScopeSnapshot;
+use super::status::ShutdownReport;
+
+/// Messages of the root supervisor.
+pub enum RootMsg {
+    /// Get (or create) a scope.
+    Scope {
+        /// The scope.
+        scope: Scope,
+        /// Its handle.
+        reply: RpcReplyPort<Result<ScopeHandle, String>>,
+    },
+    /// The hooks supervisor.
+    HooksSupervisor {
+        /// Its ref.
+        reply: RpcReplyPort<ActorRef<HooksMsg>>,
+    },
+    /// The global switch (TRUST-1): remembered for scopes started later.
+    SetEnabled {
+        /// On or off.
+        enabled: bool,
+        /// The merged report of the stops.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// Shut every child down, tier by tier, and report.
+    Shutdown {
+        /// The merged report.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+}
+
+/// What the runtime keeps of a scope: its supervisor and its snapshot.
+#[derive(Debug, Clone)]
+pub struct ScopeHandle {
+    /// The scope supervisor.
+    pub(crate) actor: ActorRef<ScopeMsg>,
+    /// The registry's published catalog.
+    pub snapshot: watch::Receiver<Arc<ScopeSnapshot>>,
+}
+
+/// Messages of a scope supervisor.
+pub enum ScopeMsg {
+    /// Add and start a server; refused when the name is taken in this scope
+    /// (CONN-4) or the runtime is off (TRUST-1).
+    AddServer {
+        /// Validated config.
+        config: Box<ServerConfig>,
+        /// The server_name (derived from the display name when empty, SYNC-2)
+        /// once the server's supervisor runs.
+        reply: RpcReplyPort<Result<String, String>>,
+    },
+    /// The global switch (TRUST-1), for this scope: every enabled server that
+    /// was not turned off by itself is switched.
+    SetEnabled {
+        /// On or off.
+        enabled: bool,
+        /// The merged report of the stops.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// Turn one server off, or on again (refused while the runtime is off).
+    SetServerEnabled {
+        /// The server.
+        server: String,
+        /// On or off.
+        enabled: bool,
+        /// Its stop's report, or why not.
+        reply: RpcReplyPort<Result<ShutdownReport, String>>,
+    },
+    /// Stop everything in reverse start order and report (RECO-7).
+    Shutdown {
+        /// The report.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+}
+
+/// Messages of the hooks supervisor.
+pub enum HooksMsg {
+    /// Stop every running hook (their groups are killed and reaped), then
+    /// answer; runs still going after `limit` are left to their own kill.
+    Drain {
+        /// How long to wait.
+        limit: Duration,
+        /// Answered once every run has stopped.
+        reply: RpcReplyPort<()>,
+    },
+}
+
+/// Messages of the event log.
+pub enum EventLogMsg {
+    /// Drain, flush and stop; answered when the file is complete.
+    Stop {
+        /// Answered once flushed.
+        reply: RpcReplyPort<()>,
+    },
+}
