@@ -82,6 +82,18 @@ pub fn floor_char_boundary(text: &str, max: usize) -> usize {
     end
 }
 
+/// The smallest index `>= min` that is a character boundary of `text`.
+pub fn ceil_char_boundary(text: &str, min: usize) -> usize {
+    if min >= text.len() {
+        return text.len();
+    }
+    let mut end = min;
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    end
+}
+
 /// The marker a cut text ends with (CALL-8).
 pub fn cut_marker(cut: usize, what: &str, max: usize) -> String {
     format!(
@@ -93,12 +105,18 @@ pub fn cut_marker(cut: usize, what: &str, max: usize) -> String {
 /// cut on a character boundary and ends with a marker saying how many bytes
 /// were cut in all; later text parts are dropped (and counted); admitted
 /// images keep their places.
-pub fn budget_parts(parts: Vec<ProjectionPart>, max: usize) -> (Vec<ProjectionPart>, usize) {
+/// `uncopied`: text bytes the projection did not copy (already over the
+/// budget, `project_parts_within`), counted as cut.
+pub fn budget_parts(
+    parts: Vec<ProjectionPart>,
+    max: usize,
+    uncopied: usize,
+) -> (Vec<ProjectionPart>, usize) {
     let text_len = |p: &ProjectionPart| match p {
         ProjectionPart::Text { text } => text.len(),
         ProjectionPart::Image(_) => 0,
     };
-    let total: usize = parts.iter().map(text_len).sum();
+    let total: usize = parts.iter().map(text_len).sum::<usize>() + uncopied;
     if total <= max {
         return (parts, 0);
     }
@@ -163,5 +181,40 @@ mod tests {
             "{t}"
         );
         assert_eq!(apply_budget("short", 10, "x"), ("short".to_owned(), 0));
+    }
+}
+
+#[cfg(test)]
+mod bounded_projection_tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::budget_parts;
+    use crate::messages::projection::{project_parts, project_parts_within};
+
+    #[test]
+    fn projecting_within_the_budget_gives_what_projecting_in_whole_then_cutting_gives() {
+        // design.md's one-copy rule must not change what the model sees (CALL-8).
+        let values = [
+            json!({"content": [{"type": "text", "text": "héllo wörld, ünïcödé"}]}),
+            json!({"content": [
+                {"type": "text", "text": "first"},
+                {"type": "text", "text": "  "},
+                {"type": "text", "text": "dritte Zeile ✓"},
+                {"type": "resource_link", "name": "n", "uri": "file:///x"},
+            ]}),
+            json!({"content": [{"type": "text", "text": "   "}], "structuredContent": {"a": 1}}),
+            json!({"content": []}),
+            json!({"content": [{"type": "text", "text": "x".repeat(5000)}]}),
+        ];
+        for value in &values {
+            for max in [0, 1, 2, 3, 5, 8, 13, 21, 100, 10_000] {
+                let whole = budget_parts(project_parts(value, &BTreeMap::new()), max, 0);
+                let (parts, skipped) = project_parts_within(value, &BTreeMap::new(), max);
+                let within = budget_parts(parts, max, skipped);
+                assert_eq!(within, whole, "max {max}, value {value}");
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::budget::ceil_char_boundary;
 use super::images::AdmittedImage;
 use super::schema::kind;
 
@@ -168,35 +169,75 @@ pub enum ProjectionPart {
 /// The projection as parts: like [`project`], but image blocks are rendered as
 /// `images` says (blocks without an entry get the default placeholder).
 pub fn project_parts(value: &Value, images: &BTreeMap<usize, ImageRender>) -> Vec<ProjectionPart> {
+    project_parts_within(value, images, usize::MAX).0
+}
+
+/// [`project_parts`] that copies at most `max + 1` bytes of text: a large
+/// result's text is not copied in whole only to be cut to its budget
+/// (design.md: a large result is materialised once). Returns the parts and
+/// the text bytes not copied, which the budget counts as cut.
+pub fn project_parts_within(
+    value: &Value,
+    images: &BTreeMap<usize, ImageRender>,
+    max: usize,
+) -> (Vec<ProjectionPart>, usize) {
     let mut parts: Vec<ProjectionPart> = Vec::new();
-    let push_text = |parts: &mut Vec<ProjectionPart>, t: String| match parts.last_mut() {
-        Some(ProjectionPart::Text { text }) => {
-            text.push('\n');
-            text.push_str(&t);
+    // Text bytes that may still be copied (one over the budget, so the
+    // budget sees the overflow and marks the cut), and those skipped.
+    let mut room = max.saturating_add(1);
+    let mut skipped = 0usize;
+    let mut visible = false;
+    let mut image_seen = false;
+    let mut push_text = |parts: &mut Vec<ProjectionPart>, t: &str| {
+        visible |= !t.trim().is_empty();
+        let merge = matches!(parts.last(), Some(ProjectionPart::Text { .. }));
+        if merge && room == 0 {
+            skipped += t.len() + 1;
+            return;
         }
-        _ => parts.push(ProjectionPart::Text { text: t }),
+        if merge {
+            room -= 1; // the newline joining it to the previous text
+        }
+        // Up to the next character boundary at or past the room, so a text
+        // over the budget is copied one character past it and the budget
+        // sees, and marks, the cut.
+        let body = ceil_char_boundary(t, t.len().min(room));
+        room = room.saturating_sub(body);
+        skipped += t.len() - body;
+        match parts.last_mut() {
+            Some(ProjectionPart::Text { text }) => {
+                text.push('\n');
+                text.push_str(&t[..body]);
+            }
+            _ => parts.push(ProjectionPart::Text {
+                text: t[..body].to_owned(),
+            }),
+        }
     };
     if let Some(blocks) = value.get("content").and_then(Value::as_array) {
         for (i, block) in blocks.iter().enumerate() {
             match images.get(&i) {
-                Some(ImageRender::Admitted(img)) => parts.push(ProjectionPart::Image(img.clone())),
-                Some(ImageRender::Line(line)) => push_text(&mut parts, line.clone()),
-                None => push_text(&mut parts, project_block(block)),
+                Some(ImageRender::Admitted(img)) => {
+                    image_seen = true;
+                    parts.push(ProjectionPart::Image(img.clone()));
+                }
+                Some(ImageRender::Line(line)) => push_text(&mut parts, line),
+                // The text of a text block is borrowed, not projected anew.
+                None => match (str_field(block, "type"), str_field(block, "text")) {
+                    (Some("text"), Some(text)) => push_text(&mut parts, text),
+                    _ => push_text(&mut parts, &project_block(block)),
+                },
             }
         }
     }
-    let visible = parts.iter().any(|p| match p {
-        ProjectionPart::Text { text } => !text.trim().is_empty(),
-        ProjectionPart::Image(_) => true,
-    });
-    if visible {
-        return parts;
+    if visible || image_seen {
+        return (parts, skipped);
     }
     let text = match value.get("structuredContent") {
         Some(structured) if !structured.is_null() => structured.to_string(),
         _ => NO_CONTENT.to_string(),
     };
-    vec![ProjectionPart::Text { text }]
+    (vec![ProjectionPart::Text { text }], 0)
 }
 
 /// Render parts as one text, admitted images as marker lines.

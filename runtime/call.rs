@@ -294,7 +294,12 @@ impl Runtime {
                 scope,
                 &def,
                 &live,
-                call.arguments.clone(),
+                // The after half sees the arguments only when one exists.
+                if self.has_after_half() {
+                    call.arguments.clone()
+                } else {
+                    std::mem::take(&mut call.arguments)
+                },
                 entry.config.tool_call_timeout,
                 options,
             )
@@ -307,6 +312,12 @@ impl Runtime {
     }
 
     /// The after half of the policy chain, and the post-policy change check (CALL-7).
+    /// Whether anything runs after the call (PostToolUse hooks, installed
+    /// policies) and so may read the call's arguments.
+    fn has_after_half(&self) -> bool {
+        self.inner.hooks_policy.is_some() || !self.inner.policies.is_empty()
+    }
+
     async fn after_policies(&self, call: &PolicyCall, mut outcome: ToolOutcome) -> ToolOutcome {
         // PostToolUse hooks first. They only add to or replace what the
         // model sees, never the canonical value, so they need no change check.
@@ -316,11 +327,12 @@ impl Runtime {
         if self.inner.policies.is_empty() {
             return outcome; // nothing else can change the value: no copy
         }
-        let prepared = outcome.canonical.clone();
+        // A fingerprint, not a copy, tells whether a policy changed the value.
+        let prepared = outcome.canonical.as_ref().map(fingerprint);
         for policy in &self.inner.policies {
             policy.after(call, &mut outcome).await;
         }
-        if outcome.canonical != prepared {
+        if outcome.canonical.as_ref().map(fingerprint) != prepared {
             // CALL-7: a policy changed the value after the projection was
             // prepared; the prepared projection no longer matches. Project the
             // new value again (images as placeholders: the admitted ones belonged
@@ -501,4 +513,24 @@ fn reproject(outcome: &mut ToolOutcome) {
     outcome.projection = parts_to_text(&parts);
     outcome.parts = parts;
     outcome.images.clear();
+}
+
+/// A 64-bit fingerprint of a value's serialization, computed without
+/// materialising it (CALL-7's change check, design.md's one-copy rule).
+fn fingerprint(value: &Value) -> u64 {
+    use std::hash::Hasher;
+    struct HashWriter(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(std::collections::hash_map::DefaultHasher::new());
+    // Serializing a Value into a writer that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut w, value);
+    w.0.finish()
 }

@@ -13,7 +13,7 @@ use crate::messages::call::{OutcomeKind, ToolDefinition, ToolOutcome};
 use crate::messages::images::{AdmittedImage, AttachmentStore, check_images};
 use crate::messages::projection::{
     ImageRender, ProjectionPart, RAW_KEPT, check_call_tool_result, is_error, parts_to_text,
-    project_parts,
+    project_parts_within,
 };
 use crate::messages::schema::validate;
 
@@ -42,8 +42,9 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
     }
     let (kind, error) = classify(ctx.def, &canonical);
     let (renders, images) = admit_images(ctx, &canonical).await;
-    let parts = project_parts(&canonical, &renders);
-    let (mut parts, cut_bytes) = budget_parts(parts, ctx.limits.max_result_bytes);
+    let max = ctx.limits.max_result_bytes;
+    let (parts, skipped) = project_parts_within(&canonical, &renders, max);
+    let (mut parts, cut_bytes) = budget_parts(parts, max, skipped);
     if kind == OutcomeKind::OutputSchemaViolation
         && let Some(err) = &error
     {
@@ -187,12 +188,13 @@ async fn spill_if_oversized(ctx: &ResultContext<'_>, canonical: Value) -> Value 
     let Some(store) = ctx.store else {
         return canonical;
     };
+    // Measured without materialising it: most results are far below the cap.
+    if serialized_len(&canonical) <= ctx.limits.canonical_hard_cap_bytes {
+        return canonical;
+    }
     let Ok(bytes) = serde_json::to_vec(&canonical) else {
         return canonical;
     };
-    if bytes.len() <= ctx.limits.canonical_hard_cap_bytes {
-        return canonical;
-    }
     match store.save("application/json", &bytes).await {
         Ok(path) => json!({
             "spilled": {
@@ -206,6 +208,24 @@ async fn spill_if_oversized(ctx: &ResultContext<'_>, canonical: Value) -> Value 
         }),
         Err(_) => canonical,
     }
+}
+
+/// The length of a value's compact JSON, counted, not written.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serializing a Value into a writer that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 #[cfg(test)]
