@@ -28,6 +28,7 @@ pub struct RuntimeBuilder {
     hooks: crate::messages::hooks::engine::HookSettings,
     approval_timeout: Option<Duration>,
     skip_close_barrier: bool,
+    seed: Option<u64>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -118,6 +119,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Seed every random choice of the runtime (reconnect jitter, slug
+    /// suffixes) from `seed`, for reproducible runs (the chaos runner's
+    /// seeds). Without one, a random seed is drawn at start.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
     /// Test-only: let a replacement connection start before the previous one
     /// confirmed its close. Exists so the chaos runner can show that its
     /// `no_overlap` invariant detects a broken close barrier.
@@ -154,6 +163,7 @@ impl RuntimeBuilder {
                     ..self.handlers
                 },
                 event_log: self.event_log,
+                seed: self.seed.unwrap_or_else(rand::random),
             };
         let (root, task) = RootSupervisor::start(args)
             .await

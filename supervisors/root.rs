@@ -36,7 +36,7 @@ use super::hooks::HooksSupervisor;
 use super::scope::{ScopeArgs, ScopeSupervisor};
 use super::server::SHUTDOWN_DEADLINE;
 use super::spec::{
-    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
+    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, derive_seed, quiesce,
 };
 use crate::actors::event_log::{EventLog, EventLogArgs};
 use crate::messages::capabilities::ClientHandlers;
@@ -162,6 +162,8 @@ pub struct RootArgs {
     pub handlers: ClientHandlers,
     /// The event log's file (OBS-2), when there is one.
     pub event_log: Option<PathBuf>,
+    /// The runtime's seed (every random choice of the tree derives from it).
+    pub seed: u64,
 }
 
 /// What the root keeps of a child.
@@ -190,6 +192,7 @@ pub struct RootState {
     /// The runtime is turned off (TRUST-1).
     off: bool,
     shutting_down: bool,
+    seed: u64,
 }
 
 fn spec(id: &str, restart: Restart, tier: u8) -> ChildSpec {
@@ -261,6 +264,7 @@ impl Actor for RootSupervisor {
             handlers: args.handlers,
             off: false,
             shutting_down: false,
+            seed: args.seed,
         })
     }
 
@@ -411,6 +415,7 @@ async fn scope_handle(
         skip_close_barrier: st.skip_close_barrier,
         handlers: st.handlers.clone(),
         off: st.off,
+        seed: derive_seed(st.seed, &id),
     };
     let (actor, _) = Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell())
         .await

@@ -32,13 +32,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
 use super::spec::{
-    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, quiesce,
+    AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, derive_seed, quiesce,
 };
 use crate::actors::registry::{RegistryArgs, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
@@ -73,6 +75,8 @@ pub struct ScopeArgs {
     pub handlers: ClientHandlers,
     /// Whether the runtime is turned off (TRUST-1) when the scope starts.
     pub off: bool,
+    /// Seed of the scope's random choices (slug suffixes, its servers' jitter).
+    pub seed: u64,
 }
 
 /// What the scope keeps of a child.
@@ -108,6 +112,10 @@ pub struct ScopeState {
     off: bool,
     /// Servers turned off one by one; a global on leaves them off.
     kept_off: BTreeSet<String>,
+    /// The scope's seed (each server's is derived from it and its name).
+    seed: u64,
+    /// Slug suffixes (SYNC-2).
+    rng: StdRng,
     shutting_down: bool,
 }
 
@@ -142,6 +150,7 @@ async fn spawn_server(
     config: Arc<ServerConfig>,
     activity: Arc<Activity>,
 ) -> Result<ActorRef<ServerSupervisorMsg>, String> {
+    let config_name = config.server_name.clone();
     let args = ServerSupervisorArgs {
         scope: st.scope.clone(),
         config,
@@ -149,6 +158,7 @@ async fn spawn_server(
         activity,
         skip_close_barrier: st.skip_close_barrier,
         handlers: st.handlers.clone(),
+        seed: derive_seed(st.seed, &config_name),
     };
     Actor::spawn_linked(None, ServerSupervisor, args, myself.get_cell())
         .await
@@ -207,6 +217,8 @@ impl Actor for ScopeSupervisor {
             handlers: args.handlers,
             off: args.off,
             kept_off: BTreeSet::new(),
+            seed: args.seed,
+            rng: StdRng::seed_from_u64(args.seed),
             shutting_down: false,
         })
     }
@@ -367,7 +379,7 @@ async fn add_server(
         config.server_name = derive_slug(
             display,
             |s| st.children.get(s).is_some(),
-            || format!("{:08x}", rand::random::<u32>()),
+            || format!("{:08x}", st.rng.random::<u32>()),
         );
     }
     let name = config.server_name.clone();

@@ -2,23 +2,47 @@
 //!
 //! Owns: the server's connection generations, its reconnect budget (RECO-1/2/4),
 //! the close barrier (RECO-3), catalog sync serialization (SYNC-5/6), idle stop
-//! (RECO-6) and its part of the quiescent shutdown (RECO-7). Supervisor:
-//! `ScopeSupervisor`. Child: at most one `Connection(conn_gen)` at a time
-//! (restart type temporary: a lost connection is replaced by a *new*
-//! generation only after the old one confirmed its close).
+//! (RECO-6), its part of the off switch (TRUST-1) and of the quiescent shutdown
+//! (RECO-7). Supervisor: `ScopeSupervisor` (transient, 3 restarts / 5 s).
+//! Child: at most one `Connection(conn_gen)` at a time (temporary: a lost
+//! connection is replaced by a *new* generation, only after the old one
+//! confirmed its close). Messages: `ServerSupervisorMsg`. States: [`Phase`],
+//! each holding exactly what it needs (the connection, the live handle, the
+//! timer); the close barrier's open generations outlive every phase.
 //!
 //! ```text
-//! | State        | Event                          | Actions                                   | Next          |
-//! |--------------|--------------------------------|-------------------------------------------|---------------|
-//! | connecting   | ConnUp(conn_gen)                    | publish live, build+swap catalog          | ready         |
-//! | ready        | conn exit (abnormal)           | failures+=1 (0 first if up ≥ window)      | reconnecting  |
-//! | reconnecting | Reconnect(k), all closes done  | spawn Connection(conn_gen+1)                   | connecting    |
-//! | reconnecting | Reconnect(k), close pending    | wait for ConnectionEnded                  | reconnecting  |
-//! | any          | CloseDeadline(conn_gen), unconfirmed| stop reconnecting                         | failed        |
-//! | any          | failures > max_attempts        | remove tools                              | exhausted     |
-//! | ready        | IdleCheck, idle ≥ limit        | stop connection (not a failure)           | idle_stopped  |
-//! | idle_stopped | Wake                           | spawn Connection(conn_gen+1), reply when ready | connecting    |
+//! | Phase          | Event                               | Actions                                      | Next           |
+//! |----------------|-------------------------------------|----------------------------------------------|----------------|
+//! | connecting     | ConnUp(g), g current                | publish live, swap catalog (CONN-10)         | ready          |
+//! | connecting     | ConnUp(g), g stale                  | drop it (SYNC-6)                             | connecting     |
+//! | connecting     | ToolsListChanged(g current)         | remember: sync once ready (SYNC-5)           | connecting     |
+//! | connecting     | connection exit                     | failure (see below)                          | backing_off …  |
+//! | ready          | ToolsListChanged(g), no sync        | start a sync task                            | ready          |
+//! | ready          | ToolsListChanged(g), sync running   | one follow-up sync pending (SYNC-5)          | ready          |
+//! | ready          | SyncDone(g live)                    | swap catalog (or keep, with a warning)       | ready          |
+//! | ready          | IdleCheck, idle ≥ limit             | stop the connection (not a failure)          | stopping(idle) |
+//! | ready          | connection exit                     | failures+=1 (0 first if up ≥ window, RECO-2) | backing_off    |
+//! | any live       | failure, reconnect disabled         | (on_disconnect=remove: withdraw tools)       | failed         |
+//! | any live       | failure, failures > max_attempts    | withdraw tools (RECO-4)                      | exhausted      |
+//! | backing_off(k) | Reconnect(k), barrier clear         | spawn Connection(next)                       | connecting     |
+//! | backing_off(k) | Reconnect(k), close pending         | wait for ConnectionEnded (RECO-3)            | awaiting_close |
+//! | awaiting_close | ConnectionEnded(reaped), all closed | spawn Connection(next)                       | connecting     |
+//! | any            | ConnectionEnded(not reaped)         | stop reconnecting                            | failed         |
+//! | any            | CloseDeadline(g), g still open      | stop reconnecting                            | failed         |
+//! | stopping(idle) | connection exit, no Wake waiting    |                                              | idle_stopped   |
+//! | stopping(idle) | connection exit, Wake waiting       | spawn Connection(next)                       | connecting     |
+//! | idle_stopped   | Wake                                | spawn Connection(next), reply when ready     | connecting     |
+//! | any but off    | Restart                             | budget reset; stop the connection, then spawn| stopping(restart) / connecting |
+//! | stopping(rst)  | connection exit                     | spawn once the barrier is clear              | connecting / awaiting_close |
+//! | any but off    | SetEnabled(false)                   | withdraw tools, quiesce                      | disposing(off) |
+//! | off            | SetEnabled(true)                    | budget reset, spawn                          | connecting     |
+//! | any            | Shutdown                            | quiesce                                      | disposing(stop)|
+//! | disposing      | connection exit + all closes done   | reply with the report                        | off / stopped  |
+//! | disposing      | ShutdownDeadline                    | report what did not confirm                  | off / stopped  |
 //! ```
+//!
+//! Time is tokio's (paused in tests) and the jitter's random source is seeded
+//! per server (`RuntimeBuilder::seed`), so every transition is reproducible.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,15 +50,12 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
-
-/// A `send_after` timer; aborting it cancels the message.
-type Timer = JoinHandle<Result<(), ractor::MessagingErr<ServerSupervisorMsg>>>;
 use tokio::time::Instant;
 
-use crate::actors::connection::ConnectionMsg;
-use crate::actors::connection::{Connection, ConnectionArgs, fetch_catalog};
+use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg, fetch_catalog};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
@@ -42,6 +63,9 @@ use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig
 use crate::messages::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
+
+/// A `send_after` timer; aborting it cancels the message.
+type Timer = JoinHandle<Result<(), ractor::MessagingErr<ServerSupervisorMsg>>>;
 
 /// How long the previous transport has to confirm its close (RECO-3).
 pub const CLOSE_BARRIER: Duration = Duration::from_secs(5);
@@ -65,19 +89,8 @@ pub struct ServerSupervisorArgs {
     pub skip_close_barrier: bool,
     /// Opt-in client capabilities (CONN-11).
     pub handlers: ClientHandlers,
-}
-
-/// Why the current connection is being stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopIntent {
-    /// Not stopping: an exit is a failure.
-    None,
-    /// Idle stop (RECO-6).
-    Idle,
-    /// Explicit restart (RECO-4).
-    Restart,
-    /// Runtime/scope shutdown (RECO-7).
-    Shutdown,
+    /// Seed of this server's random choices (reconnect jitter).
+    pub seed: u64,
 }
 
 /// The current connection.
@@ -86,18 +99,200 @@ struct ConnSlot {
     cell: ActorRef<ConnectionMsg>,
     conn_gen: u64,
     up_since: Option<Instant>,
-    intent: StopIntent,
+    /// A list_changed arrived that the current catalog does not reflect yet
+    /// (SYNC-5: one follow-up sync, however many arrive).
+    resync_pending: bool,
 }
 
-/// A shutdown in progress.
+/// Why a connection is stopped on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopFor {
+    /// Idle stop (RECO-6).
+    Idle,
+    /// Explicit restart (RECO-4).
+    Restart,
+}
+
+/// What a quiescent stop leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// The runtime shuts down: the supervisor stops (RECO-7).
+    Stop,
+    /// Turned off (TRUST-1): the supervisor stays, with no process.
+    Off,
+}
+
+/// A quiescent stop in progress.
 #[derive(Debug)]
 struct Disposal {
     reply: Option<RpcReplyPort<ShutdownReport>>,
-    /// Stop the supervisor afterwards (shutdown) or stay, turned off (TRUST-1).
-    then_stop: bool,
+    then: Then,
     report: ShutdownReport,
     started: Instant,
     deadline: Option<Timer>,
+    /// The state shown while quiescing: the one it was in.
+    shown: ServerState,
+}
+
+/// Where a server is. Each phase holds what only it has, so a live handle
+/// without a connection, a backoff timer while connected, or a connection
+/// while idle-stopped cannot be written down.
+#[derive(Debug)]
+enum Phase {
+    /// Connection `conn` is doing its handshake; `attempt` > 0 for a
+    /// reconnect attempt of the current outage.
+    Connecting { conn: ConnSlot, attempt: u32 },
+    /// Connected and serving calls.
+    Ready {
+        conn: ConnSlot,
+        live: LiveConn,
+        idle: Option<Timer>,
+        sync: Option<JoinHandle<()>>,
+    },
+    /// The connection is being stopped on purpose.
+    Stopping { conn: ConnSlot, why: StopFor },
+    /// Waiting out the backoff before attempt `attempt` (RECO-1).
+    BackingOff { attempt: u32, timer: Timer },
+    /// Attempt `attempt` (0: restart, wake, on) is due, but a previous
+    /// transport has not confirmed its close (RECO-3).
+    AwaitingClose { attempt: u32 },
+    /// Stopped after `idle_stop_after_s` without calls; a Wake starts it.
+    IdleStopped,
+    /// `enabled = false` in its configuration.
+    Disabled,
+    /// Turned off at run time (TRUST-1).
+    Off,
+    /// Failed and not retrying (reconnect disabled, or the close barrier).
+    Failed,
+    /// The reconnect budget is used up (RECO-4).
+    Exhausted,
+    /// A quiescent stop: the connection (if any) is stopping and the open
+    /// generations must confirm their close.
+    Disposing {
+        conn: Option<ConnSlot>,
+        disposal: Disposal,
+    },
+    /// Shut down; the supervisor is stopping.
+    Stopped,
+}
+
+impl Phase {
+    /// The current connection, whatever the phase.
+    fn conn(&self) -> Option<&ConnSlot> {
+        match self {
+            Phase::Connecting { conn, .. }
+            | Phase::Ready { conn, .. }
+            | Phase::Stopping { conn, .. } => Some(conn),
+            Phase::Disposing { conn, .. } => conn.as_ref(),
+            Phase::BackingOff { .. }
+            | Phase::AwaitingClose { .. }
+            | Phase::IdleStopped
+            | Phase::Disabled
+            | Phase::Off
+            | Phase::Failed
+            | Phase::Exhausted
+            | Phase::Stopped => None,
+        }
+    }
+
+    fn live(&self) -> Option<&LiveConn> {
+        match self {
+            Phase::Ready { live, .. } => Some(live),
+            _ => None,
+        }
+    }
+
+    /// The published state of this phase.
+    fn state(&self, max_attempts: u32) -> ServerState {
+        let reconnecting = |attempt: u32| match attempt {
+            0 => ServerState::Connecting,
+            attempt => ServerState::Reconnecting {
+                attempt,
+                of: max_attempts,
+            },
+        };
+        match self {
+            Phase::Connecting { attempt, .. }
+            | Phase::AwaitingClose { attempt }
+            | Phase::BackingOff { attempt, .. } => reconnecting(*attempt),
+            Phase::Ready { .. } => ServerState::Ready,
+            // The connection is still up while it closes after idling.
+            Phase::Stopping {
+                why: StopFor::Idle, ..
+            } => ServerState::Ready,
+            Phase::Stopping {
+                why: StopFor::Restart,
+                ..
+            } => ServerState::Connecting,
+            Phase::IdleStopped => ServerState::IdleStopped,
+            Phase::Disabled | Phase::Off | Phase::Stopped => ServerState::Stopped,
+            Phase::Failed => ServerState::Failed,
+            Phase::Exhausted => ServerState::Exhausted,
+            Phase::Disposing { disposal, .. } => disposal.shown.clone(),
+        }
+    }
+
+    /// Take the phase out, leaving `Stopped` in its place, cancelling its
+    /// timers and tasks; returns the connection it held.
+    fn take_conn(&mut self) -> Option<ConnSlot> {
+        match std::mem::replace(self, Phase::Stopped) {
+            Phase::Connecting { conn, .. } | Phase::Stopping { conn, .. } => Some(conn),
+            Phase::Ready {
+                conn, idle, sync, ..
+            } => {
+                if let Some(t) = idle {
+                    t.abort();
+                }
+                if let Some(t) = sync {
+                    t.abort();
+                }
+                Some(conn)
+            }
+            Phase::BackingOff { timer, .. } => {
+                timer.abort();
+                None
+            }
+            Phase::Disposing { conn, .. } => conn,
+            Phase::AwaitingClose { .. }
+            | Phase::IdleStopped
+            | Phase::Disabled
+            | Phase::Off
+            | Phase::Failed
+            | Phase::Exhausted
+            | Phase::Stopped => None,
+        }
+    }
+}
+
+/// The close barrier (RECO-3): connection generations whose transport has
+/// not confirmed its close, with the deadline timer of each.
+#[derive(Debug, Default)]
+struct Barrier {
+    open: BTreeSet<u64>,
+    timers: Vec<(u64, Timer)>,
+}
+
+impl Barrier {
+    fn is_clear(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// `conn_gen` confirmed (or gave up on) its close.
+    fn close(&mut self, conn_gen: u64) {
+        self.open.remove(&conn_gen);
+        self.timers.retain(|(g, t)| {
+            if *g == conn_gen {
+                t.abort();
+            }
+            *g != conn_gen
+        });
+    }
+
+    fn abort_timers(&mut self) {
+        for (_, t) in self.timers.drain(..) {
+            t.abort();
+        }
+    }
 }
 
 /// The supervisor actor.
@@ -113,33 +308,26 @@ pub struct ServerSupervisorState {
     activity: Arc<Activity>,
     skip_close_barrier: bool,
     handlers: ClientHandlers,
+    /// The jitter's random source (RECO-1), seeded per server.
+    rng: StdRng,
+    /// Where the server is.
+    phase: Phase,
+    /// Generations not yet confirmed closed.
+    barrier: Barrier,
+    /// Consecutive failures in the current outage (RECO-2).
+    failures: u32,
+    /// Wake callers waiting for the connection to be ready.
+    waiters: Vec<RpcReplyPort<Result<(), String>>>,
     /// Diagnostics of the current (or last) connection.
     diag: Arc<Diagnostics>,
+    /// What `status()` shows (its `state` follows the phase).
     status: ServerStatus,
-    conn: Option<ConnSlot>,
     /// Next connection generation.
     next_gen: u64,
     /// Current catalog generation.
     catalog_gen: u64,
-    live: Option<LiveConn>,
     instructions: Option<String>,
     catalog_warnings: Vec<String>,
-    /// Consecutive failures in the current outage (RECO-2).
-    failures: u32,
-    /// Connection generations whose transport has not confirmed its close.
-    open: BTreeSet<u64>,
-    /// Close-deadline timers by generation.
-    close_timers: Vec<(u64, Timer)>,
-    /// A reconnect waiting for the close barrier.
-    pending_attempt: Option<u32>,
-    backoff: Option<Timer>,
-    idle_timer: Option<Timer>,
-    sync: Option<JoinHandle<()>>,
-    resync_pending: bool,
-    waiters: Vec<RpcReplyPort<Result<(), String>>>,
-    disposing: Option<Disposal>,
-    /// Turned off at run time (TRUST-1): no connection, no tools.
-    off: bool,
 }
 
 impl ServerSupervisorState {
@@ -147,7 +335,16 @@ impl ServerSupervisorState {
         &self.config.server_name
     }
 
+    /// Publish the status (state from the phase) and the live handle.
     fn publish(&mut self) {
+        let state = self.phase.state(self.config.reconnect.max_attempts);
+        self.publish_as(state);
+    }
+
+    /// Publish with `state` shown (the live handle goes out before `ready`,
+    /// CONN-10).
+    fn publish_as(&mut self, state: ServerState) {
+        self.status.state = state;
         let (count, first) = self.diag.non_json();
         self.status.non_json_lines = count;
         self.status.stderr_tail = self.diag.stderr_tail();
@@ -168,34 +365,28 @@ impl ServerSupervisorState {
         self.status.connection_generation = self.next_gen.saturating_sub(1);
         let _ = self.registry.cast(RegistryMsg::Publish {
             status: Box::new(self.status.clone()),
-            live: self.live.clone(),
+            live: self.phase.live().cloned(),
             instructions: self.instructions.clone(),
         });
     }
 
-    fn set_state(&mut self, state: ServerState) {
-        self.status.state = state;
+    /// Enter `phase` and publish it.
+    fn enter(&mut self, phase: Phase) {
+        self.phase = phase;
         self.publish();
-    }
-
-    fn cancel_timers(&mut self) {
-        for t in [self.backoff.take(), self.idle_timer.take()]
-            .into_iter()
-            .flatten()
-        {
-            t.abort();
-        }
-        if let Some(t) = self.sync.take() {
-            t.abort();
-        }
-        self.pending_attempt = None;
-        self.resync_pending = false;
     }
 
     fn answer_waiters(&mut self, result: Result<(), String>) {
         for w in self.waiters.drain(..) {
             let _ = w.send(result.clone());
         }
+    }
+
+    fn remove_tools(&mut self) {
+        let _ = self.registry.cast(RegistryMsg::RemoveTools {
+            server: self.config.server_name.clone(),
+        });
+        self.instructions = None; // RES-5: withdrawn together with the tools.
     }
 }
 
@@ -243,24 +434,17 @@ impl Actor for ServerSupervisor {
             activity: args.activity,
             skip_close_barrier: args.skip_close_barrier,
             handlers: args.handlers,
+            rng: StdRng::seed_from_u64(args.seed),
+            // Replaced in post_start.
+            phase: Phase::Disabled,
+            barrier: Barrier::default(),
+            failures: 0,
+            waiters: Vec::new(),
             diag: Arc::new(Diagnostics::default()),
-            conn: None,
             next_gen: 1,
             catalog_gen: 0,
-            live: None,
             instructions: None,
             catalog_warnings: Vec::new(),
-            failures: 0,
-            open: BTreeSet::new(),
-            close_timers: Vec::new(),
-            pending_attempt: None,
-            backoff: None,
-            idle_timer: None,
-            sync: None,
-            resync_pending: false,
-            waiters: Vec::new(),
-            disposing: None,
-            off: false,
         })
     }
 
@@ -270,10 +454,10 @@ impl Actor for ServerSupervisor {
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if st.config.enabled {
-            start_connection(&myself, st).await;
+            start_connection(&myself, st, 0).await;
         } else {
             st.status.error = Some("disabled in configuration".into());
-            st.publish();
+            st.enter(Phase::Disabled);
         }
         Ok(())
     }
@@ -293,205 +477,55 @@ impl Actor for ServerSupervisor {
                     peer,
                     info,
                     catalog,
-                } => {
-                    let current = st.conn.as_ref().map(|c| c.conn_gen) == Some(conn_gen);
-                    if !current || st.disposing.is_some() {
-                        return Ok(()); // SYNC-6: a late result from an older connection is dropped.
-                    }
-                    if let Some(slot) = st.conn.as_mut() {
-                        slot.up_since = Some(Instant::now());
-                    }
-                    st.activity.reset();
-                    st.live = Some(LiveConn { conn_gen, peer });
-                    st.instructions = info.instructions.clone();
-                    st.status.pid = info.pid;
-                    st.status.protocol_version = Some(info.protocol_version.clone());
-                    st.status.server_info = info.server_info.clone();
-                    st.status.resources = info.has_resources;
-                    st.status.error = None;
-                    // Publish the live handle first (the registry's Swap checks it, SYNC-6),
-                    // and report `ready` only once the catalog is registered (CONN-10).
-                    st.publish();
-                    apply_catalog(st, conn_gen, catalog).await;
-                    st.set_state(ServerState::Ready);
-                    st.answer_waiters(Ok(()));
-                    arm_idle(&myself, st, None);
-                    if std::mem::take(&mut st.resync_pending) {
-                        start_sync(&myself, st);
-                    }
-                }
-                ServerSupervisorMsg::ConnectionEnded { conn_gen, reaped, pid } => {
-                    st.open.remove(&conn_gen);
-                    st.close_timers.retain(|(g, t)| {
-                        if *g == conn_gen {
-                            t.abort();
-                        }
-                        *g != conn_gen
-                    });
-                    if let Some(d) = st.disposing.as_mut() {
-                        match (reaped, pid) {
-                            (true, Some(pid)) => d.report.processes_reaped.push(pid),
-                            (false, _) => d.report.unconfirmed.push(format!(
-                                "{}/{}: connection {conn_gen} did not confirm its close{}",
-                                st.scope,
-                                st.config.server_name,
-                                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-                            )),
-                            _ => {}
-                        }
-                        finish_if_done(&myself, st);
-                        return Ok(());
-                    }
-                    if !reaped {
-                        barrier_failed(st, conn_gen, pid);
-                    } else if st.open.is_empty()
-                        && let Some(attempt) = st.pending_attempt.take() {
-                            if attempt > 0 {
-                                st.status.restarts += 1;
-                            }
-                            start_connection(&myself, st).await;
-                        }
-                }
+                } => on_conn_up(&myself, st, conn_gen, peer, info, catalog).await,
+                ServerSupervisorMsg::ConnectionEnded {
+                    conn_gen,
+                    reaped,
+                    pid,
+                } => on_connection_ended(&myself, st, conn_gen, reaped, pid).await,
                 ServerSupervisorMsg::ToolsListChanged { conn_gen } => {
-                    if st.disposing.is_some() {
-                        return Ok(());
-                    }
-                    match &st.live {
-                        Some(live) if live.conn_gen == conn_gen => {
-                            if st.sync.is_some() {
-                                st.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
-                            } else {
-                                start_sync(&myself, st);
-                            }
-                        }
-                        _ if st.conn.as_ref().map(|c| c.conn_gen) == Some(conn_gen) => {
-                            st.resync_pending = true
-                        }
-                        _ => {}
-                    }
+                    on_tools_list_changed(&myself, st, conn_gen)
                 }
                 ServerSupervisorMsg::SyncDone { conn_gen, result } => {
-                    st.sync = None;
-                    let live = st.live.as_ref().map(|l| l.conn_gen) == Some(conn_gen);
-                    if !live || st.disposing.is_some() {
-                        return Ok(()); // SYNC-6
-                    }
-                    match result {
-                        Ok(entries) => apply_catalog(st, conn_gen, entries).await,
-                        Err(e) => {
-                            st.catalog_warnings = vec![format!(
-                                "catalog re-sync failed, previous generation kept: {e}"
-                            )];
-                            st.publish();
-                        }
-                    }
-                    if std::mem::take(&mut st.resync_pending) {
-                        start_sync(&myself, st);
-                    }
+                    on_sync_done(&myself, st, conn_gen, result).await
                 }
                 ServerSupervisorMsg::Reconnect { attempt } => {
-                    st.backoff = None;
-                    if st.disposing.is_some() || st.conn.is_some() {
-                        return Ok(());
-                    }
-                    if st.open.is_empty() || st.skip_close_barrier {
-                        st.status.restarts += 1;
-                        start_connection(&myself, st).await;
-                    } else {
-                        st.pending_attempt = Some(attempt); // RECO-3: wait for the close confirmation.
-                    }
+                    on_reconnect(&myself, st, attempt).await
                 }
                 ServerSupervisorMsg::CloseDeadline { conn_gen } => {
-                    if st.open.contains(&conn_gen) && st.disposing.is_none() {
+                    if st.barrier.open.contains(&conn_gen)
+                        && !matches!(st.phase, Phase::Disposing { .. })
+                    {
                         barrier_failed(st, conn_gen, None);
                     }
                 }
-                ServerSupervisorMsg::IdleCheck => {
-                    st.idle_timer = None;
-                    check_idle(&myself, st);
-                }
-                ServerSupervisorMsg::Wake { reply } => {
-                    if st.disposing.is_some() {
-                        let _ = reply.send(Err("the runtime is shutting down".into()));
-                    } else if st.off {
-                        let _ = reply.send(Err("the server is turned off".into()));
-                    } else if st.live.is_some() {
-                        let _ = reply.send(Ok(()));
-                    } else if st.conn.is_some() {
-                        st.waiters.push(reply);
-                    } else {
-                        match st.status.state {
-                            ServerState::IdleStopped | ServerState::Stopped
-                                if st.config.enabled =>
-                            {
-                                st.waiters.push(reply);
-                                if st.open.is_empty() {
-                                    start_connection(&myself, st).await;
-                                } else {
-                                    st.pending_attempt = Some(0);
-                                }
-                            }
-                            _ => {
-                                let why = st
-                                    .status
-                                    .error
-                                    .clone()
-                                    .unwrap_or_else(|| st.status.state.to_string());
-                                let _ = reply
-                                    .send(Err(format!("server is {}: {why}", st.status.state)));
-                            }
-                        }
-                    }
-                }
+                ServerSupervisorMsg::IdleCheck => check_idle(&myself, st),
+                ServerSupervisorMsg::Wake { reply } => on_wake(&myself, st, reply).await,
                 ServerSupervisorMsg::Restart { reply } => {
-                    if st.disposing.is_none() && !st.off {
-                        st.cancel_timers();
-                        st.failures = 0;
-                        st.status.error = None;
-                        st.status.state = ServerState::Connecting;
-                        if let Some(slot) = st.conn.as_mut() {
-                            slot.intent = StopIntent::Restart;
-                            slot.cell.stop(Some("restart requested".into()));
-                            st.pending_attempt = Some(0);
-                        } else if st.open.is_empty() {
-                            start_connection(&myself, st).await;
-                        } else {
-                            st.pending_attempt = Some(0);
-                        }
-                    }
+                    on_restart(&myself, st).await;
                     let _ = reply.send(());
                 }
-                ServerSupervisorMsg::Shutdown { reply } => {
-                    quiesce(&myself, st, reply, true);
-                }
+                ServerSupervisorMsg::Shutdown { reply } => quiesce(&myself, st, reply, Then::Stop),
                 ServerSupervisorMsg::SetEnabled {
                     enabled: false,
                     reply,
-                } => {
-                    if st.off || st.disposing.is_some() {
+                } => match st.phase {
+                    Phase::Off | Phase::Disposing { .. } | Phase::Stopped => {
                         let _ = reply.send(ShutdownReport::default());
-                        return Ok(());
                     }
-                    st.off = true;
-                    let _ = st.registry.cast(RegistryMsg::RemoveTools {
-                        server: st.config.server_name.clone(),
-                    });
-                    st.instructions = None;
-                    quiesce(&myself, st, reply, false);
-                }
+                    _ => {
+                        st.remove_tools();
+                        quiesce(&myself, st, reply, Then::Off);
+                    }
+                },
                 ServerSupervisorMsg::SetEnabled {
                     enabled: true,
                     reply,
                 } => {
-                    if st.off && st.disposing.is_none() {
-                        st.off = false;
+                    if matches!(st.phase, Phase::Off) {
                         st.failures = 0;
                         st.status.error = None;
-                        if st.open.is_empty() {
-                            start_connection(&myself, st).await;
-                        } else {
-                            st.pending_attempt = Some(0);
-                        }
+                        connect_when_clear(&myself, st, 0).await;
                     }
                     let _ = reply.send(ShutdownReport::default());
                 }
@@ -499,29 +533,7 @@ impl Actor for ServerSupervisor {
                 ServerSupervisorMsg::FailForChaos => {
                     return Err("a failure injected by the chaos runner".into());
                 }
-                ServerSupervisorMsg::ShutdownDeadline => {
-                    let open: Vec<u64> = st.open.iter().copied().collect();
-                    if let Some(d) = st.disposing.as_mut() {
-                        d.deadline = None;
-                        for conn_gen in open {
-                            d.report.unconfirmed.push(format!(
-                                "{}/{}: connection {conn_gen} did not confirm its close within {} s",
-                                st.scope,
-                                st.config.server_name,
-                                SHUTDOWN_DEADLINE.as_secs()
-                            ));
-                        }
-                        if st.conn.is_some() {
-                            d.report.unconfirmed.push(format!(
-                                "{}/{}: connection actor did not stop",
-                                st.scope, st.config.server_name
-                            ));
-                        }
-                    }
-                    st.open.clear();
-                    st.conn = None;
-                    finish_if_done(&myself, st);
-                }
+                ServerSupervisorMsg::ShutdownDeadline => on_shutdown_deadline(&myself, st),
             }
             Ok(())
         }
@@ -547,25 +559,267 @@ impl Actor for ServerSupervisor {
                 return Ok(());
             }
         };
-        let is_current = st.conn.as_ref().map(|c| c.cell.get_id()) == Some(cell.get_id());
-        if !is_current {
-            return Ok(());
-        }
-        if let Some(slot) = st.conn.take() {
-            on_connection_exit(&myself, st, slot, reason).await;
+        let is_current = st.phase.conn().map(|c| c.cell.get_id()) == Some(cell.get_id());
+        if is_current {
+            on_connection_exit(&myself, st, reason).await;
         }
         Ok(())
     }
 }
 
+/// `ConnUp`: the current connection finished its handshake and first fetch.
+async fn on_conn_up(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    conn_gen: u64,
+    peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    info: crate::messages::server::ConnInfo,
+    catalog: Vec<serde_json::Value>,
+) {
+    let current = matches!(&st.phase, Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen);
+    if !current {
+        return; // SYNC-6: a late result from an older connection is dropped.
+    }
+    let Some(mut conn) = st.phase.take_conn() else {
+        return;
+    };
+    conn.up_since = Some(Instant::now());
+    let resync = std::mem::take(&mut conn.resync_pending);
+    st.activity.reset();
+    st.instructions = info.instructions.clone();
+    st.status.pid = info.pid;
+    st.status.protocol_version = Some(info.protocol_version.clone());
+    st.status.server_info = info.server_info.clone();
+    st.status.resources = info.has_resources;
+    st.status.error = None;
+    st.phase = Phase::Ready {
+        conn,
+        live: LiveConn { conn_gen, peer },
+        idle: None,
+        sync: None,
+    };
+    // The live handle goes out first (the registry's Swap checks it, SYNC-6);
+    // `ready` only once the catalog is registered (CONN-10).
+    st.publish_as(ServerState::Connecting);
+    apply_catalog(st, conn_gen, catalog).await;
+    st.answer_waiters(Ok(()));
+    arm_idle(myself, st, None);
+    if resync {
+        start_sync(myself, st);
+    }
+}
+
+/// `ConnectionEnded`: a transport confirmed its close, or could not.
+async fn on_connection_ended(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    conn_gen: u64,
+    reaped: bool,
+    pid: Option<u32>,
+) {
+    st.barrier.close(conn_gen);
+    if let Phase::Disposing { disposal, .. } = &mut st.phase {
+        match (reaped, pid) {
+            (true, Some(pid)) => disposal.report.processes_reaped.push(pid),
+            (false, _) => disposal.report.unconfirmed.push(format!(
+                "{}/{}: connection {conn_gen} did not confirm its close{}",
+                st.scope,
+                st.config.server_name,
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            )),
+            _ => {}
+        }
+        finish_if_done(myself, st);
+        return;
+    }
+    if !reaped {
+        barrier_failed(st, conn_gen, pid);
+    } else if st.barrier.is_clear()
+        && let Phase::AwaitingClose { attempt } = st.phase
+    {
+        if attempt > 0 {
+            st.status.restarts += 1;
+        }
+        start_connection(myself, st, attempt).await;
+    }
+}
+
+/// `ToolsListChanged` (SYNC-5): sync now, or once after the running sync.
+fn on_tools_list_changed(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    conn_gen: u64,
+) {
+    match &mut st.phase {
+        Phase::Ready {
+            conn, live, sync, ..
+        } if live.conn_gen == conn_gen => {
+            if sync.is_some() {
+                conn.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
+            } else {
+                start_sync(myself, st);
+            }
+        }
+        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => conn.resync_pending = true,
+        _ => {}
+    }
+}
+
+/// `SyncDone`: phase 1 of a re-sync finished (SYNC-3); swap it in if the
+/// connection that fetched it is still the live one (SYNC-6).
+async fn on_sync_done(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    conn_gen: u64,
+    result: Result<Vec<serde_json::Value>, String>,
+) {
+    let Phase::Ready {
+        conn, live, sync, ..
+    } = &mut st.phase
+    else {
+        return;
+    };
+    *sync = None;
+    if live.conn_gen != conn_gen {
+        return; // SYNC-6
+    }
+    let resync = std::mem::take(&mut conn.resync_pending);
+    match result {
+        Ok(entries) => apply_catalog(st, conn_gen, entries).await,
+        Err(e) => {
+            st.catalog_warnings = vec![format!(
+                "catalog re-sync failed, previous generation kept: {e}"
+            )];
+            st.publish();
+        }
+    }
+    if resync {
+        start_sync(myself, st);
+    }
+}
+
+/// `Reconnect(k)`: the backoff before attempt `k` is over (RECO-1).
+async fn on_reconnect(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    attempt: u32,
+) {
+    if !matches!(st.phase, Phase::BackingOff { attempt: a, .. } if a == attempt) {
+        return; // a stale timer: the phase moved on
+    }
+    if st.barrier.is_clear() || st.skip_close_barrier {
+        st.status.restarts += 1;
+        start_connection(myself, st, attempt).await;
+    } else {
+        st.enter(Phase::AwaitingClose { attempt }); // RECO-3: wait for the close confirmation.
+    }
+}
+
+/// `Wake` (RECO-6): a call found the server not connected.
+async fn on_wake(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    reply: RpcReplyPort<Result<(), String>>,
+) {
+    match &mut st.phase {
+        Phase::Disposing { .. } | Phase::Stopped => {
+            let _ = reply.send(Err("the runtime is shutting down".into()));
+        }
+        Phase::Off => {
+            let _ = reply.send(Err("the server is turned off".into()));
+        }
+        Phase::Ready { .. } => {
+            let _ = reply.send(Ok(()));
+        }
+        // Answered once connected (an idle stop in progress starts again).
+        Phase::Connecting { .. } | Phase::Stopping { .. } => st.waiters.push(reply),
+        Phase::IdleStopped => {
+            st.waiters.push(reply);
+            connect_when_clear(myself, st, 0).await;
+        }
+        Phase::BackingOff { .. }
+        | Phase::AwaitingClose { .. }
+        | Phase::Disabled
+        | Phase::Failed
+        | Phase::Exhausted => {
+            let state = st.phase.state(st.config.reconnect.max_attempts);
+            let why = st.status.error.clone().unwrap_or_else(|| state.to_string());
+            let _ = reply.send(Err(format!("server is {state}: {why}")));
+        }
+    }
+}
+
+/// `Restart` (RECO-4): a fresh budget and a fresh connection.
+async fn on_restart(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+    if matches!(
+        st.phase,
+        Phase::Off | Phase::Disposing { .. } | Phase::Stopped
+    ) {
+        return;
+    }
+    st.failures = 0;
+    st.status.error = None;
+    match st.phase.take_conn() {
+        Some(conn) => {
+            conn.cell.stop(Some("restart requested".into()));
+            st.enter(Phase::Stopping {
+                conn,
+                why: StopFor::Restart,
+            });
+        }
+        None => connect_when_clear(myself, st, 0).await,
+    }
+}
+
+/// `ShutdownDeadline`: the quiescent stop took too long; say what did not
+/// confirm.
+fn on_shutdown_deadline(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+    let open: Vec<u64> = st.barrier.open.iter().copied().collect();
+    let Phase::Disposing { conn, disposal } = &mut st.phase else {
+        return;
+    };
+    disposal.deadline = None;
+    for conn_gen in open {
+        disposal.report.unconfirmed.push(format!(
+            "{}/{}: connection {conn_gen} did not confirm its close within {} s",
+            st.scope,
+            st.config.server_name,
+            SHUTDOWN_DEADLINE.as_secs()
+        ));
+    }
+    if conn.take().is_some() {
+        disposal.report.unconfirmed.push(format!(
+            "{}/{}: connection actor did not stop",
+            st.scope, st.config.server_name
+        ));
+    }
+    st.barrier = Barrier::default();
+    finish_if_done(myself, st);
+}
+
+/// Start a connection now, or as soon as every previous transport confirmed
+/// its close (RECO-3).
+async fn connect_when_clear(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    attempt: u32,
+) {
+    if st.barrier.is_clear() {
+        start_connection(myself, st, attempt).await;
+    } else {
+        st.enter(Phase::AwaitingClose { attempt });
+    }
+}
+
 /// Spawn `Connection(next_gen)`; the transport counts as open until it confirms its close.
-async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+async fn start_connection(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    attempt: u32,
+) {
     let conn_gen = st.next_gen;
     st.next_gen += 1;
     st.diag = Arc::new(Diagnostics::default());
-    if !matches!(st.status.state, ServerState::Reconnecting { .. }) {
-        st.status.state = ServerState::Connecting;
-    }
     st.status.pid = None;
     let args = ConnectionArgs {
         conn_gen,
@@ -574,22 +828,22 @@ async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut Serve
         diag: st.diag.clone(),
         handlers: st.handlers.clone(),
     };
-    st.open.insert(conn_gen);
+    st.barrier.open.insert(conn_gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
         Ok((cell, _)) => {
-            st.conn = Some(ConnSlot {
+            let conn = ConnSlot {
                 cell,
                 conn_gen,
                 up_since: None,
-                intent: StopIntent::None,
-            });
-            st.publish();
+                resync_pending: false,
+            };
+            st.enter(Phase::Connecting { conn, attempt });
         }
         Err(e) => {
             // Nothing was spawned, so there is nothing to close.
-            st.open.remove(&conn_gen);
-            let slot_less = format!("could not start the connection actor: {e}");
-            register_failure(myself, st, None, slot_less);
+            st.barrier.close(conn_gen);
+            let why = format!("could not start the connection actor: {e}");
+            register_failure(myself, st, None, why);
         }
     }
 }
@@ -598,38 +852,36 @@ async fn start_connection(myself: &ActorRef<ServerSupervisorMsg>, st: &mut Serve
 async fn on_connection_exit(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
-    slot: ConnSlot,
     reason: String,
 ) {
-    st.live = None;
-    if let Some(t) = st.idle_timer.take() {
-        t.abort();
+    if let Phase::Disposing { conn, .. } = &mut st.phase {
+        *conn = None;
+        finish_if_done(myself, st);
+        return;
     }
-    if let Some(t) = st.sync.take() {
-        t.abort();
-    }
-    if st.open.contains(&slot.conn_gen) {
+    let stopping = match &st.phase {
+        Phase::Stopping { why, .. } => Some(*why),
+        _ => None,
+    };
+    let Some(slot) = st.phase.take_conn() else {
+        return;
+    };
+    if st.barrier.open.contains(&slot.conn_gen) {
         let conn_gen = slot.conn_gen;
         let timer = myself.send_after(CLOSE_BARRIER, move || ServerSupervisorMsg::CloseDeadline {
             conn_gen,
         });
-        st.close_timers.push((conn_gen, timer));
+        st.barrier.timers.push((conn_gen, timer));
     }
-    match slot.intent {
-        StopIntent::Shutdown => finish_if_done(myself, st),
-        StopIntent::Idle => {
-            st.status.pid = None;
-            st.set_state(ServerState::IdleStopped);
+    st.status.pid = None;
+    match stopping {
+        // A Wake that arrived while it closed is answered by a new connection.
+        Some(StopFor::Idle) if !st.waiters.is_empty() => {
+            connect_when_clear(myself, st, 0).await;
         }
-        StopIntent::Restart => {
-            st.status.pid = None;
-            st.set_state(ServerState::Connecting);
-            if st.open.is_empty() {
-                st.pending_attempt = None;
-                start_connection(myself, st).await;
-            }
-        }
-        StopIntent::None => register_failure(myself, st, slot.up_since, reason),
+        Some(StopFor::Idle) => st.enter(Phase::IdleStopped),
+        Some(StopFor::Restart) => connect_when_clear(myself, st, 0).await,
+        None => register_failure(myself, st, slot.up_since, reason),
     }
 }
 
@@ -650,39 +902,33 @@ fn register_failure(
     st.answer_waiters(Err(cause));
     if !policy.enabled {
         if st.config.on_disconnect == OnDisconnect::Remove {
-            let _ = st.registry.cast(RegistryMsg::RemoveTools {
-                server: st.config.server_name.clone(),
-            });
-            st.instructions = None; // RES-5: withdrawn together with the tools.
+            st.remove_tools();
         }
-        st.set_state(ServerState::Failed);
+        st.enter(Phase::Failed);
         return;
     }
     if st.failures > policy.max_attempts {
-        // RECO-4
-        let _ = st.registry.cast(RegistryMsg::RemoveTools {
-            server: st.config.server_name.clone(),
-        });
-        st.instructions = None;
-        st.set_state(ServerState::Exhausted);
+        st.remove_tools(); // RECO-4
+        st.enter(Phase::Exhausted);
         return;
     }
     let attempt = st.failures;
     let mut delay = policy.delay_for_attempt(attempt);
     if policy.jitter {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        delay = Duration::from_millis(rand::rng().random_range(ms / 2..=ms));
+        delay = Duration::from_millis(st.rng.random_range(ms / 2..=ms));
     }
-    st.backoff = Some(myself.send_after(delay, move || ServerSupervisorMsg::Reconnect { attempt }));
-    st.set_state(ServerState::Reconnecting {
-        attempt,
-        of: policy.max_attempts,
-    });
+    let timer = myself.send_after(delay, move || ServerSupervisorMsg::Reconnect { attempt });
+    st.enter(Phase::BackingOff { attempt, timer });
 }
 
 /// RECO-3: the previous transport could not be confirmed closed; never overlap.
 fn barrier_failed(st: &mut ServerSupervisorState, conn_gen: u64, pid: Option<u32>) {
-    st.cancel_timers();
+    // Only a test switch (skip_close_barrier) lets a connection run now:
+    // it is stopped, it overlapped.
+    if let Some(conn) = st.phase.take_conn() {
+        conn.cell.stop(Some("the close barrier failed".into()));
+    }
     let what = pid
         .map(|p| format!("process {p}"))
         .unwrap_or_else(|| format!("connection {conn_gen}"));
@@ -694,7 +940,7 @@ fn barrier_failed(st: &mut ServerSupervisorState, conn_gen: u64, pid: Option<u32
     st.answer_waiters(Err(
         "the previous process could not be confirmed gone".into()
     ));
-    st.set_state(ServerState::Failed);
+    st.enter(Phase::Failed);
 }
 
 /// Build a catalog generation from raw entries and swap it in (SYNC-3, SYNC-4).
@@ -748,13 +994,14 @@ async fn apply_catalog(
 }
 
 fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    let Some(live) = st.live.clone() else {
-        return;
-    };
-    let me = myself.clone();
     let timeout = st.config.request_timeout;
     let diag = st.diag.clone();
-    st.sync = Some(tokio::spawn(async move {
+    let Phase::Ready { live, sync, .. } = &mut st.phase else {
+        return;
+    };
+    let live = live.clone();
+    let me = myself.clone();
+    *sync = Some(tokio::spawn(async move {
         let result = fetch_catalog(&live.peer, timeout, &diag).await;
         let _ = me.cast(ServerSupervisorMsg::SyncDone {
             conn_gen: live.conn_gen,
@@ -778,25 +1025,32 @@ fn arm_idle(
     let Some(limit) = idle_limit(st) else {
         return;
     };
-    if let Some(t) = st.idle_timer.take() {
+    let Phase::Ready { idle, .. } = &mut st.phase else {
+        return;
+    };
+    if let Some(t) = idle.take() {
         t.abort();
     }
-    st.idle_timer =
-        Some(myself.send_after(after.unwrap_or(limit), || ServerSupervisorMsg::IdleCheck));
+    *idle = Some(myself.send_after(after.unwrap_or(limit), || ServerSupervisorMsg::IdleCheck));
 }
 
+/// `IdleCheck` (RECO-6): stop a connection idle for its limit, or check again later.
 fn check_idle(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
     let Some(limit) = idle_limit(st) else {
         return;
     };
-    if st.live.is_none() || st.disposing.is_some() {
+    let Phase::Ready { idle, .. } = &mut st.phase else {
         return;
-    }
+    };
+    *idle = None;
     match st.activity.idle_for() {
         Some(idle) if idle >= limit => {
-            if let Some(slot) = st.conn.as_mut() {
-                slot.intent = StopIntent::Idle;
-                slot.cell.stop(Some("idle stop".into()));
+            if let Some(conn) = st.phase.take_conn() {
+                conn.cell.stop(Some("idle stop".into()));
+                st.enter(Phase::Stopping {
+                    conn,
+                    why: StopFor::Idle,
+                });
             }
         }
         Some(idle) => arm_idle(myself, st, Some(limit - idle)),
@@ -804,30 +1058,38 @@ fn check_idle(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
     }
 }
 
+/// A quiescent stop is complete once the connection is gone and every
+/// transport confirmed its close (or the deadline said which did not).
 fn finish_if_done(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    if st.conn.is_some() || !st.open.is_empty() {
+    let done = matches!(&st.phase, Phase::Disposing { conn: None, .. }) && st.barrier.is_clear();
+    if !done {
         return;
     }
-    let Some(mut d) = st.disposing.take() else {
+    let Phase::Disposing { mut disposal, .. } = std::mem::replace(&mut st.phase, Phase::Stopped)
+    else {
         return;
     };
-    if let Some(t) = d.deadline.take() {
+    if let Some(t) = disposal.deadline.take() {
         t.abort();
     }
-    d.report
+    disposal
+        .report
         .servers_stopped
         .push(format!("{}/{}", st.scope, st.config.server_name));
-    d.report.duration_ms = u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    st.live = None;
+    disposal.report.duration_ms =
+        u64::try_from(disposal.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     st.status.pid = None;
-    if !d.then_stop {
-        st.status.error = Some("turned off".into());
+    match disposal.then {
+        Then::Off => {
+            st.status.error = Some("turned off".into());
+            st.enter(Phase::Off);
+        }
+        Then::Stop => st.enter(Phase::Stopped),
     }
-    st.set_state(ServerState::Stopped);
-    if let Some(reply) = d.reply.take() {
-        let _ = reply.send(d.report);
+    if let Some(reply) = disposal.reply.take() {
+        let _ = reply.send(disposal.report);
     }
-    if d.then_stop {
+    if disposal.then == Then::Stop {
         myself.stop(Some("shutdown".into()));
     }
 }
@@ -838,33 +1100,38 @@ fn quiesce(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
     reply: RpcReplyPort<ShutdownReport>,
-    then_stop: bool,
+    then: Then,
 ) {
-    st.cancel_timers();
-    for (_, t) in st.close_timers.drain(..) {
-        t.abort();
+    if matches!(st.phase, Phase::Disposing { .. } | Phase::Stopped) {
+        let _ = reply.send(ShutdownReport::default());
+        return;
     }
-    let why = if then_stop {
-        "the runtime is shutting down"
-    } else {
-        "the server was turned off"
+    let shown = st.phase.state(st.config.reconnect.max_attempts);
+    st.barrier.abort_timers();
+    let why = match then {
+        Then::Stop => "the runtime is shutting down",
+        Then::Off => "the server was turned off",
     };
     st.answer_waiters(Err(why.into()));
-    let deadline = myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
-    st.disposing = Some(Disposal {
-        reply: Some(reply),
-        then_stop,
-        report: ShutdownReport {
-            calls_cancelled: st.activity.in_flight() as u64,
-            ..Default::default()
-        },
-        started: Instant::now(),
-        deadline: Some(deadline),
-    });
-    if let Some(slot) = st.conn.as_mut() {
-        slot.intent = StopIntent::Shutdown;
-        slot.cell.stop(Some(why.into()));
+    let conn = st.phase.take_conn();
+    if let Some(conn) = &conn {
+        conn.cell.stop(Some(why.into()));
     }
+    let deadline = myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
+    st.phase = Phase::Disposing {
+        conn,
+        disposal: Disposal {
+            reply: Some(reply),
+            then,
+            report: ShutdownReport {
+                calls_cancelled: st.activity.in_flight() as u64,
+                ..Default::default()
+            },
+            started: Instant::now(),
+            deadline: Some(deadline),
+            shown,
+        },
+    };
     finish_if_done(myself, st);
 }
 

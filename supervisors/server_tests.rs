@@ -803,3 +803,40 @@ async fn restart_intensity_is_per_server_so_a_fourth_failing_server_is_still_res
     }
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+/// The gaps between the connection attempts of a server that never comes
+/// up, under `seed`, with jitter on.
+async fn jittered_gaps(seed: u64) -> Vec<u128> {
+    let h = Harness::new(Mode::Refuse);
+    let mut cfg = config(&h, policy(400, 3200, 4));
+    cfg.reconnect.jitter = true;
+    let rt = Runtime::builder().seed(seed).start().await.unwrap();
+    let mut events = rt.subscribe();
+    rt.add_server(Scope::Global, cfg).await.unwrap();
+    wait_status(&mut events, |s| s.state == ServerState::Exhausted).await;
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let t = h.attempts();
+    t.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn jittered_delays_stay_within_half_to_all_of_the_schedule_and_a_seed_repeats_them() {
+    // RECO-1 with jitter: attempt k waits uniformly in [delay(k)/2, delay(k)];
+    // the runtime's seed makes the draw reproducible (RuntimeBuilder::seed).
+    let schedule = [400u128, 800, 1600, 3200];
+    let first = jittered_gaps(7).await;
+    assert_eq!(first.len(), schedule.len());
+    for (gap, d) in first.iter().zip(schedule) {
+        assert!(
+            (d / 2..=d).contains(gap),
+            "gap {gap} ms outside [{}, {d}]",
+            d / 2
+        );
+    }
+    assert_eq!(jittered_gaps(7).await, first, "same seed, same delays");
+    let mut differ = false;
+    for seed in [8, 9, 10] {
+        differ |= jittered_gaps(seed).await != first;
+    }
+    assert!(differ, "the jitter draws depend on the seed");
+}

@@ -105,6 +105,18 @@ impl Intensity {
     }
 }
 
+/// A child's seed, derived from its parent's and its name: one runtime
+/// seed makes every random choice of the tree reproducible (jitter, slug
+/// suffixes), and siblings draw different numbers.
+pub fn derive_seed(seed: u64, label: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // DefaultHasher::new() has fixed keys: the same inputs, the same seed.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    seed.hash(&mut h);
+    label.hash(&mut h);
+    h.finish()
+}
+
 /// Why an actor gave no answer to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AskError {
