@@ -107,6 +107,7 @@ mod supervisors;
 // fields are not API.
 
 // The runtime and its lifecycle.
+pub use messages::tree::{AskError, TreeError};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.
@@ -131,6 +132,7 @@ pub use tokio_util::sync::CancellationToken;
 // Results: limits, budgets, images and where they are saved.
 pub use messages::budget::{ResultLimits, TurnBudget};
 pub use messages::images::{AdmittedImage, AttachmentStore};
+pub use messages::store::StoreError;
 pub use runtime::stores::attachments::FileAttachmentStore;
 
 // Status and events.
@@ -138,7 +140,9 @@ pub use messages::status::{HookRunInfo, RuntimeEvent, ServerState, ServerStatus,
 
 // Trust and secrets.
 pub use messages::approval::{ApprovalRequest, Approver};
-pub use messages::trust::{Approval, Secret, SecretStore, TrustMode, validate_endpoint};
+pub use messages::trust::{
+    Approval, EndpointError, Secret, SecretStore, TrustMode, validate_endpoint,
+};
 #[cfg(all(feature = "keyring", target_os = "linux"))]
 pub use runtime::stores::secrets::KeyringSecretStore;
 pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore};

@@ -40,7 +40,7 @@ pub fn transport(
     diag: Arc<Diagnostics>,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
-    crate::messages::trust::validate_endpoint(&cfg.url)?;
+    crate::messages::trust::validate_endpoint(&cfg.url).map_err(|e| e.to_string())?;
     let mut headers = HashMap::new();
     for (name, value) in &cfg.headers {
         let n = HeaderName::from_bytes(name.as_bytes())

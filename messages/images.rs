@@ -109,7 +109,7 @@ pub trait AttachmentStore: Send + Sync + 'static {
         &'a self,
         mime: &'a str,
         bytes: &'a [u8],
-    ) -> futures::future::BoxFuture<'a, Result<String, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<String, super::store::StoreError>>;
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod status;
+pub mod store;
 pub mod transport;
 pub mod tree;
 pub mod trust;

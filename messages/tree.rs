@@ -9,7 +9,7 @@ use std::time::Duration;
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::watch;
 
-use super::config::{Scope, ServerConfig};
+use super::config::{ConfigError, Scope, ServerConfig};
 use super::registry::ScopeSnapshot;
 use super::status::ShutdownReport;
 
@@ -20,7 +20,7 @@ pub enum RootMsg {
         /// The scope.
         scope: Scope,
         /// Its handle.
-        reply: RpcReplyPort<Result<ScopeHandle, String>>,
+        reply: RpcReplyPort<Result<ScopeHandle, TreeError>>,
     },
     /// The hooks supervisor.
     HooksSupervisor {
@@ -59,7 +59,7 @@ pub enum ScopeMsg {
         config: Box<ServerConfig>,
         /// The server_name (derived from the display name when empty, SYNC-2)
         /// once the server's supervisor runs.
-        reply: RpcReplyPort<Result<String, String>>,
+        reply: RpcReplyPort<Result<String, TreeError>>,
     },
     /// The global switch (TRUST-1), for this scope: every enabled server that
     /// was not turned off by itself is switched.
@@ -76,7 +76,7 @@ pub enum ScopeMsg {
         /// On or off.
         enabled: bool,
         /// Its stop's report, or why not.
-        reply: RpcReplyPort<Result<ShutdownReport, String>>,
+        reply: RpcReplyPort<Result<ShutdownReport, TreeError>>,
     },
     /// Stop everything in reverse start order and report (RECO-7).
     Shutdown {
@@ -103,5 +103,63 @@ pub enum EventLogMsg {
     Stop {
         /// Answered once flushed.
         reply: RpcReplyPort<()>,
+    },
+}
+
+/// Why an actor gave no answer to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// No answer within the deadline.
+    #[error("did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    /// The actor is gone (stopped, or it dropped the request).
+    #[error("is gone")]
+    Gone,
+}
+
+/// Why the tree refused a lifecycle request (add a server, switch one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    /// The runtime is shutting down.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+    /// The runtime is turned off (TRUST-1); `adding`: the request added a server.
+    #[error("the runtime is turned off (TRUST-1): turn it on {}", if *.adding { "before adding servers" } else { "first" })]
+    Off {
+        /// Whether a server was being added.
+        adding: bool,
+    },
+    /// The name is taken in the scope (CONN-4).
+    #[error("server_name \"{name}\" is already registered in scope {scope}")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// The scope.
+        scope: Scope,
+    },
+    /// No such server in the scope.
+    #[error("no such server in scope {scope}")]
+    NoSuchServer {
+        /// The scope.
+        scope: Scope,
+    },
+    /// The server's configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An actor of the tree could not be started.
+    #[error("could not start {what}: {reason}")]
+    Start {
+        /// What ("scope global", "the server supervisor").
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// An actor of the tree did not answer.
+    #[error("the {actor} {why}")]
+    NoAnswer {
+        /// Which ("server supervisor").
+        actor: &'static str,
+        /// Why.
+        why: AskError,
     },
 }

@@ -5,6 +5,8 @@ use std::fmt;
 use serde::Serialize;
 
 use futures::future::BoxFuture;
+
+use super::store::StoreError;
 use serde::Deserialize;
 
 // ===== TRUST-3: one endpoint validator =====
@@ -12,23 +14,57 @@ use serde::Deserialize;
 /// The one validation every endpoint the runtime dials goes through (MCP
 /// servers, model providers, CDP attach): `https://` anywhere; plain `http://`
 /// only for `localhost`, `127.0.0.1` and `[::1]`; every other scheme rejected.
-pub fn validate_endpoint(endpoint: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(endpoint)
-        .map_err(|e| format!("endpoint {endpoint:?} is not a valid URL: {e}"))?;
+pub fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
+    let parsed = url::Url::parse(endpoint).map_err(|e| EndpointError::NotAUrl {
+        endpoint: endpoint.to_owned(),
+        reason: e.to_string(),
+    })?;
     match parsed.scheme() {
         "https" => Ok(()),
         "http" => match parsed.host() {
             Some(url::Host::Domain("localhost")) => Ok(()),
             Some(url::Host::Ipv4(ip)) if ip == std::net::Ipv4Addr::LOCALHOST => Ok(()),
             Some(url::Host::Ipv6(ip)) if ip == std::net::Ipv6Addr::LOCALHOST => Ok(()),
-            _ => Err(format!(
-                "endpoint {endpoint:?} uses plain http:// to a remote host; use https:// (http:// is allowed only for localhost, 127.0.0.1 and [::1])"
-            )),
+            _ => Err(EndpointError::PlainHttpToRemote {
+                endpoint: endpoint.to_owned(),
+            }),
         },
-        other => Err(format!(
-            "endpoint {endpoint:?} has scheme {other:?}; only https:// (and http:// to localhost) is allowed"
-        )),
+        other => Err(EndpointError::Scheme {
+            endpoint: endpoint.to_owned(),
+            scheme: other.to_owned(),
+        }),
     }
+}
+
+/// Why [`validate_endpoint`] refused an endpoint (TRUST-3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// Not a URL at all.
+    #[error("endpoint {endpoint:?} is not a valid URL: {reason}")]
+    NotAUrl {
+        /// The endpoint as given.
+        endpoint: String,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// `http://` to anything but the loopback host.
+    #[error(
+        "endpoint {endpoint:?} uses plain http:// to a remote host; use https:// (http:// is allowed only for localhost, 127.0.0.1 and [::1])"
+    )]
+    PlainHttpToRemote {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+    /// Neither `https` nor `http`.
+    #[error(
+        "endpoint {endpoint:?} has scheme {scheme:?}; only https:// (and http:// to localhost) is allowed"
+    )]
+    Scheme {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Its scheme.
+        scheme: String,
+    },
 }
 
 // ===== TRUST-2: secrets =====
@@ -156,9 +192,9 @@ pub enum TrustMode {
 
 /// Supplies secret values by name.
 pub trait SecretStore: Send + Sync + 'static {
-    /// The value of `name`, or why it cannot be had (the message must not
+    /// The value of `name`, or why it cannot be had (the error must not
     /// contain a value).
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>>;
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>>;
 }
 
 #[cfg(test)]
@@ -172,13 +208,16 @@ mod tests {
         assert!(validate_endpoint("http://127.0.0.1:3001/mcp").is_ok());
         assert!(validate_endpoint("http://localhost:8080/mcp").is_ok());
         assert!(validate_endpoint("http://[::1]:8080/mcp").is_ok());
-        let remote = validate_endpoint("http://example.com/mcp").unwrap_err();
+        let remote = validate_endpoint("http://example.com/mcp")
+            .unwrap_err()
+            .to_string();
         assert!(remote.contains("use https://"), "{remote}");
         assert!(validate_endpoint("http://10.0.0.1/mcp").is_err());
         assert!(validate_endpoint("http://127.0.0.2/mcp").is_err());
         assert!(
             validate_endpoint("ws://localhost/mcp")
                 .unwrap_err()
+                .to_string()
                 .contains("scheme \"ws\"")
         );
         assert!(validate_endpoint("not a url").is_err());

@@ -167,14 +167,15 @@ impl RuntimeBuilder {
             };
         let (root, task) = RootSupervisor::start(args)
             .await
-            .map_err(RuntimeError::Unavailable)?;
+            .map_err(RuntimeError::Start)?;
         let hooks_supervisor = match root.hooks_supervisor().await {
             Ok(h) => h,
             Err(e) => {
                 root.kill();
-                return Err(RuntimeError::Unavailable(format!(
-                    "the root supervisor {e}"
-                )));
+                return Err(RuntimeError::Unavailable {
+                    actor: "root supervisor",
+                    why: e,
+                });
             }
         };
         let hooks = Arc::new(crate::runtime::hooks::HookEngine::start(

@@ -37,7 +37,7 @@ use crate::messages::images::AttachmentStore;
 use crate::messages::registry::ScopeSnapshot;
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
-use crate::messages::tree::ScopeHandle;
+use crate::messages::tree::{ScopeHandle, TreeError};
 use crate::supervisors::root::RootHandle;
 use crate::supervisors::spec::{AskError, ask};
 
@@ -52,17 +52,50 @@ pub enum RuntimeError {
     /// A configuration problem.
     #[error(transparent)]
     Config(#[from] crate::messages::config::ConfigError),
-    /// A server could not be added or did not come up (CONN-12).
+    /// A scope could not be had (the runtime is shutting down, or the scope
+    /// supervisor could not start).
+    #[error("scope {scope}: {source}")]
+    Scope {
+        /// The scope.
+        scope: Scope,
+        /// Why.
+        source: TreeError,
+    },
+    /// The tree refused a request about a server (the name is taken, the
+    /// runtime is off or shutting down, no such server).
+    #[error("server \"{server}\": {source}")]
+    Refused {
+        /// The server.
+        server: String,
+        /// Why.
+        source: TreeError,
+    },
+    /// A server did not come up, or is not there (CONN-12): its own error,
+    /// with the stderr tail when there is one.
     #[error("server \"{server}\": {message}")]
     Server {
         /// The server.
         server: String,
-        /// What happened, with the stderr tail when there is one.
+        /// What happened.
         message: String,
     },
-    /// The runtime's actors could not be reached (it was shut down).
-    #[error("runtime unavailable: {0}")]
-    Unavailable(String),
+    /// The runtime could not start (its event log, its tree).
+    #[error("the runtime could not start: {0}")]
+    Start(String),
+    /// An actor of the runtime did not answer (the runtime was shut down).
+    #[error("runtime unavailable: the {actor} {why}")]
+    Unavailable {
+        /// Which actor.
+        actor: &'static str,
+        /// Why.
+        why: AskError,
+    },
+}
+
+impl RuntimeError {
+    fn unavailable(actor: &'static str) -> impl FnOnce(AskError) -> Self {
+        move |why| Self::Unavailable { actor, why }
+    }
 }
 
 struct Inner {
@@ -117,8 +150,11 @@ impl Runtime {
             .root
             .scope(scope)
             .await
-            .map_err(|e| RuntimeError::Unavailable(format!("the root supervisor {e}")))?
-            .map_err(RuntimeError::Unavailable)?;
+            .map_err(RuntimeError::unavailable("root supervisor"))?
+            .map_err(|source| RuntimeError::Scope {
+                scope: scope.clone(),
+                source,
+            })?;
         if let Ok(mut map) = self.inner.scopes.write() {
             map.insert(scope.clone(), h.clone());
         }
@@ -161,10 +197,10 @@ impl Runtime {
         let name = handle
             .add_server(Box::new(config))
             .await
-            .map_err(|e| RuntimeError::Unavailable(format!("the scope supervisor {e}")))?
-            .map_err(|message| RuntimeError::Server {
+            .map_err(RuntimeError::unavailable("scope supervisor"))?
+            .map_err(|source| RuntimeError::Refused {
                 server: requested,
-                message,
+                source,
             })?;
         if strict {
             self.wait_outcome(&scope, &name, wait, Wait::FirstAttempt)
@@ -262,10 +298,10 @@ impl Runtime {
         handle
             .set_server_enabled(server, enabled)
             .await
-            .map_err(|e| RuntimeError::Unavailable(format!("the scope supervisor {e}")))?
-            .map_err(|message| RuntimeError::Server {
+            .map_err(RuntimeError::unavailable("scope supervisor"))?
+            .map_err(|source| RuntimeError::Refused {
                 server: server.to_owned(),
-                message,
+                source,
             })
     }
 
@@ -292,9 +328,7 @@ impl Runtime {
             Some(Duration::from_secs(5)),
         )
         .await
-        .map_err(|e| {
-            RuntimeError::Unavailable(format!("restart not confirmed: the server supervisor {e}"))
-        })
+        .map_err(RuntimeError::unavailable("server supervisor"))
     }
 
     /// Test-only (feature `chaos`): make a server's supervisor fail, as a bug
@@ -309,7 +343,10 @@ impl Runtime {
         entry
             .supervisor
             .cast(ServerSupervisorMsg::FailForChaos)
-            .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+            .map_err(|_| RuntimeError::Unavailable {
+                actor: "server supervisor",
+                why: AskError::Gone,
+            })
     }
 
     /// The tools of a scope, ordered by server (SYNC-8).

@@ -247,10 +247,12 @@ mod tests {
             &'a self,
             mime: &'a str,
             bytes: &'a [u8],
-        ) -> BoxFuture<'a, Result<String, String>> {
+        ) -> BoxFuture<'a, Result<String, crate::messages::store::StoreError>> {
             Box::pin(async move {
                 if self.fail {
-                    return Err("disk full".into());
+                    return Err(crate::messages::store::StoreError::Unusable(
+                        "disk full".into(),
+                    ));
                 }
                 let mut saved = self.saved.lock().unwrap();
                 saved.push((mime.to_owned(), bytes.len()));

@@ -43,7 +43,7 @@ use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
 use crate::messages::registry::ScopeSnapshot;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
-use crate::messages::tree::{EventLogMsg, HooksMsg, RootMsg, ScopeHandle, ScopeMsg};
+use crate::messages::tree::{EventLogMsg, HooksMsg, RootMsg, ScopeHandle, ScopeMsg, TreeError};
 
 /// How long a scope has to report its quiescent stop.
 const SCOPE_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() + 5);
@@ -68,7 +68,7 @@ impl ScopeHandle {
     pub async fn add_server(
         &self,
         config: Box<crate::messages::config::ServerConfig>,
-    ) -> Result<Result<String, String>, AskError> {
+    ) -> Result<Result<String, TreeError>, AskError> {
         ask(
             &self.actor,
             |reply| ScopeMsg::AddServer { config, reply },
@@ -82,7 +82,7 @@ impl ScopeHandle {
         &self,
         server: &str,
         enabled: bool,
-    ) -> Result<Result<ShutdownReport, String>, AskError> {
+    ) -> Result<Result<ShutdownReport, TreeError>, AskError> {
         let server = server.to_owned();
         ask(
             &self.actor,
@@ -105,7 +105,7 @@ pub struct RootHandle {
 
 impl RootHandle {
     /// The scope's handle, starting the scope on first use.
-    pub async fn scope(&self, scope: &Scope) -> Result<Result<ScopeHandle, String>, AskError> {
+    pub async fn scope(&self, scope: &Scope) -> Result<Result<ScopeHandle, TreeError>, AskError> {
         let scope = scope.clone();
         ask(&self.actor, |reply| RootMsg::Scope { scope, reply }, None).await
     }
@@ -399,9 +399,9 @@ async fn scope_handle(
     myself: &ActorRef<RootMsg>,
     st: &mut RootState,
     scope: Scope,
-) -> Result<ScopeHandle, String> {
+) -> Result<ScopeHandle, TreeError> {
     if st.shutting_down {
-        return Err("the runtime is shutting down".into());
+        return Err(TreeError::ShuttingDown);
     }
     let id = scope_id(&scope);
     if let Some(RootChild::Scope(h)) = st.children.get(&id).map(|c| &c.handle) {
@@ -419,7 +419,10 @@ async fn scope_handle(
     };
     let (actor, _) = Actor::spawn_linked(None, ScopeSupervisor, args, myself.get_cell())
         .await
-        .map_err(|e| format!("could not start scope {scope}: {e}"))?;
+        .map_err(|e| TreeError::Start {
+            what: format!("scope {scope}"),
+            reason: e.to_string(),
+        })?;
     let handle = ScopeHandle {
         actor,
         snapshot: rx,

@@ -49,7 +49,7 @@ use crate::messages::naming::derive_slug;
 use crate::messages::registry::{Activity, RegistryMsg, ScopeSnapshot};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
-use crate::messages::tree::ScopeMsg;
+use crate::messages::tree::{ScopeMsg, TreeError};
 
 /// Shutdown spec of the scope's children once they have quiesced.
 const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
@@ -264,7 +264,7 @@ impl Actor for ScopeSupervisor {
                     reply,
                 } => {
                     let result = if enabled && st.off {
-                        Err("the runtime is turned off (TRUST-1): turn it on first".to_owned())
+                        Err(TreeError::Off { adding: false })
                     } else if let Some(actor) = st.server(&server).map(|s| s.actor.clone()) {
                         if enabled {
                             st.kept_off.remove(&server);
@@ -273,9 +273,14 @@ impl Actor for ScopeSupervisor {
                         }
                         switch(&actor, enabled)
                             .await
-                            .map_err(|e| format!("the server supervisor {e}"))
+                            .map_err(|why| TreeError::NoAnswer {
+                                actor: "server supervisor",
+                                why,
+                            })
                     } else {
-                        Err(format!("no such server in scope {}", st.scope))
+                        Err(TreeError::NoSuchServer {
+                            scope: st.scope.clone(),
+                        })
                     };
                     let _ = reply.send(result);
                 }
@@ -371,7 +376,7 @@ async fn add_server(
     myself: &ActorRef<ScopeMsg>,
     st: &mut ScopeState,
     mut config: Box<ServerConfig>,
-) -> Result<String, String> {
+) -> Result<String, TreeError> {
     if config.server_name.is_empty()
         && let Some(display) = &config.display_name
     {
@@ -384,23 +389,26 @@ async fn add_server(
     }
     let name = config.server_name.clone();
     if st.shutting_down {
-        return Err("the runtime is shutting down".to_owned());
+        return Err(TreeError::ShuttingDown);
     }
     if st.off {
-        return Err(
-            "the runtime is turned off (TRUST-1): turn it on before adding servers".to_owned(),
-        );
+        return Err(TreeError::Off { adding: true });
     }
     if st.children.get(&name).is_some() {
-        return Err(format!(
-            "server_name \"{name}\" is already registered in scope {}",
-            st.scope
-        ));
+        return Err(TreeError::NameTaken {
+            name,
+            scope: st.scope.clone(),
+        });
     }
-    config.validate().map_err(|e| e.to_string())?;
+    config.validate()?;
     let config = Arc::new(*config);
     let activity = Arc::new(Activity::new());
-    let actor = spawn_server(myself, st, config.clone(), activity.clone()).await?;
+    let actor = spawn_server(myself, st, config.clone(), activity.clone())
+        .await
+        .map_err(|reason| TreeError::Start {
+            what: "the server supervisor".into(),
+            reason,
+        })?;
     // The new supervisor registered itself from pre_start; make that visible
     // before answering, so status() shows the server.
     let _ = ask(

@@ -15,6 +15,7 @@ use ractor::{ActorCell, ActorId, ActorRef, Message, RpcReplyPort};
 use tokio::time::Instant;
 
 use crate::messages::status::ShutdownReport;
+pub use crate::messages::tree::AskError;
 
 /// When a child is restarted (OTP `restart()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,17 +116,6 @@ pub fn derive_seed(seed: u64, label: &str) -> u64 {
     seed.hash(&mut h);
     label.hash(&mut h);
     h.finish()
-}
-
-/// Why an actor gave no answer to a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AskError {
-    /// No answer within the deadline.
-    #[error("did not answer within {} ms", .0.as_millis())]
-    Timeout(Duration),
-    /// The actor is gone (stopped, or it dropped the request).
-    #[error("is gone")]
-    Gone,
 }
 
 /// A request to an actor (OTP `call`), with a deadline (`None`: without

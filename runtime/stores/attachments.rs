@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 
 use crate::messages::images::{AttachmentStore, extension_for};
+use crate::messages::store::StoreError;
 
 /// Saves attachments as `<dir>/<sha256 prefix>.<ext>`.
 #[derive(Debug, Clone)]
@@ -22,7 +23,11 @@ impl FileAttachmentStore {
 }
 
 impl AttachmentStore for FileAttachmentStore {
-    fn save<'a>(&'a self, mime: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, Result<String, String>> {
+    fn save<'a>(
+        &'a self,
+        mime: &'a str,
+        bytes: &'a [u8],
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
             let digest = Sha256::digest(bytes);
             let name = crate::messages::naming::hex(&digest[..12]);
@@ -33,10 +38,10 @@ impl AttachmentStore for FileAttachmentStore {
             let path = self.dir.join(format!("{name}.{ext}"));
             tokio::fs::create_dir_all(&self.dir)
                 .await
-                .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+                .map_err(|e| StoreError::io("create", &self.dir, e))?;
             tokio::fs::write(&path, bytes)
                 .await
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                .map_err(|e| StoreError::io("write", &path, e))?;
             Ok(path.display().to_string())
         })
     }

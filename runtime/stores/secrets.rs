@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 
+use crate::messages::store::StoreError;
 use crate::messages::trust::{Secret, SecretStore};
 
 /// Secret name = environment variable name of this process.
@@ -22,11 +23,11 @@ use crate::messages::trust::{Secret, SecretStore};
 pub struct EnvSecretStore;
 
 impl SecretStore for EnvSecretStore {
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
         Box::pin(async move {
             std::env::var(name)
                 .map(Secret::new)
-                .map_err(|_| format!("environment variable {name} is not set"))
+                .map_err(|_| StoreError::EnvNotSet(name.to_owned()))
         })
     }
 }
@@ -40,29 +41,28 @@ pub struct FileSecretStore {
 impl FileSecretStore {
     /// A store reading `path`. The file is created empty with mode 0600 when
     /// it does not exist.
-    pub fn open(path: impl Into<PathBuf>) -> Result<Self, String> {
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let path = path.into();
         if !path.exists() {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
             }
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .open(&path)
-                .map_err(|e| format!("cannot create the secret file {}: {e}", path.display()))?;
+                .map_err(|e| StoreError::io("create the secret file", &path, e))?;
         }
         Ok(Self { path })
     }
 
     /// Store a value (rewrites the file, keeping mode 0600).
-    pub fn set(&self, name: &str, value: &Secret) -> Result<(), String> {
+    pub fn set(&self, name: &str, value: &Secret) -> Result<(), StoreError> {
         let mut all = self.read_all()?;
         all.insert(name.to_owned(), value.expose().to_owned());
-        let text =
-            toml::to_string(&all).map_err(|e| format!("cannot encode the secret file: {e}"))?;
+        let text = toml::to_string(&all)
+            .map_err(|e| StoreError::Unusable(format!("cannot encode the secret file: {e}")))?;
         // A fresh file (an old or planted one is removed first), so the mode
         // below is the mode it gets.
         let tmp = self.path.with_extension("tmp");
@@ -73,36 +73,42 @@ impl FileSecretStore {
             .mode(0o600)
             .open(&tmp)
             .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path)
-            .map_err(|e| format!("cannot replace {}: {e}", self.path.display()))
+            .map_err(|e| StoreError::io("write", &tmp, e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| StoreError::io("replace", &self.path, e))
     }
 
-    fn read_all(&self) -> Result<BTreeMap<String, String>, String> {
+    fn read_all(&self) -> Result<BTreeMap<String, String>, StoreError> {
         let meta = std::fs::metadata(&self.path)
-            .map_err(|e| format!("cannot read the secret file {}: {e}", self.path.display()))?;
+            .map_err(|e| StoreError::io("read the secret file", &self.path, e))?;
         if meta.permissions().mode() & 0o077 != 0 {
-            return Err(format!(
+            return Err(StoreError::Unusable(format!(
                 "the secret file {} can be read by others (mode {:o}); chmod 600 it",
                 self.path.display(),
                 meta.permissions().mode() & 0o777
-            ));
+            )));
         }
         let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("cannot read the secret file {}: {e}", self.path.display()))?;
+            .map_err(|e| StoreError::io("read the secret file", &self.path, e))?;
         // The parse error may quote a line of the file: never pass it on.
-        toml::from_str(&text)
-            .map_err(|_| format!("the secret file {} is not valid TOML", self.path.display()))
+        toml::from_str(&text).map_err(|_| {
+            StoreError::Unusable(format!(
+                "the secret file {} is not valid TOML",
+                self.path.display()
+            ))
+        })
     }
 }
 
 impl SecretStore for FileSecretStore {
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
         Box::pin(async move {
             let all = self.read_all()?;
             all.get(name)
                 .map(|v| Secret::new(v.clone()))
-                .ok_or_else(|| format!("no entry {name} in {}", self.path.display()))
+                .ok_or_else(|| StoreError::Missing {
+                    name: name.to_owned(),
+                    place: self.path.display().to_string(),
+                })
         })
     }
 }
@@ -129,54 +135,60 @@ impl KeyringSecretStore {
         format!("mcpvisor:{}:{name}", self.service)
     }
 
-    fn keyring() -> Result<linux_keyutils::KeyRing, String> {
+    fn keyring() -> Result<linux_keyutils::KeyRing, StoreError> {
         linux_keyutils::KeyRing::from_special_id(linux_keyutils::KeyRingIdentifier::User, false)
-            .map_err(|e| format!("the user keyring is not available: {e:?}"))
+            .map_err(|e| StoreError::Unusable(format!("the user keyring is not available: {e:?}")))
     }
 
     /// Store a value (replacing an earlier one).
-    pub fn set(&self, name: &str, value: &Secret) -> Result<(), String> {
+    pub fn set(&self, name: &str, value: &Secret) -> Result<(), StoreError> {
         Self::keyring()?
             .add_key(&self.description(name), value.expose().as_bytes())
             .map(|_| ())
             .map_err(|e| {
-                format!(
+                StoreError::Unusable(format!(
                     "cannot store {name} in the keyring ({}): {e:?}",
                     self.service
-                )
+                ))
             })
     }
 
     /// Remove a value.
-    pub fn delete(&self, name: &str) -> Result<(), String> {
+    pub fn delete(&self, name: &str) -> Result<(), StoreError> {
         Self::keyring()?
             .search(&self.description(name))
             .and_then(|k| k.invalidate())
             .map_err(|e| {
-                format!(
+                StoreError::Unusable(format!(
                     "cannot delete {name} from the keyring ({}): {e:?}",
                     self.service
-                )
+                ))
             })
     }
 }
 
 #[cfg(all(feature = "keyring", target_os = "linux"))]
 impl SecretStore for KeyringSecretStore {
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, String>> {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
         Box::pin(async move {
             let key = Self::keyring()?
                 .search(&self.description(name))
-                .map_err(|_| format!("no entry {name} in the keyring ({})", self.service))?;
+                .map_err(|_| StoreError::Missing {
+                    name: name.to_owned(),
+                    place: format!("the keyring ({})", self.service),
+                })?;
             let bytes = key.read_to_vec().map_err(|e| {
-                format!(
+                StoreError::Unusable(format!(
                     "cannot read {name} from the keyring ({}): {e:?}",
                     self.service
-                )
+                ))
             })?;
-            String::from_utf8(bytes)
-                .map(Secret::new)
-                .map_err(|_| format!("the keyring entry {name} ({}) is not UTF-8", self.service))
+            String::from_utf8(bytes).map(Secret::new).map_err(|_| {
+                StoreError::Unusable(format!(
+                    "the keyring entry {name} ({}) is not UTF-8",
+                    self.service
+                ))
+            })
         })
     }
 }
@@ -197,10 +209,10 @@ mod tests {
         );
         store.set("gh_token", &Secret::new("s3cr3t")).unwrap();
         assert_eq!(store.get("gh_token").await.unwrap().expose(), "s3cr3t");
-        let missing = store.get("nope").await.unwrap_err();
+        let missing = store.get("nope").await.unwrap_err().to_string();
         assert!(missing.contains("no entry nope"), "{missing}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let open = store.get("gh_token").await.unwrap_err();
+        let open = store.get("gh_token").await.unwrap_err().to_string();
         assert!(open.contains("can be read by others"), "{open}");
         assert!(!open.contains("s3cr3t"));
         let _ = std::fs::remove_file(&path);
@@ -213,7 +225,7 @@ mod tests {
         store.set("gh_token", &Secret::new("k3yr1ng")).unwrap();
         assert_eq!(store.get("gh_token").await.unwrap().expose(), "k3yr1ng");
         store.delete("gh_token").unwrap();
-        let missing = store.get("gh_token").await.unwrap_err();
+        let missing = store.get("gh_token").await.unwrap_err().to_string();
         assert!(
             missing.contains("no entry gh_token in the keyring"),
             "{missing}"
