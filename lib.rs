@@ -153,7 +153,9 @@ pub use messages::capabilities::{
 };
 
 // Hooks.
-pub use messages::hooks::config::{HookEvent, HookGroup, HookHandler, HookSet, command_hash};
+pub use messages::hooks::config::{
+    HookEvent, HookFileError, HookGroup, HookHandler, HookSet, command_hash,
+};
 pub use messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };

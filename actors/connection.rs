@@ -367,7 +367,7 @@ impl Actor for Connection {
                                 pid,
                             ))
                         }
-                        Err(e) => Box::pin(futures::future::ready(Err(e))),
+                        Err(e) => Box::pin(futures::future::ready(Err(e.to_string()))),
                     }
                 }
                 (TransportConfig::StreamableHttp(http_cfg), Ok(secret_headers)) => {

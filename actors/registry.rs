@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::messages::call::ToolDefinition;
 use crate::messages::config::Scope;
-use crate::messages::registry::{RegistryMsg, ScopeSnapshot};
+use crate::messages::registry::{RegistryMsg, ScopeSnapshot, SwapError};
 use crate::messages::status::{RuntimeEvent, ServerState};
 
 /// The registry actor.
@@ -225,17 +225,15 @@ fn swap(
     conn_gen: u64,
     generation: u64,
     tools: Vec<Arc<ToolDefinition>>,
-) -> Result<usize, String> {
+) -> Result<usize, SwapError> {
     let Some(entry) = st.current.servers.get(server) else {
-        return Err(format!("server \"{server}\" is not registered"));
+        return Err(SwapError::NotRegistered {
+            server: server.to_owned(),
+        });
     };
     match &entry.live {
         Some(live) if live.conn_gen == conn_gen => {}
-        _ => {
-            return Err(format!(
-                "stale catalog of connection {conn_gen} dropped: no longer the live connection"
-            ));
-        }
+        _ => return Err(SwapError::Stale { conn_gen }),
     }
     let conflict = tools
         .iter()
@@ -244,7 +242,9 @@ fn swap(
             _ => None,
         });
     let Some(entry) = st.current.servers.get_mut(server) else {
-        return Err(format!("server \"{server}\" is not registered"));
+        return Err(SwapError::NotRegistered {
+            server: server.to_owned(),
+        });
     };
     entry.status.generation = generation;
     if let Some((name, owner)) = conflict {
@@ -252,14 +252,12 @@ fn swap(
         entry.tools = Arc::new(Vec::new());
         entry.status.tools = 0;
         entry.instructions = None;
-        let msg = format!(
-            "tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools"
-        );
-        entry.status.error = Some(msg.clone());
+        let conflict = SwapError::NameConflict { name, owner };
+        entry.status.error = Some(conflict.to_string());
         if st.current.reindex() {
             st.emit_resource_tools();
         }
-        return Err(msg);
+        return Err(conflict);
     }
     let n = tools.len();
     entry.tools = Arc::new(tools);

@@ -174,6 +174,27 @@ fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 // ===== Spawning =====
 
+/// Why a stdio server could not be started (CONN-5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// The command is not on `PATH` nor in the common prefixes.
+    #[error("executable \"{command}\" not found; searched: {}", .searched.join(", "))]
+    NotFound {
+        /// The command as configured.
+        command: String,
+        /// Every directory looked in, in order.
+        searched: Vec<String>,
+    },
+    /// The executable was found but could not be started.
+    #[error("could not start {exe}: {reason}")]
+    Start {
+        /// The executable's path.
+        exe: String,
+        /// The operating system's reason.
+        reason: String,
+    },
+}
+
 /// A spawned stdio child, before the handshake.
 pub struct SpawnedChild {
     /// The transport rmcp serves on.
@@ -187,7 +208,7 @@ pub fn resolve_executable(
     command: &str,
     path: Option<&str>,
     home: Option<&Path>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, SpawnError> {
     if command.contains('/') {
         return Ok(PathBuf::from(command));
     }
@@ -217,11 +238,10 @@ pub fn resolve_executable(
             return Ok(candidate);
         }
     }
-    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(format!(
-        "executable \"{command}\" not found; searched: {}",
-        searched.join(", ")
-    ))
+    Err(SpawnError::NotFound {
+        command: command.to_owned(),
+        searched: dirs.iter().map(|d| d.display().to_string()).collect(),
+    })
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -277,7 +297,7 @@ pub fn spawn(
     cfg: &StdioConfig,
     secret_env: Vec<(String, crate::messages::trust::Secret)>,
     diag: Arc<Diagnostics>,
-) -> Result<SpawnedChild, String> {
+) -> Result<SpawnedChild, SpawnError> {
     let mut env = child_environment(cfg, |n| std::env::var(n).ok());
     for (name, value) in secret_env {
         env.retain(|(k, _)| *k != name);
@@ -294,8 +314,10 @@ pub fn spawn(
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
-    let (group, pipes) = ProcessGroup::spawn(&mut cmd)
-        .map_err(|e| format!("could not start {}: {e}", exe.display()))?;
+    let (group, pipes) = ProcessGroup::spawn(&mut cmd).map_err(|e| SpawnError::Start {
+        exe: exe.display().to_string(),
+        reason: e.to_string(),
+    })?;
     let (stderr_done_tx, stderr_done) = watch::channel(false);
     let d = diag.clone();
     tokio::spawn(async move {
@@ -526,7 +548,8 @@ mod tests {
             Some("/nope1:/nope2"),
             Some(Path::new("/h")),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("no-such-binary-xyz"), "{err}");
         assert!(
             err.contains("/nope1, /nope2, /usr/local/bin, /h/.local/bin, /h/.cargo/bin"),

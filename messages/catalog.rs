@@ -38,7 +38,7 @@ pub fn build_catalog(
     generation: u64,
     entries: Vec<Value>,
     task_required: &HashSet<String>,
-) -> Result<BuiltCatalog, String> {
+) -> Result<BuiltCatalog, CatalogError> {
     let mut tools = Vec::with_capacity(entries.len());
     let mut warnings = Vec::new();
     let mut raw_seen: HashSet<String> = HashSet::with_capacity(entries.len());
@@ -92,13 +92,15 @@ pub fn build_catalog(
             }
         };
         if !raw_seen.insert(raw_name.clone()) {
-            return Err(format!("duplicate tool name \"{raw_name}\" in one catalog"));
+            return Err(CatalogError::DuplicateName { raw_name });
         }
         let public = public_tool_name(server, &raw_name);
         if let Some(other) = public_seen.insert(public.clone(), raw_name.clone()) {
-            return Err(format!(
-                "tools \"{other}\" and \"{raw_name}\" map to the same public name \"{public}\""
-            ));
+            return Err(CatalogError::SamePublicName {
+                first: other,
+                second: raw_name,
+                public,
+            });
         }
         let annotations = obj.remove("annotations").filter(|v| !v.is_null());
         let title = obj
@@ -138,12 +140,33 @@ pub fn build_catalog(
     Ok(BuiltCatalog { tools, warnings })
 }
 
+/// Why a whole catalog is rejected (SYNC-3): the previous generation stays.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// Two tools share a raw name.
+    #[error("duplicate tool name \"{raw_name}\" in one catalog")]
+    DuplicateName {
+        /// The name.
+        raw_name: String,
+    },
+    /// Two raw names map to one public name.
+    #[error("tools \"{first}\" and \"{second}\" map to the same public name \"{public}\"")]
+    SamePublicName {
+        /// The first tool's raw name.
+        first: String,
+        /// The second's.
+        second: String,
+        /// The public name both map to.
+        public: String,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn build(entries: Vec<Value>) -> Result<BuiltCatalog, String> {
+    fn build(entries: Vec<Value>) -> Result<BuiltCatalog, CatalogError> {
         build_catalog(&Scope::Global, "srv", 3, entries, &HashSet::new())
     }
 

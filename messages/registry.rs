@@ -227,7 +227,7 @@ pub enum RegistryMsg {
         /// The new definitions.
         tools: Vec<Arc<ToolDefinition>>,
         /// Ok(count) or the conflict / staleness.
-        reply: RpcReplyPort<Result<usize, String>>,
+        reply: RpcReplyPort<Result<usize, SwapError>>,
     },
     /// Remove a server's tools (RECO-4, RECO-5).
     RemoveTools {
@@ -247,5 +247,32 @@ pub enum RegistryMsg {
     Barrier {
         /// Answered with ().
         reply: RpcReplyPort<()>,
+    },
+}
+
+/// Why the registry did not swap a catalog generation in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwapError {
+    /// The server has no entry in the scope.
+    #[error("server \"{server}\" is not registered")]
+    NotRegistered {
+        /// The server.
+        server: String,
+    },
+    /// The connection that fetched it is no longer the live one (SYNC-6).
+    #[error("stale catalog of connection {conn_gen} dropped: no longer the live connection")]
+    Stale {
+        /// Its connection generation.
+        conn_gen: u64,
+    },
+    /// A public name is another server's (SYNC-4): the server has zero tools.
+    #[error(
+        "tool name \"{name}\" is already registered by server \"{owner}\": catalog rolled back, zero tools"
+    )]
+    NameConflict {
+        /// The public name.
+        name: String,
+        /// The server that has it.
+        owner: String,
     },
 }

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
 use crate::messages::hooks::codec::{RawRun, parse_outcome};
-use crate::messages::hooks::config::{HookEvent, HookSet};
+use crate::messages::hooks::config::{HookEvent, HookFileError, HookSet};
 use crate::messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict,
 };
@@ -62,7 +62,10 @@ impl std::fmt::Debug for HookEngine {
 pub fn load_hook_file(dialect: Dialect, path: &Path) -> HookSet {
     let shown = path.display().to_string();
     let loaded = std::fs::read_to_string(path)
-        .map_err(|e| format!("{shown}: {e}"))
+        .map_err(|e| HookFileError {
+            origin: shown.clone(),
+            problem: e.to_string(),
+        })
         .and_then(|text| HookSet::parse(dialect, &shown, &text));
     loaded.unwrap_or_else(|e| {
         let mut set = HookSet::empty(dialect, shown);

@@ -980,7 +980,7 @@ async fn apply_catalog(
                 Ok(Err(e)) => {
                     // SYNC-4: zero tools; RES-5: instructions go with them.
                     st.status.tools = 0;
-                    st.status.error = Some(e);
+                    st.status.error = Some(e.to_string());
                     st.instructions = None;
                 }
                 Err(e) => st.status.error = Some(format!("registry did not answer: {e}")),

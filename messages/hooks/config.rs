@@ -137,11 +137,15 @@ impl HookSet {
     /// Parse a hooks file. `Err` (the file is unusable: no hooks at all) when
     /// it is not JSON or not the shared shape; smaller problems skip the
     /// handler or group and are kept as warnings.
-    pub fn parse(dialect: Dialect, origin: &str, text: &str) -> Result<Self, String> {
+    pub fn parse(dialect: Dialect, origin: &str, text: &str) -> Result<Self, HookFileError> {
+        let fail = |problem: String| HookFileError {
+            origin: origin.to_owned(),
+            problem,
+        };
         let root: Value =
-            serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+            serde_json::from_str(text).map_err(|e| fail(format!("not valid JSON: {e}")))?;
         let Value::Object(root) = root else {
-            return Err(format!("{origin}: expected a JSON object"));
+            return Err(fail("expected a JSON object".into()));
         };
         let mut set = Self::empty(dialect, origin);
         // `{"hooks": {…}}` (a settings file may have other keys) or a bare
@@ -149,7 +153,7 @@ impl HookSet {
         let none = serde_json::Map::new();
         let events = match root.get("hooks") {
             Some(Value::Object(events)) => events,
-            Some(_) => return Err(format!("{origin}: \"hooks\" must be an object")),
+            Some(_) => return Err(fail("\"hooks\" must be an object".into())),
             None if root.keys().any(|k| HookEvent::parse(k).is_some()) => &root,
             None => {
                 for k in root.keys() {
@@ -180,17 +184,18 @@ impl HookSet {
                 continue;
             }
             let Value::Array(groups) = groups else {
-                return Err(format!("{origin}: hooks.{name} must be an array of groups"));
+                return Err(fail(format!("hooks.{name} must be an array of groups")));
             };
             for (gi, group) in groups.iter().enumerate() {
-                let at = format!("{origin}: hooks.{name}[{gi}]");
+                let rel = format!("hooks.{name}[{gi}]");
+                let at = format!("{origin}: {rel}");
                 let Value::Object(group) = group else {
-                    return Err(format!("{at} must be an object"));
+                    return Err(fail(format!("{rel} must be an object")));
                 };
                 let pattern = match group.get("matcher") {
                     None | Some(Value::Null) => None,
                     Some(Value::String(s)) => Some(s.clone()),
-                    Some(_) => return Err(format!("{at}.matcher must be a string")),
+                    Some(_) => return Err(fail(format!("{rel}.matcher must be a string"))),
                 };
                 let (matcher, pattern) = if event.ignores_matcher() {
                     (Matcher::All, None)
@@ -209,7 +214,7 @@ impl HookSet {
                     }
                 };
                 let Some(Value::Array(handlers)) = group.get("hooks") else {
-                    return Err(format!("{at}.hooks must be an array"));
+                    return Err(fail(format!("{rel}.hooks must be an array")));
                 };
                 let mut parsed = Vec::new();
                 for (hi, h) in handlers.iter().enumerate() {
@@ -293,6 +298,16 @@ fn parse_handler(dialect: Dialect, h: &Value) -> Result<HookHandler, String> {
         command,
         timeout,
     })
+}
+
+/// Why a hooks file is unusable as a whole (HOOK-4): it registers no hooks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {problem}")]
+pub struct HookFileError {
+    /// The file, as named in the configuration.
+    pub origin: String,
+    /// What is wrong, with the JSON path (`hooks.PreToolUse[0].hooks must be an array`).
+    pub problem: String,
 }
 
 #[cfg(test)]
