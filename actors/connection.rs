@@ -11,7 +11,8 @@
 //! ```
 //! Every exit path runs the close sequence in a detached task that reports
 //! `ConnectionEnded { conn_gen, reaped }` to the supervisor: the close barrier
-//! (RECO-3) waits for that message, never for this actor.
+//! (RECO-3) waits for that message, never for this actor. Messages:
+//! [`ConnectionMsg`], private (only its own handshake and watcher tasks send).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,16 @@
 //! `HookRun`: a temporary actor that owns one hook process group (HOOK-3).
 //!
-//! It starts the command through the shell in its own process group, writes
-//! the payload to stdin, captures stdout and stderr up to a cap, and ends the
-//! run on exit, timeout or cancellation. On every path the whole group is
-//! SIGKILLed (so a backgrounded grandchild does not outlive its hook) and the
-//! leader is reaped before the actor answers. Stopping the actor (the hooks
-//! supervisor draining on dispose, HOOK-8) cancels the run and waits for that
-//! reap in `post_stop`.
+//! Owns: one `ProcessGroup` (the shell and whatever it starts in its group).
+//! Supervisor: the `HooksSupervisor`, restart type temporary (never
+//! restarted). States: running → done (answered, stopped); or stopped early
+//! (drained, HOOK-8), which cancels the run and waits for the reap in
+//! `post_stop`. Messages: [`HookRunMsg`], private (only its run task sends).
+//!
+//! It starts the command through the shell, writes the payload to stdin,
+//! captures stdout and stderr up to a cap, and ends the run on exit, timeout
+//! or cancellation. On every path the whole group is SIGKILLed (so a
+//! backgrounded grandchild does not outlive its hook) and the leader is
+//! reaped before the actor answers.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,7 +5,9 @@
 //! `ScopeSupervisor`, permanent. Every server's status, live call handle and
 //! tools change only through this actor's mailbox, so readers never see a half
 //! catalog or two generations of one server (SYNC-3, SYNC-6); callers read the
-//! snapshot directly and never queue behind this mailbox.
+//! snapshot directly and never queue behind this mailbox. States: one
+//! (serving), every message a transition of the snapshot. Messages:
+//! `RegistryMsg` (messages/registry.rs).
 
 use std::sync::Arc;
 use tracing::Instrument;

@@ -42,6 +42,20 @@ use crate::messages::status::{RuntimeEvent, ServerState};
 use super::resources::entry_timeout;
 use super::{CAUSE_WAIT, Runtime};
 
+/// A call resolved against the scope's snapshot, as the policy chain and
+/// the request take it.
+struct ResolvedCall<'a> {
+    scope: &'a Scope,
+    /// The public name the caller used.
+    name: &'a str,
+    /// The snapshot it was resolved in (re-read after the chain).
+    snap: Arc<ScopeSnapshot>,
+    def: Arc<ToolDefinition>,
+    /// Set for the shared resource tools.
+    resource_op: Option<ResourceOp>,
+    options: &'a CallOptions,
+}
+
 impl Runtime {
     /// Call a tool by public name (CALL-1..6). Exactly one outcome per call.
     pub async fn call(
@@ -166,7 +180,17 @@ impl Runtime {
         };
         let annotations = call.annotations.clone();
         let mut outcome = self
-            .execute(scope, name, &mut call, snap, def, resource_op, &options)
+            .execute(
+                &mut call,
+                ResolvedCall {
+                    scope,
+                    name,
+                    snap,
+                    def,
+                    resource_op,
+                    options: &options,
+                },
+            )
             .await;
         if let Ok(mut a) = annotations.lock() {
             outcome.annotate(std::mem::take(&mut *a));
@@ -176,17 +200,15 @@ impl Runtime {
 
     /// The policy chain and the call itself (CALL-1): trust, the hook bridges,
     /// the installed policies, the call, then the after half.
-    #[allow(clippy::too_many_arguments)]
-    async fn execute(
-        &self,
-        scope: &Scope,
-        name: &str,
-        call: &mut PolicyCall,
-        mut snap: Arc<ScopeSnapshot>,
-        mut def: Arc<ToolDefinition>,
-        resource_op: Option<ResourceOp>,
-        options: &CallOptions,
-    ) -> ToolOutcome {
+    async fn execute(&self, call: &mut PolicyCall, resolved: ResolvedCall<'_>) -> ToolOutcome {
+        let ResolvedCall {
+            scope,
+            name,
+            mut snap,
+            mut def,
+            resource_op,
+            options,
+        } = resolved;
         let unknown = || {
             ToolOutcome::failure(
                 OutcomeKind::UnknownTool,
