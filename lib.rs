@@ -80,13 +80,14 @@
 //!
 //! ```text
 //! Runtime (handle)
-//! ├── RootSupervisor                 one_for_one, escalates nothing
-//! │   └── ScopeSupervisor(scope)     one per scope
-//! │       ├── ToolRegistry(scope)    publishes generation-stamped snapshots
-//! │       └── ServerSupervisor(srv)  budget, stability window, close barrier, idle stop
-//! │           └── Connection(conn_gen)    one rmcp session; owns the process group
-//! └── HooksSupervisor                drained on shutdown
-//!     └── HookRun                    one per running hook; owns its process group
+//! └── RootSupervisor                 the one root; escalates nothing
+//!     ├── EventLog                   tier 0 (when configured): started first, stopped last
+//!     ├── HooksSupervisor            tier 1; drained on shutdown
+//!     │   └── HookRun                one per running hook; owns its process group
+//!     └── ScopeSupervisor(scope)     tier 2; one per scope
+//!         ├── ToolRegistry(scope)    publishes generation-stamped snapshots
+//!         └── ServerSupervisor(srv)  budget, close barrier, idle stop; 3 restarts / 5 s each
+//!             └── Connection(gen)    one rmcp session; owns the process group
 //! ```
 //!
 //! Calls do not pass through actors: a call resolves its tool in the scope's
