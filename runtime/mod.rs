@@ -349,6 +349,16 @@ impl Runtime {
             })
     }
 
+    /// Test-only: a server's supervisor, to send it what its own timers would.
+    #[cfg(test)]
+    pub(crate) fn supervisor_of(
+        &self,
+        scope: &Scope,
+        server: &str,
+    ) -> Option<ractor::ActorRef<ServerSupervisorMsg>> {
+        self.server_entry(scope, server).ok().map(|e| e.supervisor)
+    }
+
     /// The tools of a scope, ordered by server (SYNC-8).
     pub fn tools(&self, scope: &Scope) -> Vec<Arc<ToolDefinition>> {
         self.snapshot(scope).map(|s| s.tools()).unwrap_or_default()

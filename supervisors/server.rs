@@ -876,10 +876,16 @@ async fn on_connection_exit(
     st.status.pid = None;
     match stopping {
         // A Wake that arrived while it closed is answered by a new connection.
+        // A clean stop ends the outage (RECO-2): the next failure is the
+        // first of a new one.
         Some(StopFor::Idle) if !st.waiters.is_empty() => {
+            st.failures = 0;
             connect_when_clear(myself, st, 0).await;
         }
-        Some(StopFor::Idle) => st.enter(Phase::IdleStopped),
+        Some(StopFor::Idle) => {
+            st.failures = 0;
+            st.enter(Phase::IdleStopped);
+        }
         Some(StopFor::Restart) => connect_when_clear(myself, st, 0).await,
         None => register_failure(myself, st, slot.up_since, reason),
     }

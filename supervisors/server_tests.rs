@@ -840,3 +840,64 @@ async fn jittered_delays_stay_within_half_to_all_of_the_schedule_and_a_seed_repe
     }
     assert!(differ, "the jitter draws depend on the seed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_idle_stop_ends_the_outage_so_one_failed_wake_is_not_exhaustion() {
+    // RECO-2 (issue 10, defect 6): a brief connection after a crash leaves the
+    // outage's count at 1; the idle stop that follows is clean and ends the
+    // outage, so a wake that fails is attempt 1 of a new one, not exhaustion.
+    let h = Harness::new(Mode::Serve);
+    let mut cfg = config(&h, policy(100, 1000, 1));
+    cfg.idle_stop_after = Some(Duration::from_secs(10));
+    let (rt, mut events) = start(cfg).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    h.crash();
+    wait_status(&mut events, |s| {
+        matches!(s.state, ServerState::Reconnecting { .. })
+    })
+    .await;
+    let s = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    assert_eq!(
+        s.consecutive_failures, 1,
+        "a brief connection keeps the count"
+    );
+    let s = wait_status(&mut events, |s| s.state == ServerState::IdleStopped).await;
+    assert_eq!(s.consecutive_failures, 0, "the clean stop ended the outage");
+    *h.mode.lock().unwrap() = Mode::Refuse;
+    let out = echo(&rt).await;
+    assert_eq!(out.kind, OutcomeKind::ServerNotReady, "{out:?}");
+    let st = rt.status();
+    assert_eq!(
+        st[0].state,
+        ServerState::Reconnecting { attempt: 1, of: 1 },
+        "{st:?}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_timer_that_fires_after_the_switch_off_starts_nothing() {
+    // TRUST-1 (issue 10, defect 10): off means off. A Reconnect that was
+    // already on its way when the server was turned off is stale.
+    let h = Harness::new(Mode::Refuse);
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
+    wait_status(&mut events, |s| {
+        matches!(s.state, ServerState::Reconnecting { attempt: 1, .. })
+    })
+    .await;
+    let supervisor = rt.supervisor_of(&Scope::Global, "srv").unwrap();
+    rt.set_server_enabled(&Scope::Global, "srv", false)
+        .await
+        .unwrap();
+    let attempts = h.attempts().len();
+    *h.mode.lock().unwrap() = Mode::Serve;
+    supervisor
+        .cast(crate::messages::server::ServerSupervisorMsg::Reconnect { attempt: 1 })
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await; // paused: every timer fires
+    assert_eq!(h.attempts().len(), attempts, "no connection after off");
+    let st = rt.status();
+    assert_eq!(st[0].state, ServerState::Stopped, "{st:?}");
+    assert!(rt.tools(&Scope::Global).is_empty());
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
