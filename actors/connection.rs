@@ -346,8 +346,17 @@ impl Actor for Connection {
             TransportConfig::StreamableHttp(c) => c.header_secrets.clone(),
             TransportConfig::InProcess(_) => Default::default(),
         };
-        let secrets =
-            resolve_secrets(&cfg.server_name, &wanted, args.handlers.secrets.as_deref()).await;
+        // A store that does not answer must not wedge this actor's parent:
+        // the lookups share the startup deadline (issue 10, defect 13).
+        let lookups = resolve_secrets(&cfg.server_name, &wanted, args.handlers.secrets.as_deref());
+        let secrets = match tokio::time::timeout(cfg.startup_timeout, lookups).await {
+            Ok(found) => found,
+            Err(_) => Err(format!(
+                "the secrets of server {} could not be had: the secret store did not answer within startup_timeout_ms = {}",
+                cfg.server_name,
+                cfg.startup_timeout.as_millis()
+            )),
+        };
         if let Ok(values) = &secrets {
             diag.add_redactions(values.iter().map(|(_, v)| v.expose().to_owned()));
         }

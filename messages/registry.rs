@@ -176,8 +176,10 @@ impl ScopeSnapshot {
             .iter()
             // A server the config says never to call provides no resources
             // either: the shared tools are not trust-gated per call (TRUST-4).
+            // An idle-stopped provider still provides: a resource call
+            // wakes it (RECO-6, RES-2).
             .filter(|(_, e)| {
-                e.live.is_some()
+                (e.live.is_some() || e.status.state == super::status::ServerState::IdleStopped)
                     && e.status.resources
                     && e.config.trust != crate::messages::trust::TrustMode::Never
             })

@@ -21,7 +21,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::rpc::CallResult;
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::ServiceError;
 use serde_json::{Map, Value};
@@ -36,7 +35,6 @@ use crate::messages::projection::{parts_to_text, project_parts};
 use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::ResourceOp;
 use crate::messages::schema::kind_with_article;
-use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState};
 
 use super::resources::entry_timeout;
@@ -135,17 +133,8 @@ impl Runtime {
                 .for_tool(&def);
             }
         };
-        if let Some(expected) = options.expected_generation
-            && expected != def.generation
-        {
-            return ToolOutcome::failure(
-                OutcomeKind::StaleGeneration,
-                format!(
-                    "expected catalog generation {expected}, current is {}",
-                    def.generation
-                ),
-            )
-            .for_tool(&def);
+        if let Some(stale) = stale_generation(&def, &options) {
+            return stale;
         }
         if def.task_support_required {
             return ToolOutcome::failure(
@@ -247,7 +236,7 @@ impl Runtime {
         }
         if let Some(op) = resource_op {
             let outcome = self
-                .resource_call(&snap, op, &call.arguments, entry_timeout(&snap))
+                .resource_call(scope, &snap, op, &call.arguments, entry_timeout(&snap))
                 .await
                 .for_tool(&def);
             return self.after_policies(call, outcome).await;
@@ -261,25 +250,18 @@ impl Runtime {
                 None => return unknown(),
             }
         }
+        // SYNC-6 / CALL-1: the generation the caller expects is checked
+        // against the catalog the call is sent with, not the one it started in.
+        if let Some(stale) = stale_generation(&def, options) {
+            return stale;
+        }
         // Wake an idle-stopped server (RECO-6).
         let idle = snap
             .servers
             .get(&def.server)
-            .filter(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped)
-            .map(|e| (e.supervisor.clone(), e.config.startup_timeout));
-        if let Some((supervisor, startup_timeout)) = idle {
-            let limit = startup_timeout + Duration::from_secs(1);
-            let woke = supervisor
-                .call(|reply| ServerSupervisorMsg::Wake { reply }, Some(limit))
-                .await;
-            let failed = match woke {
-                Ok(CallResult::Success(Ok(()))) => None,
-                Ok(CallResult::Success(Err(e))) => Some(e),
-                Ok(CallResult::Timeout) => Some("the server did not come back in time".into()),
-                Ok(CallResult::SenderError) | Err(_) => {
-                    Some("the server's supervisor is gone".into())
-                }
-            };
+            .filter(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped);
+        if let Some(entry) = idle {
+            let failed = self.wake(entry).await.err();
             if let Some(why) = failed {
                 return ToolOutcome::failure(
                     OutcomeKind::ServerNotReady,
@@ -292,6 +274,9 @@ impl Runtime {
                 if let Some((_, d)) = snap.resolve(name) {
                     def = d.clone();
                 }
+            }
+            if let Some(stale) = stale_generation(&def, options) {
+                return stale;
             }
         }
         // Borrowed from the snapshot: no per-call copy of the entry.
@@ -555,4 +540,20 @@ fn fingerprint(value: &Value) -> u64 {
     // Serializing a Value into a writer that cannot fail cannot fail.
     let _ = serde_json::to_writer(&mut w, value);
     w.0.finish()
+}
+
+/// `stale_generation` (CALL-4) when the caller expected another catalog
+/// generation of the tool than `def`'s.
+fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<ToolOutcome> {
+    let expected = options.expected_generation?;
+    (expected != def.generation).then(|| {
+        ToolOutcome::failure(
+            OutcomeKind::StaleGeneration,
+            format!(
+                "expected catalog generation {expected}, current is {}",
+                def.generation
+            ),
+        )
+        .for_tool(def)
+    })
 }

@@ -349,6 +349,26 @@ impl Runtime {
             })
     }
 
+    /// Wake an idle-stopped server (RECO-6): answered once it is ready, or
+    /// with why not, within its startup timeout.
+    pub(super) async fn wake(
+        &self,
+        entry: &crate::messages::registry::ServerEntry,
+    ) -> Result<(), String> {
+        let limit = entry.config.startup_timeout + Duration::from_secs(1);
+        let woke = ask(
+            &entry.supervisor,
+            |reply| ServerSupervisorMsg::Wake { reply },
+            Some(limit),
+        )
+        .await;
+        match woke {
+            Ok(answer) => answer,
+            Err(AskError::Timeout(_)) => Err("the server did not come back in time".into()),
+            Err(AskError::Gone) => Err("the server's supervisor is gone".into()),
+        }
+    }
+
     /// Test-only: a server's supervisor, to send it what its own timers would.
     #[cfg(test)]
     pub(crate) fn supervisor_of(

@@ -7,8 +7,10 @@ use serde_json::{Map, Value};
 
 use crate::messages::budget::apply_budget;
 use crate::messages::call::{OutcomeKind, ToolOutcome};
+use crate::messages::config::Scope;
 use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::{ResourceOp, render_resource_result};
+use crate::messages::status::ServerState;
 
 use super::Runtime;
 
@@ -19,6 +21,7 @@ impl Runtime {
     /// server name plus compact JSON with blobs replaced by their length.
     pub(super) async fn resource_call(
         &self,
+        scope: &Scope,
         snap: &ScopeSnapshot,
         op: ResourceOp,
         args: &Map<String, Value>,
@@ -55,9 +58,35 @@ impl Runtime {
         let mut canonical = Map::new();
         let mut shown = Vec::new();
         for target in targets {
-            let Some(live) = snap.servers.get(target).and_then(|e| e.live.clone()) else {
+            // Resource traffic is activity (RECO-6), and an idle-stopped
+            // provider is woken for it like for a tool call (RES-2).
+            let Some(mut entry) = snap.servers.get(target).cloned() else {
                 continue;
             };
+            if entry.live.is_none() && entry.status.state == ServerState::IdleStopped {
+                let woke = self.wake(&entry).await;
+                let fresh = self
+                    .snapshot(scope)
+                    .and_then(|s| s.servers.get(target).cloned());
+                match (woke, fresh) {
+                    (Ok(()), Some(fresh)) => entry = fresh,
+                    (Err(e), _) if server.is_some() => {
+                        return ToolOutcome::failure(
+                            OutcomeKind::ServerNotReady,
+                            format!("server \"{target}\": {e}"),
+                        );
+                    }
+                    (Err(e), _) => {
+                        shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
+                        continue;
+                    }
+                    (Ok(()), None) => continue,
+                }
+            }
+            let Some(live) = entry.live.clone() else {
+                continue;
+            };
+            let _activity = entry.activity.begin();
             let request = match op {
                 ResourceOp::List => ClientRequest::ListResourcesRequest(
                     rmcp::model::ListResourcesRequest::with_param(

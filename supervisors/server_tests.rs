@@ -901,3 +901,137 @@ async fn a_backoff_timer_that_fires_after_the_switch_off_starts_nothing() {
     assert!(rt.tools(&Scope::Global).is_empty());
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_secret_store_that_never_answers_fails_the_connect_within_the_startup_timeout() {
+    // TRUST-2 (issue 10, defect 13): the lookups have the startup deadline;
+    // the server's supervisor is never wedged by its store.
+    struct Never;
+    impl crate::SecretStore for Never {
+        fn get<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<crate::Secret, crate::StoreError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+    let mut cfg = ServerConfig::stdio("sec", "no-such-mcp-server-xyz", vec![]).trusted();
+    if let TransportConfig::Stdio(s) = &mut cfg.transport {
+        s.env_secrets.insert("TOKEN".into(), "token".into());
+    }
+    cfg.reconnect.enabled = false;
+    cfg.startup_timeout = Duration::from_secs(2);
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Never))
+        .start()
+        .await
+        .unwrap();
+    let mut events = rt.subscribe();
+    let started = Instant::now();
+    rt.add_server(Scope::Global, cfg).await.unwrap();
+    let failed = wait_status(&mut events, |s| s.state == ServerState::Failed);
+    let s = tokio::time::timeout(Duration::from_secs(60), failed)
+        .await
+        .expect("the connect failed instead of waiting on the store forever");
+    assert!(started.elapsed() <= Duration::from_secs(3));
+    let error = s.error.unwrap_or_default();
+    assert!(
+        error.contains("did not answer within startup_timeout_ms = 2000"),
+        "{error}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_expected_generation_is_checked_again_after_the_policy_chain() {
+    // SYNC-6 / CALL-1 (issue 10, defect 7): a catalog swap while a policy
+    // waits (here the policy itself restarts the server, which registers a
+    // new generation) makes the call stale; it is not sent to the new tool.
+    struct RestartFirst(Arc<std::sync::OnceLock<Runtime>>);
+    impl crate::CallPolicy for RestartFirst {
+        fn before<'a>(
+            &'a self,
+            call: &'a crate::PolicyCall,
+        ) -> futures::future::BoxFuture<'a, crate::PolicyVerdict> {
+            Box::pin(async move {
+                let rt = self.0.get().unwrap();
+                let mut events = rt.subscribe();
+                rt.restart_server(&Scope::Global, "srv").await.unwrap();
+                while !rt
+                    .tools(&Scope::Global)
+                    .iter()
+                    .any(|t| t.name == call.tool.name && t.generation > call.tool.generation)
+                {
+                    let _ = events.recv().await;
+                }
+                crate::PolicyVerdict::Proceed
+            })
+        }
+    }
+    let h = Harness::new(Mode::Serve);
+    let cell = Arc::new(std::sync::OnceLock::new());
+    let rt = ready_runtime(
+        Runtime::builder().policy(Arc::new(RestartFirst(cell.clone()))),
+        &h,
+    )
+    .await;
+    let _ = cell.set(rt.clone());
+    let generation = rt.tools(&Scope::Global)[0].generation;
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__echo",
+            None,
+            CallOptions {
+                expected_generation: Some(generation),
+                ..CallOptions::default()
+            },
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::StaleGeneration, "{out:?}");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn resource_traffic_keeps_a_server_awake_and_wakes_it_when_idle_stopped() {
+    // RECO-6, RES-2 (issue 10, defect 3): resource requests are activity,
+    // and an idle-stopped provider stays a provider that a resource call wakes.
+    let mut h = Harness::new(Mode::Serve);
+    h.resources = true;
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.idle_stop_after = Some(Duration::from_secs(10));
+    let (rt, mut events) = start(cfg).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let list = |rt: &Runtime| {
+        let rt = rt.clone();
+        async move {
+            rt.call(
+                &Scope::Global,
+                "list_mcp_resources",
+                Some(serde_json::json!({"server": "srv"})),
+                CallOptions::default(),
+            )
+            .await
+        }
+    };
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let out = list(&rt).await;
+        assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    }
+    assert_eq!(
+        rt.status()[0].state,
+        ServerState::Ready,
+        "used, so not idle"
+    );
+    assert_eq!(h.attempts().len(), 1);
+    wait_status(&mut events, |s| s.state == ServerState::IdleStopped).await;
+    let out = list(&rt).await;
+    assert_eq!(
+        out.kind,
+        OutcomeKind::Ok,
+        "a resource call wakes it: {out:?}"
+    );
+    assert_eq!(h.attempts().len(), 2);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
