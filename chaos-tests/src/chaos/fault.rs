@@ -1,0 +1,354 @@
+//! The fault kinds the runner injects, and what each one means for the
+//! fault-server's flags, the hooks installed, the trigger call and the catalog.
+
+use mcpvisor::Dialect;
+use serde::Serialize;
+
+/// Every fault kind the runner can inject. New kinds (hook scripts, browsers)
+/// join as variants: the runner never matches on strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// The server exits with `code` before the handshake, every time.
+    CrashAtStart {
+        /// Exit status.
+        code: i32,
+    },
+    /// The server exits when the `n`-th tools/call arrives.
+    CrashAfterCalls {
+        /// Which call.
+        n: u64,
+    },
+    /// The `crash` tool exits mid-call.
+    CrashMidCall,
+    /// `initialize` is never answered.
+    HangOnInitialize,
+    /// The `hang` tool never answers.
+    HangOnCall,
+    /// Every call is delayed.
+    SlowResponses {
+        /// Delay per call.
+        ms: u64,
+    },
+    /// A non-JSON line on stdout during the session.
+    NonJsonLines,
+    /// A stdout line longer than 8 MiB.
+    OverlongLine,
+    /// Banner lines on stdout before the handshake.
+    NoiseBeforeHandshake {
+        /// How many.
+        lines: u64,
+    },
+    /// stdin close and SIGTERM are ignored: only SIGKILL ends it.
+    IgnoreSigterm,
+    /// A grandchild in the server's process group outlives nothing.
+    Grandchild,
+    /// A burst of tools/list_changed.
+    ListChangedStorm {
+        /// Notifications in the burst.
+        count: u64,
+    },
+    /// `echo` listed twice.
+    DuplicateNames,
+    /// A second server whose tool's public name collides with the first's.
+    CollidingNames,
+    /// A CallToolResult whose content is not an array.
+    InvalidResult,
+    /// `isError: true`.
+    IsError,
+    /// structuredContent violating the output schema.
+    SchemaViolation,
+    /// A very large text result.
+    HugeResult {
+        /// Bytes of text.
+        bytes: u64,
+    },
+    /// An audio block.
+    AudioContent,
+    /// tools/list in pages.
+    PaginatedCatalog {
+        /// Generated tools.
+        tools: u64,
+        /// Page size.
+        page: u64,
+    },
+    /// A tool name over 64 characters.
+    LongNames,
+    /// A tool name with characters outside `[A-Za-z0-9_-]`.
+    BadCharNames,
+    /// stderr output, then exit, on the first tools/list.
+    StderrThenExit,
+    /// HTTP: every request answered 401.
+    Http401,
+    /// HTTP: every tools/call answered 500.
+    Http500,
+    /// HTTP: the session is lost (404) after `after` calls.
+    HttpSessionLoss {
+        /// Calls before the loss.
+        after: u64,
+    },
+    /// HTTP: tools/call replies open an SSE stream that then stalls.
+    HttpStall,
+    /// A Claude Code PreToolUse hook on every call that backgrounds a
+    /// long-lived process and exits: the group kill must reap it.
+    HookGrandchild,
+    /// A Codex PreToolUse hook (timeout 1 s) that hangs, with a background
+    /// process, on the trigger call: timeout, group kill, fail open.
+    HookHang,
+    /// A Claude Code PostToolUse hook printing random bytes and exiting 3.
+    HookGarbage,
+}
+
+impl Fault {
+    /// The snake_case name used in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CrashAtStart { .. } => "crash_at_start",
+            Self::CrashAfterCalls { .. } => "crash_after_calls",
+            Self::CrashMidCall => "crash_mid_call",
+            Self::HangOnInitialize => "hang_on_initialize",
+            Self::HangOnCall => "hang_on_call",
+            Self::SlowResponses { .. } => "slow_responses",
+            Self::NonJsonLines => "non_json_lines",
+            Self::OverlongLine => "overlong_line",
+            Self::NoiseBeforeHandshake { .. } => "noise_before_handshake",
+            Self::IgnoreSigterm => "ignore_sigterm",
+            Self::Grandchild => "grandchild",
+            Self::ListChangedStorm { .. } => "list_changed_storm",
+            Self::DuplicateNames => "duplicate_names",
+            Self::CollidingNames => "colliding_names",
+            Self::InvalidResult => "invalid_result",
+            Self::IsError => "is_error",
+            Self::SchemaViolation => "schema_violation",
+            Self::HugeResult { .. } => "huge_result",
+            Self::AudioContent => "audio_content",
+            Self::PaginatedCatalog { .. } => "paginated_catalog",
+            Self::LongNames => "long_names",
+            Self::BadCharNames => "bad_char_names",
+            Self::StderrThenExit => "stderr_then_exit",
+            Self::Http401 => "http_401",
+            Self::Http500 => "http_500",
+            Self::HttpSessionLoss { .. } => "http_session_loss",
+            Self::HttpStall => "http_stall",
+            Self::HookGrandchild => "hook_grandchild",
+            Self::HookHang => "hook_hang",
+            Self::HookGarbage => "hook_garbage",
+        }
+    }
+
+    /// The hook this fault installs, if any.
+    pub(super) fn hook(&self) -> Option<FaultHook> {
+        self.effects().hook
+    }
+
+    /// True for the faults of a fault-server served over streamable HTTP.
+    pub(super) fn is_http(&self) -> bool {
+        matches!(
+            self,
+            Self::Http401 | Self::Http500 | Self::HttpSessionLoss { .. } | Self::HttpStall
+        )
+    }
+
+    /// fault-server flags for this fault.
+    pub(super) fn server_args(&self) -> Vec<String> {
+        let v = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        match self {
+            Self::CrashAtStart { code } => vec!["--crash-at-start".into(), code.to_string()],
+            Self::CrashAfterCalls { n } => vec!["--crash-after-calls".into(), n.to_string()],
+            Self::SlowResponses { ms } => vec!["--slow-ms".into(), ms.to_string()],
+            Self::NonJsonLines => v(&["--garbage-on-call"]),
+            Self::OverlongLine => v(&["--overlong-line"]),
+            Self::HangOnInitialize => v(&["--hang-on-initialize"]),
+            Self::NoiseBeforeHandshake { lines } => {
+                vec!["--garbage-before-handshake".into(), lines.to_string()]
+            }
+            Self::IgnoreSigterm => v(&["--ignore-sigterm"]),
+            Self::Grandchild => v(&["--grandchild"]),
+            Self::ListChangedStorm { count } => vec!["--storm".into(), count.to_string()],
+            Self::DuplicateNames => v(&["--duplicate-names"]),
+            Self::CollidingNames => v(&["--extra-tool", "t__echo"]),
+            Self::InvalidResult => v(&["--invalid-result"]),
+            Self::HugeResult { bytes } => vec!["--huge-result".into(), bytes.to_string()],
+            Self::PaginatedCatalog { tools, page } => vec![
+                "--tools".into(),
+                tools.to_string(),
+                "--page-size".into(),
+                page.to_string(),
+            ],
+            Self::LongNames => v(&["--long-names"]),
+            Self::BadCharNames => v(&["--bad-char-names"]),
+            Self::StderrThenExit => v(&["--stderr-then-exit", "fatal: config is broken"]),
+            Self::Http401 => v(&["--http-fault", "401"]),
+            Self::Http500 => v(&["--http-fault", "500"]),
+            Self::HttpSessionLoss { after } => {
+                vec!["--http-fault".into(), format!("session-loss:{after}")]
+            }
+            Self::HttpStall => v(&["--http-fault", "stall"]),
+            Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
+            Self::CrashMidCall
+            | Self::HangOnCall
+            | Self::IsError
+            | Self::SchemaViolation
+            | Self::AudioContent => Vec::new(),
+        }
+    }
+
+    /// The tool the workload calls to trigger this fault, if any.
+    pub(super) fn trigger(&self) -> Option<&'static str> {
+        self.effects().trigger
+    }
+
+    /// Tools the fault adds to the catalog (beyond the [`FIXED_TOOLS`]).
+    pub(super) fn extra_tools(&self) -> u64 {
+        self.effects().extra_tools
+    }
+
+    /// What this fault asks of a run besides the fault-server's flags.
+    fn effects(&self) -> Effects {
+        match self {
+            Self::CrashAtStart { .. }
+            | Self::CrashAfterCalls { .. }
+            | Self::HangOnInitialize
+            | Self::SlowResponses { .. }
+            | Self::NoiseBeforeHandshake { .. }
+            | Self::IgnoreSigterm
+            | Self::Grandchild
+            | Self::DuplicateNames
+            | Self::StderrThenExit
+            | Self::Http401
+            | Self::Http500
+            | Self::HttpSessionLoss { .. } => Effects::NONE,
+            Self::CrashMidCall => Effects::trigger("crash"),
+            Self::HangOnCall | Self::HttpStall => Effects::trigger("hang"),
+            Self::NonJsonLines => Effects::trigger("garbage"),
+            Self::OverlongLine => Effects::trigger("overlong").adding(1),
+            Self::ListChangedStorm { .. } => Effects::trigger("storm").adding(1),
+            Self::InvalidResult => Effects::trigger("invalid").adding(1),
+            Self::IsError => Effects::trigger("is_error"),
+            Self::SchemaViolation => Effects::trigger("structured_bad"),
+            Self::HugeResult { .. } => Effects::trigger("huge").adding(1),
+            Self::AudioContent => Effects::trigger("audio"),
+            Self::PaginatedCatalog { tools, .. } => Effects::NONE.adding(*tools),
+            Self::LongNames | Self::BadCharNames | Self::CollidingNames => Effects::NONE.adding(1),
+            Self::HookGrandchild => Effects::NONE.hook(FaultHook {
+                dialect: Dialect::Claude,
+                event: "PreToolUse",
+                matcher: "mcp__s__.*",
+                lingers: true,
+                command: "sleep 0.05",
+                timeout_s: 10,
+            }),
+            Self::HookHang => Effects::trigger("structured_ok").hook(FaultHook {
+                dialect: Dialect::Codex,
+                event: "PreToolUse",
+                matcher: "structured_ok",
+                lingers: true,
+                command: "sleep 30",
+                timeout_s: 1,
+            }),
+            Self::HookGarbage => Effects::NONE.hook(FaultHook {
+                dialect: Dialect::Claude,
+                event: "PostToolUse",
+                matcher: "",
+                lingers: false,
+                command: "head -c 200 /dev/urandom; exit 3",
+                timeout_s: 10,
+            }),
+        }
+    }
+}
+
+/// What a fault asks of a run besides the fault-server's flags.
+#[derive(Debug, Clone, Copy)]
+struct Effects {
+    /// The tool whose call triggers the fault.
+    trigger: Option<&'static str>,
+    /// Tools the fault adds to server `s`'s catalog.
+    extra_tools: u64,
+    /// The hook the fault installs.
+    hook: Option<FaultHook>,
+}
+
+impl Effects {
+    /// Nothing beyond the flags.
+    const NONE: Self = Self {
+        trigger: None,
+        extra_tools: 0,
+        hook: None,
+    };
+
+    /// Triggered by a call of `tool`.
+    const fn trigger(tool: &'static str) -> Self {
+        Self {
+            trigger: Some(tool),
+            ..Self::NONE
+        }
+    }
+
+    /// Also adds `tools` tools to the catalog.
+    const fn adding(self, tools: u64) -> Self {
+        Self {
+            extra_tools: tools,
+            ..self
+        }
+    }
+
+    /// Also installs `hook`.
+    const fn hook(self, hook: FaultHook) -> Self {
+        Self {
+            hook: Some(hook),
+            ..self
+        }
+    }
+}
+
+/// A command hook a fault installs in the runtime's hook files.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FaultHook {
+    /// Which dialect's file it goes in.
+    pub(super) dialect: Dialect,
+    /// The hook event (`PreToolUse`, `PostToolUse`).
+    pub(super) event: &'static str,
+    /// The group's matcher (empty: every tool).
+    pub(super) matcher: &'static str,
+    /// Whether the hook first backgrounds a long-lived process (which the
+    /// group kill must reap).
+    lingers: bool,
+    /// The shell command (after the lingering process, if any).
+    command: &'static str,
+    /// The hook's own timeout, in seconds.
+    pub(super) timeout_s: u64,
+}
+
+impl FaultHook {
+    /// The shell command; a lingering process carries `--tag {tag}` so the
+    /// sampler tracks it.
+    pub(super) fn command(&self, tag: &str) -> String {
+        if self.lingers {
+            format!("sh -c 'sleep 60; true # --tag {tag}' & {}", self.command)
+        } else {
+            self.command.to_owned()
+        }
+    }
+}
+
+/// The ten tools every fault-server lists.
+pub(super) const FIXED_TOOLS: u64 = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lingering_hook_backgrounds_a_tagged_process_before_its_command() {
+        let grandchild = Fault::HookGrandchild.hook().unwrap();
+        assert_eq!(
+            grandchild.command("run-h"),
+            "sh -c 'sleep 60; true # --tag run-h' & sleep 0.05"
+        );
+        let garbage = Fault::HookGarbage.hook().unwrap();
+        assert_eq!(garbage.command("run-h"), "head -c 200 /dev/urandom; exit 3");
+        assert_eq!(Fault::HookHang.trigger(), Some("structured_ok"));
+        assert!(Fault::IsError.hook().is_none());
+    }
+}

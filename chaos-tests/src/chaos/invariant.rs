@@ -1,0 +1,289 @@
+//! The invariants of CHAOS-2, their verdicts, the report of one scenario,
+//! and the pure checks that turn what was observed into verdicts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcpvisor::{ReconnectPolicy, RuntimeEvent, ServerState, ToolDefinition};
+use serde::Serialize;
+
+use super::fault::Fault;
+use super::scenario::Scenario;
+
+/// The invariants of CHAOS-2, each a named check with a verdict per scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Invariant {
+    /// No descendant of the runner alive after shutdown.
+    NoOrphans,
+    /// Never two live children of one server.
+    NoOverlap,
+    /// The registry never shows a half catalog or two generations of one server.
+    OneGeneration,
+    /// Attempts ≤ max_attempts and delays within the schedule.
+    BudgetRespected,
+    /// No tool call arrives at a server twice.
+    NoDoubleSend,
+    /// Every call gets exactly one outcome.
+    OneOutcomePerCall,
+    /// The shutdown report arrives within its deadline, clean.
+    ShutdownWithinDeadline,
+    /// Memory stays bounded (soak only).
+    BoundedMemory,
+}
+
+impl Invariant {
+    /// snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NoOrphans => "no_orphans",
+            Self::NoOverlap => "no_overlap",
+            Self::OneGeneration => "one_generation",
+            Self::BudgetRespected => "budget_respected",
+            Self::NoDoubleSend => "no_double_send",
+            Self::OneOutcomePerCall => "one_outcome_per_call",
+            Self::ShutdownWithinDeadline => "shutdown_within_deadline",
+            Self::BoundedMemory => "bounded_memory",
+        }
+    }
+}
+
+/// A verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Held.
+    Pass,
+    /// Violated, with what was seen.
+    Fail(String),
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pass => f.write_str("pass"),
+            Self::Fail(_) => f.write_str("fail"),
+        }
+    }
+}
+
+/// The outcome of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    /// Scenario name.
+    pub name: String,
+    /// Seed.
+    pub seed: u64,
+    /// Fault names.
+    pub faults: Vec<String>,
+    /// The fault plan with its parameters.
+    pub plan: Vec<Fault>,
+    /// Verdict per invariant.
+    pub invariants: BTreeMap<Invariant, Verdict>,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Calls issued and their outcome kinds.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+impl ScenarioReport {
+    /// The invariants that failed.
+    pub fn violations(&self) -> Vec<(Invariant, String)> {
+        self.invariants
+            .iter()
+            .filter_map(|(i, v)| match v {
+                Verdict::Fail(why) => Some((*i, why.clone())),
+                Verdict::Pass => None,
+            })
+            .collect()
+    }
+
+    /// The report of `sc`: its verdicts, the calls' outcome kinds, and the
+    /// wall time since `started`.
+    pub(super) fn new(
+        sc: &Scenario,
+        invariants: BTreeMap<Invariant, Verdict>,
+        started: Instant,
+        outcomes: BTreeMap<String, u64>,
+    ) -> Self {
+        Self {
+            name: sc.name.to_owned(),
+            seed: sc.seed,
+            faults: sc.faults.iter().map(|f| f.name().to_owned()).collect(),
+            plan: sc.faults.clone(),
+            invariants,
+            duration_ms: started.elapsed().as_millis() as u64,
+            outcomes,
+        }
+    }
+}
+
+/// Pass when `ok`, else a failure saying `why`.
+pub(super) fn verdict(ok: bool, why: impl FnOnce() -> String) -> Verdict {
+    if ok {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(why())
+    }
+}
+
+/// one_generation: the registered tools of each server share one generation,
+/// and each server shows either no tools or its whole catalog (`expected`).
+pub(super) fn generation_problems(
+    tools: &[Arc<ToolDefinition>],
+    expected: &HashMap<String, u64>,
+) -> Vec<String> {
+    let mut per_server: HashMap<&str, (HashSet<u64>, u64)> = HashMap::new();
+    for t in tools {
+        let e = per_server.entry(t.server.as_str()).or_default();
+        e.0.insert(t.generation);
+        e.1 += 1;
+    }
+    let mut problems = Vec::new();
+    for (server, (gens, count)) in per_server {
+        if gens.len() > 1 {
+            problems.push(format!("{server}: generations {gens:?} registered at once"));
+        }
+        if let Some(&whole) = expected.get(server)
+            && count != whole
+        {
+            problems.push(format!(
+                "{server}: {count} tools registered, the whole catalog has {whole}"
+            ));
+        }
+    }
+    problems
+}
+
+/// budget_respected: attempt k never exceeds max_attempts, and the next
+/// connection after `reconnecting(k)` starts no earlier than delay(k).
+pub(super) fn check_budget(
+    events: &[(Instant, RuntimeEvent)],
+    policy: &ReconnectPolicy,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut pending: HashMap<String, (Instant, u32, u64)> = HashMap::new();
+    for (at, ev) in events {
+        let RuntimeEvent::ServerStatus(s) = ev else {
+            continue;
+        };
+        if let ServerState::Reconnecting { attempt, of } = s.state {
+            if attempt > policy.max_attempts || of != policy.max_attempts {
+                problems.push(format!(
+                    "{}: reconnecting attempt {attempt} of {of}",
+                    s.server
+                ));
+            }
+            pending
+                .entry(s.server.clone())
+                .or_insert((*at, attempt, s.connection_generation));
+        } else if let Some((since, attempt, conn_gen)) = pending.get(&s.server).cloned()
+            && s.connection_generation > conn_gen
+        {
+            let waited = at.duration_since(since);
+            let want = policy.delay_for_attempt(attempt);
+            if waited + Duration::from_millis(2) < want {
+                problems.push(format!(
+                    "{}: attempt {attempt} started after {waited:?}, schedule says {want:?}",
+                    s.server
+                ));
+            }
+            pending.remove(&s.server);
+        }
+        if s.state == ServerState::Exhausted && s.consecutive_failures <= policy.max_attempts {
+            problems.push(format!(
+                "{}: exhausted after only {} failures",
+                s.server, s.consecutive_failures
+            ));
+        }
+    }
+    problems
+}
+
+/// no_double_send: every nonce of this run appears at most once in the request log.
+pub(super) fn check_double_send(log: &Path, run_id: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut counts: HashMap<&str, u32> = HashMap::new();
+    for line in text.lines().filter(|l| l.starts_with("tools/call")) {
+        if let Some(start) = line.find(run_id) {
+            let rest = &line[start..];
+            let end = rest.find('"').unwrap_or(rest.len());
+            *counts.entry(&rest[..end]).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(nonce, n)| format!("{nonce} arrived {n} times"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use mcpvisor::Scope;
+
+    use super::super::setup::policy;
+    use super::*;
+    use crate::unique_temp_path;
+
+    fn status(state: ServerState, conn_gen: u64, failures: u32) -> RuntimeEvent {
+        let mut s = mcpvisor::ServerStatus::new(Scope::Global, "s", "stdio", 0);
+        s.state = state;
+        s.connection_generation = conn_gen;
+        s.consecutive_failures = failures;
+        RuntimeEvent::ServerStatus(Box::new(s))
+    }
+
+    #[test]
+    fn budget_check_flags_an_early_reconnect_and_an_attempt_past_the_budget() {
+        // CHAOS-2 budget_respected can fail.
+        let p = policy();
+        let t0 = Instant::now();
+        let early = vec![
+            (
+                t0,
+                status(ServerState::Reconnecting { attempt: 2, of: 3 }, 1, 2),
+            ),
+            (
+                t0 + Duration::from_millis(5),
+                status(ServerState::Connecting, 2, 2),
+            ),
+        ];
+        let problems = check_budget(&early, &p);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("schedule says 40ms"), "{problems:?}");
+        let past = vec![(
+            t0,
+            status(ServerState::Reconnecting { attempt: 4, of: 3 }, 1, 4),
+        )];
+        assert_eq!(check_budget(&past, &p).len(), 1);
+        let on_time = vec![
+            (
+                t0,
+                status(ServerState::Reconnecting { attempt: 1, of: 3 }, 1, 1),
+            ),
+            (
+                t0 + Duration::from_millis(20),
+                status(ServerState::Connecting, 2, 1),
+            ),
+        ];
+        assert!(check_budget(&on_time, &p).is_empty());
+    }
+
+    #[test]
+    fn double_send_check_flags_a_nonce_that_arrived_twice() {
+        // CHAOS-2 no_double_send can fail.
+        let log = unique_temp_path("dbl.log");
+        std::fs::write(
+            &log,
+            "tools/call 1 echo {\"message\":\"run#1\"}\ntools/call 2 echo {\"message\":\"run#2\"}\ntools/call 3 echo {\"message\":\"run#1\"}\n",
+        )
+        .unwrap();
+        let problems = check_double_send(&log, "run");
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(problems, vec!["run#1 arrived 2 times".to_owned()]);
+    }
+}

@@ -1,0 +1,256 @@
+//! What a run observes while it runs: a sampler walking `/proc` for the
+//! run's tagged processes, a recorder keeping every runtime event, and this
+//! process's resident memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcpvisor::{CancellationToken, Runtime, RuntimeEvent, Scope};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::invariant::generation_problems;
+use crate::{descendants_of, parent_of, process_alive, process_tree};
+
+/// How often the sampler walks `/proc`.
+const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// What the sampler and the recorder saw during one run.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Observed {
+    /// Every pid of this run ever seen: tagged server processes and their descendants.
+    pub(super) seen: HashSet<u32>,
+    /// Overlap evidence: server tag → (pids alive together).
+    pub(super) overlaps: Vec<String>,
+    /// one_generation violations seen at events.
+    pub(super) generation_problems: Vec<String>,
+}
+
+/// The `--tag` values the sampler looks for.
+struct Tags {
+    /// Servers' tags: never two processes of one alive at once.
+    servers: Vec<String>,
+    /// Only followed for orphans (hook processes, many at once by design).
+    tracked: Vec<String>,
+}
+
+/// Walks `/proc` every few milliseconds until stopped, recording the run's
+/// processes and any two live servers of one tag.
+pub(super) struct Sampler {
+    /// Shared with the recorder, which adds generation problems.
+    observed: Arc<Mutex<Observed>>,
+    /// Runner-owned processes (an HTTP fault-server) that are never judged.
+    exclude: Arc<Mutex<HashSet<u32>>>,
+    /// Ends the sampling task (after one last sample).
+    stop: CancellationToken,
+    /// The sampling task.
+    task: JoinHandle<()>,
+}
+
+impl Sampler {
+    /// Start sampling for processes tagged with one of `servers` (never two
+    /// alive at once) or `tracked` (only followed for orphans).
+    pub(super) fn start(servers: Vec<String>, tracked: Vec<String>) -> Self {
+        let observed = Arc::new(Mutex::new(Observed::default()));
+        let exclude = Arc::new(Mutex::new(HashSet::new()));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(sample_until(
+            stop.clone(),
+            Tags { servers, tracked },
+            observed.clone(),
+            exclude.clone(),
+        ));
+        Self {
+            observed,
+            exclude,
+            stop,
+            task,
+        }
+    }
+
+    /// The observations, for the recorder to add to.
+    pub(super) fn observed(&self) -> Arc<Mutex<Observed>> {
+        self.observed.clone()
+    }
+
+    /// Never count `pid` (a process the runner itself owns).
+    pub(super) fn exclude(&self, pid: u32) {
+        if let Ok(mut e) = self.exclude.lock() {
+            e.insert(pid);
+        }
+    }
+
+    /// Take one last sample, stop, and return what was observed and the
+    /// excluded pids.
+    pub(super) async fn stop(self) -> (Observed, HashSet<u32>) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        let observed = self.observed.lock().map(|o| o.clone()).unwrap_or_default();
+        let excluded = self.exclude.lock().map(|e| e.clone()).unwrap_or_default();
+        (observed, excluded)
+    }
+}
+
+/// Sample until `stop` is cancelled, then once more: the last sample always
+/// comes after the cancellation.
+async fn sample_until(
+    stop: CancellationToken,
+    tags: Tags,
+    observed: Arc<Mutex<Observed>>,
+    exclude: Arc<Mutex<HashSet<u32>>>,
+) {
+    loop {
+        let last = stop.is_cancelled();
+        let excluded = exclude.lock().map(|e| e.clone()).unwrap_or_default();
+        sample(&tags, &excluded, &observed);
+        if last {
+            return;
+        }
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(SAMPLE_EVERY) => {}
+        }
+    }
+}
+
+/// One walk of `/proc`: record the tagged processes and everything below
+/// them, and any server tag with two live servers.
+fn sample(tags: &Tags, excluded: &HashSet<u32>, observed: &Mutex<Observed>) {
+    let per_tag = tagged_processes(tags, excluded);
+    // Ours: the processes carrying one of our tags, and everything below them
+    // (a grandchild), so runs in parallel never judge each other's processes.
+    let ours: Vec<u32> = per_tag
+        .values()
+        .flatten()
+        .flat_map(|p| process_tree(*p))
+        .collect();
+    if let Ok(mut o) = observed.lock() {
+        o.seen.extend(ours);
+        for (tag, live) in per_tag {
+            if tags.tracked.iter().any(|t| t == tag) {
+                continue;
+            }
+            if let Some(overlap) = overlap(tag, &live) {
+                o.overlaps.push(overlap);
+            }
+        }
+    }
+}
+
+/// The live descendants of this process carrying each tag, `excluded` left out.
+fn tagged_processes<'t>(tags: &'t Tags, excluded: &HashSet<u32>) -> HashMap<&'t str, Vec<u32>> {
+    let me = std::process::id();
+    let mut per_tag: HashMap<&str, Vec<u32>> = HashMap::new();
+    for pid in descendants_of(me) {
+        if excluded.contains(&pid) || !process_alive(pid) {
+            continue;
+        }
+        let cmd = cmdline(pid);
+        for tag in tags.servers.iter().chain(&tags.tracked) {
+            if cmd.contains(&format!("--tag {tag} ")) || cmd.ends_with(&format!("--tag {tag}")) {
+                per_tag.entry(tag.as_str()).or_default().push(pid);
+            }
+        }
+    }
+    per_tag
+}
+
+/// Evidence that two servers of `tag` are alive at once, if they are.
+fn overlap(tag: &str, live: &[u32]) -> Option<String> {
+    // A child of a tagged process (e.g. a grandchild between fork and exec,
+    // which still shows its parent's command line) is not a second server.
+    let servers: Vec<u32> = live
+        .iter()
+        .copied()
+        .filter(|p| !parent_of(*p).is_some_and(|pp| live.contains(&pp)))
+        .collect();
+    (servers.len() > 1).then(|| format!("{tag}: pids {servers:?} alive at once"))
+}
+
+/// Command line of `pid`, NUL-separated arguments joined by spaces.
+pub(super) fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Keeps every runtime event with the instant it arrived, and checks
+/// one_generation at every catalog or status change.
+pub(super) struct Recorder {
+    /// The events so far.
+    events: Arc<Mutex<Vec<(Instant, RuntimeEvent)>>>,
+    /// The recording task.
+    task: JoinHandle<()>,
+}
+
+impl Recorder {
+    /// Record `events` of `runtime`; generation problems (against the whole
+    /// catalogs `expected`) go to `observed`.
+    pub(super) fn start(
+        runtime: Runtime,
+        mut events: broadcast::Receiver<RuntimeEvent>,
+        observed: Arc<Mutex<Observed>>,
+        expected: HashMap<String, u64>,
+    ) -> Self {
+        let recorded: Arc<Mutex<Vec<(Instant, RuntimeEvent)>>> = Arc::default();
+        let into = recorded.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) => {
+                        if matches!(
+                            ev,
+                            RuntimeEvent::CatalogChanged { .. } | RuntimeEvent::ServerStatus(_)
+                        ) {
+                            let problems =
+                                generation_problems(&runtime.tools(&Scope::Global), &expected);
+                            note(&observed, problems);
+                        }
+                        if let Ok(mut r) = into.lock() {
+                            r.push((Instant::now(), ev));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        note(&observed, vec![format!("event recorder lagged by {n}")]);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Self {
+            events: recorded,
+            task,
+        }
+    }
+
+    /// Stop recording and return every event. The recorder holds a runtime
+    /// handle, so the event channel never closes on its own.
+    pub(super) async fn stop(self) -> Vec<(Instant, RuntimeEvent)> {
+        tokio::task::yield_now().await;
+        self.task.abort();
+        let _ = self.task.await;
+        self.events.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// Add one_generation `problems` to what was observed.
+fn note(observed: &Mutex<Observed>, problems: Vec<String>) {
+    if !problems.is_empty()
+        && let Ok(mut o) = observed.lock()
+    {
+        o.generation_problems.extend(problems);
+    }
+}
+
+/// Resident set size of this process in KiB (from /proc/self/status).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}

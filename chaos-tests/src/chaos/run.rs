@@ -1,0 +1,245 @@
+//! One scenario run, phase by phase: setup, workload, trigger, shutdown,
+//! judge. Each phase is a function over the run's context ([`Run`]).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mcpvisor::{Runtime, RuntimeEvent, ShutdownReport};
+
+use super::invariant::{
+    Invariant, ScenarioReport, Verdict, check_budget, check_double_send, verdict,
+};
+use super::observe::{Observed, Recorder, Sampler, cmdline};
+use super::scenario::Scenario;
+use super::setup::{HttpPeer, policy, setup};
+use super::workload::{Tally, concurrent_calls, sequential_calls, trigger};
+use crate::{unique_temp_path, wait_gone};
+
+/// How long the runtime's shutdown may take.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Runner options.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Deliberately break the runtime: skip the close barrier (to show that
+    /// `no_overlap` can fail).
+    pub break_close_barrier: bool,
+    /// Check memory (soak).
+    pub check_memory: bool,
+}
+
+/// The names one run gives its processes and files, unique per run so runs
+/// in parallel never judge each other's.
+#[derive(Debug, Clone)]
+pub(super) struct RunIds {
+    /// `<scenario>-<seed>-<pid>-<n>`: also the prefix of every call's nonce.
+    pub(super) run_id: String,
+    /// `--tag` of server `s`.
+    pub(super) main_tag: String,
+    /// `--tag` of server `s__t` (the colliding one).
+    pub(super) other_tag: String,
+    /// `--tag` of the processes hooks leave behind.
+    pub(super) hook_tag: String,
+    /// The fault-servers' request log.
+    pub(super) log: PathBuf,
+}
+
+impl RunIds {
+    /// Fresh names for a run of `sc`.
+    pub(super) fn new(sc: &Scenario) -> Self {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, Ordering::SeqCst);
+        let run_id = format!("{}-{}-{}-{run}", sc.name, sc.seed, std::process::id());
+        Self {
+            main_tag: format!("{run_id}-s"),
+            other_tag: format!("{run_id}-s__t"),
+            hook_tag: format!("{run_id}-h"),
+            log: unique_temp_path(&format!("{}-requests.log", sc.name)),
+            run_id,
+        }
+    }
+}
+
+/// What every phase of one run shares.
+pub(super) struct Run<'a> {
+    /// The scenario being run.
+    pub(super) sc: &'a Scenario,
+    /// The runner's options.
+    pub(super) opts: &'a RunOptions,
+    /// The run's names.
+    pub(super) ids: RunIds,
+    /// The runtime under test.
+    pub(super) runtime: Runtime,
+    /// The runner-owned HTTP fault-server, for the HTTP faults.
+    pub(super) peer: Option<HttpPeer>,
+    /// Hook files written for the faults, removed at the end.
+    pub(super) hook_files: Vec<PathBuf>,
+    /// What went wrong while setting up (judged by shutdown_within_deadline).
+    pub(super) problems: Vec<String>,
+}
+
+/// The observers of a run, stopped at shutdown.
+pub(super) struct Observers {
+    /// Walks `/proc` for the run's processes.
+    pub(super) sampler: Sampler,
+    /// Keeps every runtime event.
+    pub(super) recorder: Recorder,
+}
+
+/// What the shutdown phase measured, and everything observed by its end.
+struct Seen {
+    /// How long `Runtime::shutdown` took.
+    took: Duration,
+    /// Its report.
+    report: ShutdownReport,
+    /// What the sampler and the recorder saw.
+    observed: Observed,
+    /// Runner-owned pids, never judged.
+    excluded: HashSet<u32>,
+    /// Every runtime event with the instant it arrived.
+    events: Vec<(Instant, RuntimeEvent)>,
+}
+
+/// Run one scenario and judge it.
+pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
+    let started = Instant::now();
+    let (mut run, observers) = match setup(sc, opts).await {
+        Ok(set_up) => set_up,
+        Err(why) => {
+            let invariants =
+                BTreeMap::from([(Invariant::ShutdownWithinDeadline, Verdict::Fail(why))]);
+            return ScenarioReport::new(sc, invariants, started, BTreeMap::new());
+        }
+    };
+    // Workload: echo calls and a concurrent batch, the faults' triggers, then
+    // echo calls again once any reconnect has settled.
+    let mut tally = Tally::default();
+    sequential_calls(&run, &mut tally).await;
+    concurrent_calls(&run, &mut tally).await;
+    trigger(&run, &mut tally).await;
+    sequential_calls(&run, &mut tally).await;
+    let seen = shutdown(&mut run, observers).await;
+    let invariants = judge(&run, &seen, &tally).await;
+    clean_up(&run);
+    ScenarioReport::new(sc, invariants, started, tally.outcomes)
+}
+
+/// Shut the runtime down (timed), stop the runner's own server, then the
+/// observers.
+async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
+    let shut_started = Instant::now();
+    let report = run.runtime.shutdown(SHUTDOWN_DEADLINE).await;
+    let took = shut_started.elapsed();
+    if let Some(mut p) = run.peer.take() {
+        let _ = p.child.kill().await;
+        let _ = p.child.wait().await;
+    }
+    let events = observers.recorder.stop().await;
+    // The sampler takes one last sample after the shutdown, then stops.
+    let (observed, excluded) = observers.sampler.stop().await;
+    Seen {
+        took,
+        report,
+        observed,
+        excluded,
+        events,
+    }
+}
+
+/// Every invariant's verdict on what was seen.
+async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant, Verdict> {
+    let mut invariants = BTreeMap::new();
+    let orphans = orphans(&seen.observed, &seen.excluded).await;
+    invariants.insert(
+        Invariant::NoOrphans,
+        verdict(orphans.is_empty(), || {
+            format!("alive after shutdown: {orphans:?}")
+        }),
+    );
+    let overlaps = &seen.observed.overlaps;
+    invariants.insert(
+        Invariant::NoOverlap,
+        verdict(overlaps.is_empty(), || {
+            overlaps.first().cloned().unwrap_or_default()
+        }),
+    );
+    let gen_problems = &seen.observed.generation_problems;
+    invariants.insert(
+        Invariant::OneGeneration,
+        verdict(gen_problems.is_empty(), || gen_problems.join("; ")),
+    );
+    let budget = check_budget(&seen.events, &policy());
+    invariants.insert(
+        Invariant::BudgetRespected,
+        verdict(budget.is_empty(), || budget.join("; ")),
+    );
+    let doubles = check_double_send(&run.ids.log, &run.ids.run_id);
+    invariants.insert(
+        Invariant::NoDoubleSend,
+        verdict(doubles.is_empty(), || doubles.join("; ")),
+    );
+    invariants.insert(
+        Invariant::OneOutcomePerCall,
+        one_outcome_per_call(tally, &seen.events),
+    );
+    invariants.insert(
+        Invariant::ShutdownWithinDeadline,
+        shutdown_within_deadline(seen, &run.problems),
+    );
+    if run.opts.check_memory {
+        invariants.insert(Invariant::BoundedMemory, Verdict::Pass);
+    }
+    invariants
+}
+
+/// no_orphans: every process seen below the runner is gone (each gets 2 s).
+async fn orphans(observed: &Observed, excluded: &HashSet<u32>) -> Vec<String> {
+    let mut orphans = Vec::new();
+    for pid in observed.seen.iter().filter(|p| !excluded.contains(p)) {
+        if !wait_gone(*pid, Duration::from_secs(2)).await {
+            orphans.push(format!("{pid} ({})", cmdline(*pid).trim()));
+        }
+    }
+    orphans
+}
+
+/// one_outcome_per_call: every call issued returned, once, with one
+/// `CallFinished` event each.
+fn one_outcome_per_call(tally: &Tally, events: &[(Instant, RuntimeEvent)]) -> Verdict {
+    let finished = events
+        .iter()
+        .filter(|(_, e)| matches!(e, RuntimeEvent::CallFinished { .. }))
+        .count() as u64;
+    let ok = tally.hung.is_empty() && tally.returned == tally.issued && finished == tally.issued;
+    verdict(ok, || {
+        format!(
+            "issued {}, returned {}, CallFinished events {finished}, no outcome: {:?}",
+            tally.issued, tally.returned, tally.hung
+        )
+    })
+}
+
+/// shutdown_within_deadline: the report came in time, clean, after a setup
+/// without problems.
+fn shutdown_within_deadline(seen: &Seen, problems: &[String]) -> Verdict {
+    let in_time = seen.took <= SHUTDOWN_DEADLINE + Duration::from_secs(1);
+    verdict(
+        in_time && seen.report.is_clean() && problems.is_empty(),
+        || {
+            format!(
+                "took {:?}; unconfirmed {:?}; setup problems {problems:?}",
+                seen.took, seen.report.unconfirmed
+            )
+        },
+    )
+}
+
+/// Remove the run's request log and hook files.
+fn clean_up(run: &Run<'_>) {
+    let _ = std::fs::remove_file(&run.ids.log);
+    for f in &run.hook_files {
+        let _ = std::fs::remove_file(f);
+    }
+}

@@ -1,0 +1,184 @@
+//! Scenarios: a seed and the fault plan drawn from it, and the catalogue of
+//! every scenario the runner knows.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::fault::{FIXED_TOOLS, Fault, FaultHook};
+use super::rng::SeededRng;
+
+/// A scenario: a name, the faults it injects (params from the seed).
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// Name (stable across seeds).
+    pub name: &'static str,
+    /// The seed its plan came from.
+    pub seed: u64,
+    /// The fault plan.
+    pub faults: Vec<Fault>,
+    /// Sequential echo calls before and after the trigger.
+    pub calls: u64,
+    /// Concurrent echo calls.
+    pub concurrent: u64,
+}
+
+/// Every scenario of the catalogue, with parameters drawn from `seed`.
+pub fn scenarios(seed: u64) -> Vec<Scenario> {
+    type Make = fn(&mut SeededRng) -> Vec<Fault>;
+    let table: Vec<(&'static str, Make)> = vec![
+        ("crash_at_start", |r| {
+            vec![Fault::CrashAtStart {
+                code: r.range(1, 9) as i32,
+            }]
+        }),
+        ("crash_after_calls", |r| {
+            vec![Fault::CrashAfterCalls { n: r.range(2, 6) }]
+        }),
+        ("crash_mid_call", |_| vec![Fault::CrashMidCall]),
+        ("hang_on_initialize", |_| vec![Fault::HangOnInitialize]),
+        ("hang_on_call", |_| vec![Fault::HangOnCall]),
+        ("slow_responses", |r| {
+            vec![Fault::SlowResponses { ms: r.range(5, 40) }]
+        }),
+        ("non_json_lines", |_| vec![Fault::NonJsonLines]),
+        ("overlong_line", |_| vec![Fault::OverlongLine]),
+        ("noise_before_handshake", |r| {
+            vec![Fault::NoiseBeforeHandshake {
+                lines: r.range(1, 20),
+            }]
+        }),
+        ("ignore_sigterm", |_| vec![Fault::IgnoreSigterm]),
+        ("grandchild", |_| vec![Fault::Grandchild]),
+        ("list_changed_storm", |r| {
+            vec![Fault::ListChangedStorm {
+                count: r.range(10, 100),
+            }]
+        }),
+        ("duplicate_names", |_| vec![Fault::DuplicateNames]),
+        ("colliding_names", |_| vec![Fault::CollidingNames]),
+        ("invalid_result", |_| vec![Fault::InvalidResult]),
+        ("is_error", |_| vec![Fault::IsError]),
+        ("schema_violation", |_| vec![Fault::SchemaViolation]),
+        ("huge_result", |r| {
+            vec![Fault::HugeResult {
+                bytes: r.range(1, 4) * 1024 * 1024,
+            }]
+        }),
+        ("audio_content", |_| vec![Fault::AudioContent]),
+        ("paginated_catalog", |r| {
+            vec![Fault::PaginatedCatalog {
+                tools: r.range(20, 300),
+                page: r.range(3, 50),
+            }]
+        }),
+        ("long_and_bad_names", |_| {
+            vec![Fault::LongNames, Fault::BadCharNames]
+        }),
+        ("stderr_then_exit", |_| vec![Fault::StderrThenExit]),
+        ("http_401", |_| vec![Fault::Http401]),
+        ("http_500", |_| vec![Fault::Http500]),
+        ("http_session_loss", |r| {
+            vec![Fault::HttpSessionLoss {
+                after: r.range(1, 4),
+            }]
+        }),
+        ("http_stall", |_| vec![Fault::HttpStall]),
+        ("hook_grandchild", |_| vec![Fault::HookGrandchild]),
+        ("hook_hang", |_| vec![Fault::HookHang]),
+        ("hook_garbage", |_| vec![Fault::HookGarbage]),
+        // Combinations: a connection that fails while its process refuses to die
+        // is what the close barrier exists for (RECO-3).
+        ("overlong_line_stubborn", |_| {
+            vec![Fault::OverlongLine, Fault::IgnoreSigterm]
+        }),
+        ("crash_mid_call_with_grandchild", |_| {
+            vec![Fault::CrashMidCall, Fault::Grandchild]
+        }),
+    ];
+    table
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, make))| {
+            let mut rng = SeededRng::new(seed, i as u64);
+            let faults = make(&mut rng);
+            Scenario {
+                name,
+                seed,
+                faults,
+                calls: rng.range(3, 8),
+                concurrent: rng.range(2, 16),
+            }
+        })
+        .collect()
+}
+
+impl Scenario {
+    /// True when the fault-server is served over streamable HTTP.
+    pub(super) fn is_http(&self) -> bool {
+        self.faults.iter().any(Fault::is_http)
+    }
+
+    /// True when a second server `s__t` joins to collide with `s`.
+    pub(super) fn colliding(&self) -> bool {
+        self.faults.contains(&Fault::CollidingNames)
+    }
+
+    /// True when `initialize` is never answered (a short startup timeout).
+    pub(super) fn hangs_on_initialize(&self) -> bool {
+        self.faults.contains(&Fault::HangOnInitialize)
+    }
+
+    /// The fault-server flags of server `s`: its request log, then every fault's.
+    pub(super) fn server_args(&self, log: &Path) -> Vec<String> {
+        let mut args: Vec<String> =
+            vec!["--log-requests".into(), log.to_string_lossy().into_owned()];
+        for f in &self.faults {
+            args.extend(f.server_args());
+        }
+        args
+    }
+
+    /// The hooks the faults install.
+    pub(super) fn hooks(&self) -> Vec<FaultHook> {
+        self.faults.iter().filter_map(Fault::hook).collect()
+    }
+
+    /// The whole catalog of each server: a catalog is whole or empty. Server
+    /// "s" lists the fixed tools plus the faults' extras (a duplicate name
+    /// rejects it whole); "s__t" the fixed ones.
+    pub(super) fn expected_catalog(&self) -> HashMap<String, u64> {
+        let extras: u64 = self.faults.iter().map(Fault::extra_tools).sum();
+        let whole = if self.faults.contains(&Fault::DuplicateNames) {
+            0
+        } else {
+            FIXED_TOOLS + extras
+        };
+        HashMap::from([("s".into(), whole), ("s__t".into(), FIXED_TOOLS)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_plan() {
+        let a = serde_json::to_string(&scenarios(7)).unwrap();
+        let b = serde_json::to_string(&scenarios(7)).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, serde_json::to_string(&scenarios(8)).unwrap());
+    }
+
+    #[test]
+    fn the_catalogue_exercises_at_least_25_fault_kinds() {
+        let kinds: HashSet<&str> = scenarios(1)
+            .iter()
+            .flat_map(|s| s.faults.iter().map(Fault::name))
+            .collect();
+        assert!(kinds.len() >= 25, "{} kinds: {kinds:?}", kinds.len());
+    }
+}

@@ -1,0 +1,232 @@
+//! Setting a run up: the hook files its faults install, the runtime, the
+//! servers it supervises (stdio, or a runner-owned HTTP fault-server), and the
+//! observers that watch them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcpvisor::{Dialect, HookSettings, ReconnectPolicy, Runtime, Scope, ServerConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::fault::FaultHook;
+use super::observe::{Recorder, Sampler};
+use super::run::{Observers, Run, RunIds, RunOptions};
+use super::scenario::Scenario;
+use super::workload::{TOOL_CALL_TIMEOUT, settle};
+use crate::{fault_server_path, unique_temp_path};
+
+/// The reconnect policy every server of a run gets.
+pub(super) fn policy() -> ReconnectPolicy {
+    ReconnectPolicy {
+        enabled: true,
+        initial_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(160),
+        max_attempts: 3,
+        jitter: false,
+    }
+}
+
+/// Start the observers, the runtime and its servers, and wait until every
+/// server is ready, or failed/exhausted. Fails only when the runtime does not
+/// start; every other problem is kept in [`Run::problems`].
+pub(super) async fn setup<'a>(
+    sc: &'a Scenario,
+    opts: &'a RunOptions,
+) -> Result<(Run<'a>, Observers), String> {
+    let ids = RunIds::new(sc);
+    let _ = std::fs::remove_file(&ids.log);
+    let sampler = Sampler::start(
+        vec![ids.main_tag.clone(), ids.other_tag.clone()],
+        vec![ids.hook_tag.clone()],
+    );
+    let mut builder = Runtime::builder();
+    let mut hook_files = Vec::new();
+    if let Some((settings, files)) = write_hooks(sc, &ids.hook_tag) {
+        builder = builder.hooks(settings);
+        hook_files = files;
+    }
+    if opts.break_close_barrier {
+        builder = builder.skip_close_barrier_for_chaos();
+    }
+    let mut problems: Vec<String> = Vec::new();
+    if !fault_server_path().exists() {
+        problems.push(format!(
+            "{} does not exist: build it with cargo build -p mcpvisor-chaos --bins",
+            fault_server_path().display()
+        ));
+    }
+    let runtime = match builder.start().await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = sampler.stop().await;
+            return Err(format!("runtime did not start: {e}"));
+        }
+    };
+    let recorder = Recorder::start(
+        runtime.clone(),
+        runtime.subscribe(),
+        sampler.observed(),
+        sc.expected_catalog(),
+    );
+    let mut run = Run {
+        sc,
+        opts,
+        ids,
+        runtime,
+        peer: None,
+        hook_files,
+        problems,
+    };
+    add_servers(&mut run, &sampler).await;
+    // Settle: every server ready, or failed/exhausted.
+    settle(&run.runtime, Duration::from_secs(15)).await;
+    Ok((run, Observers { sampler, recorder }))
+}
+
+/// Write one hook file per dialect the faults of `sc` install hooks for;
+/// the settings naming them and the files, or `None` when no fault installs
+/// a hook.
+fn write_hooks(sc: &Scenario, tag: &str) -> Option<(HookSettings, Vec<PathBuf>)> {
+    let hooks = sc.hooks();
+    if hooks.is_empty() {
+        return None;
+    }
+    let mut settings = HookSettings::default();
+    let mut files = Vec::new();
+    for dialect in [Dialect::Claude, Dialect::Codex] {
+        let mine: Vec<&FaultHook> = hooks.iter().filter(|h| h.dialect == dialect).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let path = unique_temp_path(&format!("{}-hooks-{dialect:?}.json", sc.name));
+        let _ = std::fs::write(&path, hook_file(&mine, tag).to_string());
+        match dialect {
+            Dialect::Claude => settings.claude = Some(path.clone()),
+            Dialect::Codex => settings.codex = Some(path.clone()),
+        }
+        files.push(path);
+    }
+    Some((settings, files))
+}
+
+/// A hooks file (`{"hooks": {event: [group, …]}}`) holding `hooks`, one
+/// group each, their lingering processes tagged `tag`.
+fn hook_file(hooks: &[&FaultHook], tag: &str) -> Value {
+    let mut events: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for h in hooks {
+        events
+            .entry(h.event)
+            .or_default()
+            .push(json!({"matcher": h.matcher,
+            "hooks": [{"type": "command", "command": h.command(tag), "timeout": h.timeout_s}]}));
+    }
+    json!({ "hooks": events })
+}
+
+/// Add server `s` (over stdio, or over HTTP from a runner-owned
+/// fault-server the sampler leaves out) and, for colliding names, `s__t`.
+async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
+    let sc = run.sc;
+    let ids = &run.ids;
+    let mut configs = Vec::new();
+    let main_args = tagged(&ids.main_tag, &sc.server_args(&ids.log));
+    if sc.is_http() {
+        match start_http_peer(main_args).await {
+            Ok(p) => {
+                if let Some(pid) = p.child.id() {
+                    sampler.exclude(pid);
+                }
+                configs.push(ServerConfig::http("s", p.url.clone()));
+                run.peer = Some(p);
+            }
+            Err(e) => run.problems.push(e),
+        }
+    } else {
+        configs.push(ServerConfig::stdio(
+            "s",
+            fault_server_path().to_string_lossy(),
+            main_args,
+        ));
+        if sc.colliding() {
+            configs.push(ServerConfig::stdio(
+                "s__t",
+                fault_server_path().to_string_lossy(),
+                tagged(
+                    &ids.other_tag,
+                    &[
+                        "--log-requests".into(),
+                        ids.log.to_string_lossy().into_owned(),
+                    ],
+                ),
+            ));
+        }
+    }
+    for cfg in configs {
+        let cfg = supervised(cfg, sc.hangs_on_initialize());
+        if let Err(e) = run.runtime.add_server(Scope::Global, cfg).await {
+            run.problems.push(e.to_string());
+        }
+    }
+}
+
+/// `--tag {tag}` followed by `extra`.
+fn tagged(tag: &str, extra: &[String]) -> Vec<String> {
+    let mut a = vec!["--tag".to_owned(), tag.to_owned()];
+    a.extend(extra.iter().cloned());
+    a
+}
+
+/// `cfg` as every run supervises it: trusted, the run's reconnect policy and
+/// timeouts (a short startup timeout when `initialize` hangs), no idle stop.
+fn supervised(cfg: ServerConfig, hang_on_initialize: bool) -> ServerConfig {
+    let mut cfg = cfg.trusted();
+    cfg.reconnect = policy();
+    cfg.tool_call_timeout = TOOL_CALL_TIMEOUT;
+    cfg.startup_timeout = if hang_on_initialize {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(10)
+    };
+    cfg.request_timeout = Duration::from_secs(5);
+    cfg.idle_stop_after = None;
+    cfg
+}
+
+/// A runner-owned fault-server over HTTP.
+pub(super) struct HttpPeer {
+    /// The fault-server process (killed on drop).
+    pub(super) child: tokio::process::Child,
+    /// Its streamable HTTP endpoint.
+    pub(super) url: String,
+}
+
+/// Start `fault-server --http 0 {args}` and read the endpoint it announces.
+async fn start_http_peer(args: Vec<String>) -> Result<HttpPeer, String> {
+    let mut child = tokio::process::Command::new(fault_server_path())
+        .args(["--http", "0"])
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the HTTP fault-server: {e}"))?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.strip_prefix("listening on ") {
+                return Some(url.trim().to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .ok_or("the HTTP fault-server did not announce its port")?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(HttpPeer { child, url })
+}
