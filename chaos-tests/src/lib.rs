@@ -1,6 +1,6 @@
 //! Test support for mcpvisor's real-process integration tests: where the test
-//! binaries live, process-tree inspection through `/proc`, and bounded waits on
-//! runtime events.
+//! binaries live, process-tree inspection through `/proc`, bounded waits on
+//! runtime events, and (in `support`) the fault-server helpers the tests share.
 //!
 //! The `fault-server` binary (src/bin/fault_server.rs) is the scripted MCP
 //! server these tests run against.
@@ -8,6 +8,12 @@
 #![warn(missing_docs)]
 
 pub mod chaos;
+mod support;
+
+pub use support::{
+    HttpFaultServer, RequestLog, ScriptedApprover, call, fault_server_config, start_logged_server,
+    start_with_server, wait_file_contains,
+};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};

@@ -15,7 +15,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use mcpvisor_chaos::{
-    ensure_mcpvisor_built, fault_server_path, process_alive, unique_temp_path, wait_gone,
+    RequestLog, ensure_mcpvisor_built, fault_server_path, process_alive, unique_temp_path,
+    wait_file_contains, wait_gone,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -334,6 +335,22 @@ fn with_hooks(w: &Workdir, hooks: &Value, approved: &[String]) {
     std::fs::write(w.config(), toml).unwrap();
 }
 
+/// `mcpvisor --json hooks test --event PreToolUse` for one dialect and payload.
+async fn hooks_test_pre_tool_use(cwd: &Path, dialect: &str, payload: &str) -> Output {
+    let args = [
+        "--json",
+        "hooks",
+        "test",
+        "--event",
+        "PreToolUse",
+        "--dialect",
+        dialect,
+        "--payload",
+        payload,
+    ];
+    run(cwd, &args).await
+}
+
 const DENY_NO_RM: &str = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no rm"}}'"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,19 +362,10 @@ async fn hooks_test_json_prints_the_neutral_outcome_per_dialect() {
         {"type": "command", "command": "echo boom >&2; exit 1"}]}]});
     with_hooks(&w, &hooks, &[]);
     for dialect in ["claude", "codex"] {
-        let out = run(
+        let out = hooks_test_pre_tool_use(
             &w.dir,
-            &[
-                "--json",
-                "hooks",
-                "test",
-                "--event",
-                "PreToolUse",
-                "--dialect",
-                dialect,
-                "--payload",
-                r#"{"tool_name":"Bash","tool_input":{"command":"rm -rf build"}}"#,
-            ],
+            dialect,
+            r#"{"tool_name":"Bash","tool_input":{"command":"rm -rf build"}}"#,
         )
         .await;
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -374,21 +382,7 @@ async fn hooks_test_json_prints_the_neutral_outcome_per_dialect() {
         assert!(runs[0]["command"].as_str().unwrap().contains("no rm"));
     }
     // A matcher that does not fire: proceed, no runs.
-    let out = run(
-        &w.dir,
-        &[
-            "--json",
-            "hooks",
-            "test",
-            "--event",
-            "PreToolUse",
-            "--dialect",
-            "claude",
-            "--payload",
-            r#"{"tool_name":"BashOutput"}"#,
-        ],
-    )
-    .await;
+    let out = hooks_test_pre_tool_use(&w.dir, "claude", r#"{"tool_name":"BashOutput"}"#).await;
     let v = json_stdout(&out);
     assert_eq!(v["decision"], "proceed");
     assert_eq!(v["runs"], serde_json::json!([]));
@@ -407,8 +401,8 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     // HOOK-6, HOOK-12 through the reference binary: a denied call never
     // reaches the server (its request log); under --strict-hooks an
     // unapproved hook is skipped with a note.
-    let log = unique_temp_path("hooks-cli.log");
-    let log_arg = log.to_string_lossy().into_owned();
+    let log = RequestLog::new("hooks-cli.log");
+    let log_arg = log.path().to_string_lossy().into_owned();
     let w = Workdir::new(&["--log-requests", &log_arg], "");
     let hooks = serde_json::json!({"PreToolUse": [{"matcher": "mcp__x__.*", "hooks": [
         {"type": "command", "command": DENY_NO_RM}]}]});
@@ -432,7 +426,7 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     let v = json_stdout(&out);
     assert_eq!(v["outcome"], "denied_by_hook");
     assert!(v["projection"].as_str().unwrap().contains("no rm"));
-    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    let seen = log.text();
     assert!(
         !seen.contains("tools/call"),
         "the server saw a denied call: {seen}"
@@ -444,19 +438,14 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     assert_eq!(v["outcome"], "ok");
     let notes = v["notes"].to_string();
     assert!(notes.contains("not approved"), "{v}");
-    assert!(
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("tools/call")
-    );
-    let _ = std::fs::remove_file(log);
+    assert!(log.text().contains("tools/call"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
     // BIN-3 / the no-orphan rule: an interrupted command leaves no child.
-    let log = unique_temp_path("ctrl-c.log");
-    let log_arg = log.to_string_lossy().into_owned();
+    let log = RequestLog::new("ctrl-c.log");
+    let log_arg = log.path().to_string_lossy().into_owned();
     let w = Workdir::new(&["--log-requests", &log_arg, "--grandchild"], "");
     let mut child = command(&w.dir)
         .args(["call", "mcp__x__hang"])
@@ -466,17 +455,10 @@ async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
         .unwrap();
     let mcpvisor_pid = child.id().unwrap();
     // Wait (bounded) until the server is inside the hanging call.
-    let deadline = std::time::Instant::now() + RUN_LIMIT;
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("tools/call")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the call never reached the server"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(
+        wait_file_contains(log.path(), "tools/call", RUN_LIMIT).await,
+        "the call never reached the server"
+    );
     let servers = mcpvisor_chaos::descendants_of(mcpvisor_pid);
     assert!(servers.len() >= 2, "server and grandchild: {servers:?}");
     // SAFETY: kill(2) on our own child's pid, which has not been reaped.
@@ -494,5 +476,4 @@ async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
             "{pid} outlived an interrupted mcpvisor"
         );
     }
-    let _ = std::fs::remove_file(log);
 }

@@ -12,11 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use mcpvisor::{
-    CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState, ToolOutcome,
-};
+use mcpvisor::{CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState};
 use mcpvisor_chaos::{
-    everything_dir, free_port, process_alive, shutdown_checked, wait_for, wait_gone,
+    call, everything_dir, free_port, process_alive, shutdown_checked, wait_for, wait_gone,
 };
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -81,12 +79,6 @@ async fn wait_all_tools(runtime: &Runtime, events: &mut broadcast::Receiver<Runt
             "not ready with {TOOL_COUNT} tools within {CATALOG_WAIT:?}: {last:#?}\ntools: {names:?}"
         );
     }
-}
-
-async fn call(runtime: &Runtime, tool: &str, args: serde_json::Value) -> ToolOutcome {
-    runtime
-        .call(&G, tool, Some(args), CallOptions::default())
-        .await
 }
 
 /// The calls both transports must answer the same way (CALL-3, CALL-4).

@@ -14,8 +14,9 @@ use mcpvisor::{
     ServerConfig, ServerState, ServerStatus,
 };
 use mcpvisor_chaos::{
-    ShutdownCheck, alive, descendants_of, fault_server_path, next_event, process_alive,
-    shutdown_checked, unique_temp_path, wait_catalog_ready, wait_for_status,
+    HttpFaultServer, RequestLog, ShutdownCheck, alive, call, descendants_of, fault_server_config,
+    next_event, process_alive, shutdown_checked, unique_temp_path, wait_catalog_ready,
+    wait_file_contains, wait_for_status,
 };
 use serde_json::json;
 use tokio::sync::broadcast;
@@ -39,12 +40,7 @@ const FIXED_TOOLS: [&str; 10] = [
 
 /// A fault-server config with a fast reconnect policy and no idle stop.
 fn fault(name: &str, args: &[&str]) -> ServerConfig {
-    let mut cfg = ServerConfig::stdio(
-        name,
-        fault_server_path().to_string_lossy(),
-        args.iter().map(|a| (*a).to_owned()).collect(),
-    )
-    .trusted();
+    let mut cfg = fault_server_config(name, args.iter().copied()).trusted();
     cfg.reconnect = ReconnectPolicy {
         enabled: true,
         initial_delay: Duration::from_millis(10),
@@ -89,12 +85,6 @@ async fn ready(
     wait_catalog_ready(runtime, events, scope, name, after_gen, READY)
         .await
         .unwrap()
-}
-
-async fn call(runtime: &Runtime, tool: &str, args: serde_json::Value) -> mcpvisor::ToolOutcome {
-    runtime
-        .call(&G, tool, Some(args), CallOptions::default())
-        .await
 }
 
 /// Shutdown must be clean and leave no process of any server's tree alive.
@@ -335,31 +325,16 @@ async fn a_cancelled_call_ends_as_cancelled_and_the_server_stays_usable() {
 async fn a_shutdown_with_a_call_in_flight_counts_it_and_the_call_gets_one_outcome() {
     // RECO-7: the report counts the calls that were cancelled by the shutdown;
     // CALL-4/5: the call itself ends once, as lost in flight (side effects unknown).
-    let log = unique_temp_path("inflight.log");
-    let log_arg = log.to_string_lossy().into_owned();
+    let log = RequestLog::new("inflight.log");
+    let log_arg = log.path().to_string_lossy().into_owned();
     let (runtime, _events, _ready) = start_ready("inflight", &["--log-requests", &log_arg]).await;
     let rt = runtime.clone();
-    let pending = tokio::spawn(async move {
-        rt.call(
-            &G,
-            "mcp__inflight__hang",
-            Some(json!({})),
-            CallOptions::default(),
-        )
-        .await
-    });
+    let pending = tokio::spawn(async move { call(&rt, "mcp__inflight__hang", json!({})).await });
     // Wait (bounded) until the server has logged the call: then it is in flight.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("tools/call")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the call never reached the server"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(
+        wait_file_contains(log.path(), "tools/call", Duration::from_secs(10)).await,
+        "the call never reached the server"
+    );
     let check = finish(&runtime, &[]).await;
     assert_eq!(check.report.calls_cancelled, 1, "{:?}", check.report);
     let outcome = pending.await.unwrap();
@@ -368,7 +343,6 @@ async fn a_shutdown_with_a_call_in_flight_counts_it_and_the_call_gets_one_outcom
         OutcomeKind::TransportLostDuringCall,
         "{outcome:?}"
     );
-    let _ = std::fs::remove_file(&log);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,8 +451,8 @@ async fn garbage_written_mid_session_is_skipped_and_calls_keep_working() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_lost_in_flight_reached_the_server_once_and_is_never_retried() {
     // CALL-5: no automatic retry of a tool call, ever.
-    let log = unique_temp_path("requests.log");
-    let log_arg = log.to_string_lossy().into_owned();
+    let log = RequestLog::new("requests.log");
+    let log_arg = log.path().to_string_lossy().into_owned();
     let (runtime, mut events, up) = start_ready(
         "once",
         &["--crash-after-calls", "2", "--log-requests", &log_arg],
@@ -498,8 +472,7 @@ async fn a_call_lost_in_flight_reached_the_server_once_and_is_never_retried() {
     assert_eq!(after.kind, OutcomeKind::Ok);
     let shut = finish(&runtime, &[]).await;
     assert!(!shut.tracked.is_empty());
-    let text = std::fs::read_to_string(&log).unwrap();
-    let _ = std::fs::remove_file(&log);
+    let text = log.text();
     let lost_lines = text.lines().filter(|l| l.contains("lost-call")).count();
     assert_eq!(lost_lines, 1, "the lost call arrived exactly once:\n{text}");
     let calls = text
@@ -708,33 +681,15 @@ async fn wait_ready_returns_with_the_catalog_registered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fault_server_over_streamable_http_answers_calls_and_announces_new_tools() {
     // CONN-9: streamable HTTP; SYNC-5: list_changed over the GET stream.
-    use tokio::io::AsyncBufReadExt;
-    let mut server = tokio::process::Command::new(fault_server_path())
-        .args(["--http", "0"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let HttpFaultServer {
+        child: mut server,
+        url,
+    } = HttpFaultServer::start(&[], READY).await.unwrap();
     let server_pid = server.id().unwrap();
-    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(READY, async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(url) = line.strip_prefix("listening on ") {
-                return Some(url.to_owned());
-            }
-        }
-        None
-    })
-    .await
-    .unwrap()
-    .expect("the listening line");
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
         "{url}"
     );
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
     let (runtime, mut events) = start(G, ServerConfig::http("web", url).trusted()).await;
     let up = ready(&runtime, &mut events, &G, "web", 0).await;

@@ -5,17 +5,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use mcpvisor::{
-    Approval, ApprovalRequest, Approver, CallOptions, CancellationToken, Dialect, HookEvent,
-    HookInput, HookOutcome, HookSession, HookSettings, OutcomeKind, PolicyCall, Runtime,
-    RuntimeEvent, Scope, ServerConfig, StopState, StopVerdict, ToolGuard, TrustMode,
+    Approval, CallOptions, CancellationToken, Dialect, HookEvent, HookInput, HookOutcome,
+    HookSession, HookSettings, OutcomeKind, PolicyCall, Runtime, RuntimeEvent, Scope, StopState,
+    StopVerdict, ToolGuard, TrustMode,
 };
-use mcpvisor_chaos::{fault_server_path, process_alive, shutdown_checked, unique_temp_path};
+use mcpvisor_chaos::{
+    RequestLog, ScriptedApprover, process_alive, shutdown_checked, start_logged_server,
+    unique_temp_path,
+};
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 const G: Scope = Scope::Global;
 
@@ -422,15 +426,7 @@ async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
     let rel = PathBuf::from(format!("t22-hooks-{}.json", std::process::id()));
     let abs = cwd.join(&rel);
     std::fs::write(&abs, "{ not json").unwrap();
-    let rt = Runtime::builder()
-        .hooks(HookSettings {
-            codex: Some(rel.clone()),
-            session: session(&dir),
-            ..HookSettings::default()
-        })
-        .start()
-        .await
-        .unwrap();
+    let rt = runtime_with(None, Some(rel.clone()), &dir).await;
     assert!(rt.hooks().sets().iter().all(|s| s.groups.is_empty()));
     let hooks = rt.hooks();
     let warning = &hooks.sets()[0].warnings[0];
@@ -468,16 +464,8 @@ async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
 async fn hook8_dispose_aborts_and_reaps_detached_runs_and_events_form_triples() {
     let dir = temp_dir("hook8");
     // The hook reports its pid through a FIFO: reading it waits for the hook.
-    let fifo = dir.join("pid");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
-    let file = write_hooks(&dir, "cc.json", one("SessionStart", None, &command));
+    let hook = fifo_hook(&dir);
+    let file = write_hooks(&dir, "cc.json", one("SessionStart", None, &hook.command));
     let rt = runtime_with(Some(file), None, &dir).await;
     let mut events = rt.subscribe();
     let handle = rt.hooks().run_detached(
@@ -486,13 +474,7 @@ async fn hook8_dispose_aborts_and_reaps_detached_runs_and_events_form_triples() 
             source: "startup".into(),
         },
     );
-    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
-        .await
-        .unwrap()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = hook.pid().await;
     assert!(process_alive(pid));
     match events.recv().await.unwrap() {
         RuntimeEvent::HookMatched(info) => assert!(info.detached),
@@ -510,86 +492,153 @@ async fn hook8_dispose_aborts_and_reaps_detached_runs_and_events_form_triples() 
     assert!(r.merged.errors[0].contains("cancelled"), "{:?}", r.merged);
 }
 
-/// Answers from a script and records every request.
-struct Scripted(Mutex<Vec<Approval>>, Mutex<Vec<ApprovalRequest>>);
-
-impl Approver for Scripted {
-    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
-        Box::pin(async move {
-            self.1.lock().unwrap().push(request.clone());
-            self.0.lock().unwrap().pop().unwrap_or(Approval::DontAllow)
-        })
-    }
-}
-
-struct Pipeline {
-    rt: Runtime,
-    server_log: PathBuf,
-}
-
-async fn pipeline(
+/// A runtime with hooks, guards and an approver as set, and one fault-server
+/// `srv` (trust `always` unless set) that logs its requests.
+struct PipelineBuilder {
     claude: Option<Value>,
     codex: Option<Value>,
-    approver: Option<Arc<Scripted>>,
+    approver: Option<Arc<ScriptedApprover>>,
+    guard: Option<Arc<dyn ToolGuard>>,
     approved: Option<Vec<String>>,
     trust: TrustMode,
-) -> Pipeline {
-    let dir = temp_dir("pipe");
-    let mut b = Runtime::builder().hooks(HookSettings {
-        claude: claude.map(|h| write_hooks(&dir, "cc.json", h)),
-        codex: codex.map(|h| write_hooks(&dir, "cx.json", h)),
-        session: session(&dir),
-        approved: approved.map(|a| a.into_iter().collect()),
-        ..HookSettings::default()
-    });
-    if let Some(a) = approver {
-        b = b.approver(a);
-    }
-    serve(b, trust).await
 }
 
-/// Start `b` with one fault-server `srv` of that trust, logging its requests.
-async fn serve(b: mcpvisor::RuntimeBuilder, trust: TrustMode) -> Pipeline {
-    let rt = b.start().await.unwrap();
-    let server_log = temp_dir("serve").join("server.log");
-    let mut cfg = ServerConfig::stdio(
-        "srv",
-        fault_server_path().to_string_lossy(),
-        vec![
-            "--log-requests".into(),
-            server_log.to_string_lossy().into_owned(),
-        ],
-    );
-    cfg.trust = trust;
-    rt.add_server(G, cfg).await.unwrap();
-    rt.wait_ready(&G, "srv", Duration::from_secs(20))
-        .await
-        .unwrap();
-    Pipeline { rt, server_log }
+/// No hooks, guard or approver; trust `always`.
+fn pipeline() -> PipelineBuilder {
+    PipelineBuilder {
+        claude: None,
+        codex: None,
+        approver: None,
+        guard: None,
+        approved: None,
+        trust: TrustMode::Always,
+    }
+}
+
+impl PipelineBuilder {
+    /// `hooks` (an event → groups map) as the file of `dialect`.
+    fn hooks(mut self, dialect: Dialect, hooks: Value) -> Self {
+        match dialect {
+            Dialect::Claude => self.claude = Some(hooks),
+            Dialect::Codex => self.codex = Some(hooks),
+        }
+        self
+    }
+
+    fn approver(mut self, approver: Arc<ScriptedApprover>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    fn guard(mut self, guard: Arc<dyn ToolGuard>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// HOOK-12: only hooks with these command hashes run.
+    fn approved(mut self, hashes: Vec<String>) -> Self {
+        self.approved = Some(hashes);
+        self
+    }
+
+    fn trust(mut self, trust: TrustMode) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Start the runtime and wait until `srv` is ready. Hook settings are
+    /// only given when there are hooks (or approved hashes) to set.
+    async fn start(self) -> Pipeline {
+        let mut b = Runtime::builder();
+        if self.claude.is_some() || self.codex.is_some() || self.approved.is_some() {
+            let dir = temp_dir("pipe");
+            b = b.hooks(HookSettings {
+                claude: self.claude.map(|h| write_hooks(&dir, "cc.json", h)),
+                codex: self.codex.map(|h| write_hooks(&dir, "cx.json", h)),
+                session: session(&dir),
+                approved: self.approved.map(|a| a.into_iter().collect()),
+                ..HookSettings::default()
+            });
+        }
+        if let Some(a) = self.approver {
+            b = b.approver(a);
+        }
+        if let Some(g) = self.guard {
+            b = b.guard(g);
+        }
+        let (rt, log) = start_logged_server(b, self.trust).await.unwrap();
+        Pipeline { rt, log }
+    }
+}
+
+/// A started pipeline: the runtime and server `srv`'s request log.
+struct Pipeline {
+    rt: Runtime,
+    log: RequestLog,
 }
 
 impl Pipeline {
     async fn echo(&self) -> mcpvisor::ToolOutcome {
-        self.rt
-            .call(
-                &G,
-                "mcp__srv__echo",
-                Some(json!({"message": "hi"})),
-                CallOptions::default(),
-            )
-            .await
+        echo(&self.rt, CallOptions::default()).await
+    }
+
+    /// The echo call as a task of its own.
+    fn spawn_echo(&self, options: CallOptions) -> JoinHandle<mcpvisor::ToolOutcome> {
+        let rt = self.rt.clone();
+        tokio::spawn(async move { echo(&rt, options).await })
     }
 
     fn calls_seen(&self) -> usize {
-        std::fs::read_to_string(&self.server_log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.starts_with("tools/call"))
-            .count()
+        self.log.tool_calls()
     }
 
     async fn done(self) {
         assert!(shutdown_checked(&self.rt, &[]).await.report.is_clean());
+    }
+}
+
+/// `mcp__srv__echo` with message "hi".
+async fn echo(rt: &Runtime, options: CallOptions) -> mcpvisor::ToolOutcome {
+    rt.call(
+        &G,
+        "mcp__srv__echo",
+        Some(json!({"message": "hi"})),
+        options,
+    )
+    .await
+}
+
+/// A hook command that writes its pid to a FIFO in `dir`, then sleeps (as
+/// that same process) for a minute.
+struct FifoHook {
+    fifo: PathBuf,
+    command: String,
+}
+
+/// Make the FIFO `dir/pid` and the hook command that reports through it.
+fn fifo_hook(dir: &Path) -> FifoHook {
+    let fifo = dir.join("pid");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
+    FifoHook { fifo, command }
+}
+
+impl FifoHook {
+    /// The hook's pid: reading the FIFO waits until the hook runs.
+    async fn pid(self) -> u32 {
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(self.fifo))
+            .await
+            .unwrap()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 }
 
@@ -601,14 +650,13 @@ async fn pipeline_pre_tool_deny_never_reaches_the_server_and_hooks_see_the_publi
         "cat > {}/in; echo 'not on my watch' >&2; exit 2",
         dir.display()
     );
-    let p = pipeline(
-        Some(one("PreToolUse", Some("mcp__srv__.*"), &capture)),
-        None,
-        None,
-        None,
-        TrustMode::Always,
-    )
-    .await;
+    let p = pipeline()
+        .hooks(
+            Dialect::Claude,
+            one("PreToolUse", Some("mcp__srv__.*"), &capture),
+        )
+        .start()
+        .await;
     let out = p.echo().await;
     assert_eq!(out.kind, OutcomeKind::DeniedByHook);
     assert!(
@@ -624,14 +672,11 @@ async fn pipeline_pre_tool_deny_never_reaches_the_server_and_hooks_see_the_publi
 
     // Trust first: a refused call never runs its hooks.
     let _ = std::fs::remove_file(dir.join("in"));
-    let p = pipeline(
-        Some(one("PreToolUse", None, &capture)),
-        None,
-        None,
-        None,
-        TrustMode::Never,
-    )
-    .await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, &capture))
+        .trust(TrustMode::Never)
+        .start()
+        .await;
     assert_eq!(p.echo().await.kind, OutcomeKind::RefusedByTrust);
     assert!(
         !dir.join("in").exists(),
@@ -643,18 +688,15 @@ async fn pipeline_pre_tool_deny_never_reaches_the_server_and_hooks_see_the_publi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_ask_routes_to_the_approver_and_allow_never_skips_it() {
     let ask = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"deletes files"}}'"#;
-    let approver = Arc::new(Scripted(
-        Mutex::new(vec![Approval::DontAllow, Approval::AllowThisChat]),
-        Mutex::default(),
-    ));
-    let p = pipeline(
-        Some(one("PreToolUse", None, ask)),
-        None,
-        Some(approver.clone()),
-        None,
-        TrustMode::Always,
-    )
-    .await;
+    let approver = Arc::new(ScriptedApprover::new(vec![
+        Approval::DontAllow,
+        Approval::AllowThisChat,
+    ]));
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, ask))
+        .approver(approver.clone())
+        .start()
+        .await;
     assert!(p.echo().await.is_ok());
     let denied = p.echo().await;
     assert_eq!(denied.kind, OutcomeKind::DeniedByHook);
@@ -664,36 +706,34 @@ async fn pipeline_ask_routes_to_the_approver_and_allow_never_skips_it() {
         denied.projection
     );
     assert_eq!(p.calls_seen(), 1);
-    let asked = approver.1.lock().unwrap().clone();
+    let asked = approver.asked();
     assert_eq!(asked.len(), 2);
     assert_eq!(asked[0].reason.as_deref(), Some("deletes files"));
     p.done().await;
 
     // A hook's allow is no decision: trust `ask` still asks (HOOK-9).
     let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}'"#;
-    let approver = Arc::new(Scripted(Mutex::new(vec![]), Mutex::default()));
-    let p = pipeline(
-        Some(one("PreToolUse", None, allow)),
-        None,
-        Some(approver.clone()),
-        None,
-        TrustMode::Ask,
-    )
-    .await;
+    let approver = Arc::new(ScriptedApprover::new(vec![]));
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, allow))
+        .approver(approver.clone())
+        .trust(TrustMode::Ask)
+        .start()
+        .await;
     assert_eq!(p.echo().await.kind, OutcomeKind::RefusedByTrust);
-    assert_eq!(approver.1.lock().unwrap().len(), 1);
+    assert_eq!(approver.asked().len(), 1);
     p.done().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_updated_input_is_never_applied_the_server_gets_the_original() {
     let rewrite = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","updatedInput":{"message":"rewritten"}}}'"#;
-    for (cc, cx) in [
-        (Some(one("PreToolUse", None, rewrite)), None),
-        (None, Some(one("PreToolUse", None, rewrite))),
-    ] {
-        let codex = cx.is_some();
-        let p = pipeline(cc, cx, None, None, TrustMode::Always).await;
+    for dialect in [Dialect::Claude, Dialect::Codex] {
+        let codex = dialect == Dialect::Codex;
+        let p = pipeline()
+            .hooks(dialect, one("PreToolUse", None, rewrite))
+            .start()
+            .await;
         let out = p.echo().await;
         assert!(out.is_ok(), "{}", out.projection);
         assert!(out.projection.contains("hi"), "{}", out.projection);
@@ -715,7 +755,10 @@ async fn pipeline_post_tool_feedback_appends_for_claude_and_replaces_for_codex()
     let warn = r#"echo '{"systemMessage":"lint warnings"}'"#;
     let hooks = json!({"PostToolUse": [{"hooks": [
         {"type": "command", "command": fix}, {"type": "command", "command": warn}]}]});
-    let p = pipeline(Some(hooks.clone()), None, None, None, TrustMode::Always).await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, hooks.clone())
+        .start()
+        .await;
     let out = p.echo().await;
     assert!(out.is_ok());
     assert!(out.projection.contains("hi"), "{}", out.projection);
@@ -728,7 +771,7 @@ async fn pipeline_post_tool_feedback_appends_for_claude_and_replaces_for_codex()
     assert_eq!(p.calls_seen(), 1);
     p.done().await;
 
-    let p = pipeline(None, Some(hooks), None, None, TrustMode::Always).await;
+    let p = pipeline().hooks(Dialect::Codex, hooks).start().await;
     let out = p.echo().await;
     assert!(out.is_ok());
     assert!(out.canonical.is_some(), "the result is kept");
@@ -742,14 +785,11 @@ async fn hook12_strict_hooks_run_only_approved_commands() {
     let dir = temp_dir("strict");
     let mark = format!("touch {}/ran; exit 2", dir.display());
     let hash = mcpvisor::command_hash(&mark);
-    let p = pipeline(
-        Some(one("PreToolUse", None, &mark)),
-        None,
-        None,
-        Some(vec!["0".repeat(64)]),
-        TrustMode::Always,
-    )
-    .await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, &mark))
+        .approved(vec!["0".repeat(64)])
+        .start()
+        .await;
     let out = p.echo().await;
     assert!(out.is_ok(), "an unapproved hook does not run");
     assert!(!dir.join("ran").exists());
@@ -759,14 +799,11 @@ async fn hook12_strict_hooks_run_only_approved_commands() {
             .any(|n| n.contains(&hash) && n.contains("not approved"))
     );
     p.done().await;
-    let p = pipeline(
-        Some(one("PreToolUse", None, &mark)),
-        None,
-        None,
-        Some(vec![hash]),
-        TrustMode::Always,
-    )
-    .await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, &mark))
+        .approved(vec![hash])
+        .start()
+        .await;
     assert_eq!(p.echo().await.kind, OutcomeKind::DeniedByHook);
     assert!(dir.join("ran").exists());
     p.done().await;
@@ -792,11 +829,7 @@ impl ToolGuard for Broken {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook5_native_guards_fail_closed() {
     for (mode, text) in [("panic", "panicked"), ("err", "unreachable"), ("ok", "")] {
-        let p = serve(
-            Runtime::builder().guard(Arc::new(Broken(mode))),
-            TrustMode::Always,
-        )
-        .await;
+        let p = pipeline().guard(Arc::new(Broken(mode))).start().await;
         let out = p.echo().await;
         if mode == "ok" {
             assert!(out.is_ok());
@@ -811,14 +844,10 @@ async fn hook5_native_guards_fail_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
-    let p = pipeline(
-        Some(one("PreToolUse", None, "exit 0")),
-        None,
-        None,
-        None,
-        TrustMode::Always,
-    )
-    .await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, "exit 0"))
+        .start()
+        .await;
     let mut events = p.rt.subscribe();
     assert!(p.echo().await.is_ok());
     let mut seen = Vec::new();
@@ -846,48 +875,17 @@ async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook3_cancelling_a_call_kills_its_running_hook_and_the_server_never_sees_it() {
-    let dir = temp_dir("cancel");
-    let fifo = dir.join("pid");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
-    let p = pipeline(
-        Some(one("PreToolUse", None, &command)),
-        None,
-        None,
-        None,
-        TrustMode::Always,
-    )
-    .await;
+    let hook = fifo_hook(&temp_dir("cancel"));
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, &hook.command))
+        .start()
+        .await;
     let cancel = CancellationToken::new();
-    let call = {
-        let rt = p.rt.clone();
-        let options = CallOptions {
-            cancel: Some(cancel.clone()),
-            ..CallOptions::default()
-        };
-        tokio::spawn(async move {
-            rt.call(
-                &G,
-                "mcp__srv__echo",
-                Some(json!({"message": "hi"})),
-                options,
-            )
-            .await
-        })
-    };
-    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
-        .await
-        .unwrap()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let call = p.spawn_echo(CallOptions {
+        cancel: Some(cancel.clone()),
+        ..CallOptions::default()
+    });
+    let pid = hook.pid().await;
     cancel.cancel();
     let out = call.await.unwrap();
     assert_eq!(out.kind, OutcomeKind::Cancelled, "{}", out.projection);
@@ -917,17 +915,12 @@ impl ToolGuard for DenyAll {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook6_an_earlier_allow_with_context_never_overrides_a_later_deny() {
-    let dir = temp_dir("later");
     let allow = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","additionalContext":"repo is clean"}}'"#;
-    let file = write_hooks(&dir, "cc.json", one("PreToolUse", None, allow));
-    let b = Runtime::builder()
-        .hooks(HookSettings {
-            claude: Some(file),
-            session: session(&dir),
-            ..HookSettings::default()
-        })
-        .guard(Arc::new(DenyAll));
-    let p = serve(b, TrustMode::Always).await;
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, allow))
+        .guard(Arc::new(DenyAll))
+        .start()
+        .await;
     let out = p.echo().await;
     assert_eq!(out.kind, OutcomeKind::DeniedByHook);
     assert!(
@@ -1091,43 +1084,13 @@ async fn conformance_rows_through_real_shells_in_both_dialects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook3_a_call_given_up_by_its_caller_kills_its_running_hook() {
-    let dir = temp_dir("dropped");
-    let fifo = dir.join("pid");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let command = format!("echo $$ > {}; exec sleep 60", fifo.display());
-    let p = pipeline(
-        Some(one("PreToolUse", None, &command)),
-        None,
-        None,
-        None,
-        TrustMode::Always,
-    )
-    .await;
-    let call = {
-        let rt = p.rt.clone();
-        tokio::spawn(async move {
-            rt.call(
-                &G,
-                "mcp__srv__echo",
-                Some(json!({"message": "hi"})),
-                CallOptions::default(),
-            )
-            .await
-        })
-    };
-    let pid: u32 = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
-        .await
-        .unwrap()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let hook = fifo_hook(&temp_dir("dropped"));
+    let p = pipeline()
+        .hooks(Dialect::Claude, one("PreToolUse", None, &hook.command))
+        .start()
+        .await;
+    let call = p.spawn_echo(CallOptions::default());
+    let pid = hook.pid().await;
     // The embedder stops waiting: the call's future is dropped.
     call.abort();
     assert!(

@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcpvisor::{Runtime, Scope, ServerConfig};
-use mcpvisor_chaos::fault_server_path;
+use mcpvisor::{Runtime, Scope};
+use mcpvisor_chaos::{fault_server_config, start_with_server};
 
 #[derive(Clone, Default)]
 struct Buf(Arc<Mutex<Vec<u8>>>);
@@ -32,14 +32,8 @@ async fn every_actor_message_runs_in_a_span_naming_its_scope_and_server() {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .init();
-    let runtime = Runtime::builder().start().await.unwrap();
-    let cfg = ServerConfig::stdio("srv", fault_server_path().to_string_lossy(), vec![]);
-    runtime
-        .add_server(Scope::Agent("a1".into()), cfg)
-        .await
-        .unwrap();
-    runtime
-        .wait_ready(&Scope::Agent("a1".into()), "srv", Duration::from_secs(20))
+    let cfg = fault_server_config("srv", Vec::<String>::new());
+    let runtime = start_with_server(Runtime::builder(), Scope::Agent("a1".into()), cfg)
         .await
         .unwrap();
     assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());

@@ -8,37 +8,20 @@ use std::time::Duration;
 
 use mcpvisor::{
     CallOptions, FileAttachmentStore, OutcomeKind, ProjectionPart, ResultLimits, Runtime, Scope,
-    ServerConfig, ToolOutcome,
+    ToolOutcome,
 };
-use mcpvisor_chaos::{fault_server_path, shutdown_checked, unique_temp_path};
+use mcpvisor_chaos::{fault_server_config, shutdown_checked, start_with_server, unique_temp_path};
 use serde_json::json;
 
 const G: Scope = Scope::Global;
 
 async fn zoo(limits: ResultLimits) -> (Runtime, std::path::PathBuf) {
     let dir = unique_temp_path("zoo-attachments");
-    let runtime = Runtime::builder()
+    let builder = Runtime::builder()
         .attachments(Arc::new(FileAttachmentStore::new(&dir)))
-        .result_limits(limits)
-        .start()
-        .await
-        .unwrap();
-    let args = vec![
-        "--content-zoo".into(),
-        "--huge-result".into(),
-        "200000".into(),
-    ];
-    runtime
-        .add_server(
-            G,
-            ServerConfig::stdio("zoo", fault_server_path().to_string_lossy(), args).trusted(),
-        )
-        .await
-        .unwrap();
-    runtime
-        .wait_ready(&G, "zoo", Duration::from_secs(20))
-        .await
-        .unwrap();
+        .result_limits(limits);
+    let cfg = fault_server_config("zoo", ["--content-zoo", "--huge-result", "200000"]).trusted();
+    let runtime = start_with_server(builder, G, cfg).await.unwrap();
     (runtime, dir)
 }
 
@@ -160,15 +143,11 @@ async fn blobs_and_audio_are_placeholders_and_oversized_results_are_cut() {
 async fn oversized_instructions_fail_the_connection_or_are_truncated_on_request() {
     // RES-5: the attributed text counts against max_instruction_bytes.
     let runtime = Runtime::builder().start().await.unwrap();
-    let mut strict = ServerConfig::stdio("strict", fault_server_path().to_string_lossy(), vec![]);
+    let mut strict = fault_server_config("strict", Vec::<String>::new());
     strict.max_instruction_bytes = 40;
     strict.reconnect.enabled = false;
     let long = "Always be careful. ".repeat(30);
-    let mut lenient = ServerConfig::stdio(
-        "lenient",
-        fault_server_path().to_string_lossy(),
-        vec!["--instructions".into(), long],
-    );
+    let mut lenient = fault_server_config("lenient", ["--instructions".into(), long]);
     lenient.max_instruction_bytes = 200;
     lenient.oversized_instructions = mcpvisor::OversizedInstructions::Truncate;
     runtime.add_server(G, strict).await.unwrap();

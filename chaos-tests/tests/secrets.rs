@@ -10,19 +10,15 @@ use std::time::Duration;
 use mcpvisor::FileSecretStore;
 use mcpvisor::{Runtime, Scope, Secret, ServerConfig, StdioConfig, TransportConfig};
 use mcpvisor_chaos::{
-    ensure_mcpvisor_built, fault_server_path, shutdown_checked, unique_temp_path,
+    ensure_mcpvisor_built, fault_server_config, fault_server_path, shutdown_checked,
+    unique_temp_path,
 };
 
 const G: Scope = Scope::Global;
 const VALUE: &str = "sk-TEST-9f8e7d6c5b4a";
 
 fn server(name: &str, secret_name: &str) -> ServerConfig {
-    let mut cfg = ServerConfig::stdio(
-        name,
-        fault_server_path().to_string_lossy(),
-        vec!["--print-env".into(), "API_KEY".into()],
-    )
-    .trusted();
+    let mut cfg = fault_server_config(name, ["--print-env", "API_KEY"]).trusted();
     if let TransportConfig::Stdio(StdioConfig { env_secrets, .. }) = &mut cfg.transport {
         env_secrets.insert("API_KEY".into(), secret_name.into());
     }

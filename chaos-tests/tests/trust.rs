@@ -4,59 +4,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use mcpvisor::{
-    Approval, ApprovalRequest, Approver, CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope,
-    ServerConfig, ToolOutcome, TrustMode,
+    Approval, CallOptions, OutcomeKind, Runtime, RuntimeBuilder, RuntimeEvent, Scope, ToolOutcome,
+    TrustMode,
 };
-use mcpvisor_chaos::{fault_server_path, shutdown_checked, unique_temp_path};
+use mcpvisor_chaos::{
+    RequestLog, ScriptedApprover, fault_server_config, shutdown_checked, start_logged_server,
+    start_with_server,
+};
 use serde_json::json;
 
 const G: Scope = Scope::Global;
 
-/// Answers from a script and records every request.
-struct Scripted {
-    answers: Mutex<Vec<Approval>>,
-    asked: Mutex<Vec<ApprovalRequest>>,
-}
-
-impl Approver for Scripted {
-    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
-        Box::pin(async move {
-            self.asked.lock().unwrap().push(request.clone());
-            self.answers
-                .lock()
-                .unwrap()
-                .pop()
-                .unwrap_or(Approval::DontAllow)
-        })
-    }
-}
-
-async fn runtime(
-    trust: TrustMode,
-    approver: Option<Arc<Scripted>>,
-) -> (Runtime, std::path::PathBuf) {
-    let log = unique_temp_path("trust.log");
-    let mut b = Runtime::builder();
-    if let Some(a) = approver {
-        b = b.approver(a);
-    }
-    let rt = b.start().await.unwrap();
-    let mut cfg = ServerConfig::stdio(
-        "srv",
-        fault_server_path().to_string_lossy(),
-        vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
-    );
-    cfg.trust = trust;
-    rt.add_server(G, cfg).await.unwrap();
-    rt.wait_ready(&G, "srv", Duration::from_secs(20))
-        .await
-        .unwrap();
-    (rt, log)
+/// A runtime from `builder` with one fault-server `srv` of that trust,
+/// logging its requests, ready.
+async fn runtime(builder: RuntimeBuilder, trust: TrustMode) -> (Runtime, RequestLog) {
+    start_logged_server(builder, trust).await.unwrap()
 }
 
 async fn echo(rt: &Runtime, chat: &str, message: &str) -> ToolOutcome {
@@ -73,21 +38,14 @@ async fn echo(rt: &Runtime, chat: &str, message: &str) -> ToolOutcome {
     .await
 }
 
-fn calls_logged(log: &std::path::Path) -> usize {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("tools/call"))
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_refuses_without_asking_and_the_server_never_sees_the_call() {
-    let approver = Arc::new(Scripted {
-        answers: Mutex::new(vec![Approval::AlwaysAllow]),
-        asked: Mutex::default(),
-    });
-    let (rt, log) = runtime(TrustMode::Never, Some(approver.clone())).await;
+    let approver = Arc::new(ScriptedApprover::new(vec![Approval::AlwaysAllow]));
+    let (rt, log) = runtime(
+        Runtime::builder().approver(approver.clone()),
+        TrustMode::Never,
+    )
+    .await;
     let out = echo(&rt, "c1", "x").await;
     assert_eq!(out.kind, OutcomeKind::RefusedByTrust);
     // TRUST-6: an honest sentence for the model.
@@ -96,17 +54,14 @@ async fn never_refuses_without_asking_and_the_server_never_sees_the_call() {
         "{}",
         out.projection
     );
-    assert!(
-        approver.asked.lock().unwrap().is_empty(),
-        "never does not ask"
-    );
-    assert_eq!(calls_logged(&log), 0);
+    assert!(approver.asked().is_empty(), "never does not ask");
+    assert_eq!(log.tool_calls(), 0);
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_without_an_approver_is_dont_allow() {
-    let (rt, log) = runtime(TrustMode::Ask, None).await;
+    let (rt, log) = runtime(Runtime::builder(), TrustMode::Ask).await;
     let out = echo(&rt, "c1", "x").await;
     assert_eq!(out.kind, OutcomeKind::RefusedByTrust);
     assert!(
@@ -114,22 +69,23 @@ async fn ask_without_an_approver_is_dont_allow() {
         "{}",
         out.projection
     );
-    assert_eq!(calls_logged(&log), 0);
+    assert_eq!(log.tool_calls(), 0);
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_follow_the_answers_per_chat_and_always() {
     // Answers are popped from the end: DontAllow, then AllowThisChat, then AlwaysAllow.
-    let approver = Arc::new(Scripted {
-        answers: Mutex::new(vec![
-            Approval::AlwaysAllow,
-            Approval::AllowThisChat,
-            Approval::DontAllow,
-        ]),
-        asked: Mutex::default(),
-    });
-    let (rt, log) = runtime(TrustMode::Ask, Some(approver.clone())).await;
+    let approver = Arc::new(ScriptedApprover::new(vec![
+        Approval::AlwaysAllow,
+        Approval::AllowThisChat,
+        Approval::DontAllow,
+    ]));
+    let (rt, log) = runtime(
+        Runtime::builder().approver(approver.clone()),
+        TrustMode::Ask,
+    )
+    .await;
     let mut events = rt.subscribe();
     // Don't Allow denies this one call; the next call asks again.
     let out = echo(&rt, "c1", "first").await;
@@ -138,17 +94,17 @@ async fn grants_follow_the_answers_per_chat_and_always() {
     // Allow This Chat: c1 is granted, the next call in c1 is not asked.
     assert!(echo(&rt, "c1", "second").await.is_ok());
     assert!(echo(&rt, "c1", "third").await.is_ok());
-    assert_eq!(approver.asked.lock().unwrap().len(), 2);
+    assert_eq!(approver.asked().len(), 2);
     // Another chat asks again; Always Allow persists for every chat.
     assert!(echo(&rt, "c2", "fourth").await.is_ok());
     assert!(echo(&rt, "c3", "fifth").await.is_ok());
-    let asked = approver.asked.lock().unwrap().clone();
+    let asked = approver.asked();
     assert_eq!(asked.len(), 3);
     assert_eq!(asked[0].server, "srv");
     assert_eq!(asked[0].tool, "mcp__srv__echo");
     assert_eq!(asked[0].arguments, json!({"message": "first"}));
     assert_eq!(
-        calls_logged(&log),
+        log.tool_calls(),
         4,
         "the denied call never reached the server"
     );
@@ -164,7 +120,7 @@ async fn grants_follow_the_answers_per_chat_and_always() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust7_routes_without_tool_support_are_offered_no_tools() {
-    let (rt, _log) = runtime(TrustMode::Always, None).await;
+    let (rt, _log) = runtime(Runtime::builder(), TrustMode::Always).await;
     assert!(
         rt.tools_for_route(&G, true)
             .iter()
@@ -176,25 +132,12 @@ async fn trust7_routes_without_tool_support_are_offered_no_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust4_per_tool_never_holds_even_after_always_allow() {
-    let approver = Arc::new(Scripted {
-        answers: Mutex::new(vec![Approval::AlwaysAllow]),
-        asked: Mutex::default(),
-    });
-    let log = unique_temp_path("tool-trust.log");
-    let rt = Runtime::builder()
-        .approver(approver.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut cfg = ServerConfig::stdio(
-        "srv",
-        fault_server_path().to_string_lossy(),
-        vec!["--log-requests".into(), log.to_string_lossy().into_owned()],
-    );
+    let approver = Arc::new(ScriptedApprover::new(vec![Approval::AlwaysAllow]));
+    let log = RequestLog::new("tool-trust.log");
+    let mut cfg = fault_server_config("srv", log.args());
     cfg.trust = TrustMode::Ask;
     cfg.tool_trust.insert("echo".into(), TrustMode::Never);
-    rt.add_server(G, cfg).await.unwrap();
-    rt.wait_ready(&G, "srv", Duration::from_secs(20))
+    let rt = start_with_server(Runtime::builder().approver(approver.clone()), G, cfg)
         .await
         .unwrap();
     // Another tool of the server asks, and the answer is Always Allow.
@@ -202,7 +145,7 @@ async fn trust4_per_tool_never_holds_even_after_always_allow() {
         .call(&G, "mcp__srv__structured_ok", None, CallOptions::default())
         .await;
     assert!(ok.is_ok(), "{}", ok.projection);
-    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+    assert_eq!(approver.asked().len(), 1);
     // The tool configured `never` stays refused, without asking.
     let out = echo(&rt, "c1", "x").await;
     assert_eq!(out.kind, OutcomeKind::RefusedByTrust);
@@ -211,7 +154,7 @@ async fn trust4_per_tool_never_holds_even_after_always_allow() {
         "{}",
         out.projection
     );
-    assert_eq!(approver.asked.lock().unwrap().len(), 1);
-    assert_eq!(calls_logged(&log), 1);
+    assert_eq!(approver.asked().len(), 1);
+    assert_eq!(log.tool_calls(), 1);
     assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
 }

@@ -13,9 +13,9 @@ use super::invariant::{
 };
 use super::observe::{Observed, Recorder, Sampler, cmdline};
 use super::scenario::Scenario;
-use super::setup::{HttpPeer, policy, setup};
+use super::setup::{policy, setup};
 use super::workload::{Tally, concurrent_calls, sequential_calls, trigger};
-use crate::{unique_temp_path, wait_gone};
+use crate::{HttpFaultServer, unique_temp_path, wait_gone};
 
 /// How long the runtime's shutdown may take.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
@@ -73,7 +73,7 @@ pub(super) struct Run<'a> {
     /// The runtime under test.
     pub(super) runtime: Runtime,
     /// The runner-owned HTTP fault-server, for the HTTP faults.
-    pub(super) peer: Option<HttpPeer>,
+    pub(super) peer: Option<HttpFaultServer>,
     /// Hook files written for the faults, removed at the end.
     pub(super) hook_files: Vec<PathBuf>,
     /// What went wrong while setting up (judged by shutdown_within_deadline).

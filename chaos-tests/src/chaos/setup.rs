@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use mcpvisor::{Dialect, HookSettings, ReconnectPolicy, Runtime, Scope, ServerConfig};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::fault::FaultHook;
 use super::observe::{Recorder, Sampler};
 use super::run::{Observers, Run, RunIds, RunOptions};
 use super::scenario::Scenario;
 use super::workload::{TOOL_CALL_TIMEOUT, settle};
-use crate::{fault_server_path, unique_temp_path};
+use crate::{HttpFaultServer, fault_server_config, fault_server_path, unique_temp_path};
 
 /// The reconnect policy every server of a run gets.
 pub(super) fn policy() -> ReconnectPolicy {
@@ -133,7 +132,7 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
     let mut configs = Vec::new();
     let main_args = tagged(&ids.main_tag, &sc.server_args(&ids.log));
     if sc.is_http() {
-        match start_http_peer(main_args).await {
+        match HttpFaultServer::start(&main_args, Duration::from_secs(10)).await {
             Ok(p) => {
                 if let Some(pid) = p.child.id() {
                     sampler.exclude(pid);
@@ -144,22 +143,15 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
             Err(e) => run.problems.push(e),
         }
     } else {
-        configs.push(ServerConfig::stdio(
-            "s",
-            fault_server_path().to_string_lossy(),
-            main_args,
-        ));
+        configs.push(fault_server_config("s", main_args));
         if sc.colliding() {
-            configs.push(ServerConfig::stdio(
+            let log_args = [
+                "--log-requests".into(),
+                ids.log.to_string_lossy().into_owned(),
+            ];
+            configs.push(fault_server_config(
                 "s__t",
-                fault_server_path().to_string_lossy(),
-                tagged(
-                    &ids.other_tag,
-                    &[
-                        "--log-requests".into(),
-                        ids.log.to_string_lossy().into_owned(),
-                    ],
-                ),
+                tagged(&ids.other_tag, &log_args),
             ));
         }
     }
@@ -192,41 +184,4 @@ fn supervised(cfg: ServerConfig, hang_on_initialize: bool) -> ServerConfig {
     cfg.request_timeout = Duration::from_secs(5);
     cfg.idle_stop_after = None;
     cfg
-}
-
-/// A runner-owned fault-server over HTTP.
-pub(super) struct HttpPeer {
-    /// The fault-server process (killed on drop).
-    pub(super) child: tokio::process::Child,
-    /// Its streamable HTTP endpoint.
-    pub(super) url: String,
-}
-
-/// Start `fault-server --http 0 {args}` and read the endpoint it announces.
-async fn start_http_peer(args: Vec<String>) -> Result<HttpPeer, String> {
-    let mut child = tokio::process::Command::new(fault_server_path())
-        .args(["--http", "0"])
-        .args(&args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start the HTTP fault-server: {e}"))?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let url = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(url) = line.strip_prefix("listening on ") {
-                return Some(url.trim().to_owned());
-            }
-        }
-        None
-    })
-    .await
-    .ok()
-    .flatten()
-    .ok_or("the HTTP fault-server did not announce its port")?;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(HttpPeer { child, url })
 }
