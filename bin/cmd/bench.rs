@@ -114,7 +114,7 @@ where
 
 async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
     let runtime = Runtime::builder()
-        .server(Scope::Global, crate::demo_config("demo", 0)?)
+        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
         .start()
         .await?;
     runtime
@@ -177,7 +177,7 @@ async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
     let runtime = Runtime::builder().start().await?;
     let t = Instant::now();
     runtime
-        .add_server(Scope::Global, crate::demo_config("cat", n)?)
+        .add_server(Scope::Global, crate::config::demo_config("cat", n)?)
         .await?;
     runtime
         .wait_ready(&Scope::Global, "cat", Duration::from_secs(60))

@@ -9,7 +9,8 @@ use mcpvisor::load_hook_file;
 use mcpvisor::{CancellationToken, Dialect, FileConfig, HookInput, HookSession, HookSettings};
 use serde_json::{Map, Value, json};
 
-use super::{Cli, DialectArg, HooksCommand, load_config};
+use crate::cli::{Cli, DialectArg, HooksCommand};
+use crate::config::load_config;
 
 /// The `[hooks]` table as runtime settings; `strict` turns on HOOK-12 with
 /// the table's approved hashes.

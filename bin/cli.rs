@@ -1,0 +1,147 @@
+//! The command line of `mcpvisor` (clap): global flags, the subcommands and
+//! their arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// A supervised runtime for MCP servers.
+#[derive(Parser, Debug)]
+#[command(name = "mcpvisor", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// Config file (else $MCPVISOR_CONFIG, else ./mcpvisor.toml).
+    #[arg(long, global = true)]
+    pub(crate) config: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Run the built-in demo server under supervision: list tools, call two, shut down.
+    Demo,
+    /// Real handshake with one or all servers: state, protocol version, tool count.
+    Check {
+        /// Only this server.
+        server: Option<String>,
+    },
+    /// List public tool names.
+    Tools {
+        /// Only this server's tools.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Call a tool by public name and print what the model would see.
+    Call {
+        /// Public tool name, e.g. mcp__everything__echo.
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(long)]
+        args: Option<String>,
+        /// Declare image capability for this call's route: valid images are
+        /// saved and attached instead of placeholders.
+        #[arg(long)]
+        images: bool,
+        /// Directory of the file attachment store (admitted images, spilled results).
+        #[arg(long, value_name = "DIR")]
+        attachments: Option<PathBuf>,
+        /// The chat this call belongs to (per-chat trust grants, TRUST-5).
+        #[arg(long, value_name = "ID")]
+        chat: Option<String>,
+        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        #[arg(long)]
+        strict_hooks: bool,
+    },
+    /// Command hooks of the `[hooks]` files.
+    Hooks {
+        #[command(subcommand)]
+        what: HooksCommand,
+    },
+    /// Resources of the configured servers (through the shared resource tools).
+    Resources {
+        #[command(subcommand)]
+        what: ResourcesCommand,
+    },
+    /// The supervision tree with each server's status.
+    Status {
+        /// Keep running and print every state change until SIGINT/SIGTERM.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Benchmarks: call latency vs a bare rmcp client, catalog sync of 1k/10k tools.
+    Bench {
+        /// Sequential calls per latency sample.
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+    },
+    /// Serve the built-in demo MCP server on stdio.
+    #[command(hide = true)]
+    ServeDemo {
+        /// Extra generated tools.
+        #[arg(long, default_value_t = 0)]
+        tools: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum HooksCommand {
+    /// Every configured hook with its event, matcher, timeout and hash.
+    List,
+    /// Run the configured hooks of one event on a payload and print the
+    /// merged, neutral outcome.
+    Test {
+        /// The event: SessionStart, UserPromptSubmit, PreToolUse, PostToolUse,
+        /// Stop, SubagentStart, SubagentStop.
+        #[arg(long)]
+        event: String,
+        /// Only this dialect's hooks (default: every configured file).
+        #[arg(long, value_enum)]
+        dialect: Option<DialectArg>,
+        /// Payload fields as a JSON object (tool_name, tool_input, prompt,
+        /// source, session_id, cwd, …); the bridge fills the rest.
+        #[arg(long)]
+        payload: Option<String>,
+        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        #[arg(long)]
+        strict_hooks: bool,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum DialectArg {
+    Claude,
+    Codex,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ResourcesCommand {
+    /// `resources/list` of one or every server.
+    List {
+        /// Only this server.
+        #[arg(long)]
+        server: Option<String>,
+        /// A cursor from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// `resources/templates/list` of one or every server.
+    Templates {
+        /// Only this server.
+        #[arg(long)]
+        server: Option<String>,
+        /// A cursor from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// `resources/read` of one resource.
+    Read {
+        /// The server.
+        server: String,
+        /// The resource URI.
+        uri: String,
+    },
+}

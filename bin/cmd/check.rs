@@ -1,0 +1,75 @@
+//! `mcpvisor check`: one real handshake with one or every server: state,
+//! protocol version, tool count; exit 1 if any failed.
+
+use anyhow::bail;
+use mcpvisor::ServerState;
+use serde_json::Value;
+
+use crate::cli::Cli;
+use crate::config::load_config;
+use crate::lifecycle::{finish, start};
+use crate::render::{indent, status_json};
+
+/// Run `check` for every server, or `only` that one.
+pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
+    let mut cfg = load_config(cli, true)?;
+    let servers = &mut cfg.servers;
+    if let Some(name) = only {
+        servers.retain(|s| s.server_name == name);
+        if servers.is_empty() {
+            bail!("no server named \"{name}\" in the config");
+        }
+    }
+    for s in servers.iter_mut() {
+        // A check is one real handshake: no reconnect loop, no idle timer.
+        s.reconnect.enabled = false;
+        s.enabled = true;
+        // Every server is reported (exit 1 if any failed), strict or not.
+        s.fail_on_startup_error = false;
+    }
+    let runtime = start(cfg, cli.json).await?;
+    let statuses = runtime.status();
+    let _ = finish(runtime).await;
+    let failed = statuses
+        .iter()
+        .filter(|s| s.state != ServerState::Ready)
+        .count();
+    if cli.json {
+        println!(
+            "{}",
+            Value::Array(statuses.iter().map(status_json).collect())
+        );
+    } else {
+        for s in &statuses {
+            if s.state == ServerState::Ready {
+                println!(
+                    "ok     {:<16} protocol {}  {} tool(s){}",
+                    s.server,
+                    s.protocol_version.as_deref().unwrap_or("?"),
+                    s.tools,
+                    s.server_info
+                        .as_deref()
+                        .map(|i| format!("  ({i})"))
+                        .unwrap_or_default()
+                );
+                for w in &s.warnings {
+                    println!("       warning: {w}");
+                }
+            } else {
+                println!("FAILED {:<16} {}", s.server, s.state);
+                if let Some(e) = &s.error {
+                    println!("       error: {e}");
+                }
+                if !s.stderr_tail.is_empty()
+                    && !s.error.as_deref().unwrap_or("").contains(&s.stderr_tail)
+                {
+                    println!(
+                        "       stderr tail:\n{}",
+                        indent(&s.stderr_tail, "         ")
+                    );
+                }
+            }
+        }
+    }
+    Ok(u8::from(failed > 0))
+}

@@ -1,0 +1,10 @@
+//! One module per subcommand of `mcpvisor`; each has a `run`.
+
+pub(crate) mod bench;
+pub(crate) mod call;
+pub(crate) mod check;
+pub(crate) mod demo;
+pub(crate) mod hooks;
+pub(crate) mod resources;
+pub(crate) mod status;
+pub(crate) mod tools;

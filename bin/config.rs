@@ -1,0 +1,87 @@
+//! The config file a command reads (or the demo server when there is none),
+//! and the runtime builder it asks for.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use mcpvisor::{FileConfig, Runtime, ServerConfig, parse_config};
+
+use crate::approver;
+use crate::cli::Cli;
+use crate::cmd::hooks;
+
+/// The demo server as a config entry: this same binary, hidden subcommand.
+pub(crate) fn demo_config(name: &str, extra_tools: usize) -> anyhow::Result<ServerConfig> {
+    let exe = std::env::current_exe().context("cannot locate the mcpvisor executable")?;
+    let mut args = vec!["serve-demo".to_owned()];
+    if extra_tools > 0 {
+        args.push("--tools".into());
+        args.push(extra_tools.to_string());
+    }
+    // The built-in demo server is part of this binary: trusted.
+    Ok(ServerConfig::stdio(name, exe.to_string_lossy(), args).trusted())
+}
+
+/// The config file: `--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`.
+fn config_path(cli: &Cli) -> PathBuf {
+    cli.config
+        .clone()
+        .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("mcpvisor.toml"))
+}
+
+/// Load the servers. With no config file anywhere, `check`/`status` fall back
+/// to the demo server (BIN-4).
+pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
+    let path = config_path(cli);
+    let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
+    if !path.exists() {
+        if allow_demo && !explicit {
+            return Ok(FileConfig {
+                servers: vec![demo_config("demo", 0)?],
+                event_log: None,
+                secrets_file: None,
+                secrets_keyring: None,
+                hooks: Default::default(),
+            });
+        }
+        bail!(
+            "config file {} not found (use --config FILE or MCPVISOR_CONFIG)",
+            path.display()
+        );
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(parse_config(&path.display().to_string(), &text)?)
+}
+
+/// A runtime builder with what the config file asks for beyond servers, and
+/// the terminal approver (TRUST-5).
+pub(crate) fn builder_for(
+    cfg: &FileConfig,
+    strict_hooks: bool,
+) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
+    let mut b = Runtime::builder()
+        .approver(std::sync::Arc::new(approver::TerminalApprover))
+        .hooks(hooks::settings(cfg, strict_hooks));
+    if let Some(path) = &cfg.event_log {
+        b = b.event_log(path.clone());
+    }
+    if let Some(path) = &cfg.secrets_file {
+        let store = mcpvisor::FileSecretStore::open(path).map_err(anyhow::Error::msg)?;
+        b = b.secrets(std::sync::Arc::new(store));
+    }
+    if let Some(service) = &cfg.secrets_keyring {
+        #[cfg(all(feature = "keyring", target_os = "linux"))]
+        {
+            b = b.secrets(std::sync::Arc::new(mcpvisor::KeyringSecretStore::new(
+                service.clone(),
+            )));
+        }
+        #[cfg(not(all(feature = "keyring", target_os = "linux")))]
+        bail!(
+            "[secrets] keyring = {service:?}: this mcpvisor was built without the keyring feature (cargo build --features keyring, Linux only)"
+        );
+    }
+    Ok(b)
+}

@@ -1,0 +1,87 @@
+//! A runtime for one command: start it and wait until its servers settled,
+//! then shut it down.
+
+use std::time::Duration;
+
+use mcpvisor::{FileConfig, Runtime, Scope, ServerConfig, ServerState, ShutdownReport};
+
+use crate::config::builder_for;
+
+/// Start a runtime with the servers of `cfg` and wait until they settled;
+/// `quiet` keeps the progress line off stderr.
+pub(crate) async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
+    start_with(builder_for(&cfg, false)?, cfg.servers, quiet).await
+}
+
+/// Start `b` with `servers` and wait until they settled.
+pub(crate) async fn start_with(
+    mut b: mcpvisor::RuntimeBuilder,
+    servers: Vec<ServerConfig>,
+    quiet: bool,
+) -> anyhow::Result<Runtime> {
+    let names: Vec<String> = servers
+        .iter()
+        .filter(|s| s.enabled)
+        .map(|s| s.server_name.clone())
+        .collect();
+    let limit = servers
+        .iter()
+        .map(|s| s.startup_timeout)
+        .max()
+        .unwrap_or_default()
+        + Duration::from_secs(2);
+    for s in servers {
+        b = b.server(Scope::Global, s);
+    }
+    let runtime = b.start().await?;
+    if !quiet && !names.is_empty() {
+        eprint!(
+            "connecting to {} server(s): {} …",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    settle(&runtime, &names, limit).await;
+    if !quiet && !names.is_empty() {
+        eprintln!(" done");
+    }
+    Ok(runtime)
+}
+
+/// Wait until every named server has left `connecting` for the first time
+/// (ready, failed, reconnecting, exhausted…), bounded by the longest startup timeout.
+async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
+    let mut events = runtime.subscribe();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let statuses = runtime.status();
+        let pending = names.iter().any(|n| {
+            statuses.iter().find(|s| &s.server == n).is_none_or(|s| {
+                matches!(s.state, ServerState::Connecting | ServerState::Stopped)
+                    && s.error.is_none()
+            })
+        });
+        if !pending {
+            // Give a list_changed-triggered re-sync a moment to land.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            return;
+        }
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Err(_) => return,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Shut `runtime` down, listing on stderr what it could not confirm.
+pub(crate) async fn finish(runtime: Runtime) -> ShutdownReport {
+    let report = runtime.shutdown(Duration::from_secs(20)).await;
+    if !report.is_clean() {
+        eprintln!("shutdown did not confirm everything:");
+        for u in &report.unconfirmed {
+            eprintln!("  - {u}");
+        }
+    }
+    report
+}
