@@ -1,5 +1,6 @@
-//! `mcpvisor bench` (PERF-1, first two rows): tools/call latency through the
-//! runtime vs a bare rmcp client on the demo server, in the same run; and
+//! `mcpvisor bench` (PERF-1): tools/call latency through the runtime vs a
+//! bare rmcp client on the demo server, in the same run; a 1 MiB result
+//! with an event log, an attachment store and a policy installed; and
 //! catalog sync of 1k and 10k tools. Figures, never assertions.
 
 use std::process::Stdio;
@@ -35,10 +36,17 @@ fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
     }
 }
 
-async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
+/// The demo server (with `extra_tools` generated tools) under a bare rmcp
+/// client: the baseline of every row.
+async fn bare_client(
+    extra_tools: usize,
+) -> anyhow::Result<(
+    rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+    tokio::process::Child,
+)> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
-        .arg("serve-demo")
+        .args(["serve-demo", "--tools", &extra_tools.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -48,6 +56,89 @@ async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
         anyhow::bail!("no pipes");
     };
     let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    Ok((client, child))
+}
+
+/// Bytes of the message echoed in the large-result row.
+const LARGE_BYTES: usize = 1024 * 1024;
+
+/// A policy that looks at every call and changes nothing: its presence is
+/// what costs (the after half, the change check).
+struct Bystander;
+
+impl mcpvisor::CallPolicy for Bystander {
+    fn before<'a>(
+        &'a self,
+        _: &'a mcpvisor::PolicyCall,
+    ) -> futures::future::BoxFuture<'a, mcpvisor::PolicyVerdict> {
+        Box::pin(async { mcpvisor::PolicyVerdict::Proceed })
+    }
+}
+
+/// Median ms of a 1 MiB echo (a 1 MiB argument and a 1 MiB result): bare
+/// rmcp, and the runtime with an event log, an attachment store and a
+/// policy installed (design.md: a large result is materialised once).
+async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
+    let message = "x".repeat(LARGE_BYTES);
+    let args = json!({ "message": message });
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v.get(v.len() / 2)
+            .map(|d| d.as_secs_f64() * 1e3)
+            .unwrap_or(0.0)
+    };
+    let (client, mut child) = bare_client(0).await?;
+    let map = args.as_object().cloned().unwrap_or_default();
+    let mut bare = Vec::with_capacity(calls);
+    for i in 0..calls + 3 {
+        let t = Instant::now();
+        client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(map.clone()))
+            .await?;
+        if i >= 3 {
+            bare.push(t.elapsed());
+        }
+    }
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+    let dir = std::env::temp_dir().join(format!("mcpvisor-bench-{}", std::process::id()));
+    let runtime = Runtime::builder()
+        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
+        .event_log(dir.join("events.jsonl"))
+        .attachments(std::sync::Arc::new(mcpvisor::FileAttachmentStore::new(
+            dir.join("attachments"),
+        )))
+        .policy(std::sync::Arc::new(Bystander))
+        .start()
+        .await?;
+    runtime
+        .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
+        .await?;
+    let mut ours = Vec::with_capacity(calls);
+    for i in 0..calls + 3 {
+        let t = Instant::now();
+        let o = runtime
+            .call(
+                &Scope::Global,
+                "mcp__demo__echo",
+                Some(args.clone()),
+                CallOptions::default(),
+            )
+            .await;
+        if !o.is_ok() {
+            anyhow::bail!("call failed during bench: {}", o.projection);
+        }
+        if i >= 3 {
+            ours.push(t.elapsed());
+        }
+    }
+    runtime.shutdown(Duration::from_secs(20)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((median(bare), median(ours)))
+}
+
+async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
+    let (client, mut child) = bare_client(0).await?;
     let args = json!({"message": "bench"})
         .as_object()
         .cloned()
@@ -187,19 +278,8 @@ async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
     runtime.shutdown(Duration::from_secs(20)).await;
     anyhow::ensure!(count == n + 4, "expected {} tools, got {count}", n + 4);
     // Bare rmcp: spawn + initialize + list_all_tools.
-    let exe = std::env::current_exe()?;
     let t = Instant::now();
-    let mut child = tokio::process::Command::new(exe)
-        .args(["serve-demo", "--tools", &n.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        anyhow::bail!("no pipes");
-    };
-    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    let (client, mut child) = bare_client(n).await?;
     let tools = client
         .list_all_tools()
         .await
@@ -217,6 +297,7 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
     let ours = through_runtime(calls).await?;
     let (c1k, b1k) = catalog_sync(1_000).await?;
     let (c10k, b10k) = catalog_sync(10_000).await?;
+    let (large_bare, large_ours) = large_result((calls / 40).clamp(5, 50)).await?;
     if as_json {
         println!(
             "{}",
@@ -227,6 +308,7 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
                     "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s},
                     "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
                 },
+                "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
                 "catalog_sync_ms": {
                     "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
                     "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
@@ -249,6 +331,10 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
             "  ratio p50 (mcpvisor / bare): {:.2}; 64-way throughput ratio: {:.2}",
             ours.p50_us / bare.p50_us.max(1e-9),
             ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9)
+        );
+        println!(
+            "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {large_bare:.1}, mcpvisor {large_ours:.1}, ratio {:.2}",
+            large_ours / large_bare.max(1e-9)
         );
         println!("catalog sync (spawn → initialize → all pages → registered), ms");
         println!(
