@@ -12,8 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use super::process::{CloseGraces, ProcessGroup};
@@ -385,20 +384,46 @@ impl ProcessHandle {
 
 // ===== The transport =====
 
+/// The server's stdout, as the transport reads it.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The server's stdin, as the transport writes it.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// How long one write to the server's stdin may stay blocked (a server that
+/// stopped reading with more than a pipe's worth queued). Past it the
+/// transport is dead: it ends, and the reconnect policy takes over (CONN-14).
+pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(10);
+
 /// rmcp transport over a child's stdin/stdout with the CONN-6 line guard.
+///
+/// `receive` is cancel-safe: rmcp drops a pending `receive()` whenever
+/// another event wins its loop, so the line being assembled, and its byte
+/// count against [`MAX_LINE_BYTES`], live in the transport, not in the
+/// future (a reply that arrives in pieces is never cut in two).
 pub struct StdioTransport {
-    reader: BufReader<ChildStdout>,
+    reader: BufReader<Reader>,
+    /// The line being read; complete once `line_done`.
     line: Vec<u8>,
-    writer: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    /// `line` holds a whole line that was handed out: clear it before the next.
+    line_done: bool,
+    writer: Arc<tokio::sync::Mutex<Option<Writer>>>,
+    /// Cancelled when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
+    dead: tokio_util::sync::CancellationToken,
     diag: Arc<Diagnostics>,
 }
 
 impl StdioTransport {
-    fn new(stdin: ChildStdin, stdout: ChildStdout, diag: Arc<Diagnostics>) -> Self {
+    fn new(
+        stdin: impl AsyncWrite + Send + Unpin + 'static,
+        stdout: impl AsyncRead + Send + Unpin + 'static,
+        diag: Arc<Diagnostics>,
+    ) -> Self {
         Self {
-            reader: BufReader::with_capacity(64 * 1024, stdout),
+            reader: BufReader::with_capacity(64 * 1024, Box::new(stdout) as Reader),
             line: Vec::with_capacity(8 * 1024),
-            writer: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            line_done: false,
+            writer: Arc::new(tokio::sync::Mutex::new(Some(Box::new(stdin) as Writer))),
+            dead: tokio_util::sync::CancellationToken::new(),
             diag,
         }
     }
@@ -406,7 +431,11 @@ impl StdioTransport {
     /// Read one line (without its newline) into `self.line`, bounded by [`MAX_LINE_BYTES`].
     /// Returns false on EOF, error or an over-long line (recorded as fatal).
     async fn read_line(&mut self) -> bool {
-        self.line.clear();
+        // Cancel safety: only a line that was handed out is cleared; a
+        // partial one stays when this future is dropped between reads.
+        if std::mem::take(&mut self.line_done) {
+            self.line.clear();
+        }
         loop {
             let (done, used) = {
                 let buf = match self.reader.fill_buf().await {
@@ -440,6 +469,7 @@ impl StdioTransport {
                 return false;
             }
             if done {
+                self.line_done = true;
                 return true;
             }
         }
@@ -454,24 +484,50 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
         let writer = self.writer.clone();
+        let dead = self.dead.clone();
+        let diag = self.diag.clone();
         async move {
             let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
-            let mut guard = writer.lock().await;
-            let Some(stdin) = guard.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    "stdin closed",
-                ));
+            // The lock is taken inside the deadline too: a write queued
+            // behind a blocked one is just as blocked.
+            let write = async {
+                let mut guard = writer.lock().await;
+                let Some(stdin) = guard.as_mut() else {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "stdin closed",
+                    ));
+                };
+                stdin.write_all(&bytes).await?;
+                stdin.flush().await
             };
-            stdin.write_all(&bytes).await?;
-            stdin.flush().await
+            match tokio::time::timeout(WRITE_STALL_DEADLINE, write).await {
+                Ok(written) => written,
+                Err(_) => {
+                    diag.set_fatal(format!(
+                        "the server stopped reading its stdin: a write was blocked for {} s",
+                        WRITE_STALL_DEADLINE.as_secs()
+                    ));
+                    dead.cancel();
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the server stopped reading its stdin",
+                    ))
+                }
+            }
         }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            if !self.read_line().await {
+            let dead = self.dead.clone();
+            // read_line is cancel-safe, so losing this race loses nothing.
+            let read = tokio::select! {
+                read = self.read_line() => read,
+                _ = dead.cancelled() => false,
+            };
+            if !read {
                 return None;
             }
             let line = trim_cr(&self.line);
@@ -564,5 +620,103 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#,
         );
         assert_eq!(d.task_required(), HashSet::from(["a".to_owned()]));
+    }
+
+    /// A reply line as a server writes it.
+    fn reply_line(id: u64, text_bytes: usize) -> Vec<u8> {
+        let reply = serde_json::json!({
+            "jsonrpc": "2.0", "id": id,
+            "result": {"content": [{"type": "text", "text": "x".repeat(text_bytes)}]}
+        });
+        format!("{reply}\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_reply_split_across_reads_survives_receive_futures_dropped_in_between() {
+        // CONN-6 (issue 10, defect 1): rmcp drops a pending receive() whenever
+        // another event wins its loop; the part of the line read so far must
+        // stay. Each chunk is written, then one receive() is polled until it
+        // has nothing more to read and dropped, as rmcp's select would.
+        use futures::FutureExt;
+        use rmcp::transport::Transport;
+        for chunk in [1usize, 2, 3, 7, 64, 4096, 65_537, 300_000] {
+            let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+            let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+            let diag = Arc::new(Diagnostics::default());
+            let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+            let mut bytes = reply_line(1, 200_000);
+            bytes.extend(reply_line(2, 10));
+            let mut got = Vec::new();
+            for piece in bytes.chunks(chunk) {
+                server_out.write_all(piece).await.unwrap();
+                while let Some(msg) = t.receive().now_or_never() {
+                    got.push(msg.expect("a message, not the end"));
+                }
+            }
+            let ids: Vec<String> = got
+                .iter()
+                .map(|m| serde_json::to_value(m).unwrap()["id"].to_string())
+                .collect();
+            assert_eq!(ids, vec!["1", "2"], "chunks of {chunk} bytes");
+            assert_eq!(diag.non_json().0, 0, "nothing counted as non-JSON");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_line_guard_counts_across_dropped_receive_futures() {
+        // CONN-6: the 8 MiB guard holds for a line read in pieces too.
+        use futures::FutureExt;
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        let piece = vec![b'x'; 512 * 1024];
+        let mut ended = false;
+        for _ in 0..(MAX_LINE_BYTES / piece.len() + 2) {
+            server_out.write_all(&piece).await.unwrap();
+            if let Some(end) = t.receive().now_or_never() {
+                assert!(end.is_none(), "an over-long line ends the transport");
+                ended = true;
+                break;
+            }
+        }
+        assert!(ended, "the guard fired");
+        assert!(
+            diag.fatal()
+                .unwrap_or_default()
+                .contains("longer than 8 MiB")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_stops_reading_stdin_makes_the_transport_dead_after_the_deadline() {
+        // CALL-4, CONN-14 (issue 10, defect 2): a write blocked past the
+        // deadline fails, and the transport ends so that reconnecting takes over.
+        use rmcp::transport::Transport;
+        let (client_out, _server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in_never_read) = tokio::io::duplex(64);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        let big = rmcp::model::ClientJsonRpcMessage::notification(
+            rmcp::model::ClientNotification::CancelledNotification(
+                rmcp::model::CancelledNotification::new(
+                    rmcp::model::CancelledNotificationParam::new(
+                        Some(rmcp::model::NumberOrString::Number(1)),
+                        Some("y".repeat(100_000)),
+                    ),
+                ),
+            ),
+        );
+        let started = tokio::time::Instant::now();
+        let sent = t.send(big).await;
+        assert_eq!(sent.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), WRITE_STALL_DEADLINE);
+        assert!(t.receive().await.is_none(), "the transport is dead");
+        assert!(
+            diag.fatal()
+                .unwrap_or_default()
+                .contains("stopped reading its stdin")
+        );
     }
 }

@@ -40,6 +40,11 @@ use crate::messages::status::{RuntimeEvent, ServerState};
 use super::resources::entry_timeout;
 use super::{CAUSE_WAIT, Runtime};
 
+/// How long a call that timed out or was cancelled waits to hand the server
+/// its cancel notice: every call ends within its timeout plus this margin,
+/// whatever the server does (CALL-4).
+pub const CANCEL_NOTICE_WAIT: Duration = Duration::from_secs(1);
+
 /// A call resolved against the scope's snapshot, as the policy chain and
 /// the request take it.
 struct ResolvedCall<'a> {
@@ -360,18 +365,31 @@ impl Runtime {
     ) -> ToolOutcome {
         let params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut handle = match live
+        // Handing the request to rmcp's service loop is inside the call's
+        // deadline too: a loop stuck on a blocked transport must not hold
+        // the caller (CALL-4).
+        let started = tokio::time::Instant::now();
+        let sending = live
             .peer
-            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
-            .await
-        {
-            Ok(h) => h,
-            Err(e) => {
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options());
+        let mut handle = match tokio::time::timeout(timeout, sending).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
                 return self
                     .lost(scope, def, live.conn_gen, e.to_string(), false)
                     .await;
             }
+            Err(_) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::Timeout,
+                    format!(
+                        "the request could not be handed to the transport within tool_call_timeout_ms = {}; side effects unknown",
+                        timeout.as_millis()
+                    ),
+                );
+            }
         };
+        let timeout = timeout.saturating_sub(started.elapsed());
         let cancel = options.cancel.clone().unwrap_or_default();
         #[allow(clippy::large_enum_variant)] // a local, moved once
         enum Ended {
@@ -390,7 +408,9 @@ impl Runtime {
             Ended::Response(Ok(r)) => r,
             Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
             Ended::Timeout => {
-                let _ = handle.cancel(Some("tool call timed out".into())).await;
+                // The notice is best effort, within a bounded margin (CALL-4).
+                let notice = handle.cancel(Some("tool call timed out".into()));
+                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
                 return ToolOutcome::failure(
                     OutcomeKind::Timeout,
                     format!(
@@ -400,7 +420,9 @@ impl Runtime {
                 );
             }
             Ended::Cancelled => {
-                let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+                // The notice is best effort, within a bounded margin (CALL-4).
+                let notice = handle.cancel(Some("cancelled by the caller".into()));
+                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
                 return ToolOutcome::failure(
                     OutcomeKind::Cancelled,
                     "cancelled by the caller; the server was told to cancel; side effects unknown",

@@ -120,6 +120,11 @@ struct Args {
     /// Server instructions to send in `initialize` (default: a short sentence).
     #[arg(long, value_name = "TEXT")]
     instructions: Option<String>,
+    /// `echo` with the message "freeze" blocks the server's only thread for
+    /// an hour: it stops reading stdin (a write to it blocks once the pipe
+    /// is full) and answers nothing; signals still end it.
+    #[arg(long)]
+    freeze_on_echo: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -496,6 +501,9 @@ impl ServerHandler for FaultServer {
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
+                if self.args.freeze_on_echo && msg == "freeze" {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
                 CallToolResult::success(vec![text(format!("Echo: {msg}"))])
             }
             "hang" => {

@@ -1,0 +1,78 @@
+//! Hostile timing over real stdio (issue 10): a server that stops reading
+//! its stdin with large arguments queued. Every call still gets its outcome
+//! within its timeout plus the documented margin (CALL-4), and a transport
+//! whose writes stay blocked is declared dead so reconnecting takes over.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use mcpvisor::{CallOptions, OutcomeKind, Runtime, Scope, ServerState};
+use mcpvisor_chaos::{fault_server_config, shutdown_checked, start_with_server, wait_for_status};
+use serde_json::json;
+
+const G: Scope = Scope::Global;
+
+/// The call's timeout, plus the cancel notice's margin (CANCEL_NOTICE_WAIT,
+/// 1 s), plus slack for a loaded 2-core machine.
+const BOUND: Duration = Duration::from_secs(2 + 1 + 2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_reading_stdin_never_holds_a_call_past_its_bound() {
+    let mut cfg = fault_server_config("frozen", ["--freeze-on-echo"]).trusted();
+    cfg.tool_call_timeout = Duration::from_secs(2);
+    cfg.reconnect.initial_delay = Duration::from_millis(100);
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let mut events = runtime.subscribe();
+    let first_pid = runtime.status()[0].pid.expect("a stdio server has a pid");
+    // The server freezes in the handler: from now on it reads nothing.
+    let t = Instant::now();
+    let frozen = runtime
+        .call(
+            &G,
+            "mcp__frozen__echo",
+            Some(json!({"message": "freeze"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(frozen.kind, OutcomeKind::Timeout, "{frozen:?}");
+    assert!(t.elapsed() < BOUND, "took {:?}", t.elapsed());
+    // More than a pipe's worth of arguments, twice: the writes block.
+    let big = "x".repeat(1024 * 1024);
+    for _ in 0..2 {
+        let t = Instant::now();
+        let out = runtime
+            .call(
+                &G,
+                "mcp__frozen__echo",
+                Some(json!({ "message": big })),
+                CallOptions::default(),
+            )
+            .await;
+        assert!(
+            matches!(
+                out.kind,
+                OutcomeKind::Timeout
+                    | OutcomeKind::TransportLostDuringCall
+                    | OutcomeKind::ServerNotReady
+            ),
+            "{out:?}"
+        );
+        assert!(t.elapsed() < BOUND, "took {:?}: {out:?}", t.elapsed());
+    }
+    // The blocked transport is dead (WRITE_STALL_DEADLINE, 10 s): the server
+    // is reconnected with a new process, and the old one is gone.
+    let s = wait_for_status(
+        &runtime,
+        &mut events,
+        "frozen",
+        Duration::from_secs(40),
+        |s| s.state == ServerState::Ready && s.pid.is_some_and(|p| p != first_pid),
+    )
+    .await
+    .unwrap();
+    assert!(s.restarts >= 1, "{s:?}");
+    let check = shutdown_checked(&runtime, &[first_pid]).await;
+    assert!(check.report.is_clean(), "{:?}", check.report);
+    assert!(check.survivors.is_empty(), "{:?}", check.survivors);
+}
