@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::process::{CloseGraces, ProcessGroup};
 use crate::messages::config::StdioConfig;
+use crate::messages::trust::{redact, redact_cut_start};
 
 /// Longest stdout line accepted (CONN-6).
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
@@ -71,10 +72,17 @@ impl Diagnostics {
         }
     }
 
-    /// The stderr tail as text (lossy UTF-8, trimmed), secret values redacted.
+    /// The stderr tail as text (lossy UTF-8, trimmed), secret values
+    /// redacted, including a secret the ring cut in two at its start.
     pub fn stderr_tail(&self) -> String {
         let d = self.lock();
-        redact(String::from_utf8_lossy(&d.stderr).trim(), &d.redact)
+        redact_cut_start(String::from_utf8_lossy(&d.stderr).trim(), &d.redact)
+    }
+
+    /// This connection's secret values (for what the call path makes of
+    /// the server's output).
+    pub fn redactions(&self) -> Vec<String> {
+        self.lock().redact.clone()
     }
 
     /// Secret values that must never be shown from this connection's output.
@@ -89,10 +97,10 @@ impl Diagnostics {
         let mut d = self.lock();
         d.non_json_lines += 1;
         if d.first_non_json.is_none() {
-            let text = String::from_utf8_lossy(&line[..line.len().min(200)])
-                .trim()
-                .to_owned();
-            d.first_non_json = Some(redact(&text, &d.redact));
+            // Redacted before it is cut, so the cut cannot split a secret.
+            let whole = redact(&String::from_utf8_lossy(line), &d.redact);
+            let end = crate::messages::budget::floor_char_boundary(&whole, 200);
+            d.first_non_json = Some(whole[..end].trim().to_owned());
         }
     }
 
@@ -158,13 +166,6 @@ impl Diagnostics {
         }
         out
     }
-}
-
-/// Replace every secret value in `text` with `[redacted]`.
-fn redact(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .fold(text.to_owned(), |t, s| t.replace(s.as_str(), "[redacted]"))
 }
 
 fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -543,6 +544,15 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
                     }
                     return Some(msg);
                 }
+                // Valid JSON nested past serde_json's limit is a reply the
+                // call must get an outcome for, not a line to skip (the call
+                // would wait its whole timeout).
+                Err(e) if e.to_string().contains("recursion limit") => {
+                    if let Some(reply) = unreadable_reply(line) {
+                        return Some(reply);
+                    }
+                    self.diag.note_non_json(line);
+                }
                 Err(_) => self.diag.note_non_json(line),
             }
         }
@@ -554,6 +564,86 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
         }
         Ok(())
     }
+}
+
+/// The JSON-RPC error code of a reply the runtime could not read (nested
+/// past serde_json's 128-level limit); the call path maps it to
+/// `invalid_result` (CALL-4).
+pub const UNREADABLE_REPLY_CODE: i32 = -32099;
+
+/// For a reply too deeply nested to parse: an error response to the same
+/// request id, so the call ends at once with the reason. `None` when the
+/// line has no top-level `id` (a notification: nothing waits for it).
+fn unreadable_reply(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+    let id = top_level_id(line)?;
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": UNREADABLE_REPLY_CODE,
+            "message": "the server's reply is nested more than 128 levels deep and cannot be read",
+        },
+    });
+    serde_json::from_value(error).ok()
+}
+
+/// The value of the top-level `"id"` of a JSON object, found by scanning
+/// (no recursion): a number or a string, as JSON.
+fn top_level_id(line: &[u8]) -> Option<serde_json::Value> {
+    let mut depth = 0usize;
+    let mut i = 0usize;
+    while i < line.len() {
+        match line[i] {
+            b'"' => {
+                let start = i + 1;
+                let end = string_end(line, start)?;
+                let is_key_id = depth == 1 && &line[start..end] == b"id";
+                i = end + 1;
+                if is_key_id {
+                    while i < line.len() && line[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    if line.get(i) != Some(&b':') {
+                        continue;
+                    }
+                    i += 1;
+                    while i < line.len() && line[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    let value_end = if line.get(i) == Some(&b'"') {
+                        string_end(line, i + 1)? + 1
+                    } else {
+                        let len = line[i..]
+                            .iter()
+                            .position(|b| matches!(b, b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n'))
+                            .unwrap_or(line.len() - i);
+                        i + len
+                    };
+                    let id: serde_json::Value = serde_json::from_slice(&line[i..value_end]).ok()?;
+                    return (id.is_number() || id.is_string()).then_some(id);
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote that closes the string starting at `start`.
+fn string_end(line: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    while i < line.len() {
+        match line[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 fn trim_cr(line: &[u8]) -> &[u8] {
@@ -718,5 +808,38 @@ mod tests {
                 .unwrap_or_default()
                 .contains("stopped reading its stdin")
         );
+    }
+
+    #[tokio::test]
+    async fn a_reply_nested_past_the_parse_limit_becomes_an_error_for_its_call() {
+        // CALL-4 (issue 10, defect 5): not a skipped line, so the call does
+        // not wait its whole timeout.
+        use futures::FutureExt;
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"result\":{{\"structuredContent\":{{\"a\":{deep}}},\"content\":[]}},\"id\":7}}\n"
+        );
+        server_out.write_all(line.as_bytes()).await.unwrap();
+        let msg = t.receive().now_or_never().flatten().expect("a message");
+        let v = serde_json::to_value(&msg).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["code"], UNREADABLE_REPLY_CODE);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("128 levels")
+        );
+        assert_eq!(diag.non_json().0, 0);
+        assert_eq!(
+            top_level_id(br#"{"a":{"id":1},"id":"x\"y"}"#),
+            Some(serde_json::json!("x\"y"))
+        );
+        assert_eq!(top_level_id(br#"{"method":"n"}"#), None);
     }
 }

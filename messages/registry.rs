@@ -92,6 +92,9 @@ pub struct LiveConn {
     pub conn_gen: u64,
     /// rmcp call handle.
     pub peer: Peer<RoleClient>,
+    /// The server's secret values (TRUST-2): redacted from everything the
+    /// runtime makes of this connection's output. Empty for most servers.
+    pub redactions: Arc<[String]>,
 }
 
 /// One server as the scope's snapshot shows it.

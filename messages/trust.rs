@@ -69,6 +69,60 @@ pub enum EndpointError {
 
 // ===== TRUST-2: secrets =====
 
+/// `text` with every secret value replaced by `[redacted]`.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_owned(), |t, s| t.replace(s.as_str(), "[redacted]"))
+}
+
+/// Redact every string of a JSON value in place (keys included), before
+/// anything is projected or cut from it.
+pub fn redact_value(value: &mut serde_json::Value, secrets: &[String]) {
+    use serde_json::Value;
+    let has = |s: &str| {
+        secrets
+            .iter()
+            .any(|v| !v.is_empty() && s.contains(v.as_str()))
+    };
+    match value {
+        Value::String(s) if has(s) => *s = redact(s, secrets),
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secrets)),
+        Value::Object(map) => {
+            if map.keys().any(|k| has(k)) {
+                let entries = std::mem::take(map);
+                *map = entries
+                    .into_iter()
+                    .map(|(k, v)| (redact(&k, secrets), v))
+                    .collect();
+            }
+            map.values_mut().for_each(|v| redact_value(v, secrets));
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+    }
+}
+
+/// Redact a text that was cut at its start (a ring buffer's tail): a secret
+/// cut in two leaves its end at the start of the text, which whole-value
+/// redaction cannot see. A start of at least 4 bytes (or the whole secret,
+/// when shorter) that ends a secret value is redacted too.
+pub fn redact_cut_start(text: &str, secrets: &[String]) -> String {
+    let mut out = redact(text, secrets);
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        let min = s.len().min(4);
+        let longest = (min..s.len())
+            .rev()
+            .map(|k| &s[s.len() - k..])
+            .filter(|suffix| s.is_char_boundary(s.len() - suffix.len()))
+            .find(|suffix| out.starts_with(suffix));
+        if let Some(suffix) = longest {
+            out = format!("[redacted]{}", &out[suffix.len()..]);
+        }
+    }
+    out
+}
+
 /// A secret value. It never prints: `Debug` and `Display` show `[redacted]`,
 /// and it does not implement `Serialize`. Read it with [`Secret::expose`] only
 /// where it is handed to the transport.
@@ -242,6 +296,34 @@ mod tests {
         assert_eq!(
             secret_unavailable("gh_token", "github"),
             "secret gh_token for server github is not available"
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_values_and_in_a_tail_that_cut_one_in_two() {
+        // TRUST-2 (issue 10, defect 4).
+        let secrets = vec!["sk-SECRET-1234".to_owned()];
+        let mut v = serde_json::json!({
+            "content": [{"type": "text", "text": "key is sk-SECRET-1234, see"}],
+            "sk-SECRET-1234": ["x sk-SECRET-1234"],
+        });
+        redact_value(&mut v, &secrets);
+        let shown = v.to_string();
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert_eq!(v["content"][0]["text"], "key is [redacted], see");
+        assert!(v.get("[redacted]").is_some());
+        // The ring buffer kept only "CRET-1234 …": the start ends the secret.
+        let tail = redact_cut_start("CRET-1234 then more", &secrets);
+        assert_eq!(tail, "[redacted] then more");
+        assert_eq!(redact_cut_start("1234 ok", &secrets), "[redacted] ok");
+        assert_eq!(
+            redact_cut_start("234 ok", &secrets),
+            "234 ok",
+            "under 4 bytes: kept"
+        );
+        assert_eq!(
+            redact_cut_start("no secret here", &secrets),
+            "no secret here"
         );
     }
 }

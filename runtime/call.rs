@@ -36,6 +36,7 @@ use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::ResourceOp;
 use crate::messages::schema::kind_with_article;
 use crate::messages::status::{RuntimeEvent, ServerState};
+use crate::messages::trust::{redact, redact_value};
 
 use super::resources::entry_timeout;
 use super::{CAUSE_WAIT, Runtime};
@@ -429,7 +430,7 @@ impl Runtime {
                 );
             }
         };
-        let canonical = match response {
+        let mut canonical = match response {
             Ok(ServerResult::CallToolResult(r)) => match serde_json::to_value(&r) {
                 Ok(v) => v,
                 Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
@@ -441,12 +442,23 @@ impl Runtime {
                     "the server answered tools/call with another result type",
                 );
             }
+            // The stdio reader's answer for a reply it could not parse
+            // (nested past serde_json's limit): the server did answer.
+            Err(ServiceError::McpError(e))
+                if e.code.0 == crate::actors::stdio::UNREADABLE_REPLY_CODE
+                    && e.message.contains("128 levels") =>
+            {
+                return ToolOutcome::failure(OutcomeKind::InvalidResult, e.message.to_string());
+            }
             Err(ServiceError::McpError(e)) => {
                 return ToolOutcome::failure(
                     OutcomeKind::ServerError,
-                    format!(
-                        "the server answered with JSON-RPC error {}: {}",
-                        e.code.0, e.message
+                    redact(
+                        &format!(
+                            "the server answered with JSON-RPC error {}: {}",
+                            e.code.0, e.message
+                        ),
+                        &live.redactions,
                     ),
                 );
             }
@@ -475,6 +487,11 @@ impl Runtime {
                 );
             }
         };
+        // TRUST-2: a server that echoes its own secret shows "[redacted]",
+        // in the value itself, before anything is projected or cut from it.
+        if !live.redactions.is_empty() {
+            redact_value(&mut canonical, &live.redactions);
+        }
         let ctx = ResultContext {
             def,
             images: options.images,

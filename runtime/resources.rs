@@ -105,8 +105,12 @@ impl Runtime {
                 }
             };
             let value = match request_value(&live.peer, request, timeout).await {
-                Ok(v) => v,
+                Ok(mut v) => {
+                    crate::messages::trust::redact_value(&mut v, &live.redactions);
+                    v
+                }
                 Err(e) if server.is_some() => {
+                    let e = crate::messages::trust::redact(&e, &live.redactions);
                     return ToolOutcome::failure(
                         OutcomeKind::ServerError,
                         format!("server \"{target}\": {e}"),
@@ -114,6 +118,7 @@ impl Runtime {
                 }
                 // Listing across servers: one failing server does not hide the others.
                 Err(e) => {
+                    let e = crate::messages::trust::redact(&e, &live.redactions);
                     shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
                     continue;
                 }

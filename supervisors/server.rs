@@ -594,7 +594,11 @@ async fn on_conn_up(
     st.status.error = None;
     st.phase = Phase::Ready {
         conn,
-        live: LiveConn { conn_gen, peer },
+        live: LiveConn {
+            conn_gen,
+            peer,
+            redactions: st.diag.redactions().into(),
+        },
         idle: None,
         sync: None,
     };

@@ -76,3 +76,42 @@ async fn a_server_that_stops_reading_stdin_never_holds_a_call_past_its_bound() {
     assert!(check.report.is_clean(), "{:?}", check.report);
     assert!(check.survivors.is_empty(), "{:?}", check.survivors);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_nested_past_the_parse_limit_ends_its_call_at_once_as_invalid_result() {
+    // CALL-4 (issue 10, defect 5): valid JSON nested 300 deep is an outcome
+    // naming the depth, never a skipped line and a timeout.
+    let mut cfg = fault_server_config("deep", ["--deep-echo", "300"]).trusted();
+    cfg.tool_call_timeout = Duration::from_secs(30);
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let t = Instant::now();
+    let out = runtime
+        .call(
+            &G,
+            "mcp__deep__echo",
+            Some(json!({"message": "hi"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::InvalidResult, "{out:?}");
+    assert!(out.projection.contains("128 levels"), "{}", out.projection);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    let after = runtime
+        .call(
+            &G,
+            "mcp__deep__echo",
+            Some(json!({"message": "again"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(
+        after.kind,
+        OutcomeKind::InvalidResult,
+        "the connection stays usable"
+    );
+    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+}

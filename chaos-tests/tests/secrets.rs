@@ -88,6 +88,47 @@ async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
+    // TRUST-2 (issue 10, defect 4): everything the runtime makes of the
+    // server's output — projection, canonical value, events — is redacted.
+    let file = unique_temp_path("echo-secrets.toml");
+    let store = FileSecretStore::open(&file).unwrap();
+    store.set("api_key", &Secret::new(VALUE)).unwrap();
+    let log = unique_temp_path("echo-secret-events.jsonl");
+    let runtime = Runtime::builder()
+        .secrets(Arc::new(store))
+        .event_log(&log)
+        .start()
+        .await
+        .unwrap();
+    runtime
+        .add_server(G, server("echoer", "api_key"))
+        .await
+        .unwrap();
+    runtime
+        .wait_ready(&G, "echoer", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let out = runtime
+        .call(
+            &G,
+            "mcp__echoer__echo",
+            Some(serde_json::json!({ "message": format!("the key is {VALUE}") })),
+            mcpvisor::CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.projection, "Echo: the key is [redacted]");
+    let canonical = serde_json::to_string(&out.canonical).unwrap();
+    assert!(!canonical.contains(VALUE), "{canonical}");
+    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+    let events = std::fs::read_to_string(&log).unwrap();
+    assert!(events.contains("Echo: the key is [redacted]"));
+    assert!(!events.contains(VALUE), "the value is not in the event log");
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_cli_run_never_prints_a_secret_value() {
     // TRUST-2 end to end: env-variable store, check / status / tools / call
     // with --json, an event log, and a server that prints the value.

@@ -125,6 +125,10 @@ struct Args {
     /// is full) and answers nothing; signals still end it.
     #[arg(long)]
     freeze_on_echo: bool,
+    /// `echo` answers with its text plus a structuredContent nested N arrays
+    /// deep (valid JSON past serde_json's 128-level parse limit).
+    #[arg(long, value_name = "N")]
+    deep_echo: Option<usize>,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -504,7 +508,15 @@ impl ServerHandler for FaultServer {
                 if self.args.freeze_on_echo && msg == "freeze" {
                     std::thread::sleep(Duration::from_secs(3600));
                 }
-                CallToolResult::success(vec![text(format!("Echo: {msg}"))])
+                let mut r = CallToolResult::success(vec![text(format!("Echo: {msg}"))]);
+                if let Some(depth) = self.args.deep_echo {
+                    let mut deep = json!([]);
+                    for _ in 0..depth {
+                        deep = json!([deep]);
+                    }
+                    r.structured_content = Some(json!({ "deep": deep }));
+                }
+                r
             }
             "hang" => {
                 ctx.ct.cancelled().await;
