@@ -531,17 +531,25 @@ fn start_close(state: &mut ConnectionState) {
         if let Some(w) = watcher {
             let _ = tokio::time::timeout(SERVICE_CLOSE_WAIT, w).await;
         }
-        let reaped = match closer {
-            Closer::Process(mut p) => p.close().await,
-            Closer::InProcess(closed) => tokio::time::timeout(IN_PROCESS_CLOSE_WAIT, closed)
-                .await
-                .unwrap_or(false),
-            Closer::Network => true,
+        let (reaped, reaped_later) = match closer {
+            Closer::Process(mut p) => {
+                let later = p.reaped_watch();
+                let reaped = p.close().await;
+                (reaped, (!reaped).then_some(later))
+            }
+            Closer::InProcess(closed) => {
+                let reaped = tokio::time::timeout(IN_PROCESS_CLOSE_WAIT, closed)
+                    .await
+                    .unwrap_or(false);
+                (reaped, None)
+            }
+            Closer::Network => (true, None),
         };
         let _ = supervisor.cast(ServerSupervisorMsg::ConnectionEnded {
             conn_gen,
             reaped,
             pid,
+            reaped_later,
         });
     });
 }

@@ -80,6 +80,8 @@ pub struct ProcessGroup {
     pid: u32,
     /// `Some` once the reaper task reaped the leader.
     exit: watch::Receiver<Option<Exit>>,
+    /// `true` once the leader was reaped (for whoever must know later).
+    reaped_flag: watch::Receiver<bool>,
     /// The leader was seen reaped: no kill on drop.
     reaped: bool,
 }
@@ -98,6 +100,7 @@ impl ProcessGroup {
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let pid = child.id();
         let (exit_tx, exit) = watch::channel(None);
+        let (reaped_tx, reaped_flag) = watch::channel(false);
         // The reaper owns the child: it is reaped on every path, also when the
         // group's owner is gone.
         tokio::spawn(async move {
@@ -106,6 +109,7 @@ impl ProcessGroup {
                 Err(e) => Exit::WaitFailed(e.to_string()),
             };
             let _ = exit_tx.send(Some(exit));
+            let _ = reaped_tx.send(true);
         });
         let (Some(pid), (Some(stdin), Some(stdout), Some(stderr))) = (pid, pipes) else {
             // Not reachable for a child spawned with piped stdio that has not
@@ -120,6 +124,7 @@ impl ProcessGroup {
         let group = Self {
             pid,
             exit,
+            reaped_flag,
             reaped: false,
         };
         Ok((
@@ -135,6 +140,12 @@ impl ProcessGroup {
     /// The leader's pid, also the group id.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// A watch that turns `true` once the leader was reaped: a close that
+    /// could not be confirmed in time can still be confirmed later (RECO-3).
+    pub fn reaped_watch(&self) -> watch::Receiver<bool> {
+        self.reaped_flag.clone()
     }
 
     /// Send `sig` to every process of the group.
@@ -193,6 +204,12 @@ impl Drop for ProcessGroup {
             self.signal(libc::SIGKILL);
         }
     }
+}
+
+/// Send `sig` to the group led by `pgid`, by id: for a group whose owner is
+/// gone but whose leader is not reaped yet (so the id is still the group's).
+pub fn signal_group_of(pgid: u32, sig: i32) {
+    signal_group(pgid, sig);
 }
 
 /// Send `sig` to the process group `pgid` (a child spawned with

@@ -371,6 +371,11 @@ impl ProcessHandle {
         .await;
     }
 
+    /// See [`ProcessGroup::reaped_watch`].
+    pub fn reaped_watch(&self) -> watch::Receiver<bool> {
+        self.group.reaped_watch()
+    }
+
     /// The close sequence (CONN-8) after stdin was closed by the transport:
     /// wait 1 s, SIGTERM the group, wait, SIGKILL, wait for the reap.
     /// Returns whether the leader was confirmed reaped.

@@ -46,6 +46,9 @@ pub enum ServerSupervisorMsg {
         reaped: bool,
         /// The reaped pid (stdio).
         pid: Option<u32>,
+        /// When not confirmed and a process exists: turns `true` once it is
+        /// reaped after all, so the supervisor can confirm it later (RECO-3).
+        reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
     },
     /// `notifications/tools/list_changed` from connection `conn_gen` (SYNC-5).
     ToolsListChanged {
@@ -78,8 +81,8 @@ pub enum ServerSupervisorMsg {
     },
     /// Explicit restart (RECO-4): resets the budget and starts a fresh connection.
     Restart {
-        /// Answered once the restart began.
-        reply: RpcReplyPort<()>,
+        /// Answered once the restart began, or with why it was refused.
+        reply: RpcReplyPort<Result<(), String>>,
     },
     /// Turn the server off (quiescently, like a shutdown, but the supervisor
     /// stays; no process, no tools) or on again (TRUST-1).

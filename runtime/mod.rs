@@ -328,7 +328,11 @@ impl Runtime {
             Some(Duration::from_secs(5)),
         )
         .await
-        .map_err(RuntimeError::unavailable("server supervisor"))
+        .map_err(RuntimeError::unavailable("server supervisor"))?
+        .map_err(|message| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        })
     }
 
     /// Test-only (feature `chaos`): make a server's supervisor fail, as a bug

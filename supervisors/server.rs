@@ -265,16 +265,66 @@ impl Phase {
 }
 
 /// The close barrier (RECO-3): connection generations whose transport has
-/// not confirmed its close, with the deadline timer of each.
+/// not confirmed its close, with the deadline timer of each, and the closes
+/// that were reported unconfirmed: they stay until confirmed, so a restart
+/// or a switch-on never starts a second process beside one still alive.
 #[derive(Debug, Default)]
 struct Barrier {
     open: BTreeSet<u64>,
     timers: Vec<(u64, Timer)>,
+    unconfirmed: std::collections::BTreeMap<u64, Unconfirmed>,
+}
+
+/// A close that was not confirmed in time.
+#[derive(Debug)]
+struct Unconfirmed {
+    pid: Option<u32>,
+    /// Turns `true` if the process is reaped after all.
+    reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// A `ConnectionEnded`, as the handler takes it.
+struct Ended {
+    conn_gen: u64,
+    reaped: bool,
+    pid: Option<u32>,
+    reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Barrier {
     fn is_clear(&self) -> bool {
-        self.open.is_empty()
+        self.open.is_empty() && self.unconfirmed.is_empty()
+    }
+
+    /// Drop the unconfirmed closes that were reaped since; for the others,
+    /// SIGKILL the group again (it is not reaped, so its id is still its
+    /// own) and watch for the reap. What is still open, for the refusal.
+    fn retry_unconfirmed(&mut self, myself: &ActorRef<ServerSupervisorMsg>) -> Vec<String> {
+        self.unconfirmed
+            .retain(|_, u| !u.reaped_later.as_ref().is_some_and(|w| *w.borrow()));
+        let mut still = Vec::new();
+        for (conn_gen, u) in &self.unconfirmed {
+            if let (Some(pid), Some(watch)) = (u.pid, &u.reaped_later) {
+                crate::actors::process::signal_group_of(pid, libc::SIGKILL);
+                let (me, conn_gen, mut watch) = (myself.clone(), *conn_gen, watch.clone());
+                tokio::spawn(async move {
+                    let reaped = tokio::time::timeout(CLOSE_BARRIER, watch.wait_for(|r| *r)).await;
+                    if matches!(reaped, Ok(Ok(_))) {
+                        let _ = me.cast(ServerSupervisorMsg::ConnectionEnded {
+                            conn_gen,
+                            reaped: true,
+                            pid: Some(pid),
+                            reaped_later: None,
+                        });
+                    }
+                });
+            }
+            still.push(match u.pid {
+                Some(pid) => format!("process {pid} (connection {conn_gen})"),
+                None => format!("connection {conn_gen}"),
+            });
+        }
+        still
     }
 
     /// `conn_gen` confirmed (or gave up on) its close.
@@ -482,7 +532,20 @@ impl Actor for ServerSupervisor {
                     conn_gen,
                     reaped,
                     pid,
-                } => on_connection_ended(&myself, st, conn_gen, reaped, pid).await,
+                    reaped_later,
+                } => {
+                    on_connection_ended(
+                        &myself,
+                        st,
+                        Ended {
+                            conn_gen,
+                            reaped,
+                            pid,
+                            reaped_later,
+                        },
+                    )
+                    .await
+                }
                 ServerSupervisorMsg::ToolsListChanged { conn_gen } => {
                     on_tools_list_changed(&myself, st, conn_gen)
                 }
@@ -502,8 +565,8 @@ impl Actor for ServerSupervisor {
                 ServerSupervisorMsg::IdleCheck => check_idle(&myself, st),
                 ServerSupervisorMsg::Wake { reply } => on_wake(&myself, st, reply).await,
                 ServerSupervisorMsg::Restart { reply } => {
-                    on_restart(&myself, st).await;
-                    let _ = reply.send(());
+                    let answer = on_restart(&myself, st).await;
+                    let _ = reply.send(answer);
                 }
                 ServerSupervisorMsg::Shutdown { reply } => quiesce(&myself, st, reply, Then::Stop),
                 ServerSupervisorMsg::SetEnabled {
@@ -522,12 +585,24 @@ impl Actor for ServerSupervisor {
                     enabled: true,
                     reply,
                 } => {
+                    let mut report = ShutdownReport::default();
                     if matches!(st.phase, Phase::Off) {
-                        st.failures = 0;
-                        st.status.error = None;
-                        connect_when_clear(&myself, st, 0).await;
+                        let still = st.barrier.retry_unconfirmed(&myself);
+                        if still.is_empty() {
+                            st.failures = 0;
+                            st.status.error = None;
+                            connect_when_clear(&myself, st, 0).await;
+                        } else {
+                            // Not turned on beside a process still alive.
+                            report.unconfirmed.push(format!(
+                                "{}/{}: not turned on: {} did not confirm its exit",
+                                st.scope,
+                                st.config.server_name,
+                                still.join(", ")
+                            ));
+                        }
                     }
-                    let _ = reply.send(ShutdownReport::default());
+                    let _ = reply.send(report);
                 }
                 #[cfg(feature = "chaos")]
                 ServerSupervisorMsg::FailForChaos => {
@@ -617,11 +692,23 @@ async fn on_conn_up(
 async fn on_connection_ended(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
-    conn_gen: u64,
-    reaped: bool,
-    pid: Option<u32>,
+    ended: Ended,
 ) {
+    let Ended {
+        conn_gen,
+        reaped,
+        pid,
+        reaped_later,
+    } = ended;
     st.barrier.close(conn_gen);
+    if reaped {
+        st.barrier.unconfirmed.remove(&conn_gen);
+    } else {
+        // Never reported closed while not reaped (RECO-3, SEAT-10).
+        st.barrier
+            .unconfirmed
+            .insert(conn_gen, Unconfirmed { pid, reaped_later });
+    }
     if let Phase::Disposing { disposal, .. } = &mut st.phase {
         match (reaped, pid) {
             (true, Some(pid)) => disposal.report.processes_reaped.push(pid),
@@ -753,13 +840,26 @@ async fn on_wake(
     }
 }
 
-/// `Restart` (RECO-4): a fresh budget and a fresh connection.
-async fn on_restart(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    if matches!(
-        st.phase,
-        Phase::Off | Phase::Disposing { .. } | Phase::Stopped
-    ) {
-        return;
+/// `Restart` (RECO-4): a fresh budget and a fresh connection — refused
+/// while the server is off or stopping, or while a previous process of it
+/// is not confirmed gone (its kill is sent again first).
+async fn on_restart(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+) -> Result<(), String> {
+    match st.phase {
+        Phase::Off => return Err("the server is turned off (TRUST-1)".into()),
+        Phase::Disposing { .. } | Phase::Stopped => {
+            return Err("the runtime is shutting down".into());
+        }
+        _ => {}
+    }
+    let still = st.barrier.retry_unconfirmed(myself);
+    if !still.is_empty() {
+        return Err(format!(
+            "not restarted: {} did not confirm its exit; its group was sent SIGKILL again, restart once it is gone",
+            still.join(", ")
+        ));
     }
     st.failures = 0;
     st.status.error = None;
@@ -773,6 +873,7 @@ async fn on_restart(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSuper
         }
         None => connect_when_clear(myself, st, 0).await,
     }
+    Ok(())
 }
 
 /// `ShutdownDeadline`: the quiescent stop took too long; say what did not
@@ -797,7 +898,17 @@ fn on_shutdown_deadline(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerS
             st.scope, st.config.server_name
         ));
     }
-    st.barrier = Barrier::default();
+    // They did not confirm: they stay unconfirmed, never forgotten.
+    for conn_gen in std::mem::take(&mut st.barrier.open) {
+        st.barrier.unconfirmed.insert(
+            conn_gen,
+            Unconfirmed {
+                pid: None,
+                reaped_later: None,
+            },
+        );
+    }
+    st.barrier.abort_timers();
     finish_if_done(myself, st);
 }
 
@@ -1071,7 +1182,10 @@ fn check_idle(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
 /// A quiescent stop is complete once the connection is gone and every
 /// transport confirmed its close (or the deadline said which did not).
 fn finish_if_done(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    let done = matches!(&st.phase, Phase::Disposing { conn: None, .. }) && st.barrier.is_clear();
+    // Closes reported unconfirmed before are in the report already; only
+    // the ones still in flight are waited for.
+    let done =
+        matches!(&st.phase, Phase::Disposing { conn: None, .. }) && st.barrier.open.is_empty();
     if !done {
         return;
     }
@@ -1128,6 +1242,19 @@ fn quiesce(
         conn.cell.stop(Some(why.into()));
     }
     let deadline = myself.send_after(SHUTDOWN_DEADLINE, || ServerSupervisorMsg::ShutdownDeadline);
+    let earlier: Vec<String> = st
+        .barrier
+        .unconfirmed
+        .iter()
+        .map(|(conn_gen, u)| {
+            format!(
+                "{}/{}: connection {conn_gen}{} did not confirm its close",
+                st.scope,
+                st.config.server_name,
+                u.pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            )
+        })
+        .collect();
     st.phase = Phase::Disposing {
         conn,
         disposal: Disposal {
@@ -1135,6 +1262,7 @@ fn quiesce(
             then,
             report: ShutdownReport {
                 calls_cancelled: st.activity.in_flight() as u64,
+                unconfirmed: earlier,
                 ..Default::default()
             },
             started: Instant::now(),

@@ -1035,3 +1035,33 @@ async fn resource_traffic_keeps_a_server_awake_and_wakes_it_when_idle_stopped() 
     assert_eq!(h.attempts().len(), 2);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_close_is_never_forgotten_so_a_restart_is_refused_while_it_stands() {
+    // RECO-3, SEAT-10 (issue 10, defect 9): the close reported as not
+    // confirmed stays open; restart (and switching on) refuse, with a
+    // sentence, instead of starting a second process beside the old one.
+    let h = Harness::new(Mode::ServeNeverConfirm);
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    h.crash();
+    wait_status(&mut events, |s| s.state == ServerState::Failed).await;
+    // Past the in-process close wait: ConnectionEnded { reaped: false } arrived.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let err = rt.restart_server(&Scope::Global, "srv").await.unwrap_err();
+    assert!(
+        err.to_string().contains("did not confirm its exit"),
+        "{err}"
+    );
+    rt.set_server_enabled(&Scope::Global, "srv", false)
+        .await
+        .unwrap();
+    let on = rt
+        .set_server_enabled(&Scope::Global, "srv", true)
+        .await
+        .unwrap();
+    assert!(!on.is_clean(), "switching on is refused too: {on:?}");
+    assert_eq!(h.attempts().len(), 1, "no second instance was started");
+    let report = rt.shutdown(Duration::from_secs(30)).await;
+    assert!(!report.is_clean(), "{report:?}");
+}
