@@ -232,6 +232,59 @@ pub struct ConnectionArgs {
     pub diag: Arc<Diagnostics>,
     /// Opt-in client capabilities (CONN-11).
     pub handlers: ClientHandlers,
+    /// Where this generation's transport registers its close confirmation.
+    pub open: Arc<OpenTransports>,
+}
+
+/// The transports of one server that have not confirmed their close, kept
+/// outside its supervisor (the scope holds it): a supervisor restarted after
+/// a failure finds them, waits for them, and continues the generation count
+/// (RECO-3 across a restart).
+#[derive(Debug, Default)]
+pub struct OpenTransports {
+    inner: std::sync::Mutex<OpenInner>,
+}
+
+#[derive(Debug, Default)]
+struct OpenInner {
+    next_gen: u64,
+    closed: std::collections::BTreeMap<u64, tokio::sync::watch::Receiver<bool>>,
+}
+
+impl OpenTransports {
+    fn lock(&self) -> std::sync::MutexGuard<'_, OpenInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next connection generation (1 for a new server).
+    pub fn next_gen(&self) -> u64 {
+        self.lock().next_gen.max(1)
+    }
+
+    /// Remember the next connection generation.
+    pub fn set_next_gen(&self, next: u64) {
+        self.lock().next_gen = next;
+    }
+
+    /// `conn_gen`'s transport is open; `closed` turns `true` once its close is confirmed.
+    pub fn register(&self, conn_gen: u64, closed: tokio::sync::watch::Receiver<bool>) {
+        self.lock().closed.insert(conn_gen, closed);
+    }
+
+    /// `conn_gen` confirmed its close.
+    pub fn forget(&self, conn_gen: u64) {
+        self.lock().closed.remove(&conn_gen);
+    }
+
+    /// The registered transports not confirmed closed yet.
+    pub fn pending(&self) -> Vec<(u64, tokio::sync::watch::Receiver<bool>)> {
+        self.lock()
+            .closed
+            .iter()
+            .filter(|(_, w)| !*w.borrow())
+            .map(|(g, w)| (*g, w.clone()))
+            .collect()
+    }
 }
 
 /// Messages of the `Connection` actor: private self-messages, sent only by
@@ -253,7 +306,8 @@ pub struct Established {
 /// How this generation's transport is closed and confirmed.
 enum Closer {
     Process(ProcessHandle),
-    InProcess(BoxFuture<'static, bool>),
+    /// Turns `true` once the in-process server confirmed its close.
+    InProcess(tokio::sync::watch::Receiver<bool>),
     Network,
 }
 
@@ -367,6 +421,8 @@ impl Actor for Connection {
                     match stdio::spawn(stdio_cfg, secret_env, diag.clone()) {
                         Ok(child) => {
                             state.pid = Some(child.process.pid);
+                            args.open
+                                .register(state.conn_gen, child.process.reaped_watch());
                             state.closer = Some(Closer::Process(child.process));
                             let pid = state.pid;
                             Box::pin(handshake(
@@ -389,7 +445,15 @@ impl Actor for Connection {
                 }
                 (TransportConfig::InProcess(factory), Ok(_)) => match (factory.0)() {
                     Ok(conn) => {
-                        state.closer = Some(Closer::InProcess(conn.closed));
+                        let (confirmed, closed) = tokio::sync::watch::channel(false);
+                        let confirm = conn.closed;
+                        tokio::spawn(async move {
+                            if confirm.await {
+                                let _ = confirmed.send(true);
+                            }
+                        });
+                        args.open.register(state.conn_gen, closed.clone());
+                        state.closer = Some(Closer::InProcess(closed));
                         Box::pin(handshake(
                             handler,
                             conn.stream,
@@ -537,11 +601,12 @@ fn start_close(state: &mut ConnectionState) {
                 let reaped = p.close().await;
                 (reaped, (!reaped).then_some(later))
             }
-            Closer::InProcess(closed) => {
-                let reaped = tokio::time::timeout(IN_PROCESS_CLOSE_WAIT, closed)
-                    .await
-                    .unwrap_or(false);
-                (reaped, None)
+            Closer::InProcess(mut closed) => {
+                let confirmed =
+                    tokio::time::timeout(IN_PROCESS_CLOSE_WAIT, closed.wait_for(|c| *c))
+                        .await
+                        .is_ok_and(|r| r.is_ok());
+                (confirmed, None)
             }
             Closer::Network => (true, None),
         };

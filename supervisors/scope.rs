@@ -42,6 +42,7 @@ use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
 use super::spec::{
     AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, derive_seed, quiesce,
 };
+use crate::actors::connection::OpenTransports;
 use crate::actors::registry::{RegistryArgs, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
@@ -94,6 +95,8 @@ pub struct ServerChild {
     actor: ActorRef<ServerSupervisorMsg>,
     config: Arc<ServerConfig>,
     activity: Arc<Activity>,
+    /// Outlives a failed supervisor, so its replacement waits (RECO-3).
+    open: Arc<OpenTransports>,
 }
 
 /// The scope supervisor.
@@ -149,6 +152,7 @@ async fn spawn_server(
     st: &ScopeState,
     config: Arc<ServerConfig>,
     activity: Arc<Activity>,
+    open: Arc<OpenTransports>,
 ) -> Result<ActorRef<ServerSupervisorMsg>, String> {
     let config_name = config.server_name.clone();
     let args = ServerSupervisorArgs {
@@ -159,6 +163,7 @@ async fn spawn_server(
         skip_close_barrier: st.skip_close_barrier,
         handlers: st.handlers.clone(),
         seed: derive_seed(st.seed, &config_name),
+        open,
     };
     Actor::spawn_linked(None, ServerSupervisor, args, myself.get_cell())
         .await
@@ -346,8 +351,9 @@ impl Actor for ScopeSupervisor {
         let allowed = child.intensity.allow(Instant::now());
         let respawned = match (&child.handle, allowed) {
             (ScopeChild::Server(s), true) => {
-                let (config, activity) = (s.config.clone(), s.activity.clone());
-                spawn_server(&myself, st, config, activity).await.ok()
+                let (config, activity, open) =
+                    (s.config.clone(), s.activity.clone(), s.open.clone());
+                spawn_server(&myself, st, config, activity, open).await.ok()
             }
             _ => None,
         };
@@ -403,7 +409,8 @@ async fn add_server(
     config.validate()?;
     let config = Arc::new(*config);
     let activity = Arc::new(Activity::new());
-    let actor = spawn_server(myself, st, config.clone(), activity.clone())
+    let open = Arc::new(OpenTransports::default());
+    let actor = spawn_server(myself, st, config.clone(), activity.clone(), open.clone())
         .await
         .map_err(|reason| TreeError::Start {
             what: "the server supervisor".into(),
@@ -425,6 +432,7 @@ async fn add_server(
             actor,
             config,
             activity,
+            open,
         }),
         intensity: Intensity::new(max_restarts, period),
     });

@@ -55,7 +55,9 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg, fetch_catalog};
+use crate::actors::connection::{
+    Connection, ConnectionArgs, ConnectionMsg, OpenTransports, fetch_catalog,
+};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
@@ -91,6 +93,9 @@ pub struct ServerSupervisorArgs {
     pub handlers: ClientHandlers,
     /// Seed of this server's random choices (reconnect jitter).
     pub seed: u64,
+    /// The server's open transports, kept by the scope across restarts of
+    /// this supervisor (RECO-3).
+    pub open: Arc<OpenTransports>,
 }
 
 /// The current connection.
@@ -364,6 +369,8 @@ pub struct ServerSupervisorState {
     phase: Phase,
     /// Generations not yet confirmed closed.
     barrier: Barrier,
+    /// The same, as the scope keeps it for a restarted supervisor.
+    open: Arc<OpenTransports>,
     /// Consecutive failures in the current outage (RECO-2).
     failures: u32,
     /// Wake callers waiting for the connection to be ready.
@@ -488,10 +495,11 @@ impl Actor for ServerSupervisor {
             // Replaced in post_start.
             phase: Phase::Disabled,
             barrier: Barrier::default(),
+            next_gen: args.open.next_gen(),
+            open: args.open,
             failures: 0,
             waiters: Vec::new(),
             diag: Arc::new(Diagnostics::default()),
-            next_gen: 1,
             catalog_gen: 0,
             instructions: None,
             catalog_warnings: Vec::new(),
@@ -503,8 +511,26 @@ impl Actor for ServerSupervisor {
         myself: ActorRef<Self::Msg>,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        // A supervisor restarted after a failure: the transports of its
+        // predecessor are waited for before anything starts (RECO-3).
+        for (conn_gen, mut closed) in st.open.pending() {
+            st.barrier.open.insert(conn_gen);
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let reaped = matches!(
+                    tokio::time::timeout(CLOSE_BARRIER, closed.wait_for(|c| *c)).await,
+                    Ok(Ok(_))
+                );
+                let _ = me.cast(ServerSupervisorMsg::ConnectionEnded {
+                    conn_gen,
+                    reaped,
+                    pid: None,
+                    reaped_later: (!reaped).then_some(closed),
+                });
+            });
+        }
         if st.config.enabled {
-            start_connection(&myself, st, 0).await;
+            connect_when_clear(&myself, st, 0).await;
         } else {
             st.status.error = Some("disabled in configuration".into());
             st.enter(Phase::Disabled);
@@ -703,6 +729,7 @@ async fn on_connection_ended(
     st.barrier.close(conn_gen);
     if reaped {
         st.barrier.unconfirmed.remove(&conn_gen);
+        st.open.forget(conn_gen);
     } else {
         // Never reported closed while not reaped (RECO-3, SEAT-10).
         st.barrier
@@ -934,6 +961,7 @@ async fn start_connection(
 ) {
     let conn_gen = st.next_gen;
     st.next_gen += 1;
+    st.open.set_next_gen(st.next_gen);
     st.diag = Arc::new(Diagnostics::default());
     st.status.pid = None;
     let args = ConnectionArgs {
@@ -942,6 +970,7 @@ async fn start_connection(
         supervisor: myself.clone(),
         diag: st.diag.clone(),
         handlers: st.handlers.clone(),
+        open: st.open.clone(),
     };
     st.barrier.open.insert(conn_gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {

@@ -1065,3 +1065,56 @@ async fn an_unconfirmed_close_is_never_forgotten_so_a_restart_is_refused_while_i
     let report = rt.shutdown(Duration::from_secs(30)).await;
     assert!(!report.is_clean(), "{report:?}");
 }
+
+#[cfg(feature = "chaos")]
+#[tokio::test(start_paused = true)]
+async fn a_restarted_server_supervisor_waits_for_its_predecessors_transport() {
+    // RECO-3 across a restart (issue 10, defect 8): the open transports live
+    // with the scope, so the replacement supervisor waits for the failed
+    // one's connection to confirm its close — here it never does, so no
+    // second instance starts and the server fails with the barrier's reason.
+    let h = Harness::new(Mode::ServeNeverConfirm);
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let generation = rt.status()[0].connection_generation;
+    rt.fail_server_supervisor_for_chaos(&Scope::Global, "srv")
+        .unwrap();
+    let failed = wait_status(&mut events, |s| s.state == ServerState::Failed);
+    let s = tokio::time::timeout(Duration::from_secs(60), failed)
+        .await
+        .expect("the replacement waited for the old transport and failed");
+    assert!(
+        s.error
+            .unwrap_or_default()
+            .contains("could not confirm that the previous process exited")
+    );
+    assert_eq!(
+        h.attempts().len(),
+        1,
+        "no instance beside the unconfirmed one"
+    );
+    assert!(
+        s.connection_generation >= generation,
+        "generations continue"
+    );
+    let report = rt.shutdown(Duration::from_secs(30)).await;
+    assert!(!report.is_clean(), "{report:?}");
+}
+
+#[cfg(feature = "chaos")]
+#[tokio::test(start_paused = true)]
+async fn a_restarted_server_supervisor_reconnects_once_the_old_transport_closed() {
+    // The same with a transport that does confirm: the replacement connects.
+    let h = Harness::new(Mode::Serve);
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    rt.fail_server_supervisor_for_chaos(&Scope::Global, "srv")
+        .unwrap();
+    let s = wait_status(&mut events, |s| {
+        s.state == ServerState::Ready && s.connection_generation >= 2
+    })
+    .await;
+    assert_eq!(s.connection_generation, 2, "the count continues: {s:?}");
+    assert_eq!(h.attempts().len(), 2);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
