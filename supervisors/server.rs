@@ -221,10 +221,12 @@ impl Phase {
             | Phase::AwaitingClose { attempt }
             | Phase::BackingOff { attempt, .. } => reconnecting(*attempt),
             Phase::Ready { .. } => ServerState::Ready,
-            // The connection is still up while it closes after idling.
+            // From the moment an idle stop begins, calls see idle_stopped and
+            // wake the server (answered once the old connection is gone),
+            // instead of reaching the closing connection (RECO-6).
             Phase::Stopping {
                 why: StopFor::Idle, ..
-            } => ServerState::Ready,
+            } => ServerState::IdleStopped,
             Phase::Stopping {
                 why: StopFor::Restart,
                 ..
@@ -1197,6 +1199,7 @@ fn check_idle(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
         Some(idle) if idle >= limit => {
             if let Some(conn) = st.phase.take_conn() {
                 conn.cell.stop(Some("idle stop".into()));
+                st.failures = 0; // a clean stop ends the outage (RECO-2)
                 st.enter(Phase::Stopping {
                     conn,
                     why: StopFor::Idle,

@@ -1118,3 +1118,26 @@ async fn a_restarted_server_supervisor_reconnects_once_the_old_transport_closed(
     assert_eq!(h.attempts().len(), 2);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_arrives_while_an_idle_stop_closes_waits_for_the_wake() {
+    // RECO-6 (issue 10, defect 11): from the moment the idle stop begins the
+    // server shows idle_stopped; a call in that window wakes it instead of
+    // failing "not connected" against the closing connection.
+    let h = Harness::new(Mode::Serve);
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.idle_stop_after = Some(Duration::from_secs(10));
+    let (rt, mut events) = start(cfg).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    // The first status change after the idle deadline is the stop beginning.
+    let ready_at = Instant::now();
+    let s = wait_status(&mut events, |_| {
+        ready_at.elapsed() >= Duration::from_secs(10)
+    })
+    .await;
+    assert_eq!(s.state, ServerState::IdleStopped, "{s:?}");
+    let out = echo(&rt).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert_eq!(h.attempts().len(), 2);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
