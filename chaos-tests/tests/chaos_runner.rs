@@ -16,7 +16,7 @@ async fn a_stubborn_server_whose_connection_breaks_never_overlaps_its_replacemen
     // ~2.5 s; the replacement waits for its reap.
     let r = run_scenario(&scenario("overlong_line_stubborn"), &RunOptions::default()).await;
     assert!(r.violations().is_empty(), "{:#?}", r.violations());
-    assert_eq!(r.invariants.len(), 7);
+    assert_eq!(r.invariants.len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,4 +73,25 @@ async fn hook_fault_scenarios_hold_every_invariant_and_calls_fail_open() {
             r.outcomes
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_timing_scenarios_end_every_call_in_time() {
+    // Issue 10 as fault kinds: a reply nested past the parse limit ends as
+    // invalid_result at once; a server that freezes mid-call (stdin no
+    // longer read) still gives every later call its outcome within the bound.
+    let deep = run_scenario(&scenario("deep_json"), &RunOptions::default()).await;
+    assert!(deep.violations().is_empty(), "{:#?}", deep.violations());
+    assert!(
+        deep.outcomes.get("invalid_result").copied().unwrap_or(0) > 0,
+        "{:?}",
+        deep.outcomes
+    );
+    let frozen = run_scenario(&scenario("stdin_freeze"), &RunOptions::default()).await;
+    assert!(frozen.violations().is_empty(), "{:#?}", frozen.violations());
+    assert!(
+        frozen.outcomes.get("timeout").copied().unwrap_or(0) > 0,
+        "{:?}",
+        frozen.outcomes
+    );
 }

@@ -207,6 +207,7 @@ fn abbreviate(name: &str) -> &'static str {
         "budget_respected" => "bdgt",
         "no_double_send" => "dbl",
         "one_outcome_per_call" => "once",
+        "bounded_outcome" => "bnd",
         "shutdown_within_deadline" => "shut",
         "bounded_memory" => "mem",
         _ => "?",

@@ -97,6 +97,12 @@ pub enum Fault {
     HookHang,
     /// A Claude Code PostToolUse hook printing random bytes and exiting 3.
     HookGarbage,
+    /// `echo` answers with valid JSON nested 300 deep (past serde_json's
+    /// 128-level parse limit): every echo must end at once, invalid_result.
+    DeepJson,
+    /// The trigger `echo` freezes the server's only thread: it stops reading
+    /// stdin and answers nothing; every later call must still end in time.
+    StdinFreeze,
 }
 
 impl Fault {
@@ -133,6 +139,8 @@ impl Fault {
             Self::HookGrandchild => "hook_grandchild",
             Self::HookHang => "hook_hang",
             Self::HookGarbage => "hook_garbage",
+            Self::DeepJson => "deep_json",
+            Self::StdinFreeze => "stdin_freeze",
         }
     }
 
@@ -184,6 +192,8 @@ impl Fault {
                 vec!["--http-fault".into(), format!("session-loss:{after}")]
             }
             Self::HttpStall => v(&["--http-fault", "stall"]),
+            Self::DeepJson => v(&["--deep-echo", "300"]),
+            Self::StdinFreeze => v(&["--freeze-on-echo"]),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -196,6 +206,21 @@ impl Fault {
     /// The tool the workload calls to trigger this fault, if any.
     pub(super) fn trigger(&self) -> Option<&'static str> {
         self.effects().trigger
+    }
+
+    /// The arguments of the trigger call.
+    pub(super) fn trigger_args(&self) -> serde_json::Value {
+        match self {
+            Self::StdinFreeze => serde_json::json!({"message": "freeze"}),
+            _ => serde_json::json!({}),
+        }
+    }
+
+    /// The longest hook this fault makes a call wait for, in seconds.
+    pub(super) fn hook_wait_s(&self) -> u64 {
+        self.hook()
+            .filter(|h| h.event == "PreToolUse")
+            .map_or(0, |h| h.timeout_s.min(2))
     }
 
     /// Tools the fault adds to the catalog (beyond the [`FIXED_TOOLS`]).
@@ -246,6 +271,8 @@ impl Fault {
                 command: "sleep 30",
                 timeout_s: 1,
             }),
+            Self::DeepJson => Effects::trigger("echo"),
+            Self::StdinFreeze => Effects::trigger("echo"),
             Self::HookGarbage => Effects::NONE.hook(FaultHook {
                 dialect: Dialect::Claude,
                 event: "PostToolUse",

@@ -29,6 +29,9 @@ pub enum Invariant {
     NoDoubleSend,
     /// Every call gets exactly one outcome.
     OneOutcomePerCall,
+    /// Every call's outcome arrives within its timeout plus the documented
+    /// margin (CALL-4: the cancel notice's 1 s), plus the hooks it waits for.
+    BoundedOutcome,
     /// The shutdown report arrives within its deadline, clean.
     ShutdownWithinDeadline,
     /// Memory stays bounded (soak only).
@@ -45,6 +48,7 @@ impl Invariant {
             Self::BudgetRespected => "budget_respected",
             Self::NoDoubleSend => "no_double_send",
             Self::OneOutcomePerCall => "one_outcome_per_call",
+            Self::BoundedOutcome => "bounded_outcome",
             Self::ShutdownWithinDeadline => "shutdown_within_deadline",
             Self::BoundedMemory => "bounded_memory",
         }

@@ -182,6 +182,8 @@ pub(super) struct Recorder {
     events: Arc<Mutex<Vec<(Instant, RuntimeEvent)>>>,
     /// The recording task.
     task: JoinHandle<()>,
+    /// Tells the task to drain what is queued and end.
+    stop: mcpvisor::CancellationToken,
 }
 
 impl Recorder {
@@ -195,9 +197,21 @@ impl Recorder {
     ) -> Self {
         let recorded: Arc<Mutex<Vec<(Instant, RuntimeEvent)>>> = Arc::default();
         let into = recorded.clone();
+        let stop = mcpvisor::CancellationToken::new();
+        let stopping = stop.clone();
         let task = tokio::spawn(async move {
             loop {
-                match events.recv().await {
+                // Events already sent are received before a stop is seen,
+                // so stopping loses none of them.
+                let received = tokio::select! {
+                    biased;
+                    ev = events.recv() => ev,
+                    _ = stopping.cancelled() => match events.try_recv() {
+                        Ok(ev) => Ok(ev),
+                        Err(_) => return,
+                    },
+                };
+                match received {
                     Ok(ev) => {
                         if matches!(
                             ev,
@@ -221,14 +235,14 @@ impl Recorder {
         Self {
             events: recorded,
             task,
+            stop,
         }
     }
 
     /// Stop recording and return every event. The recorder holds a runtime
     /// handle, so the event channel never closes on its own.
     pub(super) async fn stop(self) -> Vec<(Instant, RuntimeEvent)> {
-        tokio::task::yield_now().await;
-        self.task.abort();
+        self.stop.cancel();
         let _ = self.task.await;
         self.events.lock().map(|r| r.clone()).unwrap_or_default()
     }

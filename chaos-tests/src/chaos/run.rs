@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use mcpvisor::{Runtime, RuntimeEvent, ShutdownReport};
 
+use super::fault::Fault;
 use super::invariant::{
     Invariant, ScenarioReport, Verdict, check_budget, check_double_send, verdict,
 };
 use super::observe::{Observed, Recorder, Sampler, cmdline};
 use super::scenario::Scenario;
 use super::setup::{policy, setup};
-use super::workload::{Tally, concurrent_calls, sequential_calls, trigger};
+use super::workload::{TOOL_CALL_TIMEOUT, Tally, concurrent_calls, sequential_calls, trigger};
 use crate::{HttpFaultServer, unique_temp_path, wait_gone};
 
 /// How long the runtime's shutdown may take.
@@ -184,6 +185,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         Invariant::OneOutcomePerCall,
         one_outcome_per_call(tally, &seen.events),
     );
+    invariants.insert(Invariant::BoundedOutcome, bounded_outcome(run, tally));
     invariants.insert(
         Invariant::ShutdownWithinDeadline,
         shutdown_within_deadline(seen, &run.problems),
@@ -218,6 +220,18 @@ fn one_outcome_per_call(tally: &Tally, events: &[(Instant, RuntimeEvent)]) -> Ve
             "issued {}, returned {}, CallFinished events {finished}, no outcome: {:?}",
             tally.issued, tally.returned, tally.hung
         )
+    })
+}
+
+/// bounded_outcome (CALL-4): the slowest call ended within its timeout, the
+/// cancel notice's margin (1 s), the PreToolUse hooks it waited for, and 2 s
+/// of slack for a loaded 2-core machine.
+fn bounded_outcome(run: &Run<'_>, tally: &Tally) -> Verdict {
+    let hooks: u64 = run.sc.faults.iter().map(Fault::hook_wait_s).sum();
+    let bound = TOOL_CALL_TIMEOUT + Duration::from_secs(1 + hooks + 2);
+    let (slowest, what) = &tally.slowest;
+    verdict(*slowest <= bound, || {
+        format!("{what} took {slowest:?}, over the bound of {bound:?}")
     })
 }
 

@@ -88,6 +88,8 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("hook_grandchild", |_| vec![Fault::HookGrandchild]),
         ("hook_hang", |_| vec![Fault::HookHang]),
         ("hook_garbage", |_| vec![Fault::HookGarbage]),
+        ("deep_json", |_| vec![Fault::DeepJson]),
+        ("stdin_freeze", |_| vec![Fault::StdinFreeze]),
         // Combinations: a connection that fails while its process refuses to die
         // is what the close barrier exists for (RECO-3).
         ("overlong_line_stubborn", |_| {

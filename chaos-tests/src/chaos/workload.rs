@@ -31,6 +31,8 @@ pub(super) struct Tally {
     pub(super) outcomes: BTreeMap<String, u64>,
     /// The last echo nonce used.
     nonce: u64,
+    /// The longest time a call took to its outcome, and which call.
+    pub(super) slowest: (Duration, String),
 }
 
 impl Tally {
@@ -41,13 +43,24 @@ impl Tally {
     }
 
     /// Count what came of one call; `what` names a call that hung.
-    fn record(&mut self, result: Result<ToolOutcome, Elapsed>, what: impl FnOnce() -> String) {
+    fn record(
+        &mut self,
+        (result, took): (Result<ToolOutcome, Elapsed>, Duration),
+        what: impl FnOnce() -> String,
+    ) {
+        let what = what();
+        if took > self.slowest.0 {
+            self.slowest = match &result {
+                Ok(o) => (took, format!("{what} ({})", o.kind.name())),
+                Err(_) => (took, what.clone()),
+            };
+        }
         match result {
             Ok(o) => {
                 self.returned += 1;
                 *self.outcomes.entry(o.kind.name().to_owned()).or_default() += 1;
             }
-            Err(_) => self.hung.push(what()),
+            Err(_) => self.hung.push(what),
         }
     }
 }
@@ -57,13 +70,15 @@ async fn call(
     runtime: &Runtime,
     tool: &str,
     args: serde_json::Value,
-) -> Result<ToolOutcome, Elapsed> {
+) -> (Result<ToolOutcome, Elapsed>, Duration) {
     let name = format!("mcp__s__{tool}");
-    tokio::time::timeout(
+    let started = tokio::time::Instant::now();
+    let result = tokio::time::timeout(
         CALL_LIMIT,
         runtime.call(&Scope::Global, &name, Some(args), CallOptions::default()),
     )
-    .await
+    .await;
+    (result, started.elapsed())
 }
 
 /// The scenario's sequential echo calls, one after the other.
@@ -90,9 +105,12 @@ pub(super) async fn concurrent_calls(run: &Run<'_>, tally: &mut Tally) {
 
 /// Each fault's trigger call, then a bounded wait for any reconnect it caused.
 pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
-    for tool in run.sc.faults.iter().filter_map(|f| f.trigger()) {
+    for fault in &run.sc.faults {
+        let Some(tool) = fault.trigger() else {
+            continue;
+        };
         tally.issued += 1;
-        let result = call(&run.runtime, tool, json!({})).await;
+        let result = call(&run.runtime, tool, fault.trigger_args()).await;
         tally.record(result, || format!("trigger {tool}"));
     }
     // Give a reconnect the chance to happen, bounded.
