@@ -326,6 +326,11 @@ impl ServerConfig {
             }
             TransportConfig::StreamableHttp(h) => {
                 check_url(&prefix, &h.url, &mut problems);
+                if h.ping_failure_threshold == 0 {
+                    problems.push(format!(
+                        "{prefix}.ping_failure_threshold must be at least 1"
+                    ));
+                }
                 if h.ping_interval.is_zero() || h.ping_timeout.is_zero() {
                     problems.push(format!(
                         "{prefix}.ping_interval_ms and ping_timeout_ms must be greater than 0"

@@ -92,6 +92,8 @@ pub struct RawServerConfig {
     pub ping_interval_ms: Option<u64>,
     /// HTTP: liveness ping timeout.
     pub ping_timeout_ms: Option<u64>,
+    /// HTTP: consecutive failed pings that end the connection (CONN-14).
+    pub ping_failure_threshold: Option<u32>,
     /// See [`ServerConfig::tool_call_timeout`].
     pub tool_call_timeout_ms: Option<u64>,
     /// See [`ServerConfig::startup_timeout`].
@@ -176,7 +178,9 @@ impl ServerConfig {
                     ping_timeout: Duration::from_millis(
                         raw.ping_timeout_ms.unwrap_or(DEFAULT_PING_TIMEOUT_MS),
                     ),
-                    ping_failure_threshold: DEFAULT_PING_FAILURE_THRESHOLD,
+                    ping_failure_threshold: raw
+                        .ping_failure_threshold
+                        .unwrap_or(DEFAULT_PING_FAILURE_THRESHOLD),
                 })
             }
             (Some(_), Some(_)) => {
@@ -484,5 +488,30 @@ max_delay_ms = 100
         let all = err.problems.join("\n");
         assert!(all.contains("server_name \"my server\""), "{all}");
         assert!(all.contains("servers.b: missing command"), "{all}");
+    }
+
+    #[test]
+    fn the_liveness_pings_are_set_from_the_file() {
+        // CONN-14: interval, timeout and failure threshold per HTTP server.
+        let cfg = parse_config_file(
+            "t.toml",
+            "[servers.r]\nurl = \"https://example.com/mcp\"\nping_interval_ms = 2000\nping_timeout_ms = 700\nping_failure_threshold = 5\n",
+        )
+        .unwrap();
+        let TransportConfig::StreamableHttp(h) = &cfg[0].transport else {
+            panic!("an HTTP server");
+        };
+        assert_eq!(h.ping_interval, Duration::from_millis(2000));
+        assert_eq!(h.ping_timeout, Duration::from_millis(700));
+        assert_eq!(h.ping_failure_threshold, 5);
+        let zero = parse_config_file(
+            "t.toml",
+            "[servers.r]\nurl = \"https://example.com/mcp\"\nping_failure_threshold = 0\n",
+        )
+        .unwrap_err();
+        assert!(
+            zero.to_string().contains("ping_failure_threshold"),
+            "{zero}"
+        );
     }
 }

@@ -1141,3 +1141,59 @@ async fn a_call_that_arrives_while_an_idle_stop_closes_waits_for_the_wake() {
     assert_eq!(h.attempts().len(), 2);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_reconnect_off_on_disconnect_decides_whether_the_tools_stay() {
+    // RECO-5: keep (the default) leaves the tools registered, calls fail
+    // server_not_ready; remove withdraws them.
+    for (on_disconnect, tools_left) in [
+        (crate::OnDisconnect::Keep, 2usize),
+        (crate::OnDisconnect::Remove, 0),
+    ] {
+        let h = Harness::new(Mode::Serve);
+        let mut cfg = config(&h, policy(100, 1000, 2));
+        cfg.reconnect.enabled = false;
+        cfg.on_disconnect = on_disconnect;
+        let (rt, mut events) = start(cfg).await;
+        wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+        h.crash();
+        wait_status(&mut events, |s| s.state == ServerState::Failed).await;
+        assert_eq!(
+            rt.tools(&Scope::Global).len(),
+            tools_left,
+            "{on_disconnect:?}"
+        );
+        assert_eq!(h.attempts().len(), 1, "never retried");
+        assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_result_of_another_connection_generation_is_dropped() {
+    // SYNC-6: a late SyncDone from an older generation never replaces the
+    // catalog of the live one.
+    let h = Harness::new(Mode::Serve);
+    let rt = ready_runtime(Runtime::builder(), &h).await;
+    let before = rt.tools(&Scope::Global);
+    let live = rt.status()[0].connection_generation;
+    let supervisor = rt.supervisor_of(&Scope::Global, "srv").unwrap();
+    supervisor
+        .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
+            conn_gen: live + 7,
+            result: Ok(Vec::new()),
+        })
+        .unwrap();
+    // A barrier: switching an enabled server on is a no-op the supervisor
+    // answers after the SyncDone it already has in its mailbox.
+    rt.set_server_enabled(&Scope::Global, "srv", true)
+        .await
+        .unwrap();
+    let after: Vec<String> = rt
+        .tools(&Scope::Global)
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    let names: Vec<String> = before.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(after, names, "the stale (empty) catalog was dropped");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
