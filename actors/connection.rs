@@ -169,14 +169,33 @@ pub async fn fetch_catalog(
             .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
             .await
             .map_err(|e| format!("tools/list could not be sent: {e}"))?;
+        let id = serde_json::to_value(&handle.id)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
         let response = handle
             .await_response()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
         let next = match response {
             ServerResult::ListToolsResult(page) => {
+                // rmcp's typed Tool drops execution.taskSupport; the
+                // transport saw it in this very reply (SYNC-3).
+                let required = diag.take_task_required(&id);
                 for tool in &page.tools {
-                    entries.push(serde_json::to_value(tool).map_err(|e| e.to_string())?);
+                    let mut entry = serde_json::to_value(tool).map_err(|e| e.to_string())?;
+                    let name = entry
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if required.iter().any(|r| r == name)
+                        && let Value::Object(o) = &mut entry
+                    {
+                        o.insert(
+                            "execution".into(),
+                            serde_json::json!({"taskSupport": "required"}),
+                        );
+                    }
+                    entries.push(entry);
                 }
                 page.next_cursor
             }
@@ -187,14 +206,8 @@ pub async fn fetch_catalog(
                     .get("tools")
                     .and_then(Value::as_array)
                     .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
-                let names = tools.iter().filter_map(|t| {
-                    let required = t.pointer("/execution/taskSupport").and_then(Value::as_str)
-                        == Some("required");
-                    required
-                        .then(|| t.get("name").and_then(Value::as_str).map(str::to_owned))
-                        .flatten()
-                });
-                diag.note_task_required(names);
+                // Raw entries keep execution.taskSupport themselves.
+                let _ = diag.take_task_required(&id);
                 entries.extend(tools.iter().cloned());
                 value
                     .get("nextCursor")

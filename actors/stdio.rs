@@ -6,7 +6,6 @@
 //! module reads stdout itself and hands rmcp parsed messages through the
 //! [`rmcp::transport::Transport`] trait.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,7 +51,11 @@ struct DiagInner {
     non_json_lines: u64,
     first_non_json: Option<String>,
     fatal: Option<String>,
-    task_required: HashSet<String>,
+    /// Tools seen with `execution.taskSupport == "required"` in a
+    /// `tools/list` reply (rmcp's typed model drops the field), by the
+    /// reply's JSON-RPC id: the catalog fetch that sent the request takes
+    /// its page's names, so the set follows the current catalog. Bounded.
+    task_required: std::collections::VecDeque<(String, Vec<String>)>,
     /// Secret values of this connection: never shown (TRUST-2).
     redact: Vec<String>,
 }
@@ -123,13 +126,17 @@ impl Diagnostics {
         self.lock().fatal.clone()
     }
 
-    /// Tools seen with `execution.taskSupport == "required"` (rmcp's model drops that field).
-    pub fn task_required(&self) -> HashSet<String> {
-        self.lock().task_required.clone()
-    }
-
-    pub(crate) fn note_task_required(&self, names: impl IntoIterator<Item = String>) {
-        self.lock().task_required.extend(names);
+    /// The task-only tools the reply to request `id` (its JSON text) listed.
+    pub(crate) fn take_task_required(&self, id: &str) -> Vec<String> {
+        let mut d = self.lock();
+        match d.task_required.iter().position(|(i, _)| i == id) {
+            Some(at) => d
+                .task_required
+                .remove(at)
+                .map(|(_, n)| n)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
 
     /// Scan a raw `tools/list` result for `execution.taskSupport == "required"`.
@@ -140,15 +147,31 @@ impl Diagnostics {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) else {
             return;
         };
+        let Some(id) = v.get("id").map(serde_json::Value::to_string) else {
+            return;
+        };
         let tools = v.pointer("/result/tools").and_then(|t| t.as_array());
-        let names = tools.into_iter().flatten().filter_map(|t| {
-            let required =
-                t.pointer("/execution/taskSupport").and_then(|s| s.as_str()) == Some("required");
-            required
-                .then(|| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
-                .flatten()
-        });
-        self.note_task_required(names);
+        let names: Vec<String> = tools
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let required = t.pointer("/execution/taskSupport").and_then(|s| s.as_str())
+                    == Some("required");
+                required
+                    .then(|| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                    .flatten()
+            })
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        let mut d = self.lock();
+        // Replies nobody fetches (a call result that looked like a page)
+        // fall out of the bound.
+        if d.task_required.len() >= 64 {
+            d.task_required.pop_front();
+        }
+        d.task_required.push_back((id, names));
     }
 
     /// A one-paragraph explanation for an error message: stderr tail and non-JSON hints.
@@ -714,7 +737,15 @@ mod tests {
         d.tap_tools_list(
             br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#,
         );
-        assert_eq!(d.task_required(), HashSet::from(["a".to_owned()]));
+        d.tap_tools_list(
+            br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"c","execution":{"taskSupport":"required"}}]}}"#,
+        );
+        // Each fetch takes only its own reply's names, once (issue 10, defect
+        // 12: the set follows the catalog instead of accumulating).
+        assert_eq!(d.take_task_required("1"), vec!["a".to_owned()]);
+        assert!(d.take_task_required("1").is_empty());
+        assert_eq!(d.take_task_required("\"x\""), vec!["c".to_owned()]);
+        assert!(d.take_task_required("2").is_empty());
     }
 
     /// A reply line as a server writes it.

@@ -29,7 +29,7 @@ pub struct BuiltCatalog {
 /// - a missing `inputSchema` becomes `{"type":"object"}`;
 /// - an `outputSchema` outside the supported subset degrades to "any JSON value"
 ///   (dropped, with every problem in the warning);
-/// - `execution.taskSupport == "required"` (in the entry, or named in `task_required`)
+/// - `execution.taskSupport == "required"` in the entry
 ///   marks the tool as refused at call time;
 /// - a duplicate raw or public name rejects the whole catalog (SYNC-3).
 pub fn build_catalog(
@@ -37,7 +37,6 @@ pub fn build_catalog(
     server: &str,
     generation: u64,
     entries: Vec<Value>,
-    task_required: &HashSet<String>,
 ) -> Result<BuiltCatalog, CatalogError> {
     let mut tools = Vec::with_capacity(entries.len());
     let mut warnings = Vec::new();
@@ -114,12 +113,11 @@ pub fn build_catalog(
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             });
-        let task_support_required = task_required.contains(&raw_name)
-            || obj
-                .get("execution")
-                .and_then(|e| e.get("taskSupport"))
-                .and_then(Value::as_str)
-                == Some("required");
+        let task_support_required = obj
+            .get("execution")
+            .and_then(|e| e.get("taskSupport"))
+            .and_then(Value::as_str)
+            == Some("required");
         tools.push(Arc::new(ToolDefinition {
             name: public,
             scope: scope.clone(),
@@ -167,7 +165,7 @@ mod tests {
     use serde_json::json;
 
     fn build(entries: Vec<Value>) -> Result<BuiltCatalog, CatalogError> {
-        build_catalog(&Scope::Global, "srv", 3, entries, &HashSet::new())
+        build_catalog(&Scope::Global, "srv", 3, entries)
     }
 
     #[test]

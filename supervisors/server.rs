@@ -1102,13 +1102,7 @@ async fn apply_catalog(
     entries: Vec<serde_json::Value>,
 ) {
     let generation = st.catalog_gen + 1;
-    let built = build_catalog(
-        &st.scope,
-        st.name(),
-        generation,
-        entries,
-        &st.diag.task_required(),
-    );
+    let built = build_catalog(&st.scope, st.name(), generation, entries);
     match built {
         Ok(catalog) => {
             st.catalog_warnings = catalog.warnings;
