@@ -25,18 +25,25 @@ fn server(name: &str, secret_name: &str) -> ServerConfig {
     cfg
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_named() {
-    let file = unique_temp_path("secrets.toml");
+/// A runtime whose file secret store holds `api_key` = [`VALUE`], with an
+/// event log; the store's file and the log, to check and remove.
+async fn secret_runtime(tag: &str) -> (Runtime, std::path::PathBuf, std::path::PathBuf) {
+    let file = unique_temp_path(&format!("{tag}.toml"));
     let store = FileSecretStore::open(&file).unwrap();
     store.set("api_key", &Secret::new(VALUE)).unwrap();
-    let log = unique_temp_path("secret-events.jsonl");
+    let log = unique_temp_path(&format!("{tag}-events.jsonl"));
     let runtime = Runtime::builder()
         .secrets(Arc::new(store))
         .event_log(&log)
         .start()
         .await
         .unwrap();
+    (runtime, file, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_named() {
+    let (runtime, file, log) = secret_runtime("secrets").await;
     runtime
         .add_server(G, server("good", "api_key"))
         .await
@@ -91,16 +98,7 @@ async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_n
 async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
     // TRUST-2 (issue 10, defect 4): everything the runtime makes of the
     // server's output — projection, canonical value, events — is redacted.
-    let file = unique_temp_path("echo-secrets.toml");
-    let store = FileSecretStore::open(&file).unwrap();
-    store.set("api_key", &Secret::new(VALUE)).unwrap();
-    let log = unique_temp_path("echo-secret-events.jsonl");
-    let runtime = Runtime::builder()
-        .secrets(Arc::new(store))
-        .event_log(&log)
-        .start()
-        .await
-        .unwrap();
+    let (runtime, file, log) = secret_runtime("echo-secrets").await;
     runtime
         .add_server(G, server("echoer", "api_key"))
         .await
