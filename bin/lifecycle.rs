@@ -55,15 +55,16 @@ async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let statuses = runtime.status();
+        // Settled: past connecting, and no re-sync a list_changed asked for
+        // still running (SYNC-5) — waited for by its event, not a sleep.
         let pending = names.iter().any(|n| {
             statuses.iter().find(|s| &s.server == n).is_none_or(|s| {
-                matches!(s.state, ServerState::Connecting | ServerState::Stopped)
-                    && s.error.is_none()
+                (matches!(s.state, ServerState::Connecting | ServerState::Stopped)
+                    && s.error.is_none())
+                    || s.syncing
             })
         });
         if !pending {
-            // Give a list_changed-triggered re-sync a moment to land.
-            tokio::time::sleep(Duration::from_millis(150)).await;
             return;
         }
         match tokio::time::timeout_at(deadline, events.recv()).await {

@@ -109,6 +109,9 @@ pub struct ServerStatus {
     pub non_json_lines: u64,
     /// Warnings (first non-JSON line, dropped tool entries, degraded schemas…).
     pub warnings: Vec<String>,
+    /// A catalog re-sync is running or due (SYNC-5): a `tools/list_changed`
+    /// arrived that the registered catalog does not reflect yet.
+    pub syncing: bool,
 }
 
 impl ServerStatus {
@@ -139,6 +142,7 @@ impl ServerStatus {
             error: None,
             stderr_tail: String::new(),
             non_json_lines: 0,
+            syncing: false,
             warnings: Vec::new(),
         }
     }

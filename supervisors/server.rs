@@ -404,6 +404,11 @@ impl ServerSupervisorState {
     /// CONN-10).
     fn publish_as(&mut self, state: ServerState) {
         self.status.state = state;
+        self.status.syncing = match &self.phase {
+            Phase::Ready { conn, sync, .. } => sync.is_some() || conn.resync_pending,
+            Phase::Connecting { conn, .. } => conn.resync_pending,
+            _ => false,
+        };
         let (count, first) = self.diag.non_json();
         self.status.non_json_lines = count;
         self.status.stderr_tail = self.diag.stderr_tail();
@@ -687,7 +692,6 @@ async fn on_conn_up(
         return;
     };
     conn.up_since = Some(Instant::now());
-    let resync = std::mem::take(&mut conn.resync_pending);
     st.activity.reset();
     st.instructions = info.instructions.clone();
     st.status.pid = info.pid;
@@ -711,6 +715,11 @@ async fn on_conn_up(
     apply_catalog(st, conn_gen, catalog).await;
     st.answer_waiters(Ok(()));
     arm_idle(myself, st, None);
+    // A list_changed during the handshake: the first catalog may be old.
+    let resync = match &mut st.phase {
+        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
+        _ => false,
+    };
     if resync {
         start_sync(myself, st);
     }
@@ -770,18 +779,24 @@ fn on_tools_list_changed(
     st: &mut ServerSupervisorState,
     conn_gen: u64,
 ) {
-    match &mut st.phase {
+    let newly_pending = match &mut st.phase {
         Phase::Ready {
             conn, live, sync, ..
         } if live.conn_gen == conn_gen => {
-            if sync.is_some() {
-                conn.resync_pending = true; // SYNC-5: coalesce into one follow-up sync.
-            } else {
-                start_sync(myself, st);
+            if sync.is_none() {
+                start_sync(myself, st); // publishes: the status shows syncing
+                return;
             }
+            // SYNC-5: coalesce into one follow-up sync.
+            !std::mem::replace(&mut conn.resync_pending, true)
         }
-        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => conn.resync_pending = true,
-        _ => {}
+        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => {
+            !std::mem::replace(&mut conn.resync_pending, true)
+        }
+        _ => false,
+    };
+    if newly_pending {
+        st.publish(); // the status shows syncing
     }
 }
 
@@ -793,17 +808,15 @@ async fn on_sync_done(
     conn_gen: u64,
     result: Result<Vec<serde_json::Value>, String>,
 ) {
-    let Phase::Ready {
-        conn, live, sync, ..
-    } = &mut st.phase
-    else {
+    let Phase::Ready { live, sync, .. } = &mut st.phase else {
         return;
     };
     *sync = None;
     if live.conn_gen != conn_gen {
         return; // SYNC-6
     }
-    let resync = std::mem::take(&mut conn.resync_pending);
+    // The follow-up is taken only after the catalog is published, so the
+    // status never shows a pause between two syncs (SYNC-5).
     match result {
         Ok(entries) => apply_catalog(st, conn_gen, entries).await,
         Err(e) => {
@@ -813,6 +826,10 @@ async fn on_sync_done(
             st.publish();
         }
     }
+    let resync = match &mut st.phase {
+        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
+        _ => false,
+    };
     if resync {
         start_sync(myself, st);
     }
@@ -1154,6 +1171,7 @@ fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
             result,
         });
     }));
+    st.publish(); // status shows syncing
 }
 
 fn idle_limit(st: &ServerSupervisorState) -> Option<Duration> {
