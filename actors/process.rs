@@ -96,6 +96,7 @@ impl ProcessGroup {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        die_with_parent(cmd);
         let mut child = cmd.spawn()?;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let pid = child.id();
@@ -205,6 +206,35 @@ impl Drop for ProcessGroup {
         }
     }
 }
+
+/// Make the leader die with the runtime's process (Linux `PR_SET_PDEATHSIG`):
+/// drop-based kills cannot run when the embedding process is itself killed
+/// (SIGKILL, a crash), and a leader that ignores stdin EOF would outlive it.
+/// The signal follows the thread that spawned the child: the runtime's
+/// tokio worker threads, which live as long as the runtime. Descendants the
+/// leader started are not covered (see docs/runtime-semantics.md).
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: between fork and exec the closure calls only prctl and getppid,
+    // which are async-signal-safe, and touches no memory of the parent.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before prctl took effect: do not run orphaned.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::other("the runtime exited during the spawn"));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_: &mut Command) {}
 
 /// Send `sig` to the group led by `pgid`, by id: for a group whose owner is
 /// gone but whose leader is not reaped yet (so the id is still the group's).

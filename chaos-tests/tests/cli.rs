@@ -477,3 +477,41 @@ async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_mcpvisor_takes_its_servers_with_it() {
+    // The no-orphan rule when no drop can run: mcpvisor is SIGKILLed in the
+    // middle of a call, and its server ignores SIGTERM and stdin EOF. The
+    // server's leader dies with mcpvisor (PR_SET_PDEATHSIG).
+    let log = RequestLog::new("killed.log");
+    let log_arg = log.path().to_string_lossy().into_owned();
+    let w = Workdir::new(&["--log-requests", &log_arg, "--ignore-sigterm"], "");
+    let mut child = command(&w.dir)
+        .args(["call", "mcp__x__hang"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mcpvisor_pid = child.id().unwrap();
+    assert!(
+        wait_file_contains(log.path(), "tools/call", RUN_LIMIT).await,
+        "the call never reached the server"
+    );
+    let servers = mcpvisor_chaos::descendants_of(mcpvisor_pid);
+    assert!(!servers.is_empty(), "the server runs under mcpvisor");
+    child.kill().await.unwrap(); // SIGKILL, and reaped
+    let mut survivors = Vec::new();
+    for pid in servers {
+        if !wait_gone(pid, Duration::from_secs(5)).await {
+            survivors.push(pid);
+            // SAFETY: kill(2) of a process this test saw start; cleanup only.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+    assert!(
+        survivors.is_empty(),
+        "{survivors:?} outlived a killed mcpvisor"
+    );
+}
