@@ -716,13 +716,7 @@ async fn on_conn_up(
     st.answer_waiters(Ok(()));
     arm_idle(myself, st, None);
     // A list_changed during the handshake: the first catalog may be old.
-    let resync = match &mut st.phase {
-        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
-        _ => false,
-    };
-    if resync {
-        start_sync(myself, st);
-    }
+    sync_if_pending(myself, st);
 }
 
 /// `ConnectionEnded`: a transport confirmed its close, or could not.
@@ -815,8 +809,6 @@ async fn on_sync_done(
     if live.conn_gen != conn_gen {
         return; // SYNC-6
     }
-    // The follow-up is taken only after the catalog is published, so the
-    // status never shows a pause between two syncs (SYNC-5).
     match result {
         Ok(entries) => apply_catalog(st, conn_gen, entries).await,
         Err(e) => {
@@ -826,13 +818,7 @@ async fn on_sync_done(
             st.publish();
         }
     }
-    let resync = match &mut st.phase {
-        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
-        _ => false,
-    };
-    if resync {
-        start_sync(myself, st);
-    }
+    sync_if_pending(myself, st);
 }
 
 /// `Reconnect(k)`: the backoff before attempt `k` is over (RECO-1).
@@ -1154,6 +1140,19 @@ async fn apply_catalog(
         }
     }
     st.publish();
+}
+
+/// Start the one follow-up sync a list_changed asked for (SYNC-5), if any.
+/// Taken only after the catalog was published, so the status never shows a
+/// pause between two syncs.
+fn sync_if_pending(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+    let pending = match &mut st.phase {
+        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
+        _ => false,
+    };
+    if pending {
+        start_sync(myself, st);
+    }
 }
 
 fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {

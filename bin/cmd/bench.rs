@@ -81,24 +81,15 @@ impl mcpvisor::CallPolicy for Bystander {
 async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     let message = "x".repeat(LARGE_BYTES);
     let args = json!({ "message": message });
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v.get(v.len() / 2)
-            .map(|d| d.as_secs_f64() * 1e3)
-            .unwrap_or(0.0)
-    };
     let (client, mut child) = bare_client(0).await?;
     let map = args.as_object().cloned().unwrap_or_default();
-    let mut bare = Vec::with_capacity(calls);
-    for i in 0..calls + 3 {
-        let t = Instant::now();
+    let bare = median_ms(calls, || async {
         client
             .call_tool(CallToolRequestParams::new("echo").with_arguments(map.clone()))
             .await?;
-        if i >= 3 {
-            bare.push(t.elapsed());
-        }
-    }
+        Ok(())
+    })
+    .await?;
     let _ = client.cancel().await;
     let _ = child.kill().await;
     let dir = std::env::temp_dir().join(format!("mcpvisor-bench-{}", std::process::id()));
@@ -114,9 +105,7 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     runtime
         .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
         .await?;
-    let mut ours = Vec::with_capacity(calls);
-    for i in 0..calls + 3 {
-        let t = Instant::now();
+    let ours = median_ms(calls, || async {
         let o = runtime
             .call(
                 &Scope::Global,
@@ -125,16 +114,34 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
                 CallOptions::default(),
             )
             .await;
-        if !o.is_ok() {
-            anyhow::bail!("call failed during bench: {}", o.projection);
-        }
-        if i >= 3 {
-            ours.push(t.elapsed());
-        }
-    }
+        anyhow::ensure!(o.is_ok(), "call failed during bench: {}", o.projection);
+        Ok(())
+    })
+    .await;
     runtime.shutdown(Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((median(bare), median(ours)))
+    Ok((bare, ours?))
+}
+
+/// The median ms of `calls` runs of `one`, after 3 warm-up runs.
+async fn median_ms<F, Fut>(calls: usize, one: F) -> anyhow::Result<f64>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    for _ in 0..3 {
+        one().await?;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        one().await?;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    Ok(samples
+        .get(samples.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3))
 }
 
 async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
