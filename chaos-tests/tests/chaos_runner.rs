@@ -95,3 +95,31 @@ async fn hostile_timing_scenarios_end_every_call_in_time() {
         frozen.outcomes
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_replies_idle_stops_leaked_secrets_and_supervisor_panics_lose_nothing() {
+    // Issue 10's fault kinds: replies read in pieces while the client answers
+    // pings and re-syncs (CONN-6), resource reads across idle stops (RECO-6),
+    // a server that echoes its secret (TRUST-2), and a supervisor that fails
+    // while its stubborn process is still closing (the restart barrier).
+    for (name, judged) in [
+        ("split_replies", Invariant::NoLostReply),
+        ("resources_only_idle", Invariant::NoLostReply),
+        ("secret_echo", Invariant::NoSecretLeak),
+        ("supervisor_panic_mid_close", Invariant::NoOverlap),
+    ] {
+        let r = run_scenario(&scenario(name), &RunOptions::default()).await;
+        assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
+        assert_eq!(r.invariants.get(&judged), Some(&Verdict::Pass), "{name}");
+        assert_eq!(
+            r.invariants.get(&Invariant::NoSecretLeak),
+            Some(&Verdict::Pass),
+            "{name}: every stdio run has a secret to keep"
+        );
+        assert!(
+            r.outcomes.get("ok").copied().unwrap_or(0) > 0,
+            "{name}: {:?}",
+            r.outcomes
+        );
+    }
+}

@@ -178,14 +178,12 @@ fn print_table(reports: &[ScenarioReport]) {
             truncate(&faults, 36)
         );
         for v in r.invariants.values() {
-            print!(
-                " {:>4}",
-                if matches!(v, Verdict::Pass) {
-                    "ok"
-                } else {
-                    "FAIL"
-                }
-            );
+            let shown = match v {
+                Verdict::Pass => "ok",
+                Verdict::Skip => "-",
+                Verdict::Fail(_) => "FAIL",
+            };
+            print!(" {shown:>4}");
         }
         println!(" {:>8}", r.duration_ms);
     }

@@ -24,8 +24,9 @@ use std::time::Duration;
 use clap::Parser;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    InitializeRequestParams, InitializeResult, JsonObject, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
@@ -129,6 +130,20 @@ struct Args {
     /// deep (valid JSON past serde_json's 128-level parse limit).
     #[arg(long, value_name = "N")]
     deep_echo: Option<usize>,
+    /// stdio only: every `echo` reply is written raw, in three pieces MS
+    /// milliseconds apart, after a server→client `ping` request and a
+    /// `tools/list_changed` notification, so the client has events of its
+    /// own (a ping to answer, a re-sync to send) while a reply is half read.
+    #[arg(long, value_name = "MS")]
+    split_replies: Option<u64>,
+    /// Put the value of this environment variable into every `echo` result,
+    /// the `is_error` result and stderr (a server that leaks its secrets).
+    #[arg(long, value_name = "NAME")]
+    leak_env: Option<String>,
+    /// Serve resources only (no tools capability): `mem://note/...` URIs,
+    /// each read answered with a text naming its URI.
+    #[arg(long)]
+    resources_only: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -320,6 +335,51 @@ impl FaultServer {
     }
 }
 
+impl FaultServer {
+    /// `--leak-env NAME`: " (NAME=value)" to append to what the server says.
+    fn leaked(&self) -> String {
+        match &self.args.leak_env {
+            Some(name) => format!(" ({name}={})", std::env::var(name).unwrap_or_default()),
+            None => String::new(),
+        }
+    }
+
+    /// `--split-replies`: a ping request and a list_changed notification,
+    /// then the reply to `ctx` in three pieces `pause` apart. The stdout
+    /// lock is held throughout, so rmcp's own writer cannot cut in between
+    /// the pieces; the client reads each piece as it comes.
+    fn write_split(&self, ctx: &RequestContext<RoleServer>, text_out: &str, pause: Duration) {
+        let n = self.calls.load(Ordering::SeqCst);
+        let reply = json!({
+            "jsonrpc": "2.0",
+            "id": ctx.id,
+            "result": {"content": [{"type": "text", "text": text_out}]}
+        })
+        .to_string();
+        let mut bytes = format!(
+            "{}\n{}\n",
+            json!({"jsonrpc": "2.0", "id": format!("split-ping-{n}"), "method": "ping"}),
+            json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+        )
+        .into_bytes();
+        let head = bytes.len();
+        bytes.extend(reply.into_bytes());
+        bytes.push(b'\n');
+        let third = (bytes.len() - head) / 3;
+        let cuts = [head + third, head + 2 * third];
+        let mut out = std::io::stdout().lock();
+        let mut from = 0;
+        for cut in cuts {
+            let _ = out.write_all(&bytes[from..cut]);
+            let _ = out.flush();
+            std::thread::sleep(pause);
+            from = cut;
+        }
+        let _ = out.write_all(&bytes[from..]);
+        let _ = out.flush();
+    }
+}
+
 fn die(code: i32, stderr_text: Option<&str>) -> ! {
     if let Some(text) = stderr_text {
         let mut err = std::io::stderr().lock();
@@ -335,22 +395,25 @@ fn text(t: impl Into<String>) -> ContentBlock {
 
 impl ServerHandler for FaultServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        let capabilities = if self.args.resources_only {
+            ServerCapabilities::builder().enable_resources().build()
+        } else {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new(
-            "fault-server",
-            env!("CARGO_PKG_VERSION"),
-        ))
-        .with_instructions(
-            self.args
-                .instructions
-                .clone()
-                .unwrap_or_else(|| "Fault-injection test server for mcpvisor.".into()),
-        )
+                .build()
+        };
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "fault-server",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                self.args
+                    .instructions
+                    .clone()
+                    .unwrap_or_else(|| "Fault-injection test server for mcpvisor.".into()),
+            )
     }
 
     async fn initialize(
@@ -372,6 +435,40 @@ impl ServerHandler for FaultServer {
     }
 
     async fn on_initialized(&self, _ctx: NotificationContext<RoleServer>) {}
+
+    async fn list_resources(
+        &self,
+        _req: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.log_request("resources/list", &ctx, None);
+        let mut r = ListResourcesResult::default();
+        r.resources = vec![Resource::new("mem://note/readme", "readme")];
+        Ok(r)
+    }
+
+    async fn read_resource(
+        &self,
+        req: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        // Logged like a call, URI as the argument: no_double_send reads it.
+        if let Some(path) = &self.args.log_requests
+            && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+        {
+            let _ = f.write_all(
+                format!("resources/read {} {{\"uri\":\"{}\"}}\n", ctx.id, req.uri).as_bytes(),
+            );
+        }
+        if !req.uri.starts_with("mem://note/") {
+            return Err(McpError::resource_not_found(
+                format!("no resource {}", req.uri),
+                None,
+            ));
+        }
+        let text = format!("note at {}", req.uri);
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, req.uri)]).into())
+    }
 
     async fn list_tools(
         &self,
@@ -508,7 +605,14 @@ impl ServerHandler for FaultServer {
                 if self.args.freeze_on_echo && msg == "freeze" {
                     std::thread::sleep(Duration::from_secs(3600));
                 }
-                let mut r = CallToolResult::success(vec![text(format!("Echo: {msg}"))]);
+                let echoed = format!("Echo: {msg}{}", self.leaked());
+                if let Some(ms) = self.args.split_replies {
+                    self.write_split(&ctx, &echoed, Duration::from_millis(ms));
+                    // The raw reply answered the request; never send a second one.
+                    ctx.ct.cancelled().await;
+                    return Err(McpError::internal_error("cancelled", None));
+                }
+                let mut r = CallToolResult::success(vec![text(echoed)]);
                 if let Some(depth) = self.args.deep_echo {
                     let mut deep = json!([]);
                     for _ in 0..depth {
@@ -531,7 +635,10 @@ impl ServerHandler for FaultServer {
                 CallToolResult::success(vec![text(format!("slept {ms} ms"))])
             }
             "crash" => die(5, Some("fault-server: crash tool called, exiting 5")),
-            "is_error" => CallToolResult::error(vec![text("tool failed on purpose")]),
+            "is_error" => CallToolResult::error(vec![text(format!(
+                "tool failed on purpose{}",
+                self.leaked()
+            ))]),
             "structured_ok" => {
                 let mut r = CallToolResult::structured(json!({"temp": 21.5}));
                 r.content = vec![text("temperature is 21.5")];
@@ -760,7 +867,7 @@ fn main() -> std::process::ExitCode {
             )),
         );
     }
-    if let Some(name) = &args.print_env {
+    for name in args.print_env.iter().chain(&args.leak_env) {
         eprintln!("env {name}={}", std::env::var(name).unwrap_or_default());
     }
     if args.ignore_sigterm {

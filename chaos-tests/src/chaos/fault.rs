@@ -103,6 +103,36 @@ pub enum Fault {
     /// The trigger `echo` freezes the server's only thread: it stops reading
     /// stdin and answers nothing; every later call must still end in time.
     StdinFreeze,
+    /// Every `echo` reply arrives in three pieces `ms` apart, after a
+    /// server→client ping and a `tools/list_changed`: the client answers the
+    /// ping, re-syncs and sends the concurrent calls while replies are half
+    /// read (CONN-6, issue 10 defect 1).
+    SplitReplies {
+        /// Pause between the pieces.
+        ms: u64,
+    },
+    /// Every workload call carries `bytes` of extra arguments (with
+    /// [`Fault::StdinFreeze`]: a server that stops reading with large
+    /// arguments queued).
+    LargeArgs {
+        /// Bytes of padding per call.
+        bytes: u64,
+    },
+    /// The server's secret (`API_KEY`, from the run's secret store) comes
+    /// back in every echo result, the `is_error` result and its stderr: no
+    /// event, outcome, status or log line may show it (TRUST-2).
+    SecretEcho,
+    /// Server `s` serves resources only and is idle-stopped after `idle_ms`:
+    /// the workload reads resources, some after the idle stop and some
+    /// right at its deadline (RECO-6, RES-2).
+    ResourcesOnlyIdle {
+        /// `idle_stop_after`.
+        idle_ms: u64,
+    },
+    /// After each trigger call, the server's supervisor fails (the `chaos`
+    /// feature's `FailForChaos`), mid-outage: its scope restarts it, and the
+    /// restart waits for every close the old one had not confirmed.
+    SupervisorPanic,
 }
 
 impl Fault {
@@ -141,6 +171,11 @@ impl Fault {
             Self::HookGarbage => "hook_garbage",
             Self::DeepJson => "deep_json",
             Self::StdinFreeze => "stdin_freeze",
+            Self::SplitReplies { .. } => "split_replies",
+            Self::LargeArgs { .. } => "large_args",
+            Self::SecretEcho => "secret_echo",
+            Self::ResourcesOnlyIdle { .. } => "resources_only_idle",
+            Self::SupervisorPanic => "supervisor_panic",
         }
     }
 
@@ -194,6 +229,10 @@ impl Fault {
             Self::HttpStall => v(&["--http-fault", "stall"]),
             Self::DeepJson => v(&["--deep-echo", "300"]),
             Self::StdinFreeze => v(&["--freeze-on-echo"]),
+            Self::SplitReplies { ms } => vec!["--split-replies".into(), ms.to_string()],
+            Self::SecretEcho => vec!["--leak-env".into(), SECRET_ENV.into()],
+            Self::ResourcesOnlyIdle { .. } => v(&["--resources-only"]),
+            Self::LargeArgs { .. } | Self::SupervisorPanic => Vec::new(),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -228,6 +267,59 @@ impl Fault {
         self.effects().extra_tools
     }
 
+    /// True when server `s` lists no tools under this fault.
+    pub(super) fn no_tools(&self) -> bool {
+        self.effects().no_tools
+    }
+
+    /// True when the fault leaves the server answering every workload call:
+    /// then each of them must end `ok` (`no_lost_reply`). Faults that lose
+    /// the connection, slow it past the timeout, or break `echo` itself do
+    /// not promise that.
+    pub(super) fn keeps_answering(&self) -> bool {
+        match self {
+            Self::SlowResponses { .. }
+            | Self::NonJsonLines
+            | Self::NoiseBeforeHandshake { .. }
+            | Self::IgnoreSigterm
+            | Self::Grandchild
+            | Self::ListChangedStorm { .. }
+            | Self::InvalidResult
+            | Self::IsError
+            | Self::SchemaViolation
+            | Self::HugeResult { .. }
+            | Self::AudioContent
+            | Self::PaginatedCatalog { .. }
+            | Self::LongNames
+            | Self::BadCharNames
+            | Self::HangOnCall
+            | Self::HookGrandchild
+            | Self::HookHang
+            | Self::HookGarbage
+            | Self::SplitReplies { .. }
+            | Self::LargeArgs { .. }
+            | Self::SecretEcho
+            | Self::ResourcesOnlyIdle { .. } => true,
+            Self::CrashAtStart { .. }
+            | Self::CrashAfterCalls { .. }
+            | Self::CrashMidCall
+            | Self::HangOnInitialize
+            | Self::OverlongLine
+            // Which of two colliding servers keeps the name is not yet
+            // deterministic (issue 18): `s` may end with no tools.
+            | Self::CollidingNames
+            | Self::DuplicateNames
+            | Self::StderrThenExit
+            | Self::Http401
+            | Self::Http500
+            | Self::HttpSessionLoss { .. }
+            | Self::HttpStall
+            | Self::DeepJson
+            | Self::StdinFreeze
+            | Self::SupervisorPanic => false,
+        }
+    }
+
     /// What this fault asks of a run besides the fault-server's flags.
     fn effects(&self) -> Effects {
         match self {
@@ -242,7 +334,12 @@ impl Fault {
             | Self::StderrThenExit
             | Self::Http401
             | Self::Http500
-            | Self::HttpSessionLoss { .. } => Effects::NONE,
+            | Self::HttpSessionLoss { .. }
+            | Self::SplitReplies { .. }
+            | Self::LargeArgs { .. }
+            | Self::SupervisorPanic => Effects::NONE,
+            Self::SecretEcho => Effects::trigger("is_error"),
+            Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),
             Self::CrashMidCall => Effects::trigger("crash"),
             Self::HangOnCall | Self::HttpStall => Effects::trigger("hang"),
             Self::NonJsonLines => Effects::trigger("garbage"),
@@ -294,6 +391,8 @@ struct Effects {
     extra_tools: u64,
     /// The hook the fault installs.
     hook: Option<FaultHook>,
+    /// The server lists no tools at all (its catalog is empty by design).
+    no_tools: bool,
 }
 
 impl Effects {
@@ -302,6 +401,7 @@ impl Effects {
         trigger: None,
         extra_tools: 0,
         hook: None,
+        no_tools: false,
     };
 
     /// Triggered by a call of `tool`.
@@ -316,6 +416,14 @@ impl Effects {
     const fn adding(self, tools: u64) -> Self {
         Self {
             extra_tools: tools,
+            ..self
+        }
+    }
+
+    /// The server lists no tools.
+    const fn removing_tools(self) -> Self {
+        Self {
+            no_tools: true,
             ..self
         }
     }
@@ -358,6 +466,9 @@ impl FaultHook {
         }
     }
 }
+
+/// The environment variable every stdio server of a run gets its secret in.
+pub(super) const SECRET_ENV: &str = "API_KEY";
 
 /// The ten tools every fault-server lists.
 pub(super) const FIXED_TOOLS: u64 = 10;

@@ -34,6 +34,11 @@ pub enum Invariant {
     BoundedOutcome,
     /// The shutdown report arrives within its deadline, clean.
     ShutdownWithinDeadline,
+    /// Every workload call ends `ok` when the plan's faults leave the server
+    /// answering (no reply lost to a split read, a re-sync or an idle stop).
+    NoLostReply,
+    /// The run's secret value appears in no event, outcome, status or log (TRUST-2).
+    NoSecretLeak,
     /// Memory stays bounded (soak only).
     BoundedMemory,
 }
@@ -50,6 +55,8 @@ impl Invariant {
             Self::OneOutcomePerCall => "one_outcome_per_call",
             Self::BoundedOutcome => "bounded_outcome",
             Self::ShutdownWithinDeadline => "shutdown_within_deadline",
+            Self::NoLostReply => "no_lost_reply",
+            Self::NoSecretLeak => "no_secret_leak",
             Self::BoundedMemory => "bounded_memory",
         }
     }
@@ -63,6 +70,9 @@ pub enum Verdict {
     Pass,
     /// Violated, with what was seen.
     Fail(String),
+    /// Not judged: the scenario makes no promise this invariant checks
+    /// (an HTTP run has no secret; a crashing server may fail calls).
+    Skip,
 }
 
 impl fmt::Display for Verdict {
@@ -70,6 +80,7 @@ impl fmt::Display for Verdict {
         match self {
             Self::Pass => f.write_str("pass"),
             Self::Fail(_) => f.write_str("fail"),
+            Self::Skip => f.write_str("skip"),
         }
     }
 }
@@ -100,7 +111,7 @@ impl ScenarioReport {
             .iter()
             .filter_map(|(i, v)| match v {
                 Verdict::Fail(why) => Some((*i, why.clone())),
-                Verdict::Pass => None,
+                Verdict::Pass | Verdict::Skip => None,
             })
             .collect()
     }
@@ -162,11 +173,20 @@ pub(super) fn generation_problems(
     problems
 }
 
+/// The recorder stamps an event when it receives it, a little after the
+/// runtime sent it: how much earlier than its stamp an event may have
+/// happened, when set against an instant the runner took itself.
+const STAMP_SLACK: Duration = Duration::from_millis(250);
+
 /// budget_respected: attempt k never exceeds max_attempts, and the next
-/// connection after `reconnecting(k)` starts no earlier than delay(k).
+/// connection after `reconnecting(k)` starts no earlier than delay(k). A
+/// server supervisor that failed (at an instant of `restarts`) is restarted
+/// by its scope and starts its schedule anew: a wait that spans one (give or
+/// take [`STAMP_SLACK`]) is not judged.
 pub(super) fn check_budget(
     events: &[(Instant, RuntimeEvent)],
     policy: &ReconnectPolicy,
+    restarts: &[Instant],
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let mut pending: HashMap<String, (Instant, u32, u64)> = HashMap::new();
@@ -189,7 +209,10 @@ pub(super) fn check_budget(
         {
             let waited = at.duration_since(since);
             let want = policy.delay_for_attempt(attempt);
-            if waited + Duration::from_millis(2) < want {
+            let restarted = restarts
+                .iter()
+                .any(|r| since <= *r + STAMP_SLACK && *r <= *at);
+            if !restarted && waited + Duration::from_millis(2) < want {
                 problems.push(format!(
                     "{}: attempt {attempt} started after {waited:?}, schedule says {want:?}",
                     s.server
@@ -211,7 +234,10 @@ pub(super) fn check_budget(
 pub(super) fn check_double_send(log: &Path, run_id: &str) -> Vec<String> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut counts: HashMap<&str, u32> = HashMap::new();
-    for line in text.lines().filter(|l| l.starts_with("tools/call")) {
+    let executions = text
+        .lines()
+        .filter(|l| l.starts_with("tools/call") || l.starts_with("resources/read"));
+    for line in executions {
         if let Some(start) = line.find(run_id) {
             let rest = &line[start..];
             let end = rest.find('"').unwrap_or(rest.len());
@@ -256,14 +282,16 @@ mod tests {
                 status(ServerState::Connecting, 2, 2),
             ),
         ];
-        let problems = check_budget(&early, &p);
+        let problems = check_budget(&early, &p, &[]);
+        // A supervisor restart in between starts the schedule anew.
+        assert!(check_budget(&early, &p, &[t0 + Duration::from_millis(1)]).is_empty());
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("schedule says 40ms"), "{problems:?}");
         let past = vec![(
             t0,
             status(ServerState::Reconnecting { attempt: 4, of: 3 }, 1, 4),
         )];
-        assert_eq!(check_budget(&past, &p).len(), 1);
+        assert_eq!(check_budget(&past, &p, &[]).len(), 1);
         let on_time = vec![
             (
                 t0,
@@ -274,7 +302,7 @@ mod tests {
                 status(ServerState::Connecting, 2, 1),
             ),
         ];
-        assert!(check_budget(&on_time, &p).is_empty());
+        assert!(check_budget(&on_time, &p, &[]).is_empty());
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub(super) struct RunIds {
     pub(super) hook_tag: String,
     /// The fault-servers' request log.
     pub(super) log: PathBuf,
+    /// The runtime's event log (judged by `no_secret_leak`).
+    pub(super) event_log: PathBuf,
+    /// The secret value server `s` gets in its environment, unique per run.
+    pub(super) secret: String,
 }
 
 impl RunIds {
@@ -58,9 +62,20 @@ impl RunIds {
             other_tag: format!("{run_id}-s__t"),
             hook_tag: format!("{run_id}-h"),
             log: unique_temp_path(&format!("{}-requests.log", sc.name)),
+            event_log: unique_temp_path(&format!("{}-events.jsonl", sc.name)),
+            secret: secret_value(&run_id),
             run_id,
         }
     }
+}
+
+/// A secret value for run `run_id`: unique, and unlike anything else a run
+/// prints, so finding it anywhere is a leak.
+fn secret_value(run_id: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    run_id.hash(&mut h);
+    format!("sk-chaos-{:016x}", h.finish())
 }
 
 /// What every phase of one run shares.
@@ -101,6 +116,8 @@ struct Seen {
     excluded: HashSet<u32>,
     /// Every runtime event with the instant it arrived.
     events: Vec<(Instant, RuntimeEvent)>,
+    /// Every server's status just before the shutdown, as JSON.
+    last_status: String,
 }
 
 /// Run one scenario and judge it.
@@ -130,6 +147,7 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
 /// Shut the runtime down (timed), stop the runner's own server, then the
 /// observers.
 async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
+    let last_status = serde_json::to_string(&run.runtime.status()).unwrap_or_default();
     let shut_started = Instant::now();
     let report = run.runtime.shutdown(SHUTDOWN_DEADLINE).await;
     let took = shut_started.elapsed();
@@ -146,6 +164,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         observed,
         excluded,
         events,
+        last_status,
     }
 }
 
@@ -171,7 +190,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         Invariant::OneGeneration,
         verdict(gen_problems.is_empty(), || gen_problems.join("; ")),
     );
-    let budget = check_budget(&seen.events, &policy());
+    let budget = check_budget(&seen.events, &policy(), &tally.supervisor_failures);
     invariants.insert(
         Invariant::BudgetRespected,
         verdict(budget.is_empty(), || budget.join("; ")),
@@ -186,12 +205,15 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         one_outcome_per_call(tally, &seen.events),
     );
     invariants.insert(Invariant::BoundedOutcome, bounded_outcome(run, tally));
+    invariants.insert(Invariant::NoLostReply, no_lost_reply(run, tally));
+    invariants.insert(Invariant::NoSecretLeak, no_secret_leak(run, seen, tally));
     invariants.insert(
         Invariant::ShutdownWithinDeadline,
         shutdown_within_deadline(seen, &run.problems),
     );
     if run.opts.check_memory {
-        invariants.insert(Invariant::BoundedMemory, Verdict::Pass);
+        // Judged once over the whole soak, on the last scenario's row.
+        invariants.insert(Invariant::BoundedMemory, Verdict::Skip);
     }
     invariants
 }
@@ -235,6 +257,62 @@ fn bounded_outcome(run: &Run<'_>, tally: &Tally) -> Verdict {
     })
 }
 
+/// no_lost_reply: when every fault of the plan leaves the server answering,
+/// every workload call ended `ok` (a reply read in pieces, a wake from an
+/// idle stop, a re-sync racing the calls never cost one).
+fn no_lost_reply(run: &Run<'_>, tally: &Tally) -> Verdict {
+    if !run.sc.keeps_answering() {
+        return Verdict::Skip;
+    }
+    verdict(tally.not_ok.is_empty() && tally.hung.is_empty(), || {
+        let mut all = tally.not_ok.clone();
+        all.extend(tally.hung.iter().map(|h| format!("{h}: no outcome")));
+        summarise(&all)
+    })
+}
+
+/// no_secret_leak (TRUST-2): the run's secret value appears in no event,
+/// outcome, status or event-log line.
+fn no_secret_leak(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
+    if !run.sc.has_secret() {
+        return Verdict::Skip;
+    }
+    let secret = run.ids.secret.as_str();
+    let mut leaks = tally.leaks.clone();
+    let in_events = seen
+        .events
+        .iter()
+        .filter(|(_, e)| {
+            serde_json::to_string(e)
+                .unwrap_or_default()
+                .contains(secret)
+        })
+        .count();
+    if in_events > 0 {
+        leaks.push(format!("{in_events} runtime event(s)"));
+    }
+    if seen.last_status.contains(secret) {
+        leaks.push("the servers' status".into());
+    }
+    match std::fs::read_to_string(&run.ids.event_log) {
+        Ok(log) if log.contains(secret) => leaks.push("the event log".into()),
+        Ok(_) => {}
+        Err(e) => leaks.push(format!("the event log could not be read: {e}")),
+    }
+    verdict(leaks.is_empty(), || {
+        format!("the secret value is in {}", summarise(&leaks))
+    })
+}
+
+/// The first three of `items` and how many more: a violation stays readable.
+fn summarise(items: &[String]) -> String {
+    let mut s = items.iter().take(3).cloned().collect::<Vec<_>>().join("; ");
+    if items.len() > 3 {
+        s.push_str(&format!("; … and {} more", items.len() - 3));
+    }
+    s
+}
+
 /// shutdown_within_deadline: the report came in time, clean, after a setup
 /// without problems.
 fn shutdown_within_deadline(seen: &Seen, problems: &[String]) -> Verdict {
@@ -253,6 +331,7 @@ fn shutdown_within_deadline(seen: &Seen, problems: &[String]) -> Verdict {
 /// Remove the run's request log and hook files.
 fn clean_up(run: &Run<'_>) {
     let _ = std::fs::remove_file(&run.ids.log);
+    let _ = std::fs::remove_file(&run.ids.event_log);
     for f in &run.hook_files {
         let _ = std::fs::remove_file(f);
     }

@@ -98,6 +98,37 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("crash_mid_call_with_grandchild", |_| {
             vec![Fault::CrashMidCall, Fault::Grandchild]
         }),
+        // Issue 10's hostile timing. New scenarios go last: each draws from
+        // the stream of its index, so the plans above stay the same per seed.
+        ("split_replies", |r| {
+            vec![Fault::SplitReplies { ms: r.range(2, 10) }]
+        }),
+        ("large_args_stall", |r| {
+            vec![
+                Fault::StdinFreeze,
+                Fault::LargeArgs {
+                    bytes: r.range(64, 512) * 1024,
+                },
+            ]
+        }),
+        ("secret_echo", |_| vec![Fault::SecretEcho]),
+        ("resources_only_idle", |r| {
+            vec![Fault::ResourcesOnlyIdle {
+                idle_ms: r.range(100, 300),
+            }]
+        }),
+        ("supervisor_panic_mid_outage", |_| {
+            vec![Fault::CrashMidCall, Fault::SupervisorPanic]
+        }),
+        // The panic while the failed connection's stubborn process is still
+        // being closed: the restarted supervisor must wait for that close.
+        ("supervisor_panic_mid_close", |_| {
+            vec![
+                Fault::OverlongLine,
+                Fault::IgnoreSigterm,
+                Fault::SupervisorPanic,
+            ]
+        }),
     ];
     table
         .into_iter()
@@ -132,6 +163,51 @@ impl Scenario {
         self.faults.contains(&Fault::HangOnInitialize)
     }
 
+    /// True when server `s` gets a secret in its environment (every stdio
+    /// run; `secret_echo` makes the server leak it).
+    pub(super) fn has_secret(&self) -> bool {
+        !self.is_http()
+    }
+
+    /// True when the server supervisor is made to fail after each trigger.
+    pub(super) fn panics_supervisor(&self) -> bool {
+        self.faults.contains(&Fault::SupervisorPanic)
+    }
+
+    /// `idle_stop_after` of server `s`, when the plan idle-stops it.
+    pub(super) fn idle_stop(&self) -> Option<std::time::Duration> {
+        self.faults.iter().find_map(|f| match f {
+            Fault::ResourcesOnlyIdle { idle_ms } => {
+                Some(std::time::Duration::from_millis(*idle_ms))
+            }
+            _ => None,
+        })
+    }
+
+    /// True when every workload call must end `ok` (`no_lost_reply`): every
+    /// fault of the plan leaves the server answering.
+    pub(super) fn keeps_answering(&self) -> bool {
+        self.faults.iter().all(Fault::keeps_answering)
+    }
+
+    /// The public tool name and arguments of the workload call carrying
+    /// `nonce`: `echo` (padded under [`Fault::LargeArgs`]), or a resource
+    /// read for a resources-only server. The nonce is in what the server
+    /// logs, so `no_double_send` finds it.
+    pub(super) fn workload_call(&self, nonce: &str) -> (&'static str, serde_json::Value) {
+        if self.idle_stop().is_some() {
+            let args = serde_json::json!({"server": "s", "uri": format!("mem://note/{nonce}")});
+            return ("read_mcp_resource", args);
+        }
+        let mut args = serde_json::json!({ "message": nonce });
+        for f in &self.faults {
+            if let Fault::LargeArgs { bytes } = f {
+                args["pad"] = serde_json::Value::String("p".repeat(*bytes as usize));
+            }
+        }
+        ("mcp__s__echo", args)
+    }
+
     /// The fault-server flags of server `s`: its request log, then every fault's.
     pub(super) fn server_args(&self, log: &Path) -> Vec<String> {
         let mut args: Vec<String> =
@@ -152,7 +228,9 @@ impl Scenario {
     /// rejects it whole); "s__t" the fixed ones.
     pub(super) fn expected_catalog(&self) -> HashMap<String, u64> {
         let extras: u64 = self.faults.iter().map(Fault::extra_tools).sum();
-        let whole = if self.faults.contains(&Fault::DuplicateNames) {
+        let whole = if self.faults.contains(&Fault::DuplicateNames)
+            || self.faults.iter().any(Fault::no_tools)
+        {
             0
         } else {
             FIXED_TOOLS + extras

@@ -6,10 +6,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcpvisor::{Dialect, HookSettings, ReconnectPolicy, Runtime, Scope, ServerConfig};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use mcpvisor::{
+    Dialect, HookSettings, ReconnectPolicy, Runtime, Scope, Secret, SecretStore, ServerConfig,
+    StdioConfig, StoreError, TransportConfig,
+};
 use serde_json::{Value, json};
 
-use super::fault::FaultHook;
+use super::fault::{FaultHook, SECRET_ENV};
 use super::observe::{Recorder, Sampler};
 use super::run::{Observers, Run, RunIds, RunOptions};
 use super::scenario::Scenario;
@@ -40,7 +46,9 @@ pub(super) async fn setup<'a>(
         vec![ids.main_tag.clone(), ids.other_tag.clone()],
         vec![ids.hook_tag.clone()],
     );
-    let mut builder = Runtime::builder();
+    let mut builder = Runtime::builder()
+        .event_log(&ids.event_log)
+        .secrets(Arc::new(OneSecret(ids.secret.clone())));
     let mut hook_files = Vec::new();
     if let Some((settings, files)) = write_hooks(sc, &ids.hook_tag) {
         builder = builder.hooks(settings);
@@ -156,10 +164,38 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
         }
     }
     for cfg in configs {
-        let cfg = supervised(cfg, sc.hangs_on_initialize());
+        let mut cfg = supervised(cfg, sc.hangs_on_initialize());
+        if let TransportConfig::Stdio(StdioConfig { env_secrets, .. }) = &mut cfg.transport {
+            env_secrets.insert(SECRET_ENV.into(), SECRET_NAME.into());
+        }
+        if cfg.server_name == "s" {
+            cfg.idle_stop_after = sc.idle_stop();
+        }
         if let Err(e) = run.runtime.add_server(Scope::Global, cfg).await {
             run.problems.push(e.to_string());
         }
+    }
+}
+
+/// The name of the run's one secret in its store.
+const SECRET_NAME: &str = "chaos_api_key";
+
+/// The run's secret store: one secret, [`SECRET_NAME`], whose value is
+/// unique to the run (`no_secret_leak` looks for it everywhere).
+struct OneSecret(String);
+
+impl SecretStore for OneSecret {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
+        Box::pin(async move {
+            if name == SECRET_NAME {
+                Ok(Secret::new(self.0.clone()))
+            } else {
+                Err(StoreError::Missing {
+                    name: name.to_owned(),
+                    place: "the chaos run's store".into(),
+                })
+            }
+        })
     }
 }
 

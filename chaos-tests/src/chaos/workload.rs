@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mcpvisor::{CallOptions, Runtime, Scope, ServerState, ServerStatus, ToolOutcome};
-use serde_json::json;
 use tokio::time::error::Elapsed;
 
+use super::rng::SeededRng;
 use super::run::Run;
-use crate::wait_for;
+use crate::{wait_for, wait_for_status};
 
 /// Every server's `tool_call_timeout`.
 pub(super) const TOOL_CALL_TIMEOUT: Duration = Duration::from_millis(800);
@@ -33,22 +33,44 @@ pub(super) struct Tally {
     nonce: u64,
     /// The longest time a call took to its outcome, and which call.
     pub(super) slowest: (Duration, String),
+    /// Workload calls (not triggers) that ended other than `ok`, with how.
+    pub(super) not_ok: Vec<String>,
+    /// Outcomes that showed the run's secret value.
+    pub(super) leaks: Vec<String>,
+    /// When the runner made the server's supervisor fail (a restart starts
+    /// the reconnect schedule anew, so `budget_respected` skips across it).
+    pub(super) supervisor_failures: Vec<std::time::Instant>,
 }
 
 impl Tally {
-    /// The arguments of the next echo call: a nonce unique to this run.
-    fn next_echo(&mut self, run_id: &str) -> serde_json::Value {
+    /// The next workload call: its tool and arguments, carrying a nonce
+    /// unique to this run.
+    fn next_call(&mut self, run: &Run<'_>) -> (&'static str, serde_json::Value) {
         self.nonce += 1;
-        json!({"message": format!("{run_id}#{}", self.nonce)})
+        run.sc
+            .workload_call(&format!("{}#{}", run.ids.run_id, self.nonce))
     }
 
-    /// Count what came of one call; `what` names a call that hung.
+    /// Count what came of one call; `what` names it. A workload call (not a
+    /// trigger) that ends other than `ok` is kept for `no_lost_reply`; an
+    /// outcome showing `secret` is kept for `no_secret_leak`.
     fn record(
         &mut self,
         (result, took): (Result<ToolOutcome, Elapsed>, Duration),
-        what: impl FnOnce() -> String,
+        what: String,
+        workload: bool,
+        secret: &str,
     ) {
-        let what = what();
+        if let Ok(o) = &result {
+            if workload && o.kind.name() != "ok" {
+                let why = o.error.as_deref().unwrap_or_default();
+                self.not_ok
+                    .push(format!("{what}: {} ({why})", o.kind.name()));
+            }
+            if shows_secret(o, secret) {
+                self.leaks.push(format!("the outcome of {what}"));
+            }
+        }
         if took > self.slowest.0 {
             self.slowest = match &result {
                 Ok(o) => (took, format!("{what} ({})", o.kind.name())),
@@ -65,53 +87,106 @@ impl Tally {
     }
 }
 
-/// Call tool `tool` of server `s`, bounded by [`CALL_LIMIT`].
+/// True when anything of `o` the caller or the model sees shows `secret`.
+fn shows_secret(o: &ToolOutcome, secret: &str) -> bool {
+    o.projection.contains(secret)
+        || o.error.as_deref().is_some_and(|e| e.contains(secret))
+        || o.canonical
+            .as_ref()
+            .is_some_and(|c| c.to_string().contains(secret))
+        || o.notes.iter().any(|n| n.contains(secret))
+}
+
+/// Call the public tool `name`, bounded by [`CALL_LIMIT`].
 async fn call(
     runtime: &Runtime,
-    tool: &str,
+    name: &str,
     args: serde_json::Value,
 ) -> (Result<ToolOutcome, Elapsed>, Duration) {
-    let name = format!("mcp__s__{tool}");
     let started = tokio::time::Instant::now();
     let result = tokio::time::timeout(
         CALL_LIMIT,
-        runtime.call(&Scope::Global, &name, Some(args), CallOptions::default()),
+        runtime.call(&Scope::Global, name, Some(args), CallOptions::default()),
     )
     .await;
     (result, started.elapsed())
 }
 
-/// The scenario's sequential echo calls, one after the other.
+/// The scenario's sequential workload calls, one after the other. Under an
+/// idle stop, each waits first: every other one until the server has been
+/// idle-stopped (the call wakes it), the rest for about the idle deadline,
+/// to land in the window where the stop is under way (RECO-6).
 pub(super) async fn sequential_calls(run: &Run<'_>, tally: &mut Tally) {
-    for _ in 0..run.sc.calls {
-        let args = tally.next_echo(&run.ids.run_id);
+    let mut rng = SeededRng::new(run.sc.seed, 1_000 + tally.nonce);
+    for i in 0..run.sc.calls {
+        if let Some(idle) = run.sc.idle_stop() {
+            if i % 2 == 0 {
+                let mut events = run.runtime.subscribe();
+                let stopped = wait_for_status(
+                    &run.runtime,
+                    &mut events,
+                    "s",
+                    idle + Duration::from_secs(3),
+                    |s| s.state == ServerState::IdleStopped,
+                )
+                .await;
+                // The plan promised an idle stop: without one the wake
+                // path was never exercised, which is a failed scenario.
+                if stopped.is_err() {
+                    tally.not_ok.push(format!(
+                        "call #{}: s was never idle-stopped",
+                        tally.nonce + 1
+                    ));
+                }
+            } else {
+                let near = idle.as_millis() as u64 + rng.range(0, 30);
+                tokio::time::sleep(Duration::from_millis(near.saturating_sub(15))).await;
+            }
+        }
+        let (tool, args) = tally.next_call(run);
         let nonce = tally.nonce;
         tally.issued += 1;
-        let result = call(&run.runtime, "echo", args).await;
-        tally.record(result, || format!("echo #{nonce}"));
+        let result = call(&run.runtime, tool, args).await;
+        tally.record(result, format!("{tool} #{nonce}"), true, &run.ids.secret);
     }
 }
 
-/// The scenario's concurrent echo calls, all at once.
+/// The scenario's concurrent workload calls, all at once.
 pub(super) async fn concurrent_calls(run: &Run<'_>, tally: &mut Tally) {
     let batch: Vec<_> = (0..run.sc.concurrent)
-        .map(|_| call(&run.runtime, "echo", tally.next_echo(&run.ids.run_id)))
+        .map(|_| {
+            let (tool, args) = tally.next_call(run);
+            (tool, call(&run.runtime, tool, args))
+        })
         .collect();
     tally.issued += run.sc.concurrent;
-    for result in futures::future::join_all(batch).await {
-        tally.record(result, || "concurrent echo".into());
+    let (tools, calls): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    for (tool, result) in tools
+        .into_iter()
+        .zip(futures::future::join_all(calls).await)
+    {
+        tally.record(result, format!("concurrent {tool}"), true, &run.ids.secret);
     }
 }
 
-/// Each fault's trigger call, then a bounded wait for any reconnect it caused.
+/// Each fault's trigger call (then, under `Fault::SupervisorPanic`, the
+/// server supervisor's failure, mid-outage), then a bounded wait for any
+/// reconnect it caused.
 pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     for fault in &run.sc.faults {
         let Some(tool) = fault.trigger() else {
             continue;
         };
         tally.issued += 1;
-        let result = call(&run.runtime, tool, fault.trigger_args()).await;
-        tally.record(result, || format!("trigger {tool}"));
+        let name = format!("mcp__s__{tool}");
+        let result = call(&run.runtime, &name, fault.trigger_args()).await;
+        tally.record(result, format!("trigger {tool}"), false, &run.ids.secret);
+        if run.sc.panics_supervisor() {
+            tally.supervisor_failures.push(std::time::Instant::now());
+            let _ = run
+                .runtime
+                .fail_server_supervisor_for_chaos(&Scope::Global, "s");
+        }
     }
     // Give a reconnect the chance to happen, bounded.
     settle(&run.runtime, Duration::from_secs(5)).await;
