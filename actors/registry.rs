@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::messages::call::ToolDefinition;
 use crate::messages::config::Scope;
-use crate::messages::registry::{RegistryMsg, ScopeSnapshot, SwapError};
+use crate::messages::registry::{LiveConn, RegistryMsg, ScopeSnapshot, SwapError};
 use crate::messages::status::{RuntimeEvent, ServerState};
 
 /// The registry actor.
@@ -170,9 +170,10 @@ impl Actor for ToolRegistry {
                     conn_gen,
                     generation,
                     tools,
+                    live,
                     reply,
                 } => {
-                    let result = swap(st, &server, conn_gen, generation, tools);
+                    let result = swap(st, &server, conn_gen, generation, tools, live);
                     st.publish();
                     if result.is_ok() {
                         st.emit_catalog(&server);
@@ -227,12 +228,21 @@ fn swap(
     conn_gen: u64,
     generation: u64,
     tools: Vec<Arc<ToolDefinition>>,
+    live: Option<LiveConn>,
 ) -> Result<usize, SwapError> {
-    let Some(entry) = st.current.servers.get(server) else {
+    let Some(entry) = st.current.servers.get_mut(server) else {
         return Err(SwapError::NotRegistered {
             server: server.to_owned(),
         });
     };
+    // A new connection's first catalog: the handle and the tools are
+    // published in one snapshot (issue 10, item 14).
+    if let Some(live) = live.filter(|l| l.conn_gen == conn_gen) {
+        if entry.live.as_ref().map(|l| l.conn_gen) != Some(conn_gen) {
+            entry.up_since = Some(Instant::now());
+        }
+        entry.live = Some(live);
+    }
     match &entry.live {
         Some(live) if live.conn_gen == conn_gen => {}
         _ => return Err(SwapError::Stale { conn_gen }),
@@ -268,4 +278,165 @@ fn swap(
         st.emit_resource_tools();
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use ractor::Actor;
+    use rmcp::{ServerHandler, ServiceExt};
+
+    use super::*;
+    use crate::messages::catalog::build_catalog;
+    use crate::messages::config::ServerConfig;
+    use crate::messages::registry::{Activity, ServerEntry};
+    use crate::messages::server::ServerSupervisorMsg;
+    use crate::messages::status::ServerStatus;
+
+    /// A server supervisor that ignores everything: an entry needs one.
+    struct Idle;
+    impl Actor for Idle {
+        type Msg = ServerSupervisorMsg;
+        type State = ();
+        type Arguments = ();
+        async fn pre_start(&self, _: ActorRef<Self::Msg>, _: ()) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+    }
+
+    /// A server with rmcp's default (empty) handler.
+    #[derive(Clone)]
+    struct Quiet;
+    impl ServerHandler for Quiet {}
+
+    /// A live handle of connection `conn_gen` to an in-process server, and
+    /// the client service behind it (alive while it is held).
+    async fn live(
+        conn_gen: u64,
+    ) -> (
+        LiveConn,
+        rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    ) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(running) = Quiet.serve(server).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let running = ().serve(client).await.unwrap();
+        let live = LiveConn {
+            conn_gen,
+            peer: running.peer().clone(),
+            redactions: Arc::new([]),
+        };
+        (live, running)
+    }
+
+    fn tools(generation: u64, name: &str) -> Vec<Arc<ToolDefinition>> {
+        let raw = serde_json::json!({"name": name, "inputSchema": {"type": "object"}});
+        build_catalog(&Scope::Global, "srv", generation, vec![raw])
+            .unwrap()
+            .tools
+    }
+
+    async fn swap_msg(
+        registry: &ActorRef<RegistryMsg>,
+        conn_gen: u64,
+        generation: u64,
+        name: &str,
+        live: Option<LiveConn>,
+    ) -> Result<usize, SwapError> {
+        ractor::call_t!(
+            registry,
+            |reply| RegistryMsg::Swap {
+                server: "srv".into(),
+                conn_gen,
+                generation,
+                tools: tools(generation, name),
+                live,
+                reply,
+            },
+            5000
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_becomes_callable_in_the_same_snapshot_as_its_catalog() {
+        // Issue 10, item 14: the live handle of a new connection is never
+        // published with the previous connection's definitions.
+        let (snap_tx, mut snap_rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
+        let (events, _) = broadcast::channel(64);
+        let (registry, _) = Actor::spawn(
+            None,
+            ToolRegistry,
+            RegistryArgs {
+                scope: Scope::Global,
+                snapshot: snap_tx,
+                events,
+            },
+        )
+        .await
+        .unwrap();
+        let (supervisor, _) = Actor::spawn(None, Idle, ()).await.unwrap();
+        let status = ServerStatus::new(Scope::Global, "srv", "in_process", 3);
+        let config = Arc::new(ServerConfig::stdio("srv", "true", Vec::new()));
+        registry
+            .cast(RegistryMsg::Register {
+                entry: Box::new(ServerEntry {
+                    status,
+                    live: None,
+                    up_since: None,
+                    tools: Arc::new(Vec::new()),
+                    instructions: None,
+                    supervisor: supervisor.clone(),
+                    activity: Arc::new(Activity::new()),
+                    config,
+                }),
+            })
+            .unwrap();
+        // Connection 1 with tool `old`; then it is lost (live withdrawn, the
+        // tools kept, RECO-5 keep).
+        let (first, _first_client) = live(1).await;
+        assert_eq!(swap_msg(&registry, 1, 1, "old", Some(first)).await, Ok(1));
+        let callable = |s: &ScopeSnapshot| s.servers["srv"].live.as_ref().map(|l| l.conn_gen);
+        let names = |s: &ScopeSnapshot| {
+            s.servers["srv"]
+                .tools
+                .iter()
+                .map(|t| t.raw_name.clone())
+                .collect::<Vec<_>>()
+        };
+        let s = snap_rx.borrow_and_update().clone();
+        assert_eq!((callable(&s), names(&s)), (Some(1), vec!["old".to_owned()]));
+        let mut lost = s.servers["srv"].status.clone();
+        lost.state = ServerState::Reconnecting { attempt: 1, of: 3 };
+        registry
+            .cast(RegistryMsg::Publish {
+                status: Box::new(lost),
+                live: None,
+                instructions: None,
+            })
+            .unwrap();
+        // Connection 2 lists `new`: one swap installs the handle and the tools.
+        let (second, _second_client) = live(2).await;
+        assert_eq!(swap_msg(&registry, 2, 2, "new", Some(second)).await, Ok(1));
+        let s = snap_rx.borrow_and_update().clone();
+        assert_eq!((callable(&s), names(&s)), (Some(2), vec!["new".to_owned()]));
+        assert!(s.servers["srv"].up_since.is_some());
+        // A re-sync carries no handle and needs connection 2 to be the live one.
+        assert_eq!(swap_msg(&registry, 2, 3, "newer", None).await, Ok(1));
+        assert_eq!(
+            swap_msg(&registry, 1, 4, "stale", None).await,
+            Err(SwapError::Stale { conn_gen: 1 })
+        );
+        let s = snap_rx.borrow_and_update().clone();
+        assert_eq!(
+            (callable(&s), names(&s)),
+            (Some(2), vec!["newer".to_owned()])
+        );
+        registry.stop(None);
+        supervisor.stop(None);
+    }
 }

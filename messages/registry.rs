@@ -231,6 +231,11 @@ pub enum RegistryMsg {
         generation: u64,
         /// The new definitions.
         tools: Vec<Arc<ToolDefinition>>,
+        /// The live handle of connection `conn_gen`, for its first catalog:
+        /// installed together with the tools, so a new connection is never
+        /// callable under the previous connection's definitions. `None` for
+        /// a re-sync: then connection `conn_gen` must be the live one.
+        live: Option<LiveConn>,
         /// Ok(count) or the conflict / staleness.
         reply: RpcReplyPort<Result<usize, SwapError>>,
     },

@@ -709,10 +709,10 @@ async fn on_conn_up(
         idle: None,
         sync: None,
     };
-    // The live handle goes out first (the registry's Swap checks it, SYNC-6);
+    // The live handle goes out with the first catalog, in one registry
+    // snapshot: never callable under the previous connection's definitions;
     // `ready` only once the catalog is registered (CONN-10).
-    st.publish_as(ServerState::Connecting);
-    apply_catalog(st, conn_gen, catalog).await;
+    apply_catalog(st, conn_gen, catalog, true).await;
     st.answer_waiters(Ok(()));
     arm_idle(myself, st, None);
     // A list_changed during the handshake: the first catalog may be old.
@@ -810,7 +810,7 @@ async fn on_sync_done(
         return; // SYNC-6
     }
     match result {
-        Ok(entries) => apply_catalog(st, conn_gen, entries).await,
+        Ok(entries) => apply_catalog(st, conn_gen, entries, false).await,
         Err(e) => {
             st.catalog_warnings = vec![format!(
                 "catalog re-sync failed, previous generation kept: {e}"
@@ -1098,11 +1098,13 @@ fn barrier_failed(st: &mut ServerSupervisorState, conn_gen: u64, pid: Option<u32
     st.enter(Phase::Failed);
 }
 
-/// Build a catalog generation from raw entries and swap it in (SYNC-3, SYNC-4).
+/// Build a catalog generation from raw entries and swap it in (SYNC-3,
+/// SYNC-4); a connection's `first` catalog carries its live handle.
 async fn apply_catalog(
     st: &mut ServerSupervisorState,
     conn_gen: u64,
     entries: Vec<serde_json::Value>,
+    first: bool,
 ) {
     let generation = st.catalog_gen + 1;
     let built = build_catalog(&st.scope, st.name(), generation, entries);
@@ -1116,6 +1118,7 @@ async fn apply_catalog(
                     conn_gen,
                     generation,
                     tools: catalog.tools,
+                    live: first.then(|| st.phase.live().cloned()).flatten(),
                     reply,
                 },
                 5000
