@@ -217,8 +217,8 @@ async fn run(spec: HookCommand, cancel: CancellationToken, disposed: Cancellatio
         _ = cancel.cancelled() => { raw.cancelled = true; None }
         _ = disposed.cancelled() => { raw.cancelled = true; None }
     };
-    // Every path: kill what is left of the group, then reap the leader.
-    group.signal(libc::SIGKILL);
+    // Every path: kill what is left of the group, then reap the leader (a
+    // leader that exited had its group SIGKILLed by the reaper already).
     let exit = match exit {
         Some(e) => Some(e),
         None => group.kill_and_reap().await,

@@ -9,13 +9,20 @@
 //! before the leader was reaped SIGKILLs the group (the reaper task still
 //! reaps the leader), so no path leaves an orphan behind.
 //!
+//! No group signal is sent after the leader was reaped: when the leader
+//! exits (seen through its pidfd, without reaping), the reaper SIGKILLs the
+//! group, then reaps, under the lock every group signal takes. While the
+//! leader or its zombie exists its pid cannot be reused, so no group signal
+//! can reach an unrelated process that got the same id.
+//!
 //! A process that leaves its group (`setsid`) is out of reach of group
 //! signals; see docs/runtime-semantics.md.
 
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
 /// How the leader of a group ended, once it was reaped.
@@ -82,6 +89,11 @@ pub struct ProcessGroup {
     exit: watch::Receiver<Option<Exit>>,
     /// `true` once the leader was reaped (for whoever must know later).
     reaped_flag: watch::Receiver<bool>,
+    /// `true` once the leader was reaped, shared with the reaper task; held
+    /// while a group signal is sent and while the reaper reaps, so a signal
+    /// never goes to the id after the leader was reaped (and the id may
+    /// have been reused).
+    gone: Arc<Mutex<bool>>,
     /// The leader was seen reaped: no kill on drop.
     reaped: bool,
 }
@@ -99,34 +111,35 @@ impl ProcessGroup {
         die_with_parent(cmd);
         let mut child = cmd.spawn()?;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let pid = child.id();
+        let Some(pid) = child.id() else {
+            // Not reachable for a child that has not been waited for; handled
+            // so that no path panics (the drop of `child` kills and reaps it).
+            return Err(std::io::Error::other(
+                "the child exited before its pid was taken",
+            ));
+        };
         let (exit_tx, exit) = watch::channel(None);
         let (reaped_tx, reaped_flag) = watch::channel(false);
+        let gone = Arc::new(Mutex::new(false));
+        let reaper_gone = gone.clone();
         // The reaper owns the child: it is reaped on every path, also when the
         // group's owner is gone.
         tokio::spawn(async move {
-            let exit = match child.wait().await {
-                Ok(s) => Exit::Status(s),
-                Err(e) => Exit::WaitFailed(e.to_string()),
-            };
+            let exit = reap(child, pid, reaper_gone).await;
             let _ = exit_tx.send(Some(exit));
             let _ = reaped_tx.send(true);
         });
-        let (Some(pid), (Some(stdin), Some(stdout), Some(stderr))) = (pid, pipes) else {
-            // Not reachable for a child spawned with piped stdio that has not
-            // been waited for; handled so that no path panics.
-            if let Some(pid) = pid {
-                signal_group(pid, libc::SIGKILL);
-            }
-            return Err(std::io::Error::other(
-                "the child exited before its pid and pipes were taken",
-            ));
-        };
         let group = Self {
             pid,
             exit,
             reaped_flag,
+            gone,
             reaped: false,
+        };
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            // Not reachable for a child spawned with piped stdio; the drop
+            // of `group` kills it.
+            return Err(std::io::Error::other("the child's pipes were not created"));
         };
         Ok((
             group,
@@ -149,9 +162,13 @@ impl ProcessGroup {
         self.reaped_flag.clone()
     }
 
-    /// Send `sig` to every process of the group.
+    /// Send `sig` to every process of the group, unless its leader was
+    /// reaped already (then the whole group was SIGKILLed just before).
     pub fn signal(&self, sig: i32) {
-        signal_group(self.pid, sig);
+        let gone = lock(&self.gone);
+        if !*gone {
+            signal_group(self.pid, sig);
+        }
     }
 
     /// Wait up to `limit` (`None`: without limit) for the leader to be reaped.
@@ -181,9 +198,9 @@ impl ProcessGroup {
     }
 
     /// The close sequence (CONN-8), once stdin was closed: wait, SIGTERM the
-    /// group, wait, SIGKILL, wait for the reap. Finally SIGKILL the group once
-    /// more so no grandchild outlives its leader. Returns the leader's exit
-    /// when it was confirmed reaped.
+    /// group, wait, SIGKILL, wait for the reap. No grandchild outlives its
+    /// leader: the reaper SIGKILLs the group when the leader exits. Returns
+    /// the leader's exit when it was confirmed reaped.
     pub async fn close(&mut self, graces: CloseGraces) -> Option<Exit> {
         let mut exit = self.wait(Some(graces.after_stdin)).await;
         if exit.is_none() {
@@ -194,7 +211,6 @@ impl ProcessGroup {
             self.signal(libc::SIGKILL);
             exit = self.wait(Some(graces.after_kill)).await;
         }
-        self.signal(libc::SIGKILL);
         exit
     }
 }
@@ -236,10 +252,79 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_: &mut Command) {}
 
-/// Send `sig` to the group led by `pgid`, by id: for a group whose owner is
-/// gone but whose leader is not reaped yet (so the id is still the group's).
-pub fn signal_group_of(pgid: u32, sig: i32) {
-    signal_group(pgid, sig);
+/// The reaper of a group led by `pid`. Once the leader has exited, and
+/// before it is reaped, it SIGKILLs the whole group (CONN-5: grandchildren
+/// die with their leader), then reaps it, both under the `gone` lock that
+/// [`ProcessGroup::signal`] takes: every group signal is sent while the
+/// leader's pid is still held (by the process or its zombie), so none can
+/// reach another group that reused the id.
+async fn reap(mut child: Child, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
+    if let Some(exited) = leader_exit(pid) {
+        exited.await;
+        let mut gone_now = lock(&gone);
+        signal_group(pid, libc::SIGKILL);
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                *gone_now = true;
+                return Exit::Status(status);
+            }
+            Err(e) => {
+                *gone_now = true;
+                return Exit::WaitFailed(e.to_string());
+            }
+            Ok(None) => {} // not reapable yet after all: wait below
+        }
+    }
+    // No pidfd (not Linux, or a kernel before 5.3): the wait reaps, so the
+    // group's last kill can only come just after it.
+    let exit = child.wait().await;
+    *lock(&gone) = true;
+    signal_group(pid, libc::SIGKILL);
+    match exit {
+        Ok(s) => Exit::Status(s),
+        Err(e) => Exit::WaitFailed(e.to_string()),
+    }
+}
+
+/// The `gone` flag, also after a panic elsewhere poisoned it.
+fn lock(gone: &Mutex<bool>) -> std::sync::MutexGuard<'_, bool> {
+    gone.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A future that completes when process `pid` (an unreaped child) has exited,
+/// without reaping it: its pidfd turns readable. `None` when no pidfd can be
+/// had.
+#[cfg(target_os = "linux")]
+fn leader_exit(pid: u32) -> Option<impl std::future::Future<Output = ()>> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; it touches no memory of ours.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` is a descriptor pidfd_open just returned, owned by no one else.
+    #[allow(unsafe_code)]
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the OwnedFd is moved in and stays open, the same descriptor,
+    // for as long as the AsyncFd lives. A runtime without an I/O driver
+    // cannot spawn children at all (tokio::process needs one).
+    #[allow(unsafe_code)]
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .ok()?;
+    Some(async move {
+        // An error of the reactor counts as the exit: the wait that follows
+        // still reaps.
+        let _ = fd.readable().await;
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn leader_exit(_: u32) -> Option<std::future::Ready<()>> {
+    None
 }
 
 /// Send `sig` to the process group `pgid` (a child spawned with
@@ -294,6 +379,48 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), gone)
             .await
             .expect("the grandchild died with its group");
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_exits_on_its_own_takes_its_group_with_it() {
+        // CONN-5: grandchildren die with their leader, with no close sequence
+        // and no later signal by pid (issue 10, item 14: the group is killed
+        // before the leader is reaped, so a reused pid is never signalled).
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("sleep 300 & echo $!; exit 7");
+        let (mut group, pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
+        let mut out = tokio::io::BufReader::new(pipes.stdout);
+        let mut line = String::new();
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+            .await
+            .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let exit = tokio::time::timeout(Duration::from_secs(10), group.wait(None))
+            .await
+            .expect("the leader exits by itself")
+            .expect("reaped");
+        assert_eq!(exit.code(), Some(7));
+        let gone = async {
+            loop {
+                let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
+                match stat {
+                    Err(_) => return,
+                    Ok(s) if s.contains(") Z ") => return,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), gone)
+            .await
+            .expect("the grandchild was killed when its leader exited");
+        // Signals after the reap go nowhere (the reaper is done).
+        group.signal(libc::SIGKILL);
+        // On Linux the exit is seen through a pidfd, before the reap.
+        #[cfg(target_os = "linux")]
+        assert!(
+            leader_exit(std::process::id()).is_some(),
+            "pidfd_open works here"
+        );
     }
 
     #[tokio::test]

@@ -304,15 +304,15 @@ impl Barrier {
     }
 
     /// Drop the unconfirmed closes that were reaped since; for the others,
-    /// SIGKILL the group again (it is not reaped, so its id is still its
-    /// own) and watch for the reap. What is still open, for the refusal.
+    /// watch for the reap (their group was SIGKILLed already, by its close
+    /// or its owner's drop, through the reaper that alone may signal it).
+    /// What is still open, for the refusal.
     fn retry_unconfirmed(&mut self, myself: &ActorRef<ServerSupervisorMsg>) -> Vec<String> {
         self.unconfirmed
             .retain(|_, u| !u.reaped_later.as_ref().is_some_and(|w| *w.borrow()));
         let mut still = Vec::new();
         for (conn_gen, u) in &self.unconfirmed {
             if let (Some(pid), Some(watch)) = (u.pid, &u.reaped_later) {
-                crate::actors::process::signal_group_of(pid, libc::SIGKILL);
                 let (me, conn_gen, mut watch) = (myself.clone(), *conn_gen, watch.clone());
                 tokio::spawn(async move {
                     let reaped = tokio::time::timeout(CLOSE_BARRIER, watch.wait_for(|r| *r)).await;
