@@ -23,6 +23,8 @@ pub struct Activity {
     epoch: Instant,
     in_flight: AtomicUsize,
     last_ms: AtomicU64,
+    /// The connection generation an idle stop claimed (0: none).
+    closing: AtomicU64,
 }
 
 impl Activity {
@@ -32,6 +34,7 @@ impl Activity {
             epoch: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            closing: AtomicU64::new(0),
         }
     }
 
@@ -60,6 +63,31 @@ impl Activity {
         Some(std::time::Duration::from_millis(
             self.now_ms().saturating_sub(last),
         ))
+    }
+
+    /// RECO-6, the supervisor's half: claim connection `conn_gen` for an
+    /// idle stop, if no call is in flight and none started within `limit`.
+    /// The claim is published before the calls are counted, and a call is
+    /// counted ([`Activity::begin`]) before it looks at the claim
+    /// ([`Activity::closing`]), all sequentially consistent: of a call and
+    /// an idle stop that race, at least one sees the other, so no call is
+    /// sent on a connection being idle-stopped.
+    pub fn claim_idle_stop(&self, conn_gen: u64, limit: std::time::Duration) -> bool {
+        self.closing.store(conn_gen, Ordering::SeqCst);
+        match self.idle_for() {
+            Some(idle) if idle >= limit => true,
+            _ => {
+                self.closing.store(0, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
+    /// RECO-6, the call's half, after [`Activity::begin`]: true when an idle
+    /// stop claimed connection `conn_gen`; the call must not be sent on it
+    /// (nothing was written yet: wake the server instead).
+    pub fn closing(&self, conn_gen: u64) -> bool {
+        self.closing.load(Ordering::SeqCst) == conn_gen
     }
 
     /// Restart the idle clock (on connect).
@@ -285,4 +313,32 @@ pub enum SwapError {
         /// The server that has it.
         owner: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stop_and_a_starting_call_always_see_each_other() {
+        // RECO-6: the claim fails while a call is in flight; a call that
+        // starts after the claim sees it (and wakes instead of sending).
+        let a = Arc::new(Activity::new());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let guard = a.begin();
+        assert!(!a.claim_idle_stop(1, Duration::from_secs(1)), "a call is in flight");
+        assert!(!a.closing(1), "a failed claim is withdrawn");
+        drop(guard);
+        assert!(
+            !a.claim_idle_stop(1, Duration::from_secs(1)),
+            "the call just ended: not idle for the limit yet"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(a.claim_idle_stop(1, Duration::from_secs(1)));
+        let _late = a.begin();
+        assert!(a.closing(1), "the late call sees the claim");
+        assert!(!a.closing(2), "a claim names its connection");
+    }
 }

@@ -112,6 +112,9 @@ pub struct ServerStatus {
     /// A catalog re-sync is running or due (SYNC-5): a `tools/list_changed`
     /// arrived that the registered catalog does not reflect yet.
     pub syncing: bool,
+    /// A call woke the server (RECO-6) and waits for it: calls that find it
+    /// not connected wait for the same connection instead of failing.
+    pub waking: bool,
 }
 
 impl ServerStatus {
@@ -143,6 +146,7 @@ impl ServerStatus {
             stderr_tail: String::new(),
             non_json_lines: 0,
             syncing: false,
+            waking: false,
             warnings: Vec::new(),
         }
     }

@@ -32,7 +32,7 @@ use crate::messages::call::{
 };
 use crate::messages::config::Scope;
 use crate::messages::projection::{parts_to_text, project_parts};
-use crate::messages::registry::ScopeSnapshot;
+use crate::messages::registry::{ActivityGuard, LiveConn, ScopeSnapshot, ServerEntry};
 use crate::messages::resources::ResourceOp;
 use crate::messages::schema::kind_with_article;
 use crate::messages::status::{RuntimeEvent, ServerState};
@@ -261,14 +261,47 @@ impl Runtime {
         if let Some(stale) = stale_generation(&def, options) {
             return stale;
         }
-        // Wake an idle-stopped server (RECO-6).
-        let idle = snap
-            .servers
-            .get(&def.server)
-            .filter(|e| e.live.is_none() && e.status.state == ServerState::IdleStopped);
-        if let Some(entry) = idle {
-            let failed = self.wake(entry).await.err();
-            if let Some(why) = failed {
+        // Wake an idle-stopped server (RECO-6), and one whose idle stop was
+        // claimed between the snapshot and the start of this call (then
+        // nothing was sent: wait for the wake instead, once).
+        let mut woken = false;
+        let (live, _activity) = loop {
+            let idle = snap
+                .servers
+                .get(&def.server)
+                .filter(|e| e.live.is_none() && needs_wake(&e.status));
+            let stopping = match idle {
+                Some(entry) => Some(entry),
+                None => match begin_on_live(&snap, &def.server) {
+                    Started::Live(live, activity) => break (live, activity),
+                    Started::NotLive => {
+                        let entry = snap.servers.get(&def.server);
+                        let why = entry
+                            .and_then(|e| e.status.error.clone())
+                            .unwrap_or_else(|| "not connected".into());
+                        let state = entry.map(|e| e.status.state.to_string());
+                        return ToolOutcome::failure(
+                            OutcomeKind::ServerNotReady,
+                            format!(
+                                "server \"{}\" is {}: {why}",
+                                def.server,
+                                state.unwrap_or_else(|| "gone".into())
+                            ),
+                        )
+                        .for_tool(&def);
+                    }
+                    Started::Closing(entry) => Some(entry),
+                },
+            };
+            let Some(entry) = stopping.filter(|_| !woken) else {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerNotReady,
+                    format!("server \"{}\" stopped again while waking", def.server),
+                )
+                .for_tool(&def);
+            };
+            woken = true;
+            if let Err(why) = self.wake(entry).await {
                 return ToolOutcome::failure(
                     OutcomeKind::ServerNotReady,
                     format!("server \"{}\": {why}", def.server),
@@ -284,24 +317,11 @@ impl Runtime {
             if let Some(stale) = stale_generation(&def, options) {
                 return stale;
             }
-        }
+        };
         // Borrowed from the snapshot: no per-call copy of the entry.
         let Some(entry) = snap.servers.get(&def.server) else {
             return unknown();
         };
-        let Some(live) = entry.live.clone() else {
-            let why = entry
-                .status
-                .error
-                .clone()
-                .unwrap_or_else(|| "not connected".into());
-            return ToolOutcome::failure(
-                OutcomeKind::ServerNotReady,
-                format!("server \"{}\" is {}: {why}", def.server, entry.status.state),
-            )
-            .for_tool(&def);
-        };
-        let _activity = entry.activity.begin();
         let outcome = self
             .send_call(
                 scope,
@@ -545,6 +565,40 @@ impl Runtime {
             )
         }
     }
+}
+
+/// True when a call that finds the server not connected wakes it and waits
+/// (RECO-6): it was idle-stopped, or another call's wake is under way.
+pub(super) fn needs_wake(status: &crate::messages::status::ServerStatus) -> bool {
+    status.state == ServerState::IdleStopped || status.waking
+}
+
+/// How a call could start on a server's live connection (RECO-6).
+pub(super) enum Started<'a> {
+    /// Counted as activity on this live connection: send.
+    Live(LiveConn, ActivityGuard),
+    /// No live connection, and not idle-stopped: not ready.
+    NotLive,
+    /// An idle stop claimed the live connection first: nothing may be sent
+    /// on it; wake the server (its entry) instead.
+    Closing(&'a ServerEntry),
+}
+
+/// Start a call's activity on `server`'s live connection in `snap`, unless
+/// an idle stop claimed that connection first (see
+/// [`crate::messages::registry::Activity::claim_idle_stop`]).
+pub(super) fn begin_on_live<'a>(snap: &'a ScopeSnapshot, server: &str) -> Started<'a> {
+    let Some(entry) = snap.servers.get(server) else {
+        return Started::NotLive;
+    };
+    let Some(live) = entry.live.clone() else {
+        return Started::NotLive;
+    };
+    let activity = entry.activity.begin();
+    if entry.activity.closing(live.conn_gen) {
+        return Started::Closing(entry);
+    }
+    Started::Live(live, activity)
 }
 
 fn reproject(outcome: &mut ToolOutcome) {

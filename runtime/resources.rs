@@ -10,9 +10,9 @@ use crate::messages::call::{OutcomeKind, ToolOutcome};
 use crate::messages::config::Scope;
 use crate::messages::registry::ScopeSnapshot;
 use crate::messages::resources::{ResourceOp, render_resource_result};
-use crate::messages::status::ServerState;
 
 use super::Runtime;
+use super::call::{Started, begin_on_live, needs_wake};
 
 impl Runtime {
     /// A shared resource tool (RES-2..4, RES-6): resolve the server in the
@@ -59,34 +59,59 @@ impl Runtime {
         let mut shown = Vec::new();
         for target in targets {
             // Resource traffic is activity (RECO-6), and an idle-stopped
-            // provider is woken for it like for a tool call (RES-2).
-            let Some(mut entry) = snap.servers.get(target).cloned() else {
-                continue;
-            };
-            if entry.live.is_none() && entry.status.state == ServerState::IdleStopped {
-                let woke = self.wake(&entry).await;
-                let fresh = self
-                    .snapshot(scope)
-                    .and_then(|s| s.servers.get(target).cloned());
-                match (woke, fresh) {
-                    (Ok(()), Some(fresh)) => entry = fresh,
-                    (Err(e), _) if server.is_some() => {
+            // provider is woken for it like for a tool call (RES-2), also
+            // one whose idle stop was claimed just before this read began.
+            let mut fresh: Option<std::sync::Arc<ScopeSnapshot>> = None;
+            let mut woken = false;
+            let started = loop {
+                let current = fresh.as_deref().unwrap_or(snap);
+                let wake_for = match current.servers.get(target) {
+                    None => break None,
+                    Some(e) if e.live.is_none() && needs_wake(&e.status) => e.clone(),
+                    Some(_) => match begin_on_live(current, target) {
+                        Started::Live(live, activity) => break Some((live, activity)),
+                        Started::NotLive if server.is_some() => {
+                            let e = current.servers.get(target);
+                            let state = e.map(|e| e.status.state.to_string());
+                            return ToolOutcome::failure(
+                                OutcomeKind::ServerNotReady,
+                                format!(
+                                    "server \"{target}\" is {}",
+                                    state.unwrap_or_else(|| "gone".into())
+                                ),
+                            );
+                        }
+                        Started::NotLive => {
+                            shown.push(format!("[MCP server \"{target}\"] is not connected"));
+                            break None;
+                        }
+                        Started::Closing(e) => e.clone(),
+                    },
+                };
+                if woken {
+                    break None;
+                }
+                woken = true;
+                match self.wake(&wake_for).await {
+                    Ok(()) => match self.snapshot(scope) {
+                        Some(now) => fresh = Some(now),
+                        None => break None,
+                    },
+                    Err(e) if server.is_some() => {
                         return ToolOutcome::failure(
                             OutcomeKind::ServerNotReady,
                             format!("server \"{target}\": {e}"),
                         );
                     }
-                    (Err(e), _) => {
+                    Err(e) => {
                         shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
-                        continue;
+                        break None;
                     }
-                    (Ok(()), None) => continue,
                 }
-            }
-            let Some(live) = entry.live.clone() else {
+            };
+            let Some((live, _activity)) = started else {
                 continue;
             };
-            let _activity = entry.activity.begin();
             let request = match op {
                 ResourceOp::List => ClientRequest::ListResourcesRequest(
                     rmcp::model::ListResourcesRequest::with_param(

@@ -409,6 +409,9 @@ impl ServerSupervisorState {
             Phase::Connecting { conn, .. } => conn.resync_pending,
             _ => false,
         };
+        // Once ready, the waiters are being answered: nobody waits any more.
+        self.status.waking =
+            !self.waiters.is_empty() && !matches!(self.phase, Phase::Ready { .. });
         let (count, first) = self.diag.non_json();
         self.status.non_json_lines = count;
         self.status.stderr_tail = self.diag.stderr_tail();
@@ -854,17 +857,20 @@ async fn on_wake(
         Phase::Ready { .. } => {
             let _ = reply.send(Ok(()));
         }
-        // Answered once connected (an idle stop in progress starts again).
-        Phase::Connecting { .. } | Phase::Stopping { .. } => st.waiters.push(reply),
+        // Answered once connected (an idle stop in progress starts again;
+        // a close still unconfirmed is waited for first). The first waiter
+        // shows in the status: later calls wait for the same connection.
+        Phase::Connecting { .. } | Phase::Stopping { .. } | Phase::AwaitingClose { .. } => {
+            st.waiters.push(reply);
+            if st.waiters.len() == 1 {
+                st.publish();
+            }
+        }
         Phase::IdleStopped => {
             st.waiters.push(reply);
             connect_when_clear(myself, st, 0).await;
         }
-        Phase::BackingOff { .. }
-        | Phase::AwaitingClose { .. }
-        | Phase::Disabled
-        | Phase::Failed
-        | Phase::Exhausted => {
+        Phase::BackingOff { .. } | Phase::Disabled | Phase::Failed | Phase::Exhausted => {
             let state = st.phase.state(st.config.reconnect.max_attempts);
             let why = st.status.error.clone().unwrap_or_else(|| state.to_string());
             let _ = reply.send(Err(format!("server is {state}: {why}")));
@@ -1205,11 +1211,17 @@ fn check_idle(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorS
     let Some(limit) = idle_limit(st) else {
         return;
     };
-    let Phase::Ready { idle, .. } = &mut st.phase else {
+    let Phase::Ready { idle, live, .. } = &mut st.phase else {
         return;
     };
     *idle = None;
+    let conn_gen = live.conn_gen;
     match st.activity.idle_for() {
+        // A call that starts right now either is counted by the claim (no
+        // stop) or sees it and wakes the server instead of sending.
+        Some(idle) if idle >= limit && !st.activity.claim_idle_stop(conn_gen, limit) => {
+            arm_idle(myself, st, Some(limit));
+        }
         Some(idle) if idle >= limit => {
             if let Some(conn) = st.phase.take_conn() {
                 conn.cell.stop(Some("idle stop".into()));

@@ -106,6 +106,8 @@ struct Harness {
     mode: Arc<Mutex<Mode>>,
     attempts: Arc<Mutex<Vec<Instant>>>,
     kills: Arc<Mutex<Vec<oneshot::Sender<()>>>>,
+    /// When set, the next connection's server waits for it before serving.
+    gate: Arc<Mutex<Option<oneshot::Receiver<()>>>>,
 }
 
 impl Harness {
@@ -120,7 +122,15 @@ impl Harness {
             mode: Arc::new(Mutex::new(mode)),
             attempts: Arc::default(),
             kills: Arc::default(),
+            gate: Arc::default(),
         }
+    }
+
+    /// Hold the next connection's handshake until the returned sender fires.
+    fn hold_next_connection(&self) -> oneshot::Sender<()> {
+        let (open, gate) = oneshot::channel();
+        *self.gate.lock().unwrap() = Some(gate);
+        open
     }
 
     fn connector(&self) -> InProcessConnector {
@@ -135,7 +145,11 @@ impl Harness {
             let (tool, resources) = (h.tool, h.resources);
             let (kill_tx, kill_rx) = oneshot::channel::<()>();
             h.kills.lock().unwrap().push(kill_tx);
+            let gate = h.gate.lock().unwrap().take();
             let task = tokio::spawn(async move {
+                if let Some(gate) = gate {
+                    let _ = gate.await;
+                }
                 if let Ok(running) = (Echo { tool, resources }).serve(server).await {
                     tokio::select! {
                         _ = running.waiting() => {}
@@ -348,6 +362,41 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
     assert_eq!(h.attempts().len(), 2);
     let st = rt.status();
     assert_eq!(st[0].consecutive_failures, 0);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_finds_another_calls_wake_under_way_waits_for_the_same_connection() {
+    // RECO-6 (issue 10, found by the chaos runner's resources_only_idle):
+    // after an idle stop, call A wakes the server; call B, arriving while
+    // that connection is still coming up, waits for it too instead of
+    // failing as "connecting". One connection serves both.
+    let h = Harness::new(Mode::Serve);
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.idle_stop_after = Some(Duration::from_secs(10));
+    let (rt, mut events) = start(cfg).await;
+    wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    wait_status(&mut events, |s| s.state == ServerState::IdleStopped).await;
+    let open = h.hold_next_connection();
+    let first = tokio::spawn({
+        let rt = rt.clone();
+        async move { echo(&rt).await }
+    });
+    let waking = wait_status(&mut events, |s| s.waking).await;
+    assert_ne!(waking.state, ServerState::Ready);
+    let second = tokio::spawn({
+        let rt = rt.clone();
+        async move { echo(&rt).await }
+    });
+    // Both are waiting on the held connection; neither has failed.
+    tokio::task::yield_now().await;
+    assert!(!first.is_finished() && !second.is_finished());
+    open.send(()).unwrap();
+    let (a, b) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!((a.kind, b.kind), (OutcomeKind::Ok, OutcomeKind::Ok), "{a:?} {b:?}");
+    assert_eq!(h.attempts().len(), 2, "one connection for both wakes");
+    let ready = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    assert!(!ready.waking, "nobody waits once it is ready");
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
 

@@ -442,9 +442,10 @@ impl ServerHandler for FaultServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         self.log_request("resources/list", &ctx, None);
-        let mut r = ListResourcesResult::default();
-        r.resources = vec![Resource::new("mem://note/readme", "readme")];
-        Ok(r)
+        Ok(ListResourcesResult {
+            resources: vec![Resource::new("mem://note/readme", "readme")],
+            ..Default::default()
+        })
     }
 
     async fn read_resource(
