@@ -625,7 +625,13 @@ fn top_level_id(line: &[u8]) -> Option<serde_json::Value> {
             b'"' => {
                 let start = i + 1;
                 let end = string_end(line, start)?;
-                let is_key_id = depth == 1 && &line[start..end] == b"id";
+                let key = &line[start..end];
+                // A key may spell `id` with escapes (`"\u0069d"`): decode those.
+                let is_key_id = depth == 1
+                    && (key == b"id"
+                        || (key.contains(&b'\\')
+                            && serde_json::from_slice::<String>(&line[i..=end])
+                                .is_ok_and(|k| k == "id")));
                 i = end + 1;
                 if is_key_id {
                     while i < line.len() && line[i].is_ascii_whitespace() {
@@ -877,5 +883,22 @@ mod tests {
             Some(serde_json::json!("x\"y"))
         );
         assert_eq!(top_level_id(br#"{"method":"n"}"#), None);
+    }
+
+    #[test]
+    fn a_top_level_id_key_written_with_escapes_is_still_the_id() {
+        // CALL-4: found by the property test
+        // `top_level_id_is_the_id_serde_json_reads_and_nothing_nested`; the
+        // minimal input was `{"\u0069\u0064":0}`. A too-deep reply with such
+        // a key got no error reply, and its call waited its whole timeout.
+        assert_eq!(
+            top_level_id(br#"{"\u0069\u0064":0}"#),
+            Some(serde_json::json!(0))
+        );
+        assert_eq!(
+            top_level_id(br#"{"a":{"i\u0064":1},"\u0069d":"x"}"#),
+            Some(serde_json::json!("x"))
+        );
+        assert_eq!(top_level_id(br#"{"i\u0064x":1}"#), None);
     }
 }
