@@ -12,6 +12,8 @@ pub mod hooks;
 pub mod images;
 pub mod naming;
 pub mod projection;
+#[cfg(test)]
+pub(crate) mod prop_gen;
 pub mod registry;
 pub mod resources;
 pub mod schema;

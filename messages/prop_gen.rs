@@ -1,0 +1,70 @@
+//! Generators shared by the property tests of the decoders that read outside
+//! input (issue 10): text that is hard to escape and scan, and arbitrary JSON.
+//! Test-only.
+
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+/// A proptest config for one `proptest!` block: a fixed number of cases
+/// (CI runs a fixed amount) and no regression files written into the tree.
+pub(crate) fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Text that is hard on escaping and scanning: quotes, backslashes, braces,
+/// `"id":`, control characters, multi-byte and astral UTF-8; or anything.
+pub(crate) fn tricky_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[\"\\\\{}\\[\\]:, a-z0-9\u{0}\n\r\té漢😀]{0,12}",
+        1 => Just("\"id\":1,".to_owned()),
+        1 => Just("{\"id\":\"}\\\"".to_owned()),
+        2 => any::<String>(),
+    ]
+}
+
+/// An object key: often `id`, or near it.
+pub(crate) fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => Just("id".to_owned()),
+        1 => Just("\"id\"".to_owned()),
+        1 => Just("id\\".to_owned()),
+        4 => "[a-zA-Z_]{1,8}",
+        2 => tricky_text(),
+    ]
+}
+
+/// A JSON number of any kind serde_json can hold.
+pub(crate) fn json_number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
+        (-3i64..3).prop_map(Value::from),
+    ]
+}
+
+/// A JSON scalar.
+pub(crate) fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        json_number(),
+        tricky_text().prop_map(Value::String),
+    ]
+}
+
+/// Any JSON value, a few levels deep, with `id` keys in nested objects.
+pub(crate) fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((key(), inner), 0..6)
+                .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
