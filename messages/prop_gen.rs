@@ -17,13 +17,14 @@ pub(crate) fn config(cases: u32) -> ProptestConfig {
 
 /// Text that is hard on escaping and scanning: quotes, backslashes, braces,
 /// `"id":`, control characters, multi-byte and astral UTF-8; or anything.
-pub(crate) fn tricky_text() -> impl Strategy<Value = String> {
+pub(crate) fn tricky_text() -> BoxedStrategy<String> {
     prop_oneof![
         3 => "[\"\\\\{}\\[\\]:, a-z0-9\u{0}\n\r\té漢😀]{0,12}",
         1 => Just("\"id\":1,".to_owned()),
         1 => Just("{\"id\":\"}\\\"".to_owned()),
         2 => any::<String>(),
     ]
+    .boxed()
 }
 
 /// An object key: often `id`, or near it.
@@ -59,12 +60,14 @@ pub(crate) fn json_leaf() -> impl Strategy<Value = Value> {
 }
 
 /// Any JSON value, a few levels deep, with `id` keys in nested objects.
-pub(crate) fn json_value() -> impl Strategy<Value = Value> {
-    json_leaf().prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((key(), inner), 0..6)
-                .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
+pub(crate) fn json_value() -> BoxedStrategy<Value> {
+    json_leaf()
+        .prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..6)
+                    .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+        .boxed()
 }

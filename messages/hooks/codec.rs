@@ -429,3 +429,314 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of both hook-output parsers (issue 10, "Decoders
+    //! under generated input"): whatever a hook prints and however it exits.
+
+    use super::*;
+    use crate::messages::prop_gen::{config, json_value, tricky_text};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn dialect() -> impl Strategy<Value = Dialect> {
+        prop_oneof![Just(Dialect::Claude), Just(Dialect::Codex)]
+    }
+
+    fn event() -> impl Strategy<Value = HookEvent> {
+        prop::sample::select(HookEvent::ALL.to_vec())
+    }
+
+    /// A value for a known key: often one of the words the parsers look for.
+    fn field_value() -> impl Strategy<Value = Value> {
+        let word = prop::sample::select(vec![
+            "deny", "ask", "allow", "defer", "block", "approve", "", "  ", "no rm",
+        ]);
+        prop_oneof![
+            3 => word.prop_map(|w| json!(w)),
+            1 => any::<bool>().prop_map(Value::Bool),
+            1 => Just(Value::Null),
+            2 => json_value(),
+        ]
+    }
+
+    /// The `hookSpecificOutput` object, with the event's name (or not).
+    fn specific_output(event: HookEvent) -> impl Strategy<Value = Value> {
+        let keys = prop::sample::select(vec![
+            "permissionDecision",
+            "permissionDecisionReason",
+            "updatedInput",
+            "additionalContext",
+            "updatedMCPToolOutput",
+            "updatedToolOutput",
+            "unknownKey",
+        ]);
+        let name = prop_oneof![
+            4 => Just(json!(event.name())),
+            1 => prop::sample::select(HookEvent::ALL.to_vec()).prop_map(|e| json!(e.name())),
+            1 => field_value(),
+        ];
+        (
+            prop::option::weighted(0.9, name),
+            prop::collection::vec((keys, field_value()), 0..4),
+        )
+            .prop_map(|(name, fields)| {
+                let mut o: Map<String, Value> =
+                    fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+                if let Some(name) = name {
+                    o.insert("hookEventName".into(), name);
+                }
+                Value::Object(o)
+            })
+    }
+
+    /// A JSON object of the known keys of both dialects, of random types.
+    fn hook_json(event: HookEvent) -> BoxedStrategy<Map<String, Value>> {
+        let keys = prop::sample::select(vec![
+            "decision",
+            "reason",
+            "continue",
+            "stopReason",
+            "suppressOutput",
+            "systemMessage",
+        ]);
+        let spec = prop_oneof![
+            4 => specific_output(event),
+            1 => field_value(),
+        ];
+        (
+            prop::collection::vec((keys, field_value()), 0..5),
+            prop::option::weighted(0.6, spec),
+        )
+            .prop_map(|(fields, spec)| {
+                let mut o: Map<String, Value> =
+                    fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+                if let Some(spec) = spec {
+                    o.insert("hookSpecificOutput".into(), spec);
+                }
+                o
+            })
+            .boxed()
+    }
+
+    /// What a hook prints on stdout: anything, any JSON, a hook-shaped
+    /// object, or one cut short.
+    fn stdout(event: HookEvent) -> BoxedStrategy<String> {
+        prop_oneof![
+            2 => tricky_text(),
+            2 => json_value().prop_map(|v| v.to_string()),
+            4 => hook_json(event).prop_map(|o| Value::Object(o).to_string()),
+            1 => (hook_json(event), any::<prop::sample::Index>()).prop_map(|(o, at)| {
+                let text = Value::Object(o).to_string();
+                let mut end = at.index(text.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text[..end].to_owned()
+            }),
+            1 => (hook_json(event), "[ \n\t]{0,3}").prop_map(|(o, ws)| format!("{ws}{}{ws}", Value::Object(o))),
+        ]
+        .boxed()
+    }
+
+    fn exit_code() -> impl Strategy<Value = Option<i32>> {
+        prop_oneof![
+            4 => Just(Some(0)),
+            2 => Just(Some(2)),
+            1 => Just(Some(1)),
+            1 => Just(None),
+            1 => any::<i32>().prop_map(Some),
+        ]
+    }
+
+    /// An event and a run of a hook for it.
+    fn run() -> impl Strategy<Value = (HookEvent, RawRun)> {
+        event().prop_flat_map(|event| {
+            (
+                Just(event),
+                (
+                    exit_code(),
+                    stdout(event),
+                    tricky_text(),
+                    prop::bool::weighted(0.05),
+                    prop::bool::weighted(0.05),
+                    prop::option::weighted(0.05, tricky_text()),
+                    any::<u64>(),
+                )
+                    .prop_map(
+                        |(
+                            exit_code,
+                            stdout,
+                            stderr,
+                            timed_out,
+                            cancelled,
+                            failed_to_run,
+                            timeout_ms,
+                        )| {
+                            RawRun {
+                                exit_code,
+                                stdout,
+                                stderr,
+                                timed_out,
+                                cancelled,
+                                failed_to_run,
+                                timeout_ms,
+                            }
+                        },
+                    ),
+            )
+        })
+    }
+
+    /// Codex's name for an event in its "invalid … JSON output" errors.
+    fn codex_label(event: HookEvent) -> &'static str {
+        match event {
+            HookEvent::PreToolUse => "pre-tool-use",
+            HookEvent::PostToolUse => "post-tool-use",
+            HookEvent::UserPromptSubmit => "user-prompt-submit",
+            HookEvent::Stop => "stop",
+            _ => "session-start",
+        }
+    }
+
+    fn only_error(outcomes: &[HookOutcome]) -> Option<&str> {
+        match outcomes {
+            [HookOutcome::Error(e)] => Some(e),
+            _ => None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn every_run_yields_at_least_one_outcome_and_decisions_only_where_they_belong(
+            d in dialect(),
+            (event, run) in run(),
+        ) {
+            // HOOK-2, HOOK-9, HOOK-10: "never fails": whatever the hook
+            // printed, there is an outcome; errors say something; a deny only
+            // comes from a pre-tool hook, an ask only from Claude Code's.
+            let out = parse_outcome(d, event, &run);
+            prop_assert!(!out.is_empty());
+            for o in &out {
+                match o {
+                    HookOutcome::Error(e) => prop_assert!(!e.trim().is_empty()),
+                    HookOutcome::Deny(r) => {
+                        prop_assert_eq!(event, HookEvent::PreToolUse);
+                        // HOOK-10: Codex denies only with a non-empty reason.
+                        prop_assert!(d == Dialect::Claude || !r.trim().is_empty(), "{:?}", out);
+                    }
+                    HookOutcome::Ask(_) => {
+                        prop_assert_eq!(event, HookEvent::PreToolUse);
+                        prop_assert_eq!(d, Dialect::Claude);
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        #[test]
+        fn a_hook_that_cannot_run_fails_open_with_one_error_whatever_it_printed(
+            d in dialect(),
+            (event, mut run) in run(),
+            why in 0u8..4,
+        ) {
+            // HOOK-5: spawn failure, timeout, cancellation, signal death.
+            match why {
+                0 => run.failed_to_run = Some(run.failed_to_run.clone().unwrap_or_else(|| "no shell".into())),
+                1 => {
+                    run.failed_to_run = None;
+                    run.timed_out = true;
+                }
+                2 => {
+                    run.failed_to_run = None;
+                    run.timed_out = false;
+                    run.cancelled = true;
+                }
+                _ => {
+                    run.failed_to_run = None;
+                    run.timed_out = false;
+                    run.cancelled = false;
+                    run.exit_code = None;
+                }
+            }
+            let out = parse_outcome(d, event, &run);
+            let e = only_error(&out);
+            prop_assert!(e.is_some(), "{:?}", out);
+            let e = e.unwrap_or_default();
+            match why {
+                0 => prop_assert!(e.contains(run.failed_to_run.as_deref().unwrap_or_default())),
+                1 => {
+                    let said = format!("timed out after {} ms", run.timeout_ms);
+                    prop_assert!(e.contains(&said), "{}", e);
+                }
+                2 => prop_assert!(e.contains("cancelled")),
+                _ => prop_assert!(e.contains("signal")),
+            }
+        }
+
+        #[test]
+        fn malformed_json_on_exit_0_is_an_error_naming_it_for_codex_and_plain_text_for_claude(
+            event in event(),
+            o in event().prop_flat_map(hook_json),
+            cut in any::<prop::sample::Index>(),
+            array in any::<bool>(),
+        ) {
+            // HOOK-10 (malformed or non-object JSON → an Error naming the
+            // event's invalid JSON output), HOOK-9 / T17 (plain text).
+            let stdout = if array {
+                // Valid JSON, not an object.
+                Value::Array(vec![Value::Object(o)]).to_string()
+            } else {
+                // Any strict prefix of an object is malformed.
+                let text = Value::Object(o).to_string();
+                let mut end = 1 + cut.index(text.len() - 1);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text[..end].to_owned()
+            };
+            prop_assert!(serde_json::from_str::<Map<String, Value>>(&stdout).is_err());
+            let run = RawRun { exit_code: Some(0), stdout: stdout.clone(), ..RawRun::default() };
+            if event.served_by(Dialect::Codex) {
+                let out = parse_outcome(Dialect::Codex, event, &run);
+                let said = format!("hook returned invalid {} JSON output", codex_label(event));
+                prop_assert_eq!(only_error(&out), Some(said.as_str()));
+            }
+            let plain = match event {
+                HookEvent::SessionStart | HookEvent::UserPromptSubmit => {
+                    HookOutcome::Context(stdout.trim().to_owned())
+                }
+                _ => HookOutcome::Proceed,
+            };
+            prop_assert_eq!(parse_outcome(Dialect::Claude, event, &run), vec![plain]);
+        }
+
+        #[test]
+        fn unknown_keys_are_ignored_by_claude_and_invalid_for_codex(
+            event in event(),
+            o in event().prop_flat_map(hook_json),
+            extra in json_value(),
+        ) {
+            // HOOK-9: unknown JSON keys are ignored. HOOK-10: JSON is strict.
+            let run = |o: &Map<String, Value>| RawRun {
+                exit_code: Some(0),
+                stdout: Value::Object(o.clone()).to_string(),
+                ..RawRun::default()
+            };
+            let mut with_extra = o.clone();
+            with_extra.insert("someFutureKey".into(), extra);
+            prop_assert_eq!(
+                parse_outcome(Dialect::Claude, event, &run(&with_extra)),
+                parse_outcome(Dialect::Claude, event, &run(&o))
+            );
+            if event.served_by(Dialect::Codex) {
+                let out = parse_outcome(Dialect::Codex, event, &run(&with_extra));
+                let said = format!("hook returned invalid {} JSON output", codex_label(event));
+                prop_assert_eq!(only_error(&out), Some(said.as_str()));
+            }
+        }
+    }
+}
