@@ -423,3 +423,289 @@ mod tests {
         assert_eq!(command_hash("u").len(), 64);
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the hooks file parser (issue 10, "Decoders under
+    //! generated input").
+
+    use super::*;
+    use crate::messages::prop_gen::{config, json_number, json_value, tricky_text};
+    use proptest::prelude::*;
+    use serde_json::{Map, json};
+
+    fn dialect() -> impl Strategy<Value = Dialect> {
+        prop_oneof![Just(Dialect::Claude), Just(Dialect::Codex)]
+    }
+
+    /// Where the file came from, as the configuration names it.
+    fn origin() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z/._-]{1,20}", tricky_text()]
+    }
+
+    /// An event name: real, misspelled, in the wrong case, or anything.
+    fn event_name() -> impl Strategy<Value = String> {
+        let real = prop::sample::select(HookEvent::ALL.to_vec()).prop_map(|e| e.name().to_owned());
+        prop_oneof![
+            6 => real.clone(),
+            1 => real.clone().prop_map(|n| n.to_lowercase()),
+            1 => Just("PreTooluse".to_owned()),
+            1 => tricky_text(),
+        ]
+    }
+
+    /// Anything, or a value of one of the types a field expects.
+    fn maybe(good: impl Strategy<Value = Value>) -> impl Strategy<Value = Value> {
+        prop_oneof![4 => good, 1 => json_value()]
+    }
+
+    fn matcher() -> impl Strategy<Value = Value> {
+        let pattern = prop_oneof![
+            Just(""),
+            Just("*"),
+            Just("Bash"),
+            Just("Edit|Write"),
+            Just("mcp__.*"),
+            Just("^(?!Read)"),
+            Just("(?i)bash"),
+            Just("["),
+            Just("a{99999}"),
+            Just("\\"),
+        ];
+        maybe(prop_oneof![
+            pattern.prop_map(|p| json!(p)),
+            "[a-z|.*+?()\\[\\]{}^$\\\\]{0,10}".prop_map(Value::String),
+        ])
+    }
+
+    fn timeout() -> impl Strategy<Value = Value> {
+        maybe(prop_oneof![
+            json_number(),
+            Just(json!(-0.0)),
+            Just(json!(1e308)),
+            Just(json!(0.5)),
+            Just(json!(30)),
+        ])
+    }
+
+    /// A handler object, roughly right.
+    fn handler() -> impl Strategy<Value = Value> {
+        let kind = maybe(
+            prop::sample::select(vec!["command", "prompt", "agent", "http"]).prop_map(|k| json!(k)),
+        );
+        let command = maybe(prop_oneof![
+            "[a-z ./${}_-]{0,20}".prop_map(Value::String),
+            Just(json!("   ")),
+        ]);
+        (
+            prop::option::weighted(0.7, kind),
+            prop::option::weighted(0.9, command),
+            prop::option::weighted(0.4, timeout()),
+            prop::option::weighted(0.2, timeout()),
+            prop::option::weighted(0.1, maybe(any::<bool>().prop_map(Value::Bool))),
+        )
+            .prop_map(|(kind, command, timeout, timeout_sec, async_)| {
+                let mut h = Map::new();
+                for (k, v) in [
+                    ("type", kind),
+                    ("command", command),
+                    ("timeout", timeout),
+                    ("timeoutSec", timeout_sec),
+                    ("async", async_),
+                ] {
+                    if let Some(v) = v {
+                        h.insert(k.into(), v);
+                    }
+                }
+                Value::Object(h)
+            })
+    }
+
+    fn group() -> impl Strategy<Value = Value> {
+        let group = (
+            prop::option::weighted(0.7, matcher()),
+            prop::option::weighted(
+                0.95,
+                maybe(prop::collection::vec(maybe(handler()), 0..4).prop_map(Value::Array)),
+            ),
+        )
+            .prop_map(|(matcher, hooks)| {
+                let mut g = Map::new();
+                if let Some(m) = matcher {
+                    g.insert("matcher".into(), m);
+                }
+                if let Some(h) = hooks {
+                    g.insert("hooks".into(), h);
+                }
+                Value::Object(g)
+            });
+        maybe(group)
+    }
+
+    /// JSON shaped roughly like a hooks file.
+    fn hooks_file() -> impl Strategy<Value = String> {
+        let events = prop::collection::vec(
+            (
+                event_name(),
+                maybe(prop::collection::vec(group(), 0..3).prop_map(Value::Array)),
+            ),
+            0..4,
+        )
+        .prop_map(|events| Value::Object(events.into_iter().collect()));
+        (events, 0u8..4, json_value()).prop_map(|(events, shape, other)| {
+            match shape {
+                // A settings file with other keys.
+                0 | 1 => json!({"hooks": events, "permissions": other}),
+                // A bare map of events.
+                2 => events,
+                // "hooks" of any type.
+                _ => json!({ "hooks": other }),
+            }
+            .to_string()
+        })
+    }
+
+    /// A hooks file that is right in every part: (event, matcher, commands)
+    /// groups; commands padded with blanks, which the parser trims.
+    type Valid = Vec<(HookEvent, Option<&'static str>, Vec<(String, Option<f64>)>)>;
+
+    fn valid(dialect: Dialect) -> impl Strategy<Value = Valid> {
+        let events: Vec<HookEvent> = HookEvent::ALL
+            .into_iter()
+            .filter(|e| e.served_by(dialect))
+            .collect();
+        let matcher = prop::option::of(prop::sample::select(vec![
+            "",
+            "*",
+            "Bash",
+            "Edit|Write",
+            "mcp__.*",
+            "^Read$",
+        ]));
+        let command = ("[ \t]{0,2}", "[a-z0-9 ./${}_-]{0,24}[a-z]", "[ \t]{0,2}")
+            .prop_map(|(a, c, b)| format!("{a}{c}{b}"));
+        let seconds = prop::option::of(prop_oneof![0.0..1.0f64, 1.0..100_000.0f64, 1e6..1e9f64]);
+        prop::collection::vec(
+            (
+                prop::sample::select(events),
+                matcher,
+                prop::collection::vec((command, seconds), 0..4),
+            ),
+            0..6,
+        )
+    }
+
+    fn valid_text(dialect: Dialect, groups: &Valid, seconds_key: bool) -> String {
+        let mut events: Map<String, Value> = Map::new();
+        for (event, matcher, handlers) in groups {
+            let handlers: Vec<Value> = handlers
+                .iter()
+                .map(|(command, secs)| {
+                    let mut h = json!({"type": "command", "command": command});
+                    if let Some(s) = secs {
+                        let key = if dialect == Dialect::Codex && seconds_key {
+                            "timeoutSec"
+                        } else {
+                            "timeout"
+                        };
+                        h[key] = json!(s);
+                    }
+                    h
+                })
+                .collect();
+            let mut g = json!({"hooks": handlers});
+            if let Some(m) = matcher {
+                g["matcher"] = json!(m);
+            }
+            let list = events.entry(event.name()).or_insert_with(|| json!([]));
+            if let Value::Array(list) = list {
+                list.push(g);
+            }
+        }
+        json!({"hooks": events}).to_string()
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_text_parses_or_fails_naming_its_file(d in dialect(), origin in origin(), text in prop_oneof![tricky_text(), json_value().prop_map(|v| v.to_string())]) {
+            // HOOK-4: a file that cannot be parsed registers no hooks, and
+            // says which file it was.
+            let named = format!("{origin}: ");
+            match HookSet::parse(d, &origin, &text) {
+                Ok(set) => {
+                    prop_assert_eq!(&set.origin, &origin);
+                    prop_assert!(set.warnings.iter().all(|w| w.starts_with(&named)));
+                }
+                Err(e) => {
+                    prop_assert_eq!(&e.origin, &origin);
+                    prop_assert!(e.to_string().starts_with(&named));
+                }
+            }
+        }
+
+        #[test]
+        fn a_roughly_right_hooks_file_never_panics_and_every_message_names_the_file(
+            d in dialect(),
+            origin in origin(),
+            text in hooks_file(),
+        ) {
+            // HOOK-3, HOOK-4: unusable parts are errors or warnings, each
+            // naming the file; what is kept is a handler that can run.
+            let named = format!("{origin}: ");
+            match HookSet::parse(d, &origin, &text) {
+                Ok(set) => {
+                    for w in &set.warnings {
+                        prop_assert!(w.starts_with(&named), "{}", w);
+                    }
+                    for (event, _, h) in set.handlers() {
+                        prop_assert!(event.served_by(d));
+                        prop_assert!(!h.command.is_empty());
+                        prop_assert_eq!(h.command.trim(), h.command.as_str());
+                        prop_assert!(h.timeout >= Duration::from_secs(1));
+                        prop_assert!(h.timeout <= Duration::from_secs(86_400 * 7).max(DEFAULT_HOOK_TIMEOUT));
+                        prop_assert_eq!(&h.hash, &command_hash(&h.command));
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(e.to_string().starts_with(&named), "{}", e);
+                }
+            }
+        }
+
+        #[test]
+        fn a_valid_hooks_file_keeps_every_handler_in_order(
+            (d, groups) in dialect().prop_flat_map(|d| (Just(d), valid(d))),
+            seconds_key in any::<bool>(),
+        ) {
+            // HOOK-3, HOOK-4: every handler, its command trimmed, its
+            // timeout in seconds with a one-second floor, in config order.
+            let text = valid_text(d, &groups, seconds_key);
+            let set = HookSet::parse(d, "hooks.json", &text).unwrap();
+            prop_assert!(set.warnings.is_empty(), "{:?}", set.warnings);
+            let mut expected: Vec<(HookEvent, String, Duration)> = Vec::new();
+            for event in HookEvent::ALL {
+                for (e, _, handlers) in &groups {
+                    if *e != event {
+                        continue;
+                    }
+                    for (command, secs) in handlers {
+                        let timeout = secs
+                            .map(|s| Duration::from_secs_f64(s.min(86_400.0 * 7.0)))
+                            .unwrap_or(DEFAULT_HOOK_TIMEOUT)
+                            .max(Duration::from_secs(1));
+                        expected.push((event, command.trim().to_owned(), timeout));
+                    }
+                }
+            }
+            let got: Vec<(HookEvent, String, Duration)> = set
+                .handlers()
+                .map(|(e, _, h)| (e, h.command.clone(), h.timeout))
+                .collect();
+            prop_assert_eq!(got, expected);
+            let group_count: usize = set.groups.values().map(Vec::len).sum();
+            prop_assert_eq!(group_count, groups.len());
+        }
+    }
+}
