@@ -37,7 +37,12 @@ pub fn check_images(canonical: &Value) -> Vec<ImageCheck> {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_owned();
-            let data = b.get("data").and_then(Value::as_str).unwrap_or("");
+            // No data (absent, not a string, or empty) is no image: it
+            // would be admitted and saved as an empty file.
+            let data = b
+                .get("data")
+                .and_then(Value::as_str)
+                .filter(|d| !d.is_empty());
             let mut problem = None;
             if !IMAGE_MIME_TYPES.contains(&mime.as_str()) {
                 problem = Some(format!(
@@ -45,7 +50,10 @@ pub fn check_images(canonical: &Value) -> Vec<ImageCheck> {
                     IMAGE_MIME_TYPES.join(", ")
                 ));
             }
-            let bytes = match decode_canonical_base64(data) {
+            let decoded = data
+                .ok_or_else(|| "the image has no base64 data".to_owned())
+                .and_then(decode_canonical_base64);
+            let bytes = match decoded {
                 Ok(b) => Some(b),
                 Err(e) => {
                     problem.get_or_insert(e);
@@ -150,5 +158,27 @@ mod tests {
         assert!(checks[0].problem.is_none());
         assert!(checks[1].problem.as_deref().unwrap().contains("image/tiff"));
         assert!(checks[2].problem.as_deref().unwrap().contains("base64"));
+    }
+
+    #[test]
+    fn an_image_block_without_data_is_flagged_not_admitted_empty() {
+        // CALL-7: found by the property test
+        // `an_image_without_base64_data_is_flagged`; the minimal input was
+        // `{"type": "image", "mimeType": "image/png"}`, which was admitted
+        // as a zero-byte image (and saved as an empty file).
+        let v = json!({"content": [
+            {"type": "image", "mimeType": "image/png"},
+            {"type": "image", "mimeType": "image/png", "data": 7},
+            {"type": "image", "mimeType": "image/png", "data": ""}
+        ]});
+        for c in check_images(&v) {
+            assert_eq!(c.bytes, None);
+            assert_eq!(
+                c.problem.as_deref(),
+                Some("the image has no base64 data"),
+                "block {}",
+                c.index
+            );
+        }
     }
 }
