@@ -233,11 +233,57 @@ pub fn project_parts_within(
     if visible || image_seen {
         return (parts, skipped);
     }
-    let text = match value.get("structuredContent") {
-        Some(structured) if !structured.is_null() => structured.to_string(),
-        _ => NO_CONTENT.to_string(),
+    let (text, skipped) = match value.get("structuredContent") {
+        Some(structured) if !structured.is_null() => json_within(structured, max),
+        _ => (NO_CONTENT.to_string(), 0),
     };
-    (vec![ProjectionPart::Text { text }], 0)
+    (vec![ProjectionPart::Text { text }], skipped)
+}
+
+/// The compact JSON of `value`, copied like the text of
+/// [`project_parts_within`]: at most `max + 1` bytes, then up to the end of
+/// the character they cut. Returns it and the bytes not copied.
+fn json_within(value: &Value, max: usize) -> (String, usize) {
+    struct Within {
+        kept: Vec<u8>,
+        room: usize,
+        full: bool,
+        skipped: usize,
+    }
+    impl std::io::Write for Within {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut take = 0;
+            if !self.full {
+                take = buf.len().min(self.room - self.kept.len());
+                // Past the room, only the rest of a character begun
+                // (UTF-8 continuation bytes).
+                while take < buf.len() && self.kept.len() + take >= self.room {
+                    if buf[take] & 0xC0 != 0x80 {
+                        self.full = true;
+                        break;
+                    }
+                    take += 1;
+                }
+                self.kept.extend_from_slice(&buf[..take]);
+            }
+            self.skipped += buf.len() - take;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = Within {
+        kept: Vec::new(),
+        room: max.saturating_add(1),
+        full: false,
+        skipped: 0,
+    };
+    // Serializing a Value into a writer that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut w, value);
+    let text = String::from_utf8(w.kept)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    (text, w.skipped)
 }
 
 /// Render parts as one text, admitted images as marker lines.
@@ -484,6 +530,33 @@ mod tests {
             project(&json!({"content": [], "structuredContent": null})),
             NO_CONTENT
         );
+    }
+
+    // CALL-8, design.md: found by the property test
+    // `projecting_within_a_budget_is_projecting_whole_then_cutting`: with
+    // only `structuredContent` (the minimal input was `{}` and a budget of
+    // 0), the whole JSON was copied, however large, before being cut.
+    #[test]
+    fn a_large_structured_only_result_is_copied_only_up_to_its_budget() {
+        let big = "é".repeat(512 * 1024);
+        let v = json!({"structuredContent": {"blob": big}});
+        let full = v["structuredContent"].to_string();
+        for max in [0, 1, 10, 11, 100, 4096] {
+            let (parts, skipped) = project_parts_within(&v, &BTreeMap::new(), max);
+            let [ProjectionPart::Text { text }] = &parts[..] else {
+                panic!("one text part: {parts:?}");
+            };
+            assert!(text.len() <= max + 4, "{max}: {} bytes copied", text.len());
+            assert!(full.starts_with(text.as_str()));
+            assert_eq!(text.len() + skipped, full.len());
+            let cut = crate::messages::budget::budget_parts(parts.clone(), max, skipped);
+            let whole =
+                crate::messages::budget::budget_parts(project_parts(&v, &BTreeMap::new()), max, 0);
+            assert_eq!(cut, whole, "{max}");
+        }
+        let (parts, skipped) = project_parts_within(&v, &BTreeMap::new(), usize::MAX);
+        assert_eq!(parts, vec![ProjectionPart::Text { text: full }]);
+        assert_eq!(skipped, 0);
     }
 
     // CALL-6: the size is estimated from the base64 length minus padding.
