@@ -218,3 +218,74 @@ mod bounded_projection_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the byte budgets (issue 10, "Decoders under
+    //! generated input").
+
+    use super::*;
+    use crate::messages::prop_gen::config;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            ("[a-zé漢😀\n]{1,4}", 0usize..200).prop_map(|(unit, n)| unit.repeat(n)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn char_boundaries_are_the_nearest_ones(text in text(), at in 0usize..1000) {
+            let floor = floor_char_boundary(&text, at);
+            let ceil = ceil_char_boundary(&text, at);
+            prop_assert!(text.is_char_boundary(floor) && text.is_char_boundary(ceil));
+            prop_assert!(floor <= at.min(text.len()) && ceil >= at.min(text.len()));
+            prop_assert!((floor + 1..=at.min(text.len())).all(|i| !text.is_char_boundary(i)));
+            prop_assert!((at.min(text.len())..ceil).all(|i| !text.is_char_boundary(i)));
+        }
+
+        #[test]
+        fn a_cut_text_keeps_at_most_the_budget_and_says_how_much_was_cut(
+            text in text(),
+            max in prop_oneof![0usize..8, 8usize..1000],
+        ) {
+            // CALL-8: on a UTF-8 boundary, with a marker naming the cut.
+            let (out, cut) = apply_budget(&text, max, "a tool result");
+            if text.len() <= max {
+                prop_assert_eq!((out.as_str(), cut), (text.as_str(), 0));
+            } else {
+                let kept = floor_char_boundary(&text, max);
+                prop_assert_eq!(cut, text.len() - kept);
+                let marker = cut_marker(cut, "a tool result", max);
+                prop_assert_eq!(out, format!("{}{marker}", &text[..kept]));
+            }
+        }
+
+        #[test]
+        fn a_turn_never_keeps_more_than_its_budget(
+            texts in prop::collection::vec(text(), 0..8),
+            max in 0usize..2000,
+        ) {
+            // LOOP-3: every projection of a turn is charged against one budget.
+            let mut turn = TurnBudget::new(max);
+            let mut kept = 0usize;
+            for text in &texts {
+                let (out, cut) = turn.charge(text);
+                prop_assert!(cut <= text.len());
+                let body = text.len() - cut;
+                prop_assert!(out.starts_with(&text[..body]));
+                prop_assert_eq!(cut == 0, out == *text);
+                kept += body;
+            }
+            prop_assert!(kept <= max);
+            let total: usize = texts.iter().map(String::len).sum();
+            if total <= max {
+                prop_assert_eq!(kept, total, "nothing is cut within the budget");
+            }
+        }
+    }
+}
