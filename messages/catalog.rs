@@ -185,6 +185,24 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_raw_name_equal_to_another_tools_hashed_name_rejects_the_catalog() {
+        // SYNC-1 keeps a clean name as is, so a server can name a tool after
+        // another tool's hashed public name; SYNC-3 then rejects the catalog
+        // whole instead of giving two tools one name.
+        let hashed = public_tool_name("srv", "a.b");
+        let clean = hashed.strip_prefix("mcp__srv__").unwrap().to_owned();
+        assert_eq!(public_tool_name("srv", &clean), hashed);
+        assert_eq!(
+            build(vec![json!({"name": "a.b"}), json!({"name": clean})]),
+            Err(CatalogError::SamePublicName {
+                first: "a.b".into(),
+                second: clean,
+                public: hashed,
+            })
+        );
+    }
+
+    #[test]
     fn duplicate_raw_or_public_names_reject_the_whole_catalog() {
         // SYNC-3
         assert!(build(vec![json!({"name": "a"}), json!({"name": "a"})]).is_err());
@@ -208,5 +226,49 @@ mod tests {
         assert!(c.warnings[0].contains("minimum"), "{:?}", c.warnings);
         assert_eq!(c.tools[0].name, "mcp__srv__s");
         assert_eq!(c.tools[0].generation, 3);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests of public names in a built catalog (issue 10,
+    //! "Decoders under generated input").
+
+    use super::*;
+    use crate::messages::prop_gen::{any_name, config};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn sync3_distinct_raw_names_on_one_server_never_share_a_public_name(
+            server in any_name(),
+            raws in prop::collection::vec(any_name(), 0..12),
+        ) {
+            // SYNC-1, SYNC-3: a catalog is built with one public name per
+            // tool, or rejected whole when two tools would share one.
+            let mut seen = HashSet::new();
+            let raws: Vec<String> = raws.into_iter().filter(|r| !r.is_empty() && seen.insert(r.clone())).collect();
+            let entries = raws.iter().map(|r| json!({"name": r})).collect();
+            match build_catalog(&Scope::Global, &server, 1, entries) {
+                Ok(c) => {
+                    let names: Vec<&str> = c.tools.iter().map(|t| t.raw_name.as_str()).collect();
+                    prop_assert_eq!(names, raws.iter().map(String::as_str).collect::<Vec<_>>());
+                    let mut publics = HashSet::new();
+                    for t in &c.tools {
+                        prop_assert_eq!(&t.name, &public_tool_name(&server, &t.raw_name));
+                        prop_assert!(publics.insert(t.name.clone()), "{} twice", t.name);
+                    }
+                }
+                Err(CatalogError::SamePublicName { first, second, public }) => {
+                    prop_assert_ne!(&first, &second);
+                    prop_assert_eq!(&public_tool_name(&server, &first), &public);
+                    prop_assert_eq!(&public_tool_name(&server, &second), &public);
+                }
+                Err(e) => prop_assert!(false, "distinct raw names: {}", e),
+            }
+        }
     }
 }

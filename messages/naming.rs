@@ -388,3 +388,114 @@ mod tests {
         assert_eq!(randomised, format!("{}-deadbeef", "z".repeat(23)));
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of public names and slugs (issue 10, "Decoders under
+    //! generated input").
+
+    use super::*;
+    use crate::messages::prop_gen::{any_name, config};
+    use proptest::prelude::*;
+
+    fn is_valid_public(name: &str) -> bool {
+        let re = regex::Regex::new("^[A-Za-z0-9_-]{1,64}$").unwrap();
+        re.is_match(name)
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn sync1_every_public_name_is_safe_short_and_deterministic(server in any_name(), raw in any_name()) {
+            // SYNC-1: `^[A-Za-z0-9_-]{1,64}$`, the same every time.
+            let name = public_tool_name(&server, &raw);
+            prop_assert!(is_valid_public(&name), "{:?}", name);
+            prop_assert_eq!(&public_tool_name(&server, &raw), &name);
+            let joined = format!("mcp__{server}__{raw}");
+            let clean = joined.chars().all(is_name_char) && joined.len() <= PUBLIC_NAME_MAX;
+            if clean {
+                prop_assert_eq!(name, joined);
+            } else {
+                // The first 51 characters of the replaced string, `_`, 12
+                // lowercase hex characters.
+                let replaced: String = joined
+                    .chars()
+                    .flat_map(|c| {
+                        let n = if is_name_char(c) { 0 } else { c.len_utf16() };
+                        std::iter::repeat_n('_', n).chain(is_name_char(c).then_some(c))
+                    })
+                    .collect();
+                let prefix = &replaced[..replaced.len().min(HASHED_PREFIX_LEN)];
+                prop_assert_eq!(&name[..prefix.len()], prefix);
+                let suffix = &name[prefix.len()..];
+                prop_assert_eq!(suffix.len(), 1 + HASH_HEX_LEN);
+                prop_assert!(suffix.starts_with('_'));
+                prop_assert!(suffix[1..].chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
+            }
+        }
+
+        #[test]
+        fn sync1_hashed_names_of_distinct_tools_differ(
+            server in any_name(),
+            a in any_name(),
+            b in any_name(),
+        ) {
+            // SYNC-1: a hashed name carries a hash of the raw pair, so two
+            // tools whose names had to be hashed never share one.
+            prop_assume!(a != b);
+            let (pa, pb) = (public_tool_name(&server, &a), public_tool_name(&server, &b));
+            let hashed = |raw: &str, public: &str| public != format!("mcp__{server}__{raw}");
+            if hashed(&a, &pa) && hashed(&b, &pb) {
+                prop_assert_ne!(pa, pb);
+            }
+        }
+
+        #[test]
+        fn sync2_slugs_are_non_empty_lowercase_dashed_and_within_24(display in any_name()) {
+            // SYNC-2: lowercase ASCII letters and digits, single inner
+            // dashes, at most 24, `server` when nothing is left.
+            let slug = slug_base(&display);
+            prop_assert!(!slug.is_empty() && slug.len() <= SLUG_MAX, "{:?}", slug);
+            prop_assert!(slug.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+            prop_assert!(!slug.starts_with('-') && !slug.ends_with('-') && !slug.contains("--"));
+            if !display.chars().any(|c| c.is_ascii_alphanumeric()) {
+                prop_assert_eq!(slug.as_str(), EMPTY_SLUG);
+            }
+            prop_assert_eq!(slug_base(&display), slug);
+        }
+
+        #[test]
+        fn sync2_a_derived_slug_is_always_a_free_valid_server_name(
+            display in any_name(),
+            taken in prop::collection::btree_set(0u32..120, 0..120),
+            all_taken in prop::bool::weighted(0.2),
+            base_taken in any::<bool>(),
+            random in any::<String>(),
+        ) {
+            let taken: std::collections::BTreeSet<u32> =
+                if all_taken { (0..120).collect() } else { taken };
+            // SYNC-2 + CONN-2: whatever is taken and whatever the random
+            // source says, the slug is a valid server_name, and a free one
+            // while a numeric suffix is left.
+            let base = slug_base(&display);
+            let is_taken = |s: &str| {
+                if s == base {
+                    return base_taken;
+                }
+                s.strip_prefix(&format!("{base}-"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| taken.contains(&n))
+            };
+            let slug = derive_slug(&display, is_taken, || random.clone());
+            prop_assert_eq!(validate_server_name(&slug), Ok(()), "{:?}", slug);
+            let numeric_left = !base_taken || (2..=99).any(|n| !taken.contains(&n));
+            if numeric_left {
+                prop_assert!(!is_taken(&slug), "{:?} is taken", slug);
+            }
+            if !base_taken {
+                prop_assert_eq!(slug, base);
+            }
+        }
+    }
+}

@@ -71,3 +71,14 @@ pub(crate) fn json_value() -> BoxedStrategy<Value> {
         })
         .boxed()
 }
+
+/// A name of any Unicode and any length, long ones included.
+pub(crate) fn any_name() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => any::<String>(),
+        2 => "[A-Za-z0-9_-]{0,70}",
+        1 => ("[a-z😀é._ -]{1,3}", 0usize..60).prop_map(|(unit, n)| unit.repeat(n)),
+        1 => tricky_text(),
+    ]
+    .boxed()
+}
