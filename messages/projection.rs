@@ -254,7 +254,7 @@ fn json_within(value: &Value, max: usize) -> (String, usize) {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             let mut take = 0;
             if !self.full {
-                take = buf.len().min(self.room - self.kept.len());
+                take = buf.len().min(self.room.saturating_sub(self.kept.len()));
                 // Past the room, only the rest of a character begun
                 // (UTF-8 continuation bytes).
                 while take < buf.len() && self.kept.len() + take >= self.room {
@@ -557,6 +557,23 @@ mod tests {
         let (parts, skipped) = project_parts_within(&v, &BTreeMap::new(), usize::MAX);
         assert_eq!(parts, vec![ProjectionPart::Text { text: full }]);
         assert_eq!(skipped, 0);
+    }
+
+    #[test]
+    fn a_budget_that_ends_inside_a_character_spread_over_two_writes_does_not_panic() {
+        // Found by the projection property: the character that the budget
+        // cuts is finished past the room, and serde_json's next write found
+        // the room already overrun (an overflow in the subtraction).
+        let v = json!({"structuredContent": {"a\u{1fa70}\u{180f}\\": null}});
+        let full = v["structuredContent"].to_string();
+        for max in 0..full.len() + 2 {
+            let (parts, skipped) = project_parts_within(&v, &BTreeMap::new(), max);
+            let [ProjectionPart::Text { text }] = &parts[..] else {
+                panic!("one text part: {parts:?}");
+            };
+            assert!(full.starts_with(text.as_str()), "{max}");
+            assert_eq!(text.len() + skipped, full.len(), "{max}");
+        }
     }
 
     // CALL-6: the size is estimated from the base64 length minus padding.

@@ -328,7 +328,10 @@ mod tests {
         let a = Arc::new(Activity::new());
         tokio::time::advance(Duration::from_secs(5)).await;
         let guard = a.begin();
-        assert!(!a.claim_idle_stop(1, Duration::from_secs(1)), "a call is in flight");
+        assert!(
+            !a.claim_idle_stop(1, Duration::from_secs(1)),
+            "a call is in flight"
+        );
         assert!(!a.closing(1), "a failed claim is withdrawn");
         drop(guard);
         assert!(

@@ -410,8 +410,7 @@ impl ServerSupervisorState {
             _ => false,
         };
         // Once ready, the waiters are being answered: nobody waits any more.
-        self.status.waking =
-            !self.waiters.is_empty() && !matches!(self.phase, Phase::Ready { .. });
+        self.status.waking = !self.waiters.is_empty() && !matches!(self.phase, Phase::Ready { .. });
         let (count, first) = self.diag.non_json();
         self.status.non_json_lines = count;
         self.status.stderr_tail = self.diag.stderr_tail();

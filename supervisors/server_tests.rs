@@ -393,7 +393,11 @@ async fn a_call_that_finds_another_calls_wake_under_way_waits_for_the_same_conne
     assert!(!first.is_finished() && !second.is_finished());
     open.send(()).unwrap();
     let (a, b) = (first.await.unwrap(), second.await.unwrap());
-    assert_eq!((a.kind, b.kind), (OutcomeKind::Ok, OutcomeKind::Ok), "{a:?} {b:?}");
+    assert_eq!(
+        (a.kind, b.kind),
+        (OutcomeKind::Ok, OutcomeKind::Ok),
+        "{a:?} {b:?}"
+    );
     assert_eq!(h.attempts().len(), 2, "one connection for both wakes");
     let ready = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     assert!(!ready.waking, "nobody waits once it is ready");
