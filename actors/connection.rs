@@ -38,7 +38,7 @@ use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
 use crate::messages::config::{ServerConfig, TransportConfig};
-use crate::messages::server::{ConnInfo, ServerSupervisorMsg};
+use crate::messages::server::{ConnInfo, ServerSupervisorMsg, Unreaped};
 
 /// Most `tools/list` pages accepted in one catalog (SYNC-3).
 pub const MAX_CATALOG_PAGES: usize = 1000;
@@ -261,7 +261,7 @@ pub struct OpenTransports {
 #[derive(Debug, Default)]
 struct OpenInner {
     next_gen: u64,
-    closed: std::collections::BTreeMap<u64, tokio::sync::watch::Receiver<bool>>,
+    closed: std::collections::BTreeMap<u64, Unreaped>,
 }
 
 impl OpenTransports {
@@ -279,8 +279,8 @@ impl OpenTransports {
         self.lock().next_gen = next;
     }
 
-    /// `conn_gen`'s transport is open; `closed` turns `true` once its close is confirmed.
-    pub fn register(&self, conn_gen: u64, closed: tokio::sync::watch::Receiver<bool>) {
+    /// `conn_gen`'s transport is open; `closed` tells once its close is confirmed.
+    pub fn register(&self, conn_gen: u64, closed: Unreaped) {
         self.lock().closed.insert(conn_gen, closed);
     }
 
@@ -290,12 +290,12 @@ impl OpenTransports {
     }
 
     /// The registered transports not confirmed closed yet.
-    pub fn pending(&self) -> Vec<(u64, tokio::sync::watch::Receiver<bool>)> {
+    pub fn pending(&self) -> Vec<(u64, Unreaped)> {
         self.lock()
             .closed
             .iter()
-            .filter(|(_, w)| !*w.borrow())
-            .map(|(g, w)| (*g, w.clone()))
+            .filter(|(_, u)| !*u.reaped.borrow())
+            .map(|(g, u)| (*g, u.clone()))
             .collect()
     }
 }
@@ -434,8 +434,7 @@ impl Actor for Connection {
                     match stdio::spawn(stdio_cfg, secret_env, diag.clone()) {
                         Ok(child) => {
                             state.pid = Some(child.process.pid);
-                            args.open
-                                .register(state.conn_gen, child.process.reaped_watch());
+                            args.open.register(state.conn_gen, child.process.unreaped());
                             state.closer = Some(Closer::Process(child.process));
                             let pid = state.pid;
                             Box::pin(handshake(
@@ -465,7 +464,12 @@ impl Actor for Connection {
                                 let _ = confirmed.send(true);
                             }
                         });
-                        args.open.register(state.conn_gen, closed.clone());
+                        // Nothing to kill in process: the close is only watched.
+                        let unreaped = Unreaped {
+                            reaped: closed.clone(),
+                            kill_again: std::sync::Arc::new(|| {}),
+                        };
+                        args.open.register(state.conn_gen, unreaped);
                         state.closer = Some(Closer::InProcess(closed));
                         Box::pin(handshake(
                             handler,
@@ -610,7 +614,7 @@ fn start_close(state: &mut ConnectionState) {
         }
         let (reaped, reaped_later) = match closer {
             Closer::Process(mut p) => {
-                let later = p.reaped_watch();
+                let later = p.unreaped();
                 let reaped = p.close().await;
                 (reaped, (!reaped).then_some(later))
             }

@@ -25,6 +25,8 @@ use std::time::Duration;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use crate::messages::server::Unreaped;
+
 /// How the leader of a group ended, once it was reaped.
 #[derive(Debug, Clone)]
 pub enum Exit {
@@ -156,10 +158,21 @@ impl ProcessGroup {
         self.pid
     }
 
-    /// A watch that turns `true` once the leader was reaped: a close that
-    /// could not be confirmed in time can still be confirmed later (RECO-3).
-    pub fn reaped_watch(&self) -> watch::Receiver<bool> {
-        self.reaped_flag.clone()
+    /// For whoever outlives this owner: a watch that turns `true` once the
+    /// leader was reaped (a close that could not be confirmed in time can
+    /// still be confirmed later, RECO-3), and a group SIGKILL that is skipped
+    /// once the leader was reaped.
+    pub fn unreaped(&self) -> Unreaped {
+        let (pid, gone) = (self.pid, self.gone.clone());
+        Unreaped {
+            reaped: self.reaped_flag.clone(),
+            kill_again: Arc::new(move || {
+                let gone = lock(&gone);
+                if !*gone {
+                    signal_group(pid, libc::SIGKILL);
+                }
+            }),
+        }
     }
 
     /// Send `sig` to every process of the group, unless its leader was

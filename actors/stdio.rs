@@ -394,9 +394,9 @@ impl ProcessHandle {
         .await;
     }
 
-    /// See [`ProcessGroup::reaped_watch`].
-    pub fn reaped_watch(&self) -> watch::Receiver<bool> {
-        self.group.reaped_watch()
+    /// See [`ProcessGroup::unreaped`].
+    pub fn unreaped(&self) -> crate::messages::server::Unreaped {
+        self.group.unreaped()
     }
 
     /// The close sequence (CONN-8) after stdin was closed by the transport:

@@ -9,6 +9,26 @@ use serde_json::Value;
 
 use super::status::ShutdownReport;
 
+/// A process whose close was not confirmed (RECO-3): how to learn that it
+/// was reaped after all, and how to SIGKILL its group again. The kill is
+/// skipped once the leader was reaped, so it can never reach another process
+/// that reused the id.
+#[derive(Clone)]
+pub struct Unreaped {
+    /// Turns `true` once the leader is reaped.
+    pub reaped: tokio::sync::watch::Receiver<bool>,
+    /// SIGKILL the group again, unless the leader was reaped.
+    pub kill_again: std::sync::Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Unreaped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unreaped")
+            .field("reaped", &*self.reaped.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a connection learned from `initialize`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnInfo {
@@ -46,9 +66,9 @@ pub enum ServerSupervisorMsg {
         reaped: bool,
         /// The reaped pid (stdio).
         pid: Option<u32>,
-        /// When not confirmed and a process exists: turns `true` once it is
-        /// reaped after all, so the supervisor can confirm it later (RECO-3).
-        reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
+        /// When not confirmed and a process exists: how the supervisor can
+        /// confirm it later, or kill it again (RECO-3).
+        reaped_later: Option<Unreaped>,
     },
     /// `notifications/tools/list_changed` from connection `conn_gen` (SYNC-5).
     ToolsListChanged {

@@ -63,7 +63,7 @@ use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
 use crate::messages::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
-use crate::messages::server::ServerSupervisorMsg;
+use crate::messages::server::{ServerSupervisorMsg, Unreaped};
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 
 /// A `send_after` timer; aborting it cancels the message.
@@ -286,8 +286,8 @@ struct Barrier {
 #[derive(Debug)]
 struct Unconfirmed {
     pid: Option<u32>,
-    /// Turns `true` if the process is reaped after all.
-    reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Tells if the process is reaped after all, and kills it again.
+    reaped_later: Option<Unreaped>,
 }
 
 /// A `ConnectionEnded`, as the handler takes it.
@@ -295,7 +295,7 @@ struct Ended {
     conn_gen: u64,
     reaped: bool,
     pid: Option<u32>,
-    reaped_later: Option<tokio::sync::watch::Receiver<bool>>,
+    reaped_later: Option<Unreaped>,
 }
 
 impl Barrier {
@@ -304,16 +304,18 @@ impl Barrier {
     }
 
     /// Drop the unconfirmed closes that were reaped since; for the others,
-    /// watch for the reap (their group was SIGKILLed already, by its close
-    /// or its owner's drop, through the reaper that alone may signal it).
-    /// What is still open, for the refusal.
+    /// SIGKILL the group again (skipped if it was reaped meanwhile: never a
+    /// reused id) and watch for the reap. What is still open, for the refusal.
     fn retry_unconfirmed(&mut self, myself: &ActorRef<ServerSupervisorMsg>) -> Vec<String> {
         self.unconfirmed
-            .retain(|_, u| !u.reaped_later.as_ref().is_some_and(|w| *w.borrow()));
+            .retain(|_, u| !u.reaped_later.as_ref().is_some_and(|w| *w.reaped.borrow()));
         let mut still = Vec::new();
         for (conn_gen, u) in &self.unconfirmed {
-            if let (Some(pid), Some(watch)) = (u.pid, &u.reaped_later) {
-                let (me, conn_gen, mut watch) = (myself.clone(), *conn_gen, watch.clone());
+            if let Some(later) = &u.reaped_later {
+                (later.kill_again)();
+            }
+            if let (Some(pid), Some(later)) = (u.pid, &u.reaped_later) {
+                let (me, conn_gen, mut watch) = (myself.clone(), *conn_gen, later.reaped.clone());
                 tokio::spawn(async move {
                     let reaped = tokio::time::timeout(CLOSE_BARRIER, watch.wait_for(|r| *r)).await;
                     if matches!(reaped, Ok(Ok(_))) {
@@ -527,7 +529,7 @@ impl Actor for ServerSupervisor {
             let me = myself.clone();
             tokio::spawn(async move {
                 let reaped = matches!(
-                    tokio::time::timeout(CLOSE_BARRIER, closed.wait_for(|c| *c)).await,
+                    tokio::time::timeout(CLOSE_BARRIER, closed.reaped.wait_for(|c| *c)).await,
                     Ok(Ok(_))
                 );
                 let _ = me.cast(ServerSupervisorMsg::ConnectionEnded {
