@@ -9,6 +9,7 @@
 
 #![allow(deprecated, clippy::field_reassign_with_default)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +36,10 @@ struct Echo {
     tool: &'static str,
     /// Declare the resources capability with one text resource (RES-1).
     resources: bool,
+    /// tools/list requests answered, across every connection.
+    lists: Arc<AtomicUsize>,
+    /// When set, the next tools/list waits for it before answering.
+    list_gate: Arc<Mutex<Option<oneshot::Receiver<()>>>>,
 }
 
 impl ServerHandler for Echo {
@@ -65,6 +70,11 @@ impl ServerHandler for Echo {
         _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let gate = self.list_gate.lock().unwrap().take();
+        if let Some(gate) = gate {
+            let _ = gate.await;
+        }
+        self.lists.fetch_add(1, Ordering::SeqCst);
         let mut r = ListToolsResult::default();
         let schema = serde_json::json!({"type": "object"});
         let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
@@ -82,11 +92,21 @@ impl ServerHandler for Echo {
     ) -> Result<CallToolResponse, McpError> {
         let text = match req.name.as_ref() {
             "ask_roots" => format!("{:?}", ctx.peer.list_roots().await),
+            // SYNC-5: a burst of notifications before the answer.
+            "storm" => {
+                for _ in 0..STORM {
+                    let _ = ctx.peer.notify_tool_list_changed().await;
+                }
+                "stormed".to_owned()
+            }
             _ => "pong".to_owned(),
         };
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }
 }
+
+/// The `storm` tool's burst of `tools/list_changed`.
+const STORM: usize = 5;
 
 /// How the in-process "server" behaves on each connection attempt.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -108,6 +128,10 @@ struct Harness {
     kills: Arc<Mutex<Vec<oneshot::Sender<()>>>>,
     /// When set, the next connection's server waits for it before serving.
     gate: Arc<Mutex<Option<oneshot::Receiver<()>>>>,
+    /// tools/list requests answered, across every connection.
+    lists: Arc<AtomicUsize>,
+    /// When set, the next tools/list waits for it.
+    list_gate: Arc<Mutex<Option<oneshot::Receiver<()>>>>,
 }
 
 impl Harness {
@@ -123,7 +147,20 @@ impl Harness {
             attempts: Arc::default(),
             kills: Arc::default(),
             gate: Arc::default(),
+            lists: Arc::default(),
+            list_gate: Arc::default(),
         }
+    }
+
+    /// Hold the next tools/list until the returned sender fires.
+    fn hold_next_list(&self) -> oneshot::Sender<()> {
+        let (open, gate) = oneshot::channel();
+        *self.list_gate.lock().unwrap() = Some(gate);
+        open
+    }
+
+    fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
     }
 
     /// Hold the next connection's handshake until the returned sender fires.
@@ -142,7 +179,12 @@ impl Harness {
                 return Err("connection refused (test)".into());
             }
             let (client, server) = tokio::io::duplex(64 * 1024);
-            let (tool, resources) = (h.tool, h.resources);
+            let echo = Echo {
+                tool: h.tool,
+                resources: h.resources,
+                lists: h.lists.clone(),
+                list_gate: h.list_gate.clone(),
+            };
             let (kill_tx, kill_rx) = oneshot::channel::<()>();
             h.kills.lock().unwrap().push(kill_tx);
             let gate = h.gate.lock().unwrap().take();
@@ -150,7 +192,7 @@ impl Harness {
                 if let Some(gate) = gate {
                     let _ = gate.await;
                 }
-                if let Ok(running) = (Echo { tool, resources }).serve(server).await {
+                if let Ok(running) = echo.serve(server).await {
                     tokio::select! {
                         _ = running.waiting() => {}
                         _ = kill_rx => {}
@@ -362,6 +404,45 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
     assert_eq!(h.attempts().len(), 2);
     let st = rt.status();
     assert_eq!(st[0].consecutive_failures, 0);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn notifications_during_a_sync_coalesce_into_exactly_one_more_sync() {
+    // SYNC-5: the first list_changed starts a sync; the four that arrive
+    // while it runs (its tools/list is held) ask for one follow-up sync
+    // between them, not four. The status shows `syncing` meanwhile.
+    let h = Harness::with_tool(Mode::Serve, "storm");
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 2))).await;
+    let ready = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let before = h.lists();
+    let open = h.hold_next_list();
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__storm",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.projection, "stormed", "{out:?}");
+    wait_status(&mut events, |s| s.syncing).await;
+    // Let every notification reach the supervisor: the paused clock moves
+    // only once every task is idle, and the held sync cannot finish.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(h.lists(), before, "the first sync is held");
+    open.send(()).unwrap();
+    let done = wait_status(&mut events, |s| {
+        !s.syncing && s.generation >= ready.generation + 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        h.lists(),
+        before + 2,
+        "{STORM} notifications: the running sync and exactly one more"
+    );
+    assert_eq!(done.generation, ready.generation + 2);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
 

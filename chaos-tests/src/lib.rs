@@ -274,6 +274,8 @@ pub struct ShutdownCheck {
     /// Every process of the runtime's stdio servers seen just before shutdown:
     /// each server's pid (from status) and its descendants.
     pub tracked: Vec<u32>,
+    /// The servers' own processes (the pids their status showed).
+    pub leaders: Vec<u32>,
     /// Tracked processes still alive the moment `shutdown` returned.
     pub alive_at_return: Vec<u32>,
     /// Tracked processes still alive 2 s after `shutdown` returned.
@@ -285,10 +287,9 @@ pub struct ShutdownCheck {
 /// before the shutdown, and checked for life once it returned.
 pub async fn shutdown_checked(runtime: &Runtime, extra: &[u32]) -> ShutdownCheck {
     let mut tracked: Vec<u32> = extra.to_vec();
-    for s in runtime.status() {
-        if let Some(pid) = s.pid {
-            tracked.extend(process_tree(pid));
-        }
+    let leaders: Vec<u32> = runtime.status().iter().filter_map(|s| s.pid).collect();
+    for pid in &leaders {
+        tracked.extend(process_tree(*pid));
     }
     let snapshot: Vec<u32> = extra.iter().flat_map(|p| descendants_of(*p)).collect();
     tracked.extend(snapshot);
@@ -305,8 +306,39 @@ pub async fn shutdown_checked(runtime: &Runtime, extra: &[u32]) -> ShutdownCheck
     ShutdownCheck {
         report,
         tracked,
+        leaders,
         alive_at_return,
         survivors,
+    }
+}
+
+impl ShutdownCheck {
+    /// The runtime's promise at shutdown (RECO-7): a clean report, every
+    /// server's own process reaped by the time `shutdown` returned (its
+    /// group was SIGKILLed before that reap, so what it left behind is
+    /// dying), and nothing of any server's tree alive 2 s later.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.report.is_clean(),
+            "unclean shutdown: {:?}",
+            self.report
+        );
+        let leaders: Vec<u32> = self
+            .alive_at_return
+            .iter()
+            .copied()
+            .filter(|p| self.leaders.contains(p))
+            .collect();
+        assert!(
+            leaders.is_empty(),
+            "server processes still alive when shutdown returned: {leaders:?}"
+        );
+        assert!(
+            self.survivors.is_empty(),
+            "processes survived the shutdown: {:?} (tracked {:?})",
+            self.survivors,
+            self.tracked
+        );
     }
 }
 

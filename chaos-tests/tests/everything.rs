@@ -157,9 +157,8 @@ async fn everything_over_stdio_handshakes_lists_13_tools_and_answers_calls() {
     );
 
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
     assert!(check.report.processes_reaped.contains(&pid));
-    assert!(check.survivors.is_empty(), "{check:?}");
 }
 
 /// A server-everything HTTP process on a free loopback port, killed and reaped
@@ -274,7 +273,7 @@ async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_c
     );
 
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
     assert_eq!(
         check.report.servers_stopped,
         vec!["global/everything".to_owned()]
@@ -327,7 +326,7 @@ async fn an_elicitation_opt_in_is_declared_and_answered_with_schema_defaults() {
         );
     }
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -465,7 +464,7 @@ async fn everything_results_project_every_block_type_and_admit_real_images() {
     );
 
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
     let _ = std::fs::remove_dir_all(&attachments);
 }
 
@@ -550,5 +549,5 @@ async fn everything_resources_are_listed_read_and_blobs_reach_the_model_as_lengt
     .await;
     assert_eq!(unknown.kind, OutcomeKind::InvalidArguments);
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
 }

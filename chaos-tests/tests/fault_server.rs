@@ -90,17 +90,7 @@ async fn ready(
 /// Shutdown must be clean and leave no process of any server's tree alive.
 async fn finish(runtime: &Runtime, extra: &[u32]) -> ShutdownCheck {
     let check = shutdown_checked(runtime, extra).await;
-    assert!(
-        check.report.is_clean(),
-        "unclean shutdown: {:?}",
-        check.report
-    );
-    assert!(
-        check.survivors.is_empty(),
-        "processes survived the shutdown: {:?} (tracked {:?})",
-        check.survivors,
-        check.tracked
-    );
+    check.assert_clean();
     assert!(
         runtime.status().is_empty(),
         "no server remains after shutdown"

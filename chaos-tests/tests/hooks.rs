@@ -593,7 +593,7 @@ impl Pipeline {
     }
 
     async fn done(self) {
-        assert!(shutdown_checked(&self.rt, &[]).await.report.is_clean());
+        shutdown_checked(&self.rt, &[]).await.assert_clean();
     }
 }
 
@@ -1099,4 +1099,148 @@ async fn hook3_a_call_given_up_by_its_caller_kills_its_running_hook() {
     );
     assert_eq!(p.calls_seen(), 0);
     p.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_hooks_see_the_project_dir_override_and_plugin_data_as_env_and_substitution() {
+    // HOOK-2: `CLAUDE_PROJECT_DIR` is the configured project dir (not the
+    // session cwd) and `CLAUDE_PLUGIN_DATA` the configured data dir, both in
+    // the environment and as `${VAR}` substituted in the command text.
+    let dir = temp_dir("claude-env");
+    let (project, data) = (dir.join("project"), dir.join("plugin-data"));
+    let out = dir.join("out");
+    let command = format!(
+        "printf '%s|%s|%s|%s' \"$CLAUDE_PROJECT_DIR\" \"$CLAUDE_PLUGIN_DATA\" '${{CLAUDE_PLUGIN_DATA}}' '${{CLAUDE_PROJECT_DIR}}' > {}",
+        out.display()
+    );
+    let file = write_hooks(&dir, "cc.json", one("PreToolUse", None, &command));
+    let rt = Runtime::builder()
+        .hooks(HookSettings {
+            claude: Some(file),
+            session: session(&dir),
+            project_dir: Some(project.clone()),
+            plugin_data: Some(data.clone()),
+            ..HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let r = rt
+        .hooks()
+        .run(
+            &session(&dir),
+            &pre_bash("ls"),
+            None,
+            &CancellationToken::new(),
+        )
+        .await;
+    rt.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(r.merged.verdict().0, "proceed");
+    let (p, d) = (project.display(), data.display());
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        format!("{p}|{d}|{d}|{p}")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_hooks_run_through_the_users_login_shell() {
+    // HOOK-2 (Codex): the command runs as `$SHELL -lc <command>`, falling
+    // back to /bin/sh when SHELL is unset or not a file; no Claude variables.
+    let dir = temp_dir("codex-shell");
+    let out = dir.join("out");
+    // A compound command, so the shell does not exec its last command and
+    // /proc/$$ still shows the shell's own command line.
+    let command = format!(
+        "line=$(tr '\\0' ' ' < /proc/$$/cmdline); printf '%s|%s' \"$line\" \"${{CLAUDE_PROJECT_DIR:-unset}}\" > {}",
+        out.display()
+    );
+    let r = run_one(
+        Dialect::Codex,
+        one("PreToolUse", None, &command),
+        &pre_bash("ls"),
+        &dir,
+    )
+    .await;
+    assert_eq!(r.merged.verdict().0, "proceed");
+    let shell = std::env::var("SHELL")
+        .ok()
+        .filter(|s| !s.is_empty() && Path::new(s).is_file())
+        .unwrap_or_else(|| "/bin/sh".into());
+    let seen = std::fs::read_to_string(&out).unwrap();
+    let (line, project) = seen.rsplit_once('|').unwrap();
+    assert!(
+        line.starts_with(&format!("{shell} -lc line=")),
+        "{line:?} (SHELL {shell})"
+    );
+    assert_eq!(project, "unset", "Codex hooks get no Claude variables");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook8_the_event_log_file_holds_each_runs_matched_invoked_result_triple() {
+    // HOOK-8 through the event log file (not only the broadcast): three
+    // lines per run, in order, sharing one run id.
+    let dir = temp_dir("hook-log");
+    let log = dir.join("events.jsonl");
+    let file = write_hooks(&dir, "cc.json", one("PreToolUse", None, "exit 0"));
+    let rt = Runtime::builder()
+        .hooks(HookSettings {
+            claude: Some(file),
+            session: session(&dir),
+            ..HookSettings::default()
+        })
+        .event_log(&log)
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let r = rt
+            .hooks()
+            .run(
+                &session(&dir),
+                &pre_bash("ls"),
+                None,
+                &CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(r.merged.verdict().0, "proceed");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let kind = v["event"].as_str().unwrap_or_default();
+        if kind.starts_with("hook_") && kind != "hook_notice" {
+            let id = find_run_id(&v).unwrap_or_else(|| panic!("no run_id in {line}"));
+            seen.push((kind.to_owned(), id));
+        }
+    }
+    assert_eq!(seen.len(), 6, "{text}");
+    for run in seen.chunks(3) {
+        let id = run[0].1;
+        let kinds: Vec<&str> = run.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["hook_matched", "hook_invoked", "hook_result"],
+            "{text}"
+        );
+        assert!(run.iter().all(|(_, i)| *i == id), "{run:?}");
+    }
+    assert_ne!(seen[0].1, seen[3].1, "each run has its own id");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first `run_id` anywhere in `v`.
+fn find_run_id(v: &Value) -> Option<u64> {
+    match v {
+        Value::Object(m) => m
+            .get("run_id")
+            .and_then(Value::as_u64)
+            .or_else(|| m.values().find_map(find_run_id)),
+        Value::Array(a) => a.iter().find_map(find_run_id),
+        _ => None,
+    }
 }

@@ -73,8 +73,7 @@ async fn a_server_that_stops_reading_stdin_never_holds_a_call_past_its_bound() {
     .unwrap();
     assert!(s.restarts >= 1, "{s:?}");
     let check = shutdown_checked(&runtime, &[first_pid]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
-    assert!(check.survivors.is_empty(), "{:?}", check.survivors);
+    check.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,5 +112,5 @@ async fn a_reply_nested_past_the_parse_limit_ends_its_call_at_once_as_invalid_re
         OutcomeKind::InvalidResult,
         "the connection stays usable"
     );
-    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+    shutdown_checked(&runtime, &[]).await.assert_clean();
 }

@@ -36,7 +36,7 @@ async fn call(rt: &Runtime, tool: &str, images: bool) -> ToolOutcome {
 
 async fn done(rt: Runtime, dir: std::path::PathBuf) {
     let check = shutdown_checked(&rt, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -175,5 +175,5 @@ async fn oversized_instructions_fail_the_connection_or_are_truncated_on_request(
     assert!(instructions[0].len() <= 200);
     assert!(instructions[0].contains("Always be careful."));
     let check = shutdown_checked(&runtime, &[]).await;
-    assert!(check.report.is_clean(), "{:?}", check.report);
+    check.assert_clean();
 }

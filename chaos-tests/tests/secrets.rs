@@ -83,7 +83,7 @@ async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_n
     );
     let all_status = serde_json::to_string(&status).unwrap();
     assert!(!all_status.contains(VALUE));
-    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+    shutdown_checked(&runtime, &[]).await.assert_clean();
     let events = std::fs::read_to_string(&log).unwrap();
     assert!(
         events.contains("[redacted]"),
@@ -118,7 +118,7 @@ async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
     assert_eq!(out.projection, "Echo: the key is [redacted]");
     let canonical = serde_json::to_string(&out.canonical).unwrap();
     assert!(!canonical.contains(VALUE), "{canonical}");
-    assert!(shutdown_checked(&runtime, &[]).await.report.is_clean());
+    shutdown_checked(&runtime, &[]).await.assert_clean();
     let events = std::fs::read_to_string(&log).unwrap();
     assert!(events.contains("Echo: the key is [redacted]"));
     assert!(!events.contains(VALUE), "the value is not in the event log");

@@ -56,7 +56,7 @@ async fn never_refuses_without_asking_and_the_server_never_sees_the_call() {
     );
     assert!(approver.asked().is_empty(), "never does not ask");
     assert_eq!(log.tool_calls(), 0);
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    shutdown_checked(&rt, &[]).await.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,7 +70,7 @@ async fn ask_without_an_approver_is_dont_allow() {
         out.projection
     );
     assert_eq!(log.tool_calls(), 0);
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    shutdown_checked(&rt, &[]).await.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +115,7 @@ async fn grants_follow_the_answers_per_chat_and_always() {
         }
     }
     assert_eq!(decisions, 5, "every call's trust decision is an event");
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    shutdown_checked(&rt, &[]).await.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +127,7 @@ async fn trust7_routes_without_tool_support_are_offered_no_tools() {
             .any(|t| t.name == "mcp__srv__echo")
     );
     assert!(rt.tools_for_route(&G, false).is_empty());
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    shutdown_checked(&rt, &[]).await.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,5 +156,5 @@ async fn trust4_per_tool_never_holds_even_after_always_allow() {
     );
     assert_eq!(approver.asked().len(), 1);
     assert_eq!(log.tool_calls(), 1);
-    assert!(shutdown_checked(&rt, &[]).await.report.is_clean());
+    shutdown_checked(&rt, &[]).await.assert_clean();
 }
