@@ -32,6 +32,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
 use serde_json::Value;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::stdio::{self, Diagnostics, ProcessHandle};
 use crate::messages::capabilities::{
@@ -350,6 +351,8 @@ pub struct ConnectionState {
     watcher: Option<JoinHandle<()>>,
     /// HTTP liveness pings (CONN-14).
     pinger: Option<JoinHandle<()>>,
+    /// HTTP: ends the connection when the server drops its session (CALL-5).
+    session_watch: Option<JoinHandle<()>>,
     /// `ConnectionEnded` is sent exactly once.
     ended_sent: bool,
 }
@@ -361,6 +364,7 @@ impl Drop for ConnectionState {
         for task in [
             self.connect_task.take(),
             self.pinger.take(),
+            self.session_watch.take(),
             self.watcher.take(),
         ]
         .into_iter()
@@ -395,6 +399,7 @@ impl Actor for Connection {
             service_ct: None,
             watcher: None,
             pinger: None,
+            session_watch: None,
             ended_sent: false,
         };
         let handler = SupervisedClient {
@@ -450,7 +455,20 @@ impl Actor for Connection {
                 }
                 (TransportConfig::StreamableHttp(http_cfg), Ok(secret_headers)) => {
                     state.closer = Some(Closer::Network);
-                    match super::http::transport(http_cfg, secret_headers, diag.clone()) {
+                    let session_lost = CancellationToken::new();
+                    let (lost, me) = (session_lost.clone(), myself.clone());
+                    state.session_watch = Some(tokio::spawn(async move {
+                        lost.cancelled().await;
+                        let _ = me.cast(ConnectionMsg::Lost(
+                            "the session is gone; a new connection opens a new one".into(),
+                        ));
+                    }));
+                    match super::http::transport(
+                        http_cfg,
+                        secret_headers,
+                        diag.clone(),
+                        session_lost,
+                    ) {
                         Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
                         Err(e) => Box::pin(futures::future::ready(Err(e))),
                     }
@@ -592,6 +610,9 @@ fn start_close(state: &mut ConnectionState) {
         t.abort();
     }
     if let Some(t) = state.pinger.take() {
+        t.abort();
+    }
+    if let Some(t) = state.session_watch.take() {
         t.abort();
     }
     if state.ended_sent {

@@ -10,7 +10,14 @@
 //! - turns 401/403 into "the server rejected the credentials (HTTP n)" in the
 //!   connection's diagnostics (CONN-9), so the failure says why;
 //! - reads `execution.taskSupport` from `tools/list` replies streamed as SSE,
-//!   which rmcp's typed `Tool` model drops (SYNC-7, as the stdio transport does).
+//!   which rmcp's typed `Tool` model drops (SYNC-7, as the stdio transport does);
+//! - turns a 404 on the held session into the end of the connection (CALL-5).
+//!   rmcp's own recovery (`reinit_on_expired_session`) re-sends the request
+//!   that got the 404 on a new session, and CALL-5 says a call is never sent
+//!   twice. So the recovery is off: the call that got the 404 ends
+//!   `server_not_ready` (the server proved it never ran it), the calls still
+//!   waiting on the old session end "transport lost", and the reconnect
+//!   policy opens a new connection, with a new session, for the next calls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +33,7 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use sse_stream::Sse;
+use tokio_util::sync::CancellationToken;
 
 use super::stdio::Diagnostics;
 use crate::messages::config::HttpConfig;
@@ -38,6 +46,7 @@ pub fn transport(
     cfg: &HttpConfig,
     secret_headers: Vec<(String, crate::messages::trust::Secret)>,
     diag: Arc<Diagnostics>,
+    session_lost: CancellationToken,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
     crate::messages::trust::validate_endpoint(&cfg.url).map_err(|e| e.to_string())?;
@@ -64,13 +73,17 @@ pub fn transport(
         .map_err(|e| format!("could not build the HTTP client: {e}"))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.as_str())
         .custom_headers(headers)
-        .reinit_on_expired_session(true);
+        .reinit_on_expired_session(false);
     let mut retry = ExponentialBackoff::default();
     retry.max_times = Some(SSE_RETRIES);
     retry.max_delay = Some(Duration::from_secs(10));
     config.retry_config = Arc::new(retry);
     Ok(StreamableHttpClientTransport::with_client(
-        TappedClient { inner, diag },
+        TappedClient {
+            inner,
+            diag,
+            session_lost,
+        },
         config,
     ))
 }
@@ -80,6 +93,8 @@ pub fn transport(
 pub struct TappedClient {
     inner: reqwest::Client,
     diag: Arc<Diagnostics>,
+    /// Cancelled when the server answers 404 for the held session.
+    session_lost: CancellationToken,
 }
 
 impl TappedClient {
@@ -102,6 +117,12 @@ impl TappedClient {
                 self.diag.set_fatal(format!(
                     "the server rejected the credentials (HTTP {status})"
                 ));
+            }
+            if matches!(e, StreamableHttpError::SessionExpired) {
+                self.diag.set_fatal(
+                    "the server ended the session (HTTP 404 for its Mcp-Session-Id)".into(),
+                );
+                self.session_lost.cancel();
             }
         }
         r

@@ -123,3 +123,27 @@ async fn split_replies_idle_stops_leaked_secrets_and_supervisor_panics_lose_noth
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_session() {
+    // CALL-5 (issue 18): the call answered 404 for its session ends
+    // server_not_ready and is never sent again (no_double_send also counts
+    // POSTs at fault-server's HTTP layer); later calls succeed on a new
+    // connection with a new session.
+    let r = run_scenario(&scenario("http_session_loss"), &RunOptions::default()).await;
+    assert!(r.violations().is_empty(), "{:#?}", r.violations());
+    assert_eq!(
+        r.invariants.get(&Invariant::NoDoubleSend),
+        Some(&Verdict::Pass)
+    );
+    assert!(
+        r.outcomes.get("server_not_ready").copied().unwrap_or(0) >= 1,
+        "the 404'd call is refused, not replayed: {:?}",
+        r.outcomes
+    );
+    assert!(
+        r.outcomes.get("ok").copied().unwrap_or(0) >= 1,
+        "{:?}",
+        r.outcomes
+    );
+}

@@ -758,6 +758,10 @@ impl HttpFault {
 struct HttpFaultState {
     fault: HttpFault,
     calls: AtomicUsize,
+    /// `--log-requests`: every tools/call POST is logged here too, before the
+    /// fault decides its answer, as `post tools/call <body>` (a request the
+    /// fault answers 404/401/500 is still a request that was sent).
+    log: Option<PathBuf>,
 }
 
 async fn http_fault_layer(
@@ -771,6 +775,13 @@ async fn http_fault_layer(
         return axum::http::StatusCode::BAD_REQUEST.into_response();
     };
     let is_call = bytes.windows(10).any(|w| w == b"tools/call");
+    if is_call
+        && let Some(path) = &state.log
+        && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+    {
+        let body = String::from_utf8_lossy(&bytes).replace('\n', " ");
+        let _ = f.write_all(format!("post tools/call {body}\n").as_bytes());
+    }
     let has_session = parts.headers.contains_key("mcp-session-id");
     let n = if is_call {
         state.calls.fetch_add(1, Ordering::SeqCst) + 1
@@ -816,6 +827,7 @@ async fn http_fault_layer(
 
 async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
     let server_fault = server.args.http_fault.clone();
+    let log = server.args.log_requests.clone();
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -829,6 +841,7 @@ async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
     let state = Arc::new(HttpFaultState {
         fault,
         calls: AtomicUsize::new(0),
+        log,
     });
     let app = axum::Router::new().nest_service("/mcp", service).layer(
         axum::middleware::from_fn_with_state(state, http_fault_layer),

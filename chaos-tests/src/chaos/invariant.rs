@@ -230,25 +230,55 @@ pub(super) fn check_budget(
     problems
 }
 
-/// no_double_send: every nonce of this run appears at most once in the request log.
-pub(super) fn check_double_send(log: &Path, run_id: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut counts: HashMap<&str, u32> = HashMap::new();
-    let executions = text
-        .lines()
-        .filter(|l| l.starts_with("tools/call") || l.starts_with("resources/read"));
-    for line in executions {
+/// no_double_send (CALL-5): every nonce of this run was executed at most
+/// once (the handler's lines) and sent at most once (the HTTP layer's `post`
+/// lines, which include requests answered with an error); and every call
+/// that ended `ok` (`ok_nonces`) was executed exactly once. A log that
+/// cannot be read while calls ended `ok` is a failure, not "no duplicates".
+pub(super) fn check_double_send(log: &Path, run_id: &str, ok_nonces: &[String]) -> Vec<String> {
+    let text = match std::fs::read_to_string(log) {
+        Ok(t) => t,
+        Err(_) if ok_nonces.is_empty() => String::new(),
+        Err(e) => {
+            return vec![format!(
+                "the request log {} cannot be read ({e}) although {} call(s) ended ok",
+                log.display(),
+                ok_nonces.len()
+            )];
+        }
+    };
+    let mut executed: HashMap<&str, u32> = HashMap::new();
+    let mut posted: HashMap<&str, u32> = HashMap::new();
+    for line in text.lines() {
+        let counts = if line.starts_with("tools/call") || line.starts_with("resources/read") {
+            &mut executed
+        } else if line.starts_with("post ") {
+            &mut posted
+        } else {
+            continue;
+        };
         if let Some(start) = line.find(run_id) {
             let rest = &line[start..];
             let end = rest.find('"').unwrap_or(rest.len());
             *counts.entry(&rest[..end]).or_default() += 1;
         }
     }
-    counts
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .map(|(nonce, n)| format!("{nonce} arrived {n} times"))
-        .collect()
+    let mut problems: Vec<String> = Vec::new();
+    for (what, counts) in [("arrived", &executed), ("was sent", &posted)] {
+        problems.extend(
+            counts
+                .iter()
+                .filter(|(_, n)| **n > 1)
+                .map(|(nonce, n)| format!("{nonce} {what} {n} times")),
+        );
+    }
+    for nonce in ok_nonces {
+        if !executed.contains_key(nonce.as_str()) {
+            problems.push(format!("{nonce} ended ok but the server never ran it"));
+        }
+    }
+    problems.sort();
+    problems
 }
 
 #[cfg(test)]
@@ -314,8 +344,26 @@ mod tests {
             "tools/call 1 echo {\"message\":\"run#1\"}\ntools/call 2 echo {\"message\":\"run#2\"}\ntools/call 3 echo {\"message\":\"run#1\"}\n",
         )
         .unwrap();
-        let problems = check_double_send(&log, "run");
-        let _ = std::fs::remove_file(&log);
+        let problems = check_double_send(&log, "run", &["run#2".into()]);
         assert_eq!(problems, vec!["run#1 arrived 2 times".to_owned()]);
+        // A request re-sent at the HTTP layer counts even when it ran once,
+        // and an ok call the server never ran is flagged.
+        std::fs::write(
+            &log,
+            "post tools/call {\"message\":\"run#3\"}\npost tools/call {\"message\":\"run#3\"}\ntools/call 4 echo {\"message\":\"run#3\"}\n",
+        )
+        .unwrap();
+        let problems = check_double_send(&log, "run", &["run#3".into(), "run#9".into()]);
+        assert_eq!(
+            problems,
+            vec![
+                "run#3 was sent 2 times".to_owned(),
+                "run#9 ended ok but the server never ran it".to_owned()
+            ]
+        );
+        let _ = std::fs::remove_file(&log);
+        let missing = check_double_send(&log, "run", &["run#1".into()]);
+        assert!(missing[0].contains("cannot be read"), "{missing:?}");
+        assert!(check_double_send(&log, "run", &[]).is_empty());
     }
 }

@@ -195,7 +195,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         Invariant::BudgetRespected,
         verdict(budget.is_empty(), || budget.join("; ")),
     );
-    let doubles = check_double_send(&run.ids.log, &run.ids.run_id);
+    let doubles = check_double_send(&run.ids.log, &run.ids.run_id, &tally.ok_nonces);
     invariants.insert(
         Invariant::NoDoubleSend,
         verdict(doubles.is_empty(), || doubles.join("; ")),

@@ -37,6 +37,8 @@ pub(super) struct Tally {
     pub(super) not_ok: Vec<String>,
     /// Outcomes that showed the run's secret value.
     pub(super) leaks: Vec<String>,
+    /// The nonces of the workload calls that ended `ok`.
+    pub(super) ok_nonces: Vec<String>,
     /// When the runner made the server's supervisor fail (a restart starts
     /// the reconnect schedule anew, so `budget_respected` skips across it).
     pub(super) supervisor_failures: Vec<std::time::Instant>,
@@ -45,24 +47,31 @@ pub(super) struct Tally {
 impl Tally {
     /// The next workload call: its tool and arguments, carrying a nonce
     /// unique to this run.
-    fn next_call(&mut self, run: &Run<'_>) -> (&'static str, serde_json::Value) {
+    fn next_call(&mut self, run: &Run<'_>) -> (&'static str, serde_json::Value, String) {
         self.nonce += 1;
-        run.sc
-            .workload_call(&format!("{}#{}", run.ids.run_id, self.nonce))
+        let nonce = format!("{}#{}", run.ids.run_id, self.nonce);
+        let (tool, args) = run.sc.workload_call(&nonce);
+        (tool, args, nonce)
     }
 
-    /// Count what came of one call; `what` names it. A workload call (not a
-    /// trigger) that ends other than `ok` is kept for `no_lost_reply`; an
-    /// outcome showing `secret` is kept for `no_secret_leak`.
+    /// Count what came of one call; `what` names it. A workload call (one
+    /// with a `nonce`, not a trigger) that ends other than `ok` is kept for
+    /// `no_lost_reply`, one that ends `ok` for `no_double_send`; an outcome
+    /// showing `secret` is kept for `no_secret_leak`.
     fn record(
         &mut self,
         (result, took): (Result<ToolOutcome, Elapsed>, Duration),
         what: String,
-        workload: bool,
+        nonce: Option<String>,
         secret: &str,
     ) {
         if let Ok(o) = &result {
-            if workload && o.kind.name() != "ok" {
+            if let Some(nonce) = &nonce
+                && o.kind.name() == "ok"
+            {
+                self.ok_nonces.push(nonce.clone());
+            }
+            if nonce.is_some() && o.kind.name() != "ok" {
                 let why = o.error.as_deref().unwrap_or_default();
                 self.not_ok
                     .push(format!("{what}: {} ({why})", o.kind.name()));
@@ -143,11 +152,11 @@ pub(super) async fn sequential_calls(run: &Run<'_>, tally: &mut Tally) {
                 tokio::time::sleep(Duration::from_millis(near.saturating_sub(15))).await;
             }
         }
-        let (tool, args) = tally.next_call(run);
-        let nonce = tally.nonce;
+        let (tool, args, nonce) = tally.next_call(run);
+        let n = tally.nonce;
         tally.issued += 1;
         let result = call(&run.runtime, tool, args).await;
-        tally.record(result, format!("{tool} #{nonce}"), true, &run.ids.secret);
+        tally.record(result, format!("{tool} #{n}"), Some(nonce), &run.ids.secret);
     }
 }
 
@@ -155,17 +164,22 @@ pub(super) async fn sequential_calls(run: &Run<'_>, tally: &mut Tally) {
 pub(super) async fn concurrent_calls(run: &Run<'_>, tally: &mut Tally) {
     let batch: Vec<_> = (0..run.sc.concurrent)
         .map(|_| {
-            let (tool, args) = tally.next_call(run);
-            (tool, call(&run.runtime, tool, args))
+            let (tool, args, nonce) = tally.next_call(run);
+            ((tool, nonce), call(&run.runtime, tool, args))
         })
         .collect();
     tally.issued += run.sc.concurrent;
-    let (tools, calls): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-    for (tool, result) in tools
+    let (names, calls): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    for ((tool, nonce), result) in names
         .into_iter()
         .zip(futures::future::join_all(calls).await)
     {
-        tally.record(result, format!("concurrent {tool}"), true, &run.ids.secret);
+        tally.record(
+            result,
+            format!("concurrent {tool}"),
+            Some(nonce),
+            &run.ids.secret,
+        );
     }
 }
 
@@ -180,7 +194,7 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
         tally.issued += 1;
         let name = format!("mcp__s__{tool}");
         let result = call(&run.runtime, &name, fault.trigger_args()).await;
-        tally.record(result, format!("trigger {tool}"), false, &run.ids.secret);
+        tally.record(result, format!("trigger {tool}"), None, &run.ids.secret);
         if run.sc.panics_supervisor() {
             tally.supervisor_failures.push(std::time::Instant::now());
             let _ = run
