@@ -75,6 +75,12 @@ pub enum ServerSupervisorMsg {
         /// Connection generation.
         conn_gen: u64,
     },
+    /// The quiet period before a follow-up sync of connection `conn_gen` may
+    /// be over (SYNC-5's debounce).
+    ResyncDue {
+        /// Connection generation.
+        conn_gen: u64,
+    },
     /// A catalog re-sync of connection `conn_gen` finished phase 1 (SYNC-3).
     SyncDone {
         /// Connection generation.

@@ -107,6 +107,54 @@ struct ConnSlot {
     /// A list_changed arrived that the current catalog does not reflect yet
     /// (SYNC-5: one follow-up sync, however many arrive).
     resync_pending: bool,
+    /// When the first and the last of the pending notifications arrived:
+    /// the follow-up waits for [`SYNC_QUIET`] without one, at most
+    /// [`SYNC_MAX_WAIT`] after the first.
+    pending_since: Option<Instant>,
+    last_notice: Option<Instant>,
+}
+
+/// SYNC-5: a follow-up sync starts once no `tools/list_changed` arrived for
+/// this long, so a burst spread over a running sync costs one follow-up, not
+/// one per sync it overlapped.
+const SYNC_QUIET: Duration = Duration::from_millis(50);
+
+/// SYNC-5: a server that never stops notifying still gets a follow-up sync
+/// this long after the first pending notification.
+const SYNC_MAX_WAIT: Duration = Duration::from_secs(1);
+
+impl ConnSlot {
+    /// Note a notification the catalog does not reflect yet; true when none
+    /// was pending before.
+    fn note_pending(&mut self) -> bool {
+        let now = Instant::now();
+        self.last_notice = Some(now);
+        self.pending_since.get_or_insert(now);
+        !std::mem::replace(&mut self.resync_pending, true)
+    }
+
+    /// How long the follow-up sync must still wait (SYNC-5), or `None` when
+    /// it may start now.
+    fn quiet_left(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let quiet = self
+            .last_notice
+            .map(|t| (t + SYNC_QUIET).saturating_duration_since(now));
+        let cap = self
+            .pending_since
+            .map(|t| (t + SYNC_MAX_WAIT).saturating_duration_since(now));
+        match (quiet, cap) {
+            (Some(q), Some(c)) if !q.is_zero() && !c.is_zero() => Some(q.min(c)),
+            _ => None,
+        }
+    }
+
+    /// The follow-up sync starts: nothing is pending any more.
+    fn take_pending(&mut self) {
+        self.resync_pending = false;
+        self.pending_since = None;
+        self.last_notice = None;
+    }
 }
 
 /// Why a connection is stopped on purpose.
@@ -586,6 +634,12 @@ impl Actor for ServerSupervisor {
                 ServerSupervisorMsg::ToolsListChanged { conn_gen } => {
                     on_tools_list_changed(&myself, st, conn_gen)
                 }
+                ServerSupervisorMsg::ResyncDue { conn_gen } => {
+                    let idle = matches!(&st.phase, Phase::Ready { live, sync: None, .. } if live.conn_gen == conn_gen);
+                    if idle {
+                        sync_if_pending(&myself, st);
+                    }
+                }
                 ServerSupervisorMsg::SyncDone { conn_gen, result } => {
                     on_sync_done(&myself, st, conn_gen, result).await
                 }
@@ -781,16 +835,15 @@ fn on_tools_list_changed(
         Phase::Ready {
             conn, live, sync, ..
         } if live.conn_gen == conn_gen => {
-            if sync.is_none() {
+            if sync.is_none() && !conn.resync_pending {
                 start_sync(myself, st); // publishes: the status shows syncing
                 return;
             }
-            // SYNC-5: coalesce into one follow-up sync.
-            !std::mem::replace(&mut conn.resync_pending, true)
+            // SYNC-5: coalesce into one follow-up sync (also while its
+            // quiet period runs: the notification extends it).
+            conn.note_pending()
         }
-        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => {
-            !std::mem::replace(&mut conn.resync_pending, true)
-        }
+        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => conn.note_pending(),
         _ => false,
     };
     if newly_pending {
@@ -992,6 +1045,8 @@ async fn start_connection(
                 conn_gen,
                 up_since: None,
                 resync_pending: false,
+                pending_since: None,
+                last_notice: None,
             };
             st.enter(Phase::Connecting { conn, attempt });
         }
@@ -1152,17 +1207,25 @@ async fn apply_catalog(
     st.publish();
 }
 
-/// Start the one follow-up sync a list_changed asked for (SYNC-5), if any.
-/// Taken only after the catalog was published, so the status never shows a
-/// pause between two syncs.
+/// Start the one follow-up sync a list_changed asked for (SYNC-5), if any,
+/// once no notification arrived for [`SYNC_QUIET`] (at most [`SYNC_MAX_WAIT`]
+/// after the first); until then the status keeps showing `syncing`. Taken
+/// only after the catalog was published, so the status never shows a pause
+/// between two syncs.
 fn sync_if_pending(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    let pending = match &mut st.phase {
-        Phase::Ready { conn, .. } => std::mem::take(&mut conn.resync_pending),
-        _ => false,
+    let Phase::Ready { conn, live, .. } = &mut st.phase else {
+        return;
     };
-    if pending {
-        start_sync(myself, st);
+    if !conn.resync_pending {
+        return;
     }
+    if let Some(wait) = conn.quiet_left() {
+        let conn_gen = live.conn_gen;
+        myself.send_after(wait, move || ServerSupervisorMsg::ResyncDue { conn_gen });
+        return;
+    }
+    conn.take_pending();
+    start_sync(myself, st);
 }
 
 fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {

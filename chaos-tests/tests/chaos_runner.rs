@@ -16,7 +16,7 @@ async fn a_stubborn_server_whose_connection_breaks_never_overlaps_its_replacemen
     // ~2.5 s; the replacement waits for its reap.
     let r = run_scenario(&scenario("overlong_line_stubborn"), &RunOptions::default()).await;
     assert!(r.violations().is_empty(), "{:#?}", r.violations());
-    assert_eq!(r.invariants.len(), 10);
+    assert_eq!(r.invariants.len(), 11);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

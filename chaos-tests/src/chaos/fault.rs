@@ -320,6 +320,38 @@ impl Fault {
         }
     }
 
+    /// The outcome kind this fault's trigger call must end with (its
+    /// consequence in docs/chaos.md), when it has one for certain.
+    pub(super) fn expected_trigger(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::HangOnCall | Self::HttpStall | Self::StdinFreeze => "timeout",
+            Self::CrashMidCall => "transport_lost_during_call",
+            Self::InvalidResult | Self::DeepJson => "invalid_result",
+            Self::IsError | Self::SecretEcho => "server_error",
+            Self::SchemaViolation => "output_schema_violation",
+            Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
+            _ => return None,
+        })
+    }
+
+    /// Text the server's status must show at the end of the run (the error
+    /// quoting the server's own words, or naming the cause).
+    pub(super) fn expected_in_status(&self) -> Option<&'static str> {
+        match self {
+            Self::CrashAtStart { .. } => Some("fatal: boom at start"),
+            Self::StderrThenExit => Some("fatal: config is broken"),
+            Self::Http401 => Some("the server rejected the credentials (HTTP 401)"),
+            _ => None,
+        }
+    }
+
+    /// How many `tools/list` requests the server must have received over the
+    /// run: the connect's, the sync the first notification starts, and one
+    /// follow-up for the rest of the burst (SYNC-5).
+    pub(super) fn expected_lists(&self) -> Option<usize> {
+        matches!(self, Self::ListChangedStorm { .. }).then_some(3)
+    }
+
     /// What this fault asks of a run besides the fault-server's flags.
     fn effects(&self) -> Effects {
         match self {

@@ -39,6 +39,9 @@ pub enum Invariant {
     NoLostReply,
     /// The run's secret value appears in no event, outcome, status or log (TRUST-2).
     NoSecretLeak,
+    /// Each fault's own consequence, as docs/chaos.md promises it: its
+    /// trigger's outcome kind, what the status says, how many syncs.
+    ExpectedConsequences,
     /// Memory stays bounded (soak only).
     BoundedMemory,
 }
@@ -57,6 +60,7 @@ impl Invariant {
             Self::ShutdownWithinDeadline => "shutdown_within_deadline",
             Self::NoLostReply => "no_lost_reply",
             Self::NoSecretLeak => "no_secret_leak",
+            Self::ExpectedConsequences => "expected_consequences",
             Self::BoundedMemory => "bounded_memory",
         }
     }

@@ -208,6 +208,10 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
     invariants.insert(Invariant::NoLostReply, no_lost_reply(run, tally));
     invariants.insert(Invariant::NoSecretLeak, no_secret_leak(run, seen, tally));
     invariants.insert(
+        Invariant::ExpectedConsequences,
+        expected_consequences(run, seen, tally),
+    );
+    invariants.insert(
         Invariant::ShutdownWithinDeadline,
         shutdown_within_deadline(seen, &run.problems),
     );
@@ -302,6 +306,51 @@ fn no_secret_leak(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
     verdict(leaks.is_empty(), || {
         format!("the secret value is in {}", summarise(&leaks))
     })
+}
+
+/// expected_consequences: each fault's promise in docs/chaos.md, where it has
+/// one that is certain: the trigger's outcome kind, the text the status
+/// shows, the number of catalog fetches (SYNC-5).
+fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
+    let mut judged = false;
+    let mut problems = Vec::new();
+    for fault in &run.sc.faults {
+        if let (Some(tool), Some(want)) = (fault.trigger(), fault.expected_trigger()) {
+            judged = true;
+            for (t, got) in tally.triggers.iter().filter(|(t, _)| *t == tool) {
+                if got != want {
+                    problems.push(format!(
+                        "{}: trigger {t} ended {got}, not {want}",
+                        fault.name()
+                    ));
+                }
+            }
+        }
+        if let Some(text) = fault.expected_in_status() {
+            judged = true;
+            if !seen.last_status.contains(text) {
+                problems.push(format!(
+                    "{}: the status does not say {text:?}",
+                    fault.name()
+                ));
+            }
+        }
+        if let Some(want) = fault.expected_lists() {
+            judged = true;
+            let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
+            let got = log.lines().filter(|l| l.starts_with("tools/list")).count();
+            if got != want {
+                problems.push(format!(
+                    "{}: {got} tools/list requests, SYNC-5 allows {want} (connect, sync, one follow-up)",
+                    fault.name()
+                ));
+            }
+        }
+    }
+    if !judged {
+        return Verdict::Skip;
+    }
+    verdict(problems.is_empty(), || summarise(&problems))
 }
 
 /// The first three of `items` and how many more: a violation stays readable.

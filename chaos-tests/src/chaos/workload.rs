@@ -7,6 +7,7 @@ use std::time::Duration;
 use mcpvisor::{CallOptions, Runtime, Scope, ServerState, ServerStatus, ToolOutcome};
 use tokio::time::error::Elapsed;
 
+use super::fault::Fault;
 use super::rng::SeededRng;
 use super::run::Run;
 use crate::{wait_for, wait_for_status};
@@ -39,6 +40,8 @@ pub(super) struct Tally {
     pub(super) leaks: Vec<String>,
     /// The nonces of the workload calls that ended `ok`.
     pub(super) ok_nonces: Vec<String>,
+    /// Each trigger call's tool and outcome kind.
+    pub(super) triggers: Vec<(&'static str, String)>,
     /// When the runner made the server's supervisor fail (a restart starts
     /// the reconnect schedule anew, so `budget_respected` skips across it).
     pub(super) supervisor_failures: Vec<std::time::Instant>,
@@ -192,9 +195,34 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
             continue;
         };
         tally.issued += 1;
+        let generation = run
+            .runtime
+            .status()
+            .iter()
+            .find(|s| s.server == "s")
+            .map_or(0, |s| s.generation);
         let name = format!("mcp__s__{tool}");
         let result = call(&run.runtime, &name, fault.trigger_args()).await;
+        let kind = match &result.0 {
+            Ok(o) => o.kind.name().to_owned(),
+            Err(_) => "no outcome".to_owned(),
+        };
+        tally.triggers.push((tool, kind));
         tally.record(result, format!("trigger {tool}"), None, &run.ids.secret);
+        // The notifications are handled after the call returned: wait
+        // (bounded) for the sync and its one follow-up to be swapped in, so
+        // `expected_consequences` counts them all (SYNC-5).
+        if let Fault::ListChangedStorm { .. } = fault {
+            let mut events = run.runtime.subscribe();
+            let _ = wait_for_status(
+                &run.runtime,
+                &mut events,
+                "s",
+                Duration::from_secs(3),
+                |s| !s.syncing && s.generation >= generation + 2,
+            )
+            .await;
+        }
         if run.sc.panics_supervisor() {
             tally.supervisor_failures.push(std::time::Instant::now());
             let _ = run
@@ -206,7 +234,8 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     settle(&run.runtime, Duration::from_secs(5)).await;
 }
 
-/// Wait until every server has left `connecting`/`reconnecting`, for at most `limit`.
+/// Wait until every server has left `connecting`/`reconnecting` and no
+/// catalog sync is running or due, for at most `limit`.
 pub(super) async fn settle(runtime: &Runtime, limit: Duration) {
     let mut events = runtime.subscribe();
     let _ = wait_for(runtime, &mut events, limit, |statuses| {
@@ -215,10 +244,11 @@ pub(super) async fn settle(runtime: &Runtime, limit: Duration) {
     .await;
 }
 
-/// True while a server is still connecting or reconnecting.
+/// True while a server is still connecting or reconnecting, or syncing.
 fn busy(s: &ServerStatus) -> bool {
-    matches!(
-        s.state,
-        ServerState::Connecting | ServerState::Reconnecting { .. }
-    )
+    s.syncing
+        || matches!(
+            s.state,
+            ServerState::Connecting | ServerState::Reconnecting { .. }
+        )
 }
