@@ -284,6 +284,8 @@ impl Fault {
             | Self::IgnoreSigterm
             | Self::Grandchild
             | Self::ListChangedStorm { .. }
+            // `s` registers first and keeps its names (SYNC-4).
+            | Self::CollidingNames
             | Self::InvalidResult
             | Self::IsError
             | Self::SchemaViolation
@@ -305,9 +307,6 @@ impl Fault {
             | Self::CrashMidCall
             | Self::HangOnInitialize
             | Self::OverlongLine
-            // Which of two colliding servers keeps the name is not yet
-            // deterministic (issue 18): `s` may end with no tools.
-            | Self::CollidingNames
             | Self::DuplicateNames
             | Self::StderrThenExit
             | Self::Http401
@@ -341,6 +340,10 @@ impl Fault {
             Self::CrashAtStart { .. } => Some("fatal: boom at start"),
             Self::StderrThenExit => Some("fatal: config is broken"),
             Self::Http401 => Some("the server rejected the credentials (HTTP 401)"),
+            // SYNC-4: the later server, `s__t`, ends with zero tools.
+            Self::CollidingNames => {
+                Some("tool name \\\"mcp__s__t__echo\\\" is already registered by server \\\"s\\\"")
+            }
             _ => None,
         }
     }

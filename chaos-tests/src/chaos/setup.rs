@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use mcpvisor::{
     Dialect, HookSettings, ReconnectPolicy, Runtime, Scope, Secret, SecretStore, ServerConfig,
-    StdioConfig, StoreError, TransportConfig,
+    ServerState, StdioConfig, StoreError, TransportConfig,
 };
 use serde_json::{Value, json};
 
@@ -20,7 +20,9 @@ use super::observe::{Recorder, Sampler};
 use super::run::{Observers, Run, RunIds, RunOptions};
 use super::scenario::Scenario;
 use super::workload::{TOOL_CALL_TIMEOUT, settle};
-use crate::{HttpFaultServer, fault_server_config, fault_server_path, unique_temp_path};
+use crate::{
+    HttpFaultServer, fault_server_config, fault_server_path, unique_temp_path, wait_for_status,
+};
 
 /// The reconnect policy every server of a run gets.
 pub(super) fn policy() -> ReconnectPolicy {
@@ -163,7 +165,21 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
             ));
         }
     }
-    for cfg in configs {
+    for (i, cfg) in configs.into_iter().enumerate() {
+        // SYNC-4 gives a contested name to the server that registered it
+        // first: `s` is ready before `s__t` is added, so the same seed always
+        // gives the same winner (issue 18).
+        if i > 0 {
+            let mut events = run.runtime.subscribe();
+            let _ = wait_for_status(
+                &run.runtime,
+                &mut events,
+                "s",
+                Duration::from_secs(10),
+                |s| s.state == ServerState::Ready && s.tools > 0,
+            )
+            .await;
+        }
         let mut cfg = supervised(cfg, sc.hangs_on_initialize());
         if let TransportConfig::Stdio(StdioConfig { env_secrets, .. }) = &mut cfg.transport {
             env_secrets.insert(SECRET_ENV.into(), SECRET_NAME.into());
