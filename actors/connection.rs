@@ -626,6 +626,10 @@ fn start_close(state: &mut ConnectionState) {
     let supervisor = state.supervisor.clone();
     let conn_gen = state.conn_gen;
     let pid = state.pid;
+    let tag = match &state.config.transport {
+        TransportConfig::Stdio(s) => s.env.get(super::process::TAG_VAR).cloned(),
+        _ => None,
+    };
     tokio::spawn(async move {
         if let Some(ct) = ct {
             ct.cancel();
@@ -637,6 +641,17 @@ fn start_close(state: &mut ConnectionState) {
             Closer::Process(mut p) => {
                 let later = p.unreaped();
                 let reaped = p.close().await;
+                // RECO-7: what left the group (setsid) dies with the
+                // connection too, found by the server's tag.
+                if let Some(tag) = &tag {
+                    let escaped = super::process::kill_tagged(tag, false);
+                    if !escaped.is_empty() {
+                        tracing::warn!(
+                            ?escaped,
+                            "killed processes that had left the server's process group"
+                        );
+                    }
+                }
                 (reaped, (!reaped).then_some(later))
             }
             Closer::InProcess(mut closed) => {

@@ -265,6 +265,80 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_: &mut Command) {}
 
+/// The environment variable every process the runtime starts carries
+/// (servers and hooks), and which every descendant inherits, also one that
+/// left its process group with `setsid`: `<runtime>/<scope>/<server>` for a
+/// server, `<runtime>/hooks` for hooks.
+pub const TAG_VAR: &str = "MCPVISOR_TAG";
+
+/// SIGKILL every process but this one whose environment has [`TAG_VAR`]
+/// equal to `value` (or, with `prefix`, starting with it): the descendants
+/// that left their process group, out of reach of group signals. Returns
+/// their pids. Processes of other users, and ones that cleared their
+/// environment, are not found.
+pub fn kill_tagged(value: &str, prefix: bool) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    let wanted = format!("{TAG_VAR}={value}");
+    let mut killed = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let tagged = environ.split(|b| *b == 0).any(|var| {
+            let var = var.strip_prefix(wanted.as_bytes());
+            match var {
+                Some(rest) => prefix || rest.is_empty(),
+                None => false,
+            }
+        });
+        if tagged && let Ok(p) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions. The pid was
+            // read from /proc an instant ago with our tag in its environment.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+            killed.push(pid);
+        }
+    }
+    killed
+}
+
+/// Of `pids`, the ones still running (not gone, not a zombie) after waiting
+/// up to `limit` for each to exit (through its pidfd where there is one).
+pub async fn still_running(pids: &[u32], limit: std::time::Duration) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut left = Vec::new();
+    for pid in pids {
+        if let Some(exited) = leader_exit(*pid) {
+            let _ = tokio::time::timeout_at(deadline, exited).await;
+        }
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.trim_start().chars().next())
+            });
+        if !matches!(state, None | Some('Z') | Some('X')) {
+            left.push(*pid);
+        }
+    }
+    left
+}
+
 /// The reaper of a group led by `pid`. Once the leader has exited, and
 /// before it is reaped, it SIGKILLs the whole group (CONN-5: grandchildren
 /// die with their leader), then reaps it, both under the `gone` lock that
@@ -305,9 +379,9 @@ fn lock(gone: &Mutex<bool>) -> std::sync::MutexGuard<'_, bool> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A future that completes when process `pid` (an unreaped child) has exited,
-/// without reaping it: its pidfd turns readable. `None` when no pidfd can be
-/// had.
+/// A future that completes when process `pid` has exited, without reaping
+/// it (for a child): its pidfd turns readable. `None` when no pidfd can be
+/// had (no such process, or no pidfd support).
 #[cfg(target_os = "linux")]
 fn leader_exit(pid: u32) -> Option<impl std::future::Future<Output = ()>> {
     use std::os::fd::{FromRawFd, OwnedFd};

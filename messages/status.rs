@@ -279,6 +279,10 @@ pub struct ShutdownReport {
     pub hook_runs_aborted: usize,
     /// Anything that did not confirm before its deadline.
     pub unconfirmed: Vec<String>,
+    /// Processes that had left their server's or hook's process group
+    /// (`setsid`), found by the runtime's tag in their environment and
+    /// SIGKILLed (RECO-7). One still running after that is in `unconfirmed`.
+    pub escaped: Vec<u32>,
     /// Whole shutdown wall time.
     pub duration_ms: u64,
 }
@@ -296,5 +300,6 @@ impl ShutdownReport {
         self.calls_cancelled += other.calls_cancelled;
         self.hook_runs_aborted += other.hook_runs_aborted;
         self.unconfirmed.extend(other.unconfirmed);
+        self.escaped.extend(other.escaped);
     }
 }

@@ -28,6 +28,7 @@ pub struct RuntimeBuilder {
     hooks: crate::messages::hooks::engine::HookSettings,
     approval_timeout: Option<Duration>,
     skip_close_barrier: bool,
+    skip_escape_sweep: bool,
     seed: Option<u64>,
 }
 
@@ -136,6 +137,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Test-only: start processes without the runtime's `MCPVISOR_TAG`, so
+    /// a process that leaves its group is found neither when its connection
+    /// closes nor at shutdown. Exists so the chaos runner can show that its
+    /// `no_orphans` invariant detects an escaped process.
+    #[cfg(feature = "chaos")]
+    pub fn skip_escape_sweep_for_chaos(mut self) -> Self {
+        self.skip_escape_sweep = true;
+        self
+    }
+
     /// Start the tree and every configured server. Servers with
     /// `fail_on_startup_error` are awaited; if one fails, everything is shut
     /// down again and its error returned (CONN-12).
@@ -178,10 +189,13 @@ impl RuntimeBuilder {
                 });
             }
         };
+        // RECO-7: every process this runtime starts carries it (TAG_VAR).
+        let tag = format!("{:016x}", rand::random::<u64>());
         let hooks = Arc::new(crate::runtime::hooks::HookEngine::start(
             self.hooks,
             hooks_supervisor,
             events.clone(),
+            &tag,
         ));
         let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
             .has(crate::messages::hooks::config::HookEvent::PreToolUse)
@@ -206,6 +220,8 @@ impl RuntimeBuilder {
                 policies: self.policies,
                 attachments: self.attachments,
                 limits: self.limits,
+                tag,
+                tag_children: !self.skip_escape_sweep,
             }),
         };
         for (scope, config) in self.servers {

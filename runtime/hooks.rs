@@ -45,6 +45,8 @@ pub struct HookEngine {
     detached: TaskTracker,
     /// Cancelled at dispose: every run watches it besides its call's token.
     disposed: CancellationToken,
+    /// `MCPVISOR_TAG` of every hook process (`<runtime>/hooks`, RECO-7).
+    tag: String,
 }
 
 impl std::fmt::Debug for HookEngine {
@@ -105,6 +107,7 @@ impl HookEngine {
         mut settings: HookSettings,
         supervisor: ActorRef<HooksMsg>,
         events: broadcast::Sender<RuntimeEvent>,
+        runtime_tag: &str,
     ) -> Self {
         if settings.session.cwd.is_empty() {
             settings.session.cwd = process_cwd();
@@ -135,6 +138,7 @@ impl HookEngine {
             running: AtomicUsize::new(0),
             detached: TaskTracker::new(),
             disposed: CancellationToken::new(),
+            tag: format!("{runtime_tag}/hooks"),
         }
     }
 
@@ -267,6 +271,9 @@ impl HookEngine {
             }
             Dialect::Codex => (handler.command.clone(), HookShell::Login, Vec::new()),
         };
+        // RECO-7: what a hook leaves behind outside its group is found by it.
+        let mut env = env;
+        env.push((crate::actors::process::TAG_VAR.to_owned(), self.tag.clone()));
         HookCommand {
             command,
             shell,

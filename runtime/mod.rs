@@ -46,6 +46,10 @@ pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
 /// How long a lost call waits for the connection's real cause (CONN-8).
 const CAUSE_WAIT: Duration = Duration::from_secs(3);
 
+/// How long the shutdown waits for escaped processes to die after their
+/// SIGKILL before it reports them (RECO-7).
+const ESCAPED_KILL_WAIT: Duration = Duration::from_secs(1);
+
 /// Errors of the runtime's lifecycle API.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
@@ -111,6 +115,10 @@ struct Inner {
     scopes: RwLock<HashMap<Scope, ScopeHandle>>,
     events: broadcast::Sender<RuntimeEvent>,
     policies: Vec<Arc<dyn CallPolicy>>,
+    /// This runtime's part of `MCPVISOR_TAG` (RECO-7): random per runtime.
+    tag: String,
+    /// Whether servers get the tag (off only by a chaos switch).
+    tag_children: bool,
 }
 
 impl Drop for Inner {
@@ -186,6 +194,21 @@ impl Runtime {
         config: ServerConfig,
     ) -> Result<String, RuntimeError> {
         config.validate()?;
+        let mut config = config;
+        let named = match &config.display_name {
+            Some(d) if config.server_name.is_empty() => d.clone(),
+            _ => config.server_name.clone(),
+        };
+        if let crate::messages::config::TransportConfig::Stdio(stdio) = &mut config.transport
+            && self.inner.tag_children
+        {
+            // RECO-7: every descendant of the server, also one that leaves
+            // its process group, carries the server's tag.
+            stdio.env.insert(
+                crate::actors::process::TAG_VAR.to_owned(),
+                format!("{}/{scope}/{named}", self.inner.tag),
+            );
+        }
         let requested = config
             .display_name
             .clone()
@@ -482,6 +505,15 @@ impl Runtime {
             Err(AskError::Gone) => ShutdownReport::default(),
         };
         report.hook_runs_aborted = hook_runs_aborted;
+        // RECO-7: what left its server's or hook's process group is found by
+        // this runtime's tag, killed, and reported.
+        let escaped = crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true);
+        for pid in crate::actors::process::still_running(&escaped, ESCAPED_KILL_WAIT).await {
+            report.unconfirmed.push(format!(
+                "process {pid} had left its process group and still runs after SIGKILL"
+            ));
+        }
+        report.escaped = escaped;
         let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let left = deadline

@@ -227,6 +227,25 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     all
 }
 
+/// The processes (other than this one) whose environment has `var=value`:
+/// read from `/proc/PID/environ`, so a process that left its group or
+/// session is found too, as long as it kept its environment.
+pub fn tagged_processes(var: &str, value: &str) -> Vec<u32> {
+    let wanted = format!("{var}={value}");
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
+        })
+        .collect()
+}
+
 /// The pids of `pids` that are still alive.
 pub fn alive(pids: &[u32]) -> Vec<u32> {
     pids.iter().copied().filter(|p| process_alive(*p)).collect()

@@ -23,7 +23,7 @@ async fn a_stubborn_server_whose_connection_breaks_never_overlaps_its_replacemen
 async fn skipping_the_close_barrier_makes_no_overlap_fail() {
     let opts = RunOptions {
         break_close_barrier: true,
-        check_memory: false,
+        ..RunOptions::default()
     };
     let r = run_scenario(&scenario("overlong_line_stubborn"), &opts).await;
     assert!(
@@ -146,4 +146,22 @@ async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_sess
         "{:?}",
         r.outcomes
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_left_its_group_is_killed_and_without_the_tag_no_orphans_fails() {
+    // RECO-7 (issue 18): the daemonized grandchild is found by the runtime's
+    // tag and killed; started without the tag (the break switch), it
+    // survives, and no_orphans, which also looks for the run's CHAOS_TAG in
+    // every environment, reports it, and only it.
+    let sc = scenario("daemonized_grandchild");
+    let r = run_scenario(&sc, &RunOptions::default()).await;
+    assert!(r.violations().is_empty(), "{:#?}", r.violations());
+    let broken = RunOptions {
+        break_escape_sweep: true,
+        ..RunOptions::default()
+    };
+    let r = run_scenario(&sc, &broken).await;
+    let failed: Vec<Invariant> = r.violations().into_iter().map(|(i, _)| i).collect();
+    assert_eq!(failed, vec![Invariant::NoOrphans], "{:#?}", r.violations());
 }

@@ -114,3 +114,68 @@ async fn a_reply_nested_past_the_parse_limit_ends_its_call_at_once_as_invalid_re
     );
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
+
+/// The pid in the server's "daemon pid N" stderr line.
+fn daemon_pid(runtime: &mcpvisor::Runtime, server: &str) -> Option<u32> {
+    let status = runtime.status();
+    let tail = &status.iter().find(|s| s.server == server)?.stderr_tail;
+    tail.split("daemon pid ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_left_its_group_dies_with_its_connection_and_at_shutdown() {
+    // RECO-7 (issue 18): a server's descendant that left its process group
+    // with setsid is out of reach of group signals; the runtime's tag in its
+    // environment finds it. It dies when its connection closes (here: a
+    // restart), and a shutdown kills what is left and reports it.
+    let cfg = fault_server_config("d", ["--daemonize"]).trusted();
+    let runtime = start_with_server(mcpvisor::Runtime::builder(), G, cfg)
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    let first = wait_for_status(&runtime, &mut events, "d", Duration::from_secs(10), |s| {
+        s.stderr_tail.contains("daemon pid ")
+    })
+    .await
+    .unwrap();
+    let daemon = daemon_pid(&runtime, "d").unwrap();
+    assert!(mcpvisor_chaos::process_alive(daemon), "the daemon runs");
+    // It is in a process group of its own, not the server's.
+    let stat = std::fs::read_to_string(format!("/proc/{daemon}/stat")).unwrap();
+    let pgrp: u32 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(Some(pgrp), first.pid, "setsid left the server's group");
+    runtime.restart_server(&G, "d").await.unwrap();
+    assert!(
+        mcpvisor_chaos::wait_gone(daemon, Duration::from_secs(10)).await,
+        "the daemon {daemon} outlived its connection"
+    );
+    let second = wait_for_status(&runtime, &mut events, "d", Duration::from_secs(10), |s| {
+        s.connection_generation > first.connection_generation
+            && s.stderr_tail.contains("daemon pid ")
+    })
+    .await
+    .unwrap();
+    let daemon2 = daemon_pid(&runtime, "d").unwrap();
+    assert_ne!(daemon2, daemon);
+    assert!(mcpvisor_chaos::process_alive(daemon2));
+    let _ = second;
+    let check = shutdown_checked(&runtime, &[]).await;
+    check.assert_clean();
+    assert!(
+        mcpvisor_chaos::wait_gone(daemon2, Duration::from_secs(10)).await,
+        "the daemon {daemon2} outlived the runtime"
+    );
+}

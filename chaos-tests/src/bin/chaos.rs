@@ -38,6 +38,11 @@ struct Args {
     /// no_overlap invariant catches it.
     #[arg(long)]
     break_close_barrier: bool,
+    /// Deliberately break the runtime (start servers without its tag) to
+    /// show that the no_orphans invariant catches a process that left its
+    /// group.
+    #[arg(long)]
+    break_escape_sweep: bool,
     /// List the scenarios and their fault plans for the seed, then exit.
     #[arg(long)]
     list: bool,
@@ -54,6 +59,7 @@ async fn main() -> std::process::ExitCode {
     });
     let mut opts = RunOptions {
         break_close_barrier: args.break_close_barrier,
+        break_escape_sweep: args.break_escape_sweep,
         check_memory: args.soak.is_some(),
     };
     let select = |seed: u64| {
@@ -144,10 +150,11 @@ async fn main() -> std::process::ExitCode {
                 "note: rerun with `cargo run -p mcpvisor-chaos --bin chaos -- --seed {} --scenario {}{}`",
                 r.seed,
                 r.name,
-                if args.break_close_barrier {
-                    " --break-close-barrier"
-                } else {
-                    ""
+                match (args.break_close_barrier, args.break_escape_sweep) {
+                    (true, true) => " --break-close-barrier --break-escape-sweep",
+                    (true, false) => " --break-close-barrier",
+                    (false, true) => " --break-escape-sweep",
+                    (false, false) => "",
                 }
             );
         }

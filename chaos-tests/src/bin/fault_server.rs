@@ -144,6 +144,11 @@ struct Args {
     /// each read answered with a text naming its URI.
     #[arg(long)]
     resources_only: bool,
+    /// Start `sleep 1000` in a session of its own (`setsid`, its parent
+    /// shell exits at once), out of reach of any group signal, and print
+    /// "daemon pid N" to stderr.
+    #[arg(long)]
+    daemonize: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -701,6 +706,19 @@ fn ignore_sigterm() {
     }
 }
 
+fn daemonize() {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) => eprintln!("daemon pid {}", String::from_utf8_lossy(&o.stdout).trim()),
+        Err(e) => eprintln!("the daemon could not be started: {e}"),
+    }
+}
+
 fn spawn_grandchild() {
     match std::process::Command::new("sleep")
         .arg("1000")
@@ -889,6 +907,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.grandchild {
         spawn_grandchild();
+    }
+    if args.daemonize {
+        daemonize();
     }
     if args.garbage_before_handshake > 0 && args.http.is_none() {
         let mut out = std::io::stdout().lock();

@@ -133,6 +133,10 @@ pub enum Fault {
     /// feature's `FailForChaos`), mid-outage: its scope restarts it, and the
     /// restart waits for every close the old one had not confirmed.
     SupervisorPanic,
+    /// At start the server puts `sleep 1000` in a session of its own
+    /// (`setsid`): no group signal reaches it; the runtime's tag in its
+    /// environment must (RECO-7).
+    DaemonizedGrandchild,
 }
 
 impl Fault {
@@ -176,6 +180,7 @@ impl Fault {
             Self::SecretEcho => "secret_echo",
             Self::ResourcesOnlyIdle { .. } => "resources_only_idle",
             Self::SupervisorPanic => "supervisor_panic",
+            Self::DaemonizedGrandchild => "daemonized_grandchild",
         }
     }
 
@@ -232,6 +237,7 @@ impl Fault {
             Self::SplitReplies { ms } => vec!["--split-replies".into(), ms.to_string()],
             Self::SecretEcho => vec!["--leak-env".into(), SECRET_ENV.into()],
             Self::ResourcesOnlyIdle { .. } => v(&["--resources-only"]),
+            Self::DaemonizedGrandchild => v(&["--daemonize"]),
             Self::LargeArgs { .. } | Self::SupervisorPanic => Vec::new(),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
@@ -301,6 +307,7 @@ impl Fault {
             | Self::SplitReplies { .. }
             | Self::LargeArgs { .. }
             | Self::SecretEcho
+            | Self::DaemonizedGrandchild
             | Self::ResourcesOnlyIdle { .. } => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
@@ -372,6 +379,7 @@ impl Fault {
             | Self::HttpSessionLoss { .. }
             | Self::SplitReplies { .. }
             | Self::LargeArgs { .. }
+            | Self::DaemonizedGrandchild
             | Self::SupervisorPanic => Effects::NONE,
             Self::SecretEcho => Effects::trigger("is_error"),
             Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),

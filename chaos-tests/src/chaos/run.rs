@@ -16,7 +16,11 @@ use super::observe::{Observed, Recorder, Sampler, cmdline};
 use super::scenario::Scenario;
 use super::setup::{policy, setup};
 use super::workload::{TOOL_CALL_TIMEOUT, Tally, concurrent_calls, sequential_calls, trigger};
-use crate::{HttpFaultServer, unique_temp_path, wait_gone};
+use crate::{HttpFaultServer, tagged_processes, unique_temp_path, wait_gone};
+
+/// The environment variable every server of a run gets: its run id. It is
+/// inherited by every descendant, also one that left its process group.
+pub(super) const CHAOS_TAG: &str = "CHAOS_TAG";
 
 /// How long the runtime's shutdown may take.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
@@ -29,6 +33,10 @@ pub struct RunOptions {
     pub break_close_barrier: bool,
     /// Check memory (soak).
     pub check_memory: bool,
+    /// Deliberately break the runtime: start servers without its tag, so a
+    /// process that leaves its group survives (to show that `no_orphans`
+    /// can fail).
+    pub break_escape_sweep: bool,
 }
 
 /// The names one run gives its processes and files, unique per run so runs
@@ -171,7 +179,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
 /// Every invariant's verdict on what was seen.
 async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant, Verdict> {
     let mut invariants = BTreeMap::new();
-    let orphans = orphans(&seen.observed, &seen.excluded).await;
+    let orphans = orphans(&seen.observed, &seen.excluded, &run.ids.run_id).await;
     invariants.insert(
         Invariant::NoOrphans,
         verdict(orphans.is_empty(), || {
@@ -222,12 +230,25 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
     invariants
 }
 
-/// no_orphans: every process seen below the runner is gone (each gets 2 s).
-async fn orphans(observed: &Observed, excluded: &HashSet<u32>) -> Vec<String> {
+/// no_orphans: every process seen below the runner, and every process that
+/// carries the run's `CHAOS_TAG` in its environment (which a process that
+/// left its group with setsid still does), is gone (each gets 2 s).
+async fn orphans(observed: &Observed, excluded: &HashSet<u32>, run_id: &str) -> Vec<String> {
     let mut orphans = Vec::new();
-    for pid in observed.seen.iter().filter(|p| !excluded.contains(p)) {
+    let mut pids: Vec<u32> = observed.seen.iter().copied().collect();
+    pids.extend(tagged_processes(CHAOS_TAG, run_id));
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids.iter().filter(|p| !excluded.contains(p)) {
         if !wait_gone(*pid, Duration::from_secs(2)).await {
             orphans.push(format!("{pid} ({})", cmdline(*pid).trim()));
+            // Judged: now the runner cleans up what the runtime left.
+            if let Ok(p) = i32::try_from(*pid) {
+                // SAFETY: kill(2) on a pid seen alive an instant ago.
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
         }
     }
     orphans

@@ -129,6 +129,9 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
                 Fault::SupervisorPanic,
             ]
         }),
+        ("daemonized_grandchild", |_| {
+            vec![Fault::DaemonizedGrandchild]
+        }),
     ];
     table
         .into_iter()

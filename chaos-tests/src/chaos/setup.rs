@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::fault::{FaultHook, SECRET_ENV};
 use super::observe::{Recorder, Sampler};
-use super::run::{Observers, Run, RunIds, RunOptions};
+use super::run::{CHAOS_TAG, Observers, Run, RunIds, RunOptions};
 use super::scenario::Scenario;
 use super::workload::{TOOL_CALL_TIMEOUT, settle};
 use crate::{
@@ -58,6 +58,9 @@ pub(super) async fn setup<'a>(
     }
     if opts.break_close_barrier {
         builder = builder.skip_close_barrier_for_chaos();
+    }
+    if opts.break_escape_sweep {
+        builder = builder.skip_escape_sweep_for_chaos();
     }
     let mut problems: Vec<String> = Vec::new();
     if !fault_server_path().exists() {
@@ -181,8 +184,12 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
             .await;
         }
         let mut cfg = supervised(cfg, sc.hangs_on_initialize());
-        if let TransportConfig::Stdio(StdioConfig { env_secrets, .. }) = &mut cfg.transport {
+        if let TransportConfig::Stdio(StdioConfig {
+            env_secrets, env, ..
+        }) = &mut cfg.transport
+        {
             env_secrets.insert(SECRET_ENV.into(), SECRET_NAME.into());
+            env.insert(CHAOS_TAG.into(), run.ids.run_id.clone());
         }
         if cfg.server_name == "s" {
             cfg.idle_stop_after = sc.idle_stop();
