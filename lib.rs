@@ -112,6 +112,7 @@ pub use messages::tree::{AskError, TreeError};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.
+pub use messages::config::ChaosSwitches;
 pub use messages::config::{
     ConfigError, HttpConfig, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope,
     ServerConfig, StdioConfig, TransportConfig,

@@ -248,6 +248,8 @@ pub struct ConnectionArgs {
     pub handlers: ClientHandlers,
     /// Where this generation's transport registers its close confirmation.
     pub open: Arc<OpenTransports>,
+    /// Test-only break switches.
+    pub chaos: crate::messages::config::ChaosSwitches,
 }
 
 /// The transports of one server that have not confirmed their close, kept
@@ -429,14 +431,16 @@ impl Actor for Connection {
                 cfg.startup_timeout.as_millis()
             )),
         };
-        if let Ok(values) = &secrets {
+        if let Ok(values) = &secrets
+            && !args.chaos.no_redaction
+        {
             diag.add_redactions(values.iter().map(|(_, v)| v.expose().to_owned()));
         }
         let connect: BoxFuture<'static, Result<Box<Established>, String>> =
             match (&cfg.transport, secrets) {
                 (_, Err(e)) => Box::pin(futures::future::ready(Err(e))),
                 (TransportConfig::Stdio(stdio_cfg), Ok(secret_env)) => {
-                    match stdio::spawn(stdio_cfg, secret_env, diag.clone()) {
+                    match stdio::spawn(stdio_cfg, secret_env, diag.clone(), args.chaos) {
                         Ok(child) => {
                             state.pid = Some(child.process.pid);
                             args.open.register(state.conn_gen, child.process.unreaped());
@@ -463,11 +467,13 @@ impl Actor for Connection {
                             "the session is gone; a new connection opens a new one".into(),
                         ));
                     }));
+                    let replay = args.chaos.replay_expired_sessions;
                     match super::http::transport(
                         http_cfg,
                         secret_headers,
                         diag.clone(),
                         session_lost,
+                        replay,
                     ) {
                         Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
                         Err(e) => Box::pin(futures::future::ready(Err(e))),

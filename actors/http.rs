@@ -47,6 +47,7 @@ pub fn transport(
     secret_headers: Vec<(String, crate::messages::trust::Secret)>,
     diag: Arc<Diagnostics>,
     session_lost: CancellationToken,
+    replay_for_chaos: bool,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
     crate::messages::trust::validate_endpoint(&cfg.url).map_err(|e| e.to_string())?;
@@ -73,7 +74,7 @@ pub fn transport(
         .map_err(|e| format!("could not build the HTTP client: {e}"))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.as_str())
         .custom_headers(headers)
-        .reinit_on_expired_session(false);
+        .reinit_on_expired_session(replay_for_chaos);
     let mut retry = ExponentialBackoff::default();
     retry.max_times = Some(SSE_RETRIES);
     retry.max_delay = Some(Duration::from_secs(10));
@@ -83,6 +84,7 @@ pub fn transport(
             inner,
             diag,
             session_lost,
+            replay_for_chaos,
         },
         config,
     ))
@@ -95,6 +97,8 @@ pub struct TappedClient {
     diag: Arc<Diagnostics>,
     /// Cancelled when the server answers 404 for the held session.
     session_lost: CancellationToken,
+    /// Test-only (`ChaosSwitches::replay_expired_sessions`): rmcp's replay.
+    replay_for_chaos: bool,
 }
 
 impl TappedClient {
@@ -118,7 +122,7 @@ impl TappedClient {
                     "the server rejected the credentials (HTTP {status})"
                 ));
             }
-            if matches!(e, StreamableHttpError::SessionExpired) {
+            if matches!(e, StreamableHttpError::SessionExpired) && !self.replay_for_chaos {
                 self.diag.set_fatal(
                     "the server ended the session (HTTP 404 for its Mcp-Session-Id)".into(),
                 );

@@ -320,6 +320,7 @@ pub fn spawn(
     cfg: &StdioConfig,
     secret_env: Vec<(String, crate::messages::trust::Secret)>,
     diag: Arc<Diagnostics>,
+    chaos: crate::messages::config::ChaosSwitches,
 ) -> Result<SpawnedChild, SpawnError> {
     let mut env = child_environment(cfg, |n| std::env::var(n).ok());
     for (name, value) in secret_env {
@@ -355,7 +356,10 @@ pub fn spawn(
         let _ = stderr_done_tx.send(true);
     });
     Ok(SpawnedChild {
-        transport: StdioTransport::new(pipes.stdin, pipes.stdout, diag),
+        transport: StdioTransport {
+            lossy: chaos.lossy_line_reader,
+            ..StdioTransport::new(pipes.stdin, pipes.stdout, diag)
+        },
         process: ProcessHandle {
             pid: group.pid(),
             group,
@@ -439,6 +443,8 @@ pub struct StdioTransport {
     /// Cancelled when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
     dead: tokio_util::sync::CancellationToken,
     diag: Arc<Diagnostics>,
+    /// Test-only break switch (`ChaosSwitches::lossy_line_reader`).
+    lossy: bool,
 }
 
 impl StdioTransport {
@@ -454,6 +460,7 @@ impl StdioTransport {
             writer: Arc::new(tokio::sync::Mutex::new(Some(Box::new(stdin) as Writer))),
             dead: tokio_util::sync::CancellationToken::new(),
             diag,
+            lossy: false,
         }
     }
 
@@ -462,7 +469,7 @@ impl StdioTransport {
     async fn read_line(&mut self) -> bool {
         // Cancel safety: only a line that was handed out is cleared; a
         // partial one stays when this future is dropped between reads.
-        if std::mem::take(&mut self.line_done) {
+        if std::mem::take(&mut self.line_done) || self.lossy {
             self.line.clear();
         }
         loop {

@@ -55,6 +55,35 @@ impl fmt::Display for Scope {
     }
 }
 
+/// Test-only switches that break the runtime on purpose, one per chaos
+/// invariant, so the chaos runner can show that each invariant fails when
+/// the behaviour it guards is gone (issue 18). All off by default; only the
+/// builder's `*_for_chaos` methods (feature `chaos`) turn one on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChaosSwitches {
+    /// `no_overlap`: a replacement connection starts before the previous
+    /// one confirmed its close.
+    pub skip_close_barrier: bool,
+    /// `no_orphans`: processes start without `MCPVISOR_TAG`, so one that
+    /// leaves its group is never found.
+    pub untagged_children: bool,
+    /// `no_double_send`: after an HTTP 404 on the session, rmcp re-sends
+    /// the request on a new session.
+    pub replay_expired_sessions: bool,
+    /// `no_secret_leak`: a server's secret values are not redacted.
+    pub no_redaction: bool,
+    /// `no_lost_reply`: the stdio line reader drops the part of a line read
+    /// so far whenever rmcp drops a pending `receive()` (issue 10 defect 1).
+    pub lossy_line_reader: bool,
+    /// `bounded_outcome`: a timed-out call's outcome comes 4 s late.
+    pub late_timeouts: bool,
+    /// `one_generation`: a catalog is registered without its last tool.
+    pub half_catalogs: bool,
+    /// `shutdown_within_deadline`: the root supervisor is killed just before
+    /// the shutdown asks it to stop (a dead root must not report clean).
+    pub dead_root: bool,
+}
+
 /// Reconnect policy of one server (RECO-1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReconnectPolicy {

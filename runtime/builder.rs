@@ -27,8 +27,7 @@ pub struct RuntimeBuilder {
     approver: Option<Arc<dyn crate::messages::approval::Approver>>,
     hooks: crate::messages::hooks::engine::HookSettings,
     approval_timeout: Option<Duration>,
-    skip_close_barrier: bool,
-    skip_escape_sweep: bool,
+    chaos: crate::messages::config::ChaosSwitches,
     seed: Option<u64>,
 }
 
@@ -133,7 +132,7 @@ impl RuntimeBuilder {
     /// `no_overlap` invariant detects a broken close barrier.
     #[cfg(feature = "chaos")]
     pub fn skip_close_barrier_for_chaos(mut self) -> Self {
-        self.skip_close_barrier = true;
+        self.chaos.skip_close_barrier = true;
         self
     }
 
@@ -143,7 +142,18 @@ impl RuntimeBuilder {
     /// `no_orphans` invariant detects an escaped process.
     #[cfg(feature = "chaos")]
     pub fn skip_escape_sweep_for_chaos(mut self) -> Self {
-        self.skip_escape_sweep = true;
+        self.chaos.untagged_children = true;
+        self
+    }
+
+    /// Test-only: the other break switches of [`crate::ChaosSwitches`], each
+    /// so that the chaos runner can show one invariant fails without it.
+    #[cfg(feature = "chaos")]
+    pub fn break_for_chaos(mut self, switches: crate::ChaosSwitches) -> Self {
+        let keep = (self.chaos.skip_close_barrier, self.chaos.untagged_children);
+        self.chaos = switches;
+        self.chaos.skip_close_barrier |= keep.0;
+        self.chaos.untagged_children |= keep.1;
         self
     }
 
@@ -164,7 +174,7 @@ impl RuntimeBuilder {
         let args =
             RootArgs {
                 events: events.clone(),
-                skip_close_barrier: self.skip_close_barrier,
+                chaos: self.chaos,
                 handlers: ClientHandlers {
                     // Without a store of the embedder's, secret names are
                     // environment variable names (TRUST-2).
@@ -221,7 +231,8 @@ impl RuntimeBuilder {
                 attachments: self.attachments,
                 limits: self.limits,
                 tag,
-                tag_children: !self.skip_escape_sweep,
+                chaos: self.chaos,
+                shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         for (scope, config) in self.servers {

@@ -429,6 +429,9 @@ impl Runtime {
             Ended::Response(Ok(r)) => r,
             Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
             Ended::Timeout => {
+                if self.inner.chaos.late_timeouts {
+                    tokio::time::sleep(Duration::from_secs(4)).await;
+                }
                 // The notice is best effort, within a bounded margin (CALL-4).
                 let notice = handle.cancel(Some("tool call timed out".into()));
                 let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;

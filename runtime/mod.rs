@@ -23,6 +23,7 @@ pub mod results;
 pub mod stores;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -117,8 +118,11 @@ struct Inner {
     policies: Vec<Arc<dyn CallPolicy>>,
     /// This runtime's part of `MCPVISOR_TAG` (RECO-7): random per runtime.
     tag: String,
-    /// Whether servers get the tag (off only by a chaos switch).
-    tag_children: bool,
+    /// Test-only break switches (all off outside the chaos runner).
+    chaos: crate::messages::config::ChaosSwitches,
+    /// A shutdown completed: a later one finds the root gone, and that is
+    /// not a failure.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -200,7 +204,7 @@ impl Runtime {
             _ => config.server_name.clone(),
         };
         if let crate::messages::config::TransportConfig::Stdio(stdio) = &mut config.transport
-            && self.inner.tag_children
+            && !self.inner.chaos.untagged_children
         {
             // RECO-7: every descendant of the server, also one that leaves
             // its process group, carries the server's tag.
@@ -487,6 +491,9 @@ impl Runtime {
         // Counted before anything stops: the root's fan-out drains the hooks
         // supervisor too, and may end a run before `dispose` first runs.
         let hook_runs_aborted = self.inner.hooks.running_count();
+        if self.inner.chaos.dead_root {
+            self.inner.root.kill();
+        }
         // The tree and the running hooks (HOOK-8) stop side by side.
         let (stopped, _) = tokio::join!(
             self.inner.root.shutdown(deadline),
@@ -502,7 +509,17 @@ impl Runtime {
                 ..Default::default()
             },
             // Already shut down: nothing is left to stop (idempotent).
-            Err(AskError::Gone) => ShutdownReport::default(),
+            Err(AskError::Gone) if self.inner.shut_down.load(Ordering::SeqCst) => {
+                ShutdownReport::default()
+            }
+            // The root died on its own (a failure, a kill): nothing it held
+            // can be confirmed, and the report must not say clean.
+            Err(AskError::Gone) => ShutdownReport {
+                unconfirmed: vec![
+                    "the root supervisor was already gone (it failed or was killed): no server's stop and no process's reap could be confirmed".into(),
+                ],
+                ..Default::default()
+            },
         };
         report.hook_runs_aborted = hook_runs_aborted;
         // RECO-7: what left its server's or hook's process group is found by
@@ -530,6 +547,7 @@ impl Runtime {
             m.clear();
         }
         report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.inner.shut_down.store(true, Ordering::SeqCst);
         report
     }
 }

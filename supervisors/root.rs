@@ -156,8 +156,8 @@ impl RootHandle {
 pub struct RootArgs {
     /// Runtime events.
     pub events: broadcast::Sender<RuntimeEvent>,
-    /// See [`ScopeArgs::skip_close_barrier`].
-    pub skip_close_barrier: bool,
+    /// See [`ScopeArgs::chaos`].
+    pub chaos: crate::messages::config::ChaosSwitches,
     /// See [`ScopeArgs::handlers`].
     pub handlers: ClientHandlers,
     /// The event log's file (OBS-2), when there is one.
@@ -187,7 +187,7 @@ pub struct RootState {
     events: broadcast::Sender<RuntimeEvent>,
     children: Children<RootChild>,
     hooks: ActorRef<HooksMsg>,
-    skip_close_barrier: bool,
+    chaos: crate::messages::config::ChaosSwitches,
     handlers: ClientHandlers,
     /// The runtime is turned off (TRUST-1).
     off: bool,
@@ -260,7 +260,7 @@ impl Actor for RootSupervisor {
             events: args.events,
             children,
             hooks,
-            skip_close_barrier: args.skip_close_barrier,
+            chaos: args.chaos,
             handlers: args.handlers,
             off: false,
             shutting_down: false,
@@ -412,7 +412,7 @@ async fn scope_handle(
         scope: scope.clone(),
         snapshot: tx,
         events: st.events.clone(),
-        skip_close_barrier: st.skip_close_barrier,
+        chaos: st.chaos,
         handlers: st.handlers.clone(),
         off: st.off,
         seed: derive_seed(st.seed, &id),

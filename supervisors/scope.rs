@@ -70,8 +70,8 @@ pub struct ScopeArgs {
     pub snapshot: watch::Sender<Arc<ScopeSnapshot>>,
     /// Runtime events.
     pub events: broadcast::Sender<RuntimeEvent>,
-    /// Test-only (feature `chaos`): see [`ServerSupervisorArgs::skip_close_barrier`].
-    pub skip_close_barrier: bool,
+    /// Test-only (feature `chaos`): see [`ServerSupervisorArgs::chaos`].
+    pub chaos: crate::messages::config::ChaosSwitches,
     /// Opt-in client capabilities for every server of the scope (CONN-11).
     pub handlers: ClientHandlers,
     /// Whether the runtime is turned off (TRUST-1) when the scope starts.
@@ -109,7 +109,7 @@ pub struct ScopeState {
     scope: Scope,
     registry: ActorRef<RegistryMsg>,
     children: Children<ScopeChild>,
-    skip_close_barrier: bool,
+    chaos: crate::messages::config::ChaosSwitches,
     handlers: ClientHandlers,
     /// The runtime is off (TRUST-1): no server is added or turned on.
     off: bool,
@@ -160,7 +160,7 @@ async fn spawn_server(
         config,
         registry: st.registry.clone(),
         activity,
-        skip_close_barrier: st.skip_close_barrier,
+        chaos: st.chaos,
         handlers: st.handlers.clone(),
         seed: derive_seed(st.seed, &config_name),
         open,
@@ -218,7 +218,7 @@ impl Actor for ScopeSupervisor {
             scope: args.scope,
             registry,
             children,
-            skip_close_barrier: args.skip_close_barrier,
+            chaos: args.chaos,
             handlers: args.handlers,
             off: args.off,
             kept_off: BTreeSet::new(),

@@ -88,7 +88,7 @@ pub struct ServerSupervisorArgs {
     pub activity: Arc<Activity>,
     /// Test-only switch (feature `chaos`): skip the close barrier, to show the
     /// chaos runner's `no_overlap` invariant can fail.
-    pub skip_close_barrier: bool,
+    pub chaos: crate::messages::config::ChaosSwitches,
     /// Opt-in client capabilities (CONN-11).
     pub handlers: ClientHandlers,
     /// Seed of this server's random choices (reconnect jitter).
@@ -413,7 +413,7 @@ pub struct ServerSupervisorState {
     config: Arc<ServerConfig>,
     registry: ActorRef<RegistryMsg>,
     activity: Arc<Activity>,
-    skip_close_barrier: bool,
+    chaos: crate::messages::config::ChaosSwitches,
     handlers: ClientHandlers,
     /// The jitter's random source (RECO-1), seeded per server.
     rng: StdRng,
@@ -548,7 +548,7 @@ impl Actor for ServerSupervisor {
             config: args.config,
             registry: args.registry,
             activity: args.activity,
-            skip_close_barrier: args.skip_close_barrier,
+            chaos: args.chaos,
             handlers: args.handlers,
             rng: StdRng::seed_from_u64(args.seed),
             // Replaced in post_start.
@@ -887,7 +887,7 @@ async fn on_reconnect(
     if !matches!(st.phase, Phase::BackingOff { attempt: a, .. } if a == attempt) {
         return; // a stale timer: the phase moved on
     }
-    if st.barrier.is_clear() || st.skip_close_barrier {
+    if st.barrier.is_clear() || st.chaos.skip_close_barrier {
         st.status.restarts += 1;
         start_connection(myself, st, attempt).await;
     } else {
@@ -1036,6 +1036,7 @@ async fn start_connection(
         diag: st.diag.clone(),
         handlers: st.handlers.clone(),
         open: st.open.clone(),
+        chaos: st.chaos,
     };
     st.barrier.open.insert(conn_gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
@@ -1171,7 +1172,10 @@ async fn apply_catalog(
     let generation = st.catalog_gen + 1;
     let built = build_catalog(&st.scope, st.name(), generation, entries);
     match built {
-        Ok(catalog) => {
+        Ok(mut catalog) => {
+            if st.chaos.half_catalogs {
+                catalog.tools.pop();
+            }
             st.catalog_warnings = catalog.warnings;
             let swap = ractor::call_t!(
                 st.registry,

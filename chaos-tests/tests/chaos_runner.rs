@@ -165,3 +165,21 @@ async fn a_process_that_left_its_group_is_killed_and_without_the_tag_no_orphans_
     let failed: Vec<Invariant> = r.violations().into_iter().map(|(i, _)| i).collect();
     assert_eq!(failed, vec![Invariant::NoOrphans], "{:#?}", r.violations());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_break_switch_makes_its_invariant_fail_and_only_it() {
+    // Issue 18: each invariant is shown to fail when the runtime is broken
+    // in the way it exists to catch, and no other invariant fails with it.
+    for (name, invariant, scenario_name) in mcpvisor_chaos::chaos::BREAKS {
+        let mut opts = RunOptions::default();
+        assert!(opts.set_break(name), "{name}");
+        let r = run_scenario(&scenario(scenario_name), &opts).await;
+        let failed: Vec<Invariant> = r.violations().into_iter().map(|(i, _)| i).collect();
+        assert_eq!(
+            failed,
+            vec![*invariant],
+            "--break {name} on {scenario_name}: {:#?}",
+            r.violations()
+        );
+    }
+}

@@ -43,6 +43,11 @@ struct Args {
     /// group.
     #[arg(long)]
     break_escape_sweep: bool,
+    /// Turn on a break switch by name (repeatable): close-barrier,
+    /// escape-sweep, session-replay, redaction, line-reader, timeouts,
+    /// catalogs, root. Each breaks the runtime so one invariant must fail.
+    #[arg(long = "break", value_name = "NAME")]
+    breaks: Vec<String>,
     /// List the scenarios and their fault plans for the seed, then exit.
     #[arg(long)]
     list: bool,
@@ -61,6 +66,7 @@ async fn main() -> std::process::ExitCode {
         break_close_barrier: args.break_close_barrier,
         break_escape_sweep: args.break_escape_sweep,
         check_memory: args.soak.is_some(),
+        ..RunOptions::default()
     };
     let select = |seed: u64| {
         scenarios(seed)
@@ -69,6 +75,12 @@ async fn main() -> std::process::ExitCode {
             .collect::<Vec<_>>()
     };
     let first = select(seed);
+    for name in &args.breaks {
+        if !opts.set_break(name) {
+            eprintln!("chaos: no break switch {name:?}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     if first.is_empty() {
         eprintln!("chaos: no scenario matches {:?}", args.scenarios);
         return std::process::ExitCode::from(2);
@@ -143,19 +155,22 @@ async fn main() -> std::process::ExitCode {
             started.elapsed().as_secs_f64()
         );
     }
+    let mut breaks_shown = String::new();
+    if args.break_close_barrier {
+        breaks_shown.push_str(" --break-close-barrier");
+    }
+    if args.break_escape_sweep {
+        breaks_shown.push_str(" --break-escape-sweep");
+    }
+    for name in &args.breaks {
+        breaks_shown.push_str(&format!(" --break {name}"));
+    }
     for r in &reports {
         for (inv, why) in r.violations() {
             eprintln!("violation: {} in {}: {why}", inv.name(), r.name);
             eprintln!(
                 "note: rerun with `cargo run -p mcpvisor-chaos --bin chaos -- --seed {} --scenario {}{}`",
-                r.seed,
-                r.name,
-                match (args.break_close_barrier, args.break_escape_sweep) {
-                    (true, true) => " --break-close-barrier --break-escape-sweep",
-                    (true, false) => " --break-close-barrier",
-                    (false, true) => " --break-escape-sweep",
-                    (false, false) => "",
-                }
+                r.seed, r.name, breaks_shown
             );
         }
     }

@@ -31,5 +31,5 @@ pub use fault::Fault;
 pub use invariant::{Invariant, ScenarioReport, Verdict};
 pub use observe::rss_kib;
 pub use rng::SeededRng;
-pub use run::{RunOptions, run_scenario};
+pub use run::{BREAKS, RunOptions, run_scenario};
 pub use scenario::{Scenario, scenarios};

@@ -37,6 +37,54 @@ pub struct RunOptions {
     /// process that leaves its group survives (to show that `no_orphans`
     /// can fail).
     pub break_escape_sweep: bool,
+    /// The other break switches, one per invariant (see [`BREAKS`]).
+    pub breaks: mcpvisor::ChaosSwitches,
+}
+
+/// Every break switch by its command-line name, with the invariant it
+/// exists to show failing and a scenario where it does (tested in
+/// chaos_runner.rs: that invariant fails, and only it).
+pub const BREAKS: &[(&str, Invariant, &str)] = &[
+    (
+        "close-barrier",
+        Invariant::NoOverlap,
+        "overlong_line_stubborn",
+    ),
+    (
+        "escape-sweep",
+        Invariant::NoOrphans,
+        "daemonized_grandchild",
+    ),
+    (
+        "session-replay",
+        Invariant::NoDoubleSend,
+        "http_session_loss",
+    ),
+    ("redaction", Invariant::NoSecretLeak, "secret_echo"),
+    ("line-reader", Invariant::NoLostReply, "split_replies"),
+    ("timeouts", Invariant::BoundedOutcome, "hang_on_call"),
+    ("catalogs", Invariant::OneGeneration, "slow_responses"),
+    ("root", Invariant::ShutdownWithinDeadline, "slow_responses"),
+];
+
+impl RunOptions {
+    /// Turn on the break switch named `name` (see [`BREAKS`]); false for an
+    /// unknown name.
+    pub fn set_break(&mut self, name: &str) -> bool {
+        let b = &mut self.breaks;
+        match name {
+            "close-barrier" => self.break_close_barrier = true,
+            "escape-sweep" => self.break_escape_sweep = true,
+            "session-replay" => b.replay_expired_sessions = true,
+            "redaction" => b.no_redaction = true,
+            "line-reader" => b.lossy_line_reader = true,
+            "timeouts" => b.late_timeouts = true,
+            "catalogs" => b.half_catalogs = true,
+            "root" => b.dead_root = true,
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// The names one run gives its processes and files, unique per run so runs

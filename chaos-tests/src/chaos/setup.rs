@@ -62,6 +62,9 @@ pub(super) async fn setup<'a>(
     if opts.break_escape_sweep {
         builder = builder.skip_escape_sweep_for_chaos();
     }
+    if opts.breaks != mcpvisor::ChaosSwitches::default() {
+        builder = builder.break_for_chaos(opts.breaks);
+    }
     let mut problems: Vec<String> = Vec::new();
     if !fault_server_path().exists() {
         problems.push(format!(
