@@ -410,6 +410,7 @@ impl Runtime {
                 );
             }
         };
+        let configured = timeout;
         let timeout = timeout.saturating_sub(started.elapsed());
         let cancel = options.cancel.clone().unwrap_or_default();
         #[allow(clippy::large_enum_variant)] // a local, moved once
@@ -439,7 +440,7 @@ impl Runtime {
                     OutcomeKind::Timeout,
                     format!(
                         "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
-                        timeout.as_millis()
+                        configured.as_millis()
                     ),
                 );
             }

@@ -515,3 +515,35 @@ async fn a_killed_mcpvisor_takes_its_servers_with_it() {
         "{survivors:?} outlived a killed mcpvisor"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_sees_none_of_the_parents_environment_but_the_allowlist() {
+    // CONN-5 on a real spawn (issue 18: the pure child_environment test
+    // would pass without env_clear): a variable of mcpvisor's own process
+    // does not reach the server, NO_COLOR=1 and the runtime's tag do.
+    let w = Workdir::new(
+        &["--print-env", "MCPVISOR_LEAK", "--leak-env", "NO_COLOR"],
+        "",
+    );
+    let out = tokio::time::timeout(
+        RUN_LIMIT,
+        command(&w.dir)
+            .args(["--json", "check"])
+            .env("MCPVISOR_LEAK", "from-the-parent")
+            .output(),
+    )
+    .await
+    .expect("mcpvisor finished in time")
+    .unwrap();
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("env MCPVISOR_LEAK=\\n") || all.contains("env MCPVISOR_LEAK=\n"),
+        "{all}"
+    );
+    assert!(
+        !all.contains("from-the-parent"),
+        "the parent's variable leaked: {all}"
+    );
+    assert!(all.contains("env NO_COLOR=1"), "{all}");
+}

@@ -163,10 +163,13 @@ mod tests {
     use crate::messages::call::ToolDefinition;
 
     /// Never answers.
-    struct Silent;
+    /// Never answers; counts how often it was asked.
+    #[derive(Default)]
+    struct Silent(std::sync::atomic::AtomicUsize);
 
     impl Approver for Silent {
         fn ask<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Box::pin(futures::future::pending())
         }
     }
@@ -200,7 +203,8 @@ mod tests {
     async fn an_approver_that_never_answers_is_dont_allow_after_the_timeout() {
         // TRUST-5: Don't Allow is also the answer when the approver times out.
         let (events, mut rx) = broadcast::channel(8);
-        let gate = TrustGate::new(Some(Arc::new(Silent)), Duration::from_secs(30), events);
+        let silent = Arc::new(Silent::default());
+        let gate = TrustGate::new(Some(silent.clone()), Duration::from_secs(30), events);
         let started = tokio::time::Instant::now();
         let verdict = gate.before(&call()).await;
         assert_eq!(started.elapsed(), Duration::from_secs(30));
@@ -219,10 +223,14 @@ mod tests {
                 ..
             })
         ));
-        // Nothing persisted: the next call asks (and times out) again.
+        // Nothing persisted: the next call asks again (a persisted `never`
+        // would deny without asking) and times out again.
+        let again = tokio::time::Instant::now();
         assert!(matches!(
             gate.before(&call()).await,
             PolicyVerdict::Deny { .. }
         ));
+        assert_eq!(again.elapsed(), Duration::from_secs(30));
+        assert_eq!(silent.0.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

@@ -630,6 +630,12 @@ impl ServerHandler for FaultServer {
             }
             "hang" => {
                 ctx.ct.cancelled().await;
+                // `notifications/cancelled` arrived: the log says so (CALL-2).
+                if let Some(path) = &self.args.log_requests
+                    && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+                {
+                    let _ = f.write_all(format!("cancelled {}\n", ctx.id).as_bytes());
+                }
                 return Err(McpError::internal_error("cancelled", None));
             }
             "slow" => {
