@@ -79,6 +79,8 @@ pub struct ChaosSwitches {
     pub late_timeouts: bool,
     /// `one_generation`: a catalog is registered without its last tool.
     pub half_catalogs: bool,
+    /// `budget_respected`: reconnect attempts come without their backoff.
+    pub no_backoff: bool,
     /// `shutdown_within_deadline`: the root supervisor is killed just before
     /// the shutdown asks it to stop (a dead root must not report clean).
     pub dead_root: bool,

@@ -1136,6 +1136,9 @@ fn register_failure(
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         delay = Duration::from_millis(st.rng.random_range(ms / 2..=ms));
     }
+    if st.chaos.no_backoff {
+        delay = Duration::ZERO;
+    }
     let timer = myself.send_after(delay, move || ServerSupervisorMsg::Reconnect { attempt });
     st.enter(Phase::BackingOff { attempt, timer });
 }

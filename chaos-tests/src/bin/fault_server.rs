@@ -891,6 +891,18 @@ async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // `--log-requests`: one `start <tag> <pid> <unix ms>` line per process,
+    // before any fault: the runner checks the reconnect schedule against
+    // the server's own clock (`budget_respected`), not the runtime's word.
+    if let Some(path) = &args.log_requests
+        && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+    {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let tag = args.tag.as_deref().unwrap_or("-");
+        let _ = f.write_all(format!("start {tag} {} {ms}\n", std::process::id()).as_bytes());
+    }
     if let Some(code) = args.crash_at_start {
         die(code, Some("fatal: boom at start"));
     }

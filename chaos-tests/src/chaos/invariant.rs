@@ -210,6 +210,10 @@ pub(super) fn check_budget(
                 .or_insert((*at, attempt, s.connection_generation));
         } else if let Some((since, attempt, conn_gen)) = pending.get(&s.server).cloned()
             && s.connection_generation > conn_gen
+            // A stdio server's schedule is judged from its own start times
+            // (check_spawns); receipt times of events can bunch up when the
+            // recorder stalls on a loaded machine.
+            && s.transport != "stdio"
         {
             let waited = at.duration_since(since);
             let want = policy.delay_for_attempt(attempt);
@@ -228,6 +232,50 @@ pub(super) fn check_budget(
             problems.push(format!(
                 "{}: exhausted after only {} failures",
                 s.server, s.consecutive_failures
+            ));
+        }
+    }
+    problems
+}
+
+/// budget_respected from the servers' own clocks (fault-server's `start`
+/// lines): consecutive starts of one server are at least the policy's
+/// initial delay apart (a start can only come later than its backoff, never
+/// earlier, however loaded the machine), and a server whose every start
+/// fails is started exactly `1 + max_attempts` times.
+pub(super) fn check_spawns(
+    log: &Path,
+    policy: &ReconnectPolicy,
+    every_start_fails: bool,
+    tags: &[&str],
+) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut problems = Vec::new();
+    for tag in tags {
+        let mut starts: Vec<u128> = text
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("start") && w.next() == Some(*tag))
+                    .then(|| w.nth(1).and_then(|ms| ms.parse().ok()))
+                    .flatten()
+            })
+            .collect();
+        starts.sort_unstable();
+        let floor = policy.initial_delay.as_millis();
+        for pair in starts.windows(2) {
+            let gap = pair[1] - pair[0];
+            if gap + 1 < floor {
+                problems.push(format!(
+                    "{tag}: started again {gap} ms after its last start, the backoff is at least {floor} ms"
+                ));
+            }
+        }
+        let want = 1 + policy.max_attempts as usize;
+        if every_start_fails && tag.ends_with("-s") && starts.len() != want {
+            problems.push(format!(
+                "{tag}: started {} times, every start fails: 1 + max_attempts = {want}",
+                starts.len()
             ));
         }
     }
@@ -294,7 +342,7 @@ mod tests {
     use crate::unique_temp_path;
 
     fn status(state: ServerState, conn_gen: u64, failures: u32) -> RuntimeEvent {
-        let mut s = mcpvisor::ServerStatus::new(Scope::Global, "s", "stdio", 0);
+        let mut s = mcpvisor::ServerStatus::new(Scope::Global, "s", "streamable_http", 0);
         s.state = state;
         s.connection_generation = conn_gen;
         s.consecutive_failures = failures;
@@ -337,6 +385,32 @@ mod tests {
             ),
         ];
         assert!(check_budget(&on_time, &p, &[]).is_empty());
+    }
+
+    #[test]
+    fn spawn_check_flags_a_start_before_the_backoff_and_a_count_past_the_budget() {
+        // CHAOS-2 budget_respected, from fault-server's own start lines.
+        let log = unique_temp_path("spawns.log");
+        let p = policy();
+        std::fs::write(
+            &log,
+            "start r-s 1 1000\nstart r-s 2 1030\nstart r-s 3 1035\nstart r-s__t 4 1000\n",
+        )
+        .unwrap();
+        let problems = check_spawns(&log, &p, true, &["r-s", "r-s__t"]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("5 ms after its last start"),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("started 3 times"), "{problems:?}");
+        std::fs::write(
+            &log,
+            "start r-s 1 1000\nstart r-s 2 1020\nstart r-s 3 1060\nstart r-s 4 1140\n",
+        )
+        .unwrap();
+        assert!(check_spawns(&log, &p, true, &["r-s"]).is_empty());
+        let _ = std::fs::remove_file(&log);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcpvisor::{CancellationToken, Runtime, RuntimeEvent, Scope};
+use mcpvisor::{Runtime, RuntimeEvent, Scope};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -36,16 +36,19 @@ struct Tags {
 }
 
 /// Walks `/proc` every few milliseconds until stopped, recording the run's
-/// processes and any two live servers of one tag.
+/// processes and any two live servers of one tag. It runs on a thread of its
+/// own: a walk is synchronous file reading, and on one of the runtime's two
+/// workers it would take that worker from the runtime under test while its
+/// timings are judged.
 pub(super) struct Sampler {
     /// Shared with the recorder, which adds generation problems.
     observed: Arc<Mutex<Observed>>,
     /// Runner-owned processes (an HTTP fault-server) that are never judged.
     exclude: Arc<Mutex<HashSet<u32>>>,
-    /// Ends the sampling task (after one last sample).
-    stop: CancellationToken,
-    /// The sampling task.
-    task: JoinHandle<()>,
+    /// Ends the sampling thread (after one last sample).
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// The sampling thread.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Sampler {
@@ -54,18 +57,29 @@ impl Sampler {
     pub(super) fn start(servers: Vec<String>, tracked: Vec<String>) -> Self {
         let observed = Arc::new(Mutex::new(Observed::default()));
         let exclude = Arc::new(Mutex::new(HashSet::new()));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(sample_until(
-            stop.clone(),
-            Tags { servers, tracked },
-            observed.clone(),
-            exclude.clone(),
-        ));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (o, e, s) = (observed.clone(), exclude.clone(), stop.clone());
+        let tags = Tags { servers, tracked };
+        let thread = std::thread::Builder::new()
+            .name("chaos-sampler".into())
+            .spawn(move || sample_until(&s, &tags, &o, &e));
+        let thread = match thread {
+            Ok(t) => Some(t),
+            Err(err) => {
+                // Judged, not silent: without samples no_orphans and
+                // no_overlap would pass vacuously.
+                if let Ok(mut obs) = observed.lock() {
+                    obs.overlaps
+                        .push(format!("the sampler thread could not start: {err}"));
+                }
+                None
+            }
+        };
         Self {
             observed,
             exclude,
             stop,
-            task,
+            thread,
         }
     }
 
@@ -83,34 +97,34 @@ impl Sampler {
 
     /// Take one last sample, stop, and return what was observed and the
     /// excluded pids.
-    pub(super) async fn stop(self) -> (Observed, HashSet<u32>) {
-        self.stop.cancel();
-        let _ = self.task.await;
+    pub(super) async fn stop(mut self) -> (Observed, HashSet<u32>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         let observed = self.observed.lock().map(|o| o.clone()).unwrap_or_default();
         let excluded = self.exclude.lock().map(|e| e.clone()).unwrap_or_default();
         (observed, excluded)
     }
 }
 
-/// Sample until `stop` is cancelled, then once more: the last sample always
-/// comes after the cancellation.
-async fn sample_until(
-    stop: CancellationToken,
-    tags: Tags,
-    observed: Arc<Mutex<Observed>>,
-    exclude: Arc<Mutex<HashSet<u32>>>,
+/// Sample until `stop` is set, then once more: the last sample always comes
+/// after the stop. A polling observer on its own thread, not a sleep that
+/// synchronises anything.
+fn sample_until(
+    stop: &std::sync::atomic::AtomicBool,
+    tags: &Tags,
+    observed: &Mutex<Observed>,
+    exclude: &Mutex<HashSet<u32>>,
 ) {
     loop {
-        let last = stop.is_cancelled();
+        let last = stop.load(std::sync::atomic::Ordering::SeqCst);
         let excluded = exclude.lock().map(|e| e.clone()).unwrap_or_default();
-        sample(&tags, &excluded, &observed);
+        sample(tags, &excluded, observed);
         if last {
             return;
         }
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = tokio::time::sleep(SAMPLE_EVERY) => {}
-        }
+        std::thread::sleep(SAMPLE_EVERY);
     }
 }
 

@@ -10,7 +10,7 @@ use mcpvisor::{Runtime, RuntimeEvent, ShutdownReport};
 
 use super::fault::Fault;
 use super::invariant::{
-    Invariant, ScenarioReport, Verdict, check_budget, check_double_send, verdict,
+    Invariant, ScenarioReport, Verdict, check_budget, check_double_send, check_spawns, verdict,
 };
 use super::observe::{Observed, Recorder, Sampler, cmdline};
 use super::scenario::Scenario;
@@ -65,6 +65,7 @@ pub const BREAKS: &[(&str, Invariant, &str)] = &[
     ("timeouts", Invariant::BoundedOutcome, "hang_on_call"),
     ("catalogs", Invariant::OneGeneration, "slow_responses"),
     ("root", Invariant::ShutdownWithinDeadline, "slow_responses"),
+    ("backoff", Invariant::BudgetRespected, "crash_at_start"),
 ];
 
 impl RunOptions {
@@ -81,6 +82,7 @@ impl RunOptions {
             "timeouts" => b.late_timeouts = true,
             "catalogs" => b.half_catalogs = true,
             "root" => b.dead_root = true,
+            "backoff" => b.no_backoff = true,
             _ => return false,
         }
         true
@@ -246,7 +248,13 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         Invariant::OneGeneration,
         verdict(gen_problems.is_empty(), || gen_problems.join("; ")),
     );
-    let budget = check_budget(&seen.events, &policy(), &tally.supervisor_failures);
+    let mut budget = check_budget(&seen.events, &policy(), &tally.supervisor_failures);
+    budget.extend(check_spawns(
+        &run.ids.log,
+        &policy(),
+        run.sc.every_start_fails(),
+        &[&run.ids.main_tag, &run.ids.other_tag],
+    ));
     invariants.insert(
         Invariant::BudgetRespected,
         verdict(budget.is_empty(), || budget.join("; ")),

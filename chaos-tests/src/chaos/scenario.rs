@@ -172,6 +172,17 @@ impl Scenario {
         !self.is_http()
     }
 
+    /// True when no connection of server `s` can ever succeed: it is started
+    /// exactly 1 + max_attempts times (`budget_respected`).
+    pub(super) fn every_start_fails(&self) -> bool {
+        !self.is_http()
+            && !self.panics_supervisor()
+            && self
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::CrashAtStart { .. } | Fault::HangOnInitialize))
+    }
+
     /// True when the server supervisor is made to fail after each trigger.
     pub(super) fn panics_supervisor(&self) -> bool {
         self.faults.contains(&Fault::SupervisorPanic)
