@@ -105,6 +105,8 @@ async fn main() -> std::process::ExitCode {
     let started = Instant::now();
     let soak_until = args.soak.map(|s| started + Duration::from_secs(s));
     let rss_start = rss_kib();
+    // RSS after every scenario: the soak judges its trend, not one figure.
+    let mut rss: Vec<u64> = Vec::new();
     let mut round_seed = seed;
     loop {
         for sc in select(round_seed) {
@@ -112,6 +114,7 @@ async fn main() -> std::process::ExitCode {
                 eprint!("  {:<32} … ", sc.name);
             }
             let r = run_scenario(&sc, &opts).await;
+            rss.push(rss_kib());
             if !args.json {
                 let bad = r.violations();
                 eprintln!(
@@ -128,14 +131,9 @@ async fn main() -> std::process::ExitCode {
         }
         opts.check_memory = true;
     }
-    if let Some(until) = soak_until {
-        let _ = until;
-        let grown = rss_kib().saturating_sub(rss_start);
-        let verdict = if grown <= 64 * 1024 {
-            Verdict::Pass
-        } else {
-            Verdict::Fail(format!("runner RSS grew by {grown} KiB over the soak"))
-        };
+    if soak_until.is_some() {
+        let (verdict, summary) = memory_verdict(rss_start, &rss);
+        eprintln!("chaos: memory: {summary}");
         if let Some(last) = reports.last_mut() {
             last.invariants
                 .insert(mcpvisor_chaos::chaos::Invariant::BoundedMemory, verdict);
@@ -179,6 +177,44 @@ async fn main() -> std::process::ExitCode {
     } else {
         std::process::ExitCode::SUCCESS
     }
+}
+
+/// bounded_memory over a soak: RSS after each scenario. The first half is
+/// warm-up (allocator high-water marks, the first large results); over the
+/// second half the least-squares slope must stay under 16 KiB per scenario
+/// (a leak of a few KiB per run shows there), and the whole growth under
+/// 64 MiB. Returns the verdict and the figures.
+fn memory_verdict(start: u64, rss: &[u64]) -> (Verdict, String) {
+    let end = rss.last().copied().unwrap_or(start);
+    let tail = &rss[rss.len() / 2..];
+    let n = tail.len() as f64;
+    let slope = if tail.len() >= 2 {
+        let mean_x = (n - 1.0) / 2.0;
+        let mean_y = tail.iter().map(|v| *v as f64).sum::<f64>() / n;
+        let (mut num, mut den) = (0.0, 0.0);
+        for (i, y) in tail.iter().enumerate() {
+            let dx = i as f64 - mean_x;
+            num += dx * (*y as f64 - mean_y);
+            den += dx * dx;
+        }
+        if den > 0.0 { num / den } else { 0.0 }
+    } else {
+        0.0
+    };
+    let half = tail.first().copied().unwrap_or(start);
+    let summary = format!(
+        "RSS {start} KiB at the start, {half} KiB after the first half ({} scenarios), {end} KiB at the end; slope over the second half {slope:.1} KiB per scenario",
+        rss.len() / 2
+    );
+    let grown = end.saturating_sub(start);
+    let verdict = if grown > 64 * 1024 {
+        Verdict::Fail(format!("RSS grew by {grown} KiB over the soak; {summary}"))
+    } else if slope > 16.0 {
+        Verdict::Fail(format!("RSS still grows after the warm-up; {summary}"))
+    } else {
+        Verdict::Pass
+    };
+    (verdict, summary)
 }
 
 fn print_table(reports: &[ScenarioReport]) {
