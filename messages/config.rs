@@ -81,6 +81,12 @@ pub struct ChaosSwitches {
     pub half_catalogs: bool,
     /// `budget_respected`: reconnect attempts come without their backoff.
     pub no_backoff: bool,
+    /// `one_outcome_per_call`: every third call sends no `CallFinished`.
+    pub silent_outcomes: bool,
+    /// `expected_consequences`: a `server_error` outcome is reported `ok`.
+    pub wrong_kinds: bool,
+    /// `bounded_memory`: every call leaks 256 KiB.
+    pub leak: bool,
     /// `shutdown_within_deadline`: the root supervisor is killed just before
     /// the shutdown asks it to stop (a dead root must not report clean).
     pub dead_root: bool,

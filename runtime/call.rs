@@ -83,10 +83,17 @@ impl Runtime {
                 call_id,
             });
         }
-        let outcome = self
+        let mut outcome = self
             .call_inner(scope, name, arguments, options, call_id)
             .await;
-        if listened {
+        let chaos = self.inner.chaos;
+        if chaos.wrong_kinds && outcome.kind == OutcomeKind::ServerError {
+            outcome.kind = OutcomeKind::Ok;
+        }
+        if chaos.leak {
+            let _: &'static mut [u8] = Box::leak(vec![1u8; 256 * 1024].into_boxed_slice());
+        }
+        if listened && !(chaos.silent_outcomes && call_id.is_multiple_of(3)) {
             let _ = self.inner.events.send(RuntimeEvent::CallFinished {
                 scope: scope.clone(),
                 tool: name.to_owned(),

@@ -183,3 +183,37 @@ async fn every_break_switch_makes_its_invariant_fail_and_only_it() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leak_per_call_fails_bounded_memory_over_a_short_soak() {
+    // bounded_memory's break switch (issue 18): it is judged over a soak,
+    // so the chaos binary itself runs one, 6 s of hang_on_call with every
+    // call leaking 256 KiB. It must exit 1 on bounded_memory, and only it.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .args([
+            "--soak",
+            "6",
+            "--seed",
+            "3",
+            "--scenario",
+            "hang_on_call",
+            "--break",
+            "leak",
+        ])
+        .env("CARGO", "/bin/true")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let violations: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("violation: "))
+        .collect();
+    assert_eq!(violations.len(), 1, "{err}");
+    assert!(
+        violations[0].starts_with("violation: bounded_memory"),
+        "{err}"
+    );
+}

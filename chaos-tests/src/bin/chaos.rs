@@ -45,7 +45,8 @@ struct Args {
     break_escape_sweep: bool,
     /// Turn on a break switch by name (repeatable): close-barrier,
     /// escape-sweep, session-replay, redaction, line-reader, timeouts,
-    /// catalogs, root. Each breaks the runtime so one invariant must fail.
+    /// catalogs, root, backoff, outcome-events, outcome-kinds, leak (with
+    /// --soak). Each breaks the runtime so one invariant must fail.
     #[arg(long = "break", value_name = "NAME")]
     breaks: Vec<String>,
     /// List the scenarios and their fault plans for the seed, then exit.

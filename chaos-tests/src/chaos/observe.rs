@@ -162,7 +162,7 @@ fn tagged_processes<'t>(tags: &'t Tags, excluded: &HashSet<u32>) -> HashMap<&'t 
         }
         let cmd = cmdline(pid);
         for tag in tags.servers.iter().chain(&tags.tracked) {
-            if cmd.contains(&format!("--tag {tag} ")) || cmd.ends_with(&format!("--tag {tag}")) {
+            if carries_tag(&cmd, tag) {
                 per_tag.entry(tag.as_str()).or_default().push(pid);
             }
         }
@@ -174,12 +174,21 @@ fn tagged_processes<'t>(tags: &'t Tags, excluded: &HashSet<u32>) -> HashMap<&'t 
 fn overlap(tag: &str, live: &[u32]) -> Option<String> {
     // A child of a tagged process (e.g. a grandchild between fork and exec,
     // which still shows its parent's command line) is not a second server.
+    // Each candidate is looked at again: one that exec'd something else or
+    // exited since the walk (a short-lived `sh` a server started) is not a
+    // server either, and its parent can no longer be read.
     let servers: Vec<u32> = live
         .iter()
         .copied()
+        .filter(|p| process_alive(*p) && carries_tag(&cmdline(*p), tag))
         .filter(|p| !parent_of(*p).is_some_and(|pp| live.contains(&pp)))
         .collect();
     (servers.len() > 1).then(|| format!("{tag}: pids {servers:?} alive at once"))
+}
+
+/// True when a command line carries `--tag <tag>` as whole arguments.
+fn carries_tag(cmd: &str, tag: &str) -> bool {
+    cmd.contains(&format!("--tag {tag} ")) || cmd.ends_with(&format!("--tag {tag}"))
 }
 
 /// Command line of `pid`, NUL-separated arguments joined by spaces.

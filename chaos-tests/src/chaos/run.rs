@@ -66,6 +66,12 @@ pub const BREAKS: &[(&str, Invariant, &str)] = &[
     ("catalogs", Invariant::OneGeneration, "slow_responses"),
     ("root", Invariant::ShutdownWithinDeadline, "slow_responses"),
     ("backoff", Invariant::BudgetRespected, "crash_at_start"),
+    (
+        "outcome-events",
+        Invariant::OneOutcomePerCall,
+        "slow_responses",
+    ),
+    ("outcome-kinds", Invariant::ExpectedConsequences, "is_error"),
 ];
 
 impl RunOptions {
@@ -83,6 +89,10 @@ impl RunOptions {
             "catalogs" => b.half_catalogs = true,
             "root" => b.dead_root = true,
             "backoff" => b.no_backoff = true,
+            "outcome-events" => b.silent_outcomes = true,
+            "outcome-kinds" => b.wrong_kinds = true,
+            // Judged over a soak only (chaos --soak): see chaos_runner.rs.
+            "leak" => b.leak = true,
             _ => return false,
         }
         true
@@ -254,6 +264,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         &policy(),
         run.sc.every_start_fails(),
         &[&run.ids.main_tag, &run.ids.other_tag],
+        &tally.supervisor_failures_ms,
     ));
     invariants.insert(
         Invariant::BudgetRespected,

@@ -43,8 +43,10 @@ pub(super) struct Tally {
     /// Each trigger call's tool and outcome kind.
     pub(super) triggers: Vec<(&'static str, String)>,
     /// When the runner made the server's supervisor fail (a restart starts
-    /// the reconnect schedule anew, so `budget_respected` skips across it).
+    /// the reconnect schedule anew, so `budget_respected` skips across it),
+    /// on the runner's clock and as Unix ms (fault-server's start lines).
     pub(super) supervisor_failures: Vec<std::time::Instant>,
+    pub(super) supervisor_failures_ms: Vec<u128>,
 }
 
 impl Tally {
@@ -225,6 +227,11 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
         }
         if run.sc.panics_supervisor() {
             tally.supervisor_failures.push(std::time::Instant::now());
+            tally.supervisor_failures_ms.push(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis()),
+            );
             let _ = run
                 .runtime
                 .fail_server_supervisor_for_chaos(&Scope::Global, "s");
