@@ -112,6 +112,8 @@ struct ConnSlot {
     /// [`SYNC_MAX_WAIT`] after the first.
     pending_since: Option<Instant>,
     last_notice: Option<Instant>,
+    /// The last notification of any burst, kept after its follow-up started.
+    last_seen: Option<Instant>,
 }
 
 /// SYNC-5: a follow-up sync starts once no `tools/list_changed` arrived for
@@ -831,21 +833,33 @@ fn on_tools_list_changed(
     st: &mut ServerSupervisorState,
     conn_gen: u64,
 ) {
-    let newly_pending = match &mut st.phase {
+    let (newly_pending, idle) = match &mut st.phase {
         Phase::Ready {
             conn, live, sync, ..
         } if live.conn_gen == conn_gen => {
-            if sync.is_none() && !conn.resync_pending {
+            // A notification within the quiet period of the last one is part
+            // of its burst, even when the burst's first sync already ended
+            // (the handler's notifications can reach us after its SyncDone).
+            let recent = conn.last_seen.is_some_and(|t| t.elapsed() < SYNC_QUIET);
+            conn.last_seen = Some(Instant::now());
+            if sync.is_none() && !conn.resync_pending && !recent {
                 start_sync(myself, st); // publishes: the status shows syncing
                 return;
             }
             // SYNC-5: coalesce into one follow-up sync (also while its
             // quiet period runs: the notification extends it).
-            conn.note_pending()
+            (conn.note_pending(), sync.is_none())
         }
-        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => conn.note_pending(),
-        _ => false,
+        Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen => {
+            conn.last_seen = Some(Instant::now());
+            (conn.note_pending(), false)
+        }
+        _ => (false, false),
     };
+    if newly_pending && idle {
+        // No sync runs to end and start the follow-up: its timer does.
+        sync_if_pending(myself, st);
+    }
     if newly_pending {
         st.publish(); // the status shows syncing
     }
@@ -1048,6 +1062,7 @@ async fn start_connection(
                 resync_pending: false,
                 pending_since: None,
                 last_notice: None,
+                last_seen: None,
             };
             st.enter(Phase::Connecting { conn, attempt });
         }
