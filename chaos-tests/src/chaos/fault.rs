@@ -331,13 +331,40 @@ impl Fault {
     pub(super) fn expected_trigger(&self) -> Option<&'static str> {
         Some(match self {
             Self::HangOnCall | Self::HttpStall | Self::StdinFreeze => "timeout",
-            Self::CrashMidCall => "transport_lost_during_call",
+            Self::CrashMidCall | Self::OverlongLine => "transport_lost_during_call",
+            Self::HookHang => "ok",
             Self::InvalidResult | Self::DeepJson => "invalid_result",
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
             _ => return None,
         })
+    }
+
+    /// The outcome kind every workload call must end with, when the fault
+    /// decides it for all of them: a server that never registers a catalog
+    /// gives `unknown_tool`, one whose every call is answered HTTP 500 gives
+    /// `transport_lost_during_call`.
+    pub(super) fn expected_workload(&self) -> Option<&'static str> {
+        match self {
+            Self::CrashAtStart { .. }
+            | Self::HangOnInitialize
+            | Self::DuplicateNames
+            | Self::StderrThenExit
+            | Self::Http401 => Some("unknown_tool"),
+            Self::Http500 => Some("transport_lost_during_call"),
+            _ => None,
+        }
+    }
+
+    /// Text the trigger call's notes must contain (what the user is told).
+    pub(super) fn expected_trigger_note(&self) -> Option<&'static str> {
+        match self {
+            // HOOK-3: the hung hook was killed at its 1 s timeout; the call
+            // went on (fail open) with a note saying so.
+            Self::HookHang => Some("timed out after 1000 ms"),
+            _ => None,
+        }
     }
 
     /// Text the server's status must show at the end of the run (the error

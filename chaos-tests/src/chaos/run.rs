@@ -405,13 +405,35 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
     for fault in &run.sc.faults {
         if let (Some(tool), Some(want)) = (fault.trigger(), fault.expected_trigger()) {
             judged = true;
-            for (t, got) in tally.triggers.iter().filter(|(t, _)| *t == tool) {
+            for (t, got, _) in tally.triggers.iter().filter(|(t, _, _)| *t == tool) {
                 if got != want {
                     problems.push(format!(
                         "{}: trigger {t} ended {got}, not {want}",
                         fault.name()
                     ));
                 }
+            }
+        }
+        if let (Some(tool), Some(note)) = (fault.trigger(), fault.expected_trigger_note()) {
+            judged = true;
+            for (t, _, notes) in tally.triggers.iter().filter(|(t, _, _)| *t == tool) {
+                if !notes.contains(note) {
+                    problems.push(format!(
+                        "{}: trigger {t}'s notes do not say {note:?}: {notes:?}",
+                        fault.name()
+                    ));
+                }
+            }
+        }
+        if let Some(want) = fault.expected_workload() {
+            judged = true;
+            let wrong = tally.workload_kinds.iter().filter(|k| *k != want).count();
+            if wrong > 0 || tally.workload_kinds.is_empty() {
+                problems.push(format!(
+                    "{}: {wrong} of {} workload calls did not end {want}",
+                    fault.name(),
+                    tally.workload_kinds.len()
+                ));
             }
         }
         if let Some(text) = fault.expected_in_status() {

@@ -40,8 +40,10 @@ pub(super) struct Tally {
     pub(super) leaks: Vec<String>,
     /// The nonces of the workload calls that ended `ok`.
     pub(super) ok_nonces: Vec<String>,
-    /// Each trigger call's tool and outcome kind.
-    pub(super) triggers: Vec<(&'static str, String)>,
+    /// Each trigger call's tool, outcome kind and notes.
+    pub(super) triggers: Vec<(&'static str, String, String)>,
+    /// Each workload call's outcome kind.
+    pub(super) workload_kinds: Vec<String>,
     /// When the runner made the server's supervisor fail (a restart starts
     /// the reconnect schedule anew, so `budget_respected` skips across it),
     /// on the runner's clock and as Unix ms (fault-server's start lines).
@@ -71,6 +73,9 @@ impl Tally {
         secret: &str,
     ) {
         if let Ok(o) = &result {
+            if nonce.is_some() {
+                self.workload_kinds.push(o.kind.name().to_owned());
+            }
             if let Some(nonce) = &nonce
                 && o.kind.name() == "ok"
             {
@@ -205,11 +210,11 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
             .map_or(0, |s| s.generation);
         let name = format!("mcp__s__{tool}");
         let result = call(&run.runtime, &name, fault.trigger_args()).await;
-        let kind = match &result.0 {
-            Ok(o) => o.kind.name().to_owned(),
-            Err(_) => "no outcome".to_owned(),
+        let (kind, notes) = match &result.0 {
+            Ok(o) => (o.kind.name().to_owned(), o.notes.join("; ")),
+            Err(_) => ("no outcome".to_owned(), String::new()),
         };
-        tally.triggers.push((tool, kind));
+        tally.triggers.push((tool, kind, notes));
         tally.record(result, format!("trigger {tool}"), None, &run.ids.secret);
         // The notifications are handled after the call returned: wait
         // (bounded) for the sync and its one follow-up to be swapped in, so
