@@ -179,3 +179,51 @@ async fn a_process_that_left_its_group_dies_with_its_connection_and_at_shutdown(
         "the daemon {daemon2} outlived the runtime"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stuck_in_its_handshake_never_holds_up_another() {
+    // CONN-1 (issue 18): servers connect side by side. One never answers
+    // initialize (30 s startup timeout); the other is ready and answers calls
+    // meanwhile, and the shutdown does not wait out the stuck handshake.
+    let runtime = Runtime::builder().start().await.unwrap();
+    let mut stuck = fault_server_config("stuck", ["--hang-on-initialize"]).trusted();
+    stuck.startup_timeout = Duration::from_secs(30);
+    runtime.add_server(G, stuck).await.unwrap();
+    let started = Instant::now();
+    runtime
+        .add_server(
+            G,
+            fault_server_config("fine", Vec::<String>::new()).trusted(),
+        )
+        .await
+        .unwrap();
+    runtime
+        .wait_ready(&G, "fine", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let out = runtime
+        .call(
+            &G,
+            "mcp__fine__echo",
+            Some(json!({"message": "not blocked"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let status = runtime.status();
+    let s = status.iter().find(|s| s.server == "stuck").unwrap();
+    assert_eq!(s.state, ServerState::Connecting, "still in its handshake");
+    let shut = Instant::now();
+    let check = shutdown_checked(&runtime, &[]).await;
+    check.assert_clean();
+    assert!(
+        shut.elapsed() < Duration::from_secs(10),
+        "the shutdown waited for the stuck handshake: {:?}",
+        shut.elapsed()
+    );
+}
