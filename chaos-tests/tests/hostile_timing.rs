@@ -227,3 +227,41 @@ async fn a_server_stuck_in_its_handshake_never_holds_up_another() {
         shut.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_cursors_and_uris_reach_the_server_untouched() {
+    // RES-4: a cursor and a URI belong to the server; the shared resource
+    // tools pass them through byte for byte, spaces, slashes, `+`, `?`, `&`
+    // and non-ASCII included.
+    let cfg = fault_server_config("r", ["--resources-only"]).trusted();
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let call = |tool: &'static str, args: serde_json::Value| {
+        let rt = runtime.clone();
+        async move { rt.call(&G, tool, Some(args), CallOptions::default()).await }
+    };
+    let first = call("list_mcp_resources", json!({"server": "r"})).await;
+    assert_eq!(first.kind, OutcomeKind::Ok, "{first:?}");
+    let cursor = first.canonical.as_ref().unwrap()["r"]["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(cursor, " opaque/+=cursor?&é ");
+    let second = call(
+        "list_mcp_resources",
+        json!({"server": "r", "cursor": cursor}),
+    )
+    .await;
+    assert_eq!(second.kind, OutcomeKind::Ok, "{second:?}");
+    let uri = second.canonical.as_ref().unwrap()["r"]["resources"][0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(uri, "mem://note/cursor/ opaque/+=cursor?&é ");
+    let odd = "mem://note/a b/%2F?x=1&y=é#frag";
+    let read = call("read_mcp_resource", json!({"server": "r", "uri": odd})).await;
+    assert_eq!(read.kind, OutcomeKind::Ok, "{read:?}");
+    let contents = &read.canonical.as_ref().unwrap()["r"]["contents"][0];
+    assert_eq!(contents["uri"], odd);
+    assert_eq!(contents["text"], format!("note at {odd}"));
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}

@@ -154,6 +154,10 @@ struct Args {
     tag: Option<String>,
 }
 
+/// The opaque cursor of `--resources-only`'s first resource page: characters
+/// a client might be tempted to encode or trim.
+const RESOURCE_CURSOR: &str = " opaque/+=cursor?&é ";
+
 /// A 1×1 PNG, canonical base64.
 const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
@@ -443,13 +447,25 @@ impl ServerHandler for FaultServer {
 
     async fn list_resources(
         &self,
-        _req: Option<PaginatedRequestParams>,
+        req: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         self.log_request("resources/list", &ctx, None);
-        Ok(ListResourcesResult {
-            resources: vec![Resource::new("mem://note/readme", "readme")],
-            ..Default::default()
+        // Page 2 names the cursor it was given, so a test can see that the
+        // client passed it through untouched (RES-4).
+        Ok(match req.and_then(|r| r.cursor) {
+            Some(cursor) => ListResourcesResult {
+                resources: vec![Resource::new(
+                    format!("mem://note/cursor/{cursor}"),
+                    "page 2",
+                )],
+                ..Default::default()
+            },
+            None => ListResourcesResult {
+                resources: vec![Resource::new("mem://note/readme", "readme")],
+                next_cursor: Some(RESOURCE_CURSOR.into()),
+                ..Default::default()
+            },
         })
     }
 
