@@ -429,6 +429,15 @@ async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
     let dir = temp_dir("t22");
     let rel = PathBuf::from(format!("t22-hooks-{}.json", std::process::id()));
     let abs = cwd.join(&rel);
+    // Removed however the test ends: a failed assertion must not leave a
+    // file in the crate directory.
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _cleanup = RemoveOnDrop(abs.clone());
     std::fs::write(&abs, "{ not json").unwrap();
     let rt = runtime_with(None, Some(rel.clone()), &dir).await;
     assert!(rt.hooks().sets().iter().all(|s| s.groups.is_empty()));
@@ -461,7 +470,6 @@ async fn t22_unusable_relative_config_registers_nothing_and_is_read_once() {
     let rt = runtime_with(None, Some(rel), &dir).await;
     assert_eq!(rt.hooks().sets()[0].groups.len(), 1);
     rt.shutdown(Duration::from_secs(5)).await;
-    std::fs::remove_file(abs).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
