@@ -431,18 +431,25 @@ fn signal_group(pgid: u32, sig: i32) {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_group_that_ignores_sigterm_is_killed_and_reaped_with_its_grandchild() {
+    /// Spawn `sh -c script` (which prints a grandchild's pid first) and read
+    /// that pid.
+    async fn spawn_with_grandchild(script: &str) -> (ProcessGroup, Pipes, u32) {
         let mut cmd = Command::new("sh");
-        // The leader ignores SIGTERM and leaves a grandchild in its group.
-        cmd.arg("-c").arg("trap '' TERM; sleep 300 & echo $!; wait");
-        let (mut group, pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
-        let mut out = tokio::io::BufReader::new(pipes.stdout);
+        cmd.arg("-c").arg(script);
+        let (group, mut pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
+        let mut out = tokio::io::BufReader::new(&mut pipes.stdout);
         let mut line = String::new();
         tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
             .await
             .unwrap();
-        let grandchild: i32 = line.trim().parse().unwrap();
+        (group, pipes, line.trim().parse().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_group_that_ignores_sigterm_is_killed_and_reaped_with_its_grandchild() {
+        // The leader ignores SIGTERM and leaves a grandchild in its group.
+        let (mut group, pipes, grandchild) =
+            spawn_with_grandchild("trap '' TERM; sleep 300 & echo $!; wait").await;
         drop(pipes.stdin);
         let graces = CloseGraces {
             after_stdin: Duration::from_millis(50),
@@ -451,21 +458,13 @@ mod tests {
         };
         let exit = group.close(graces).await.expect("reaped");
         assert_eq!(exit.describe(), "was killed by signal 9");
-        // The grandchild got the group's SIGKILL: it is gone (or a zombie
-        // until init reaps it, which kill(0) cannot tell from alive; wait).
-        let gone = async {
-            loop {
-                let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
-                match stat {
-                    Err(_) => return,
-                    Ok(s) if s.contains(") Z ") => return,
-                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), gone)
-            .await
-            .expect("the grandchild died with its group");
+        // The grandchild got the group's SIGKILL: gone, or a zombie.
+        assert!(
+            still_running(&[grandchild], Duration::from_secs(10))
+                .await
+                .is_empty(),
+            "the grandchild died with its group"
+        );
     }
 
     #[tokio::test]
@@ -473,33 +472,19 @@ mod tests {
         // CONN-5: grandchildren die with their leader, with no close sequence
         // and no later signal by pid (issue 10, item 14: the group is killed
         // before the leader is reaped, so a reused pid is never signalled).
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg("sleep 300 & echo $!; exit 7");
-        let (mut group, pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
-        let mut out = tokio::io::BufReader::new(pipes.stdout);
-        let mut line = String::new();
-        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
-            .await
-            .unwrap();
-        let grandchild: i32 = line.trim().parse().unwrap();
+        let (mut group, _pipes, grandchild) =
+            spawn_with_grandchild("sleep 300 & echo $!; exit 7").await;
         let exit = tokio::time::timeout(Duration::from_secs(10), group.wait(None))
             .await
             .expect("the leader exits by itself")
             .expect("reaped");
         assert_eq!(exit.code(), Some(7));
-        let gone = async {
-            loop {
-                let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
-                match stat {
-                    Err(_) => return,
-                    Ok(s) if s.contains(") Z ") => return,
-                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), gone)
-            .await
-            .expect("the grandchild was killed when its leader exited");
+        assert!(
+            still_running(&[grandchild], Duration::from_secs(10))
+                .await
+                .is_empty(),
+            "the grandchild was killed when its leader exited"
+        );
         // Signals after the reap go nowhere (the reaper is done).
         group.signal(libc::SIGKILL);
         // On Linux the exit is seen through a pidfd, before the reap.

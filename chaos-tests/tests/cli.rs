@@ -441,52 +441,19 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     assert!(log.text().contains("tools/call"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
-    // BIN-3 / the no-orphan rule: an interrupted command leaves no child.
-    let log = RequestLog::new("ctrl-c.log");
+/// `mcpvisor call mcp__x__hang` against a fault-server with `fault_args`
+/// (plus a request log), started and waited for until the call is inside
+/// the server: the running child and the processes below it.
+async fn mcpvisor_inside_a_call(
+    name: &str,
+    fault_args: &[&str],
+) -> (tokio::process::Child, Vec<u32>, Workdir, RequestLog) {
+    let log = RequestLog::new(name);
     let log_arg = log.path().to_string_lossy().into_owned();
-    let w = Workdir::new(&["--log-requests", &log_arg, "--grandchild"], "");
-    let mut child = command(&w.dir)
-        .args(["call", "mcp__x__hang"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mcpvisor_pid = child.id().unwrap();
-    // Wait (bounded) until the server is inside the hanging call.
-    assert!(
-        wait_file_contains(log.path(), "tools/call", RUN_LIMIT).await,
-        "the call never reached the server"
-    );
-    let servers = mcpvisor_chaos::descendants_of(mcpvisor_pid);
-    assert!(servers.len() >= 2, "server and grandchild: {servers:?}");
-    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
-    unsafe {
-        libc::kill(mcpvisor_pid as libc::pid_t, libc::SIGINT);
-    }
-    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
-        .await
-        .expect("mcpvisor exits after SIGINT")
-        .unwrap();
-    assert_eq!(status.code(), Some(130));
-    for pid in servers {
-        assert!(
-            wait_gone(pid, Duration::from_secs(5)).await,
-            "{pid} outlived an interrupted mcpvisor"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_mcpvisor_takes_its_servers_with_it() {
-    // The no-orphan rule when no drop can run: mcpvisor is SIGKILLed in the
-    // middle of a call, and its server ignores SIGTERM and stdin EOF. The
-    // server's leader dies with mcpvisor (PR_SET_PDEATHSIG).
-    let log = RequestLog::new("killed.log");
-    let log_arg = log.path().to_string_lossy().into_owned();
-    let w = Workdir::new(&["--log-requests", &log_arg, "--ignore-sigterm"], "");
-    let mut child = command(&w.dir)
+    let mut args = vec!["--log-requests", log_arg.as_str()];
+    args.extend_from_slice(fault_args);
+    let w = Workdir::new(&args, "");
+    let child = command(&w.dir)
         .args(["call", "mcp__x__hang"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -498,22 +465,55 @@ async fn a_killed_mcpvisor_takes_its_servers_with_it() {
         "the call never reached the server"
     );
     let servers = mcpvisor_chaos::descendants_of(mcpvisor_pid);
-    assert!(!servers.is_empty(), "the server runs under mcpvisor");
-    child.kill().await.unwrap(); // SIGKILL, and reaped
-    let mut survivors = Vec::new();
-    for pid in servers {
+    (child, servers, w, log)
+}
+
+/// The pids of `pids` still alive after 5 s each, SIGKILLed (cleanup only).
+async fn survivors(pids: Vec<u32>) -> Vec<u32> {
+    let mut left = Vec::new();
+    for pid in pids {
         if !wait_gone(pid, Duration::from_secs(5)).await {
-            survivors.push(pid);
+            left.push(pid);
             // SAFETY: kill(2) of a process this test saw start; cleanup only.
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGKILL);
             }
         }
     }
-    assert!(
-        survivors.is_empty(),
-        "{survivors:?} outlived a killed mcpvisor"
-    );
+    left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_call_kills_every_server_process_and_exits_130() {
+    // BIN-3 / the no-orphan rule: an interrupted command leaves no child.
+    let (mut child, servers, _w, _log) =
+        mcpvisor_inside_a_call("ctrl-c.log", &["--grandchild"]).await;
+    assert!(servers.len() >= 2, "server and grandchild: {servers:?}");
+    let mcpvisor_pid = child.id().unwrap();
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+    unsafe {
+        libc::kill(mcpvisor_pid as libc::pid_t, libc::SIGINT);
+    }
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+        .await
+        .expect("mcpvisor exits after SIGINT")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    let left = survivors(servers).await;
+    assert!(left.is_empty(), "{left:?} outlived an interrupted mcpvisor");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_mcpvisor_takes_its_servers_with_it() {
+    // The no-orphan rule when no drop can run: mcpvisor is SIGKILLed in the
+    // middle of a call, and its server ignores SIGTERM and stdin EOF. The
+    // server's leader dies with mcpvisor (PR_SET_PDEATHSIG).
+    let (mut child, servers, _w, _log) =
+        mcpvisor_inside_a_call("killed.log", &["--ignore-sigterm"]).await;
+    assert!(!servers.is_empty(), "the server runs under mcpvisor");
+    child.kill().await.unwrap(); // SIGKILL, and reaped
+    let left = survivors(servers).await;
+    assert!(left.is_empty(), "{left:?} outlived a killed mcpvisor");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
