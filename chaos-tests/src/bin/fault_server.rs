@@ -735,10 +735,33 @@ fn daemonize() {
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output();
-    match out {
-        Ok(o) => eprintln!("daemon pid {}", String::from_utf8_lossy(&o.stdout).trim()),
-        Err(e) => eprintln!("the daemon could not be started: {e}"),
+    let pid = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Err(e) => {
+            eprintln!("the daemon could not be started: {e}");
+            return;
+        }
+    };
+    // `sh` returns once the background job is forked, which may be before
+    // that job has called setsid(2): announce the pid only once the daemon
+    // leads a process group of its own, so whoever reads the line sees it
+    // out of the server's group (up to 5 s; a slow machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline && !leads_own_group(&pid) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    eprintln!("daemon pid {pid}");
+}
+
+/// Whether `/proc/<pid>/stat` says the process leads its own group.
+fn leads_own_group(pid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    rest.split_whitespace().nth(2) == Some(pid)
 }
 
 fn spawn_grandchild() {
