@@ -97,6 +97,8 @@
 #![deny(unsafe_code)]
 
 mod actors;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 mod messages;
 mod runtime;
 mod supervisors;
@@ -125,8 +127,8 @@ pub use messages::transport::{InProcessConnection, InProcessConnector};
 
 // Calls, outcomes and the policy chain.
 pub use messages::call::{
-    Annotations, CallOptions, CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolDefinition,
-    ToolOutcome,
+    Annotations, CallOptions, CallPolicy, ModelEdit, OutcomeKind, PolicyCall, PolicyVerdict,
+    ToolDefinition, ToolOutcome,
 };
 pub use messages::projection::ProjectionPart;
 pub use tokio_util::sync::CancellationToken;

@@ -72,6 +72,25 @@ pub(crate) enum Command {
         #[arg(long)]
         watch: bool,
     },
+    /// Serve every configured tool as ONE MCP server (trust, hooks and
+    /// supervision applied), e.g. `mcpvisor gateway --stdio`.
+    Gateway {
+        /// Serve on stdin/stdout (logs on stderr only).
+        #[arg(long, conflicts_with = "http")]
+        stdio: bool,
+        /// Serve streamable HTTP at ADDR: `/mcp`, and the status at `/health`.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Allow a non-loopback `--http` address; a bearer token is then required.
+        #[arg(long)]
+        allow_remote: bool,
+        /// The secret (from `[secrets]`, else the environment) holding that token.
+        #[arg(long, value_name = "NAME", default_value = "MCPVISOR_GATEWAY_TOKEN")]
+        token_secret: String,
+        /// Also list a `mcpvisor_status` tool returning the servers' status.
+        #[arg(long)]
+        status_tool: bool,
+    },
     /// Benchmarks: call latency vs a bare rmcp client, catalog sync of 1k/10k tools.
     Bench {
         /// Sequential calls per latency sample.

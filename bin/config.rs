@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use mcpvisor::{FileConfig, Runtime, ServerConfig, parse_config};
+use std::sync::Arc;
+
+use mcpvisor::{FileConfig, Runtime, SecretStore, ServerConfig, parse_config};
 
 use crate::approver;
 use crate::cli::Cli;
@@ -61,27 +63,42 @@ pub(crate) fn builder_for(
     cfg: &FileConfig,
     strict_hooks: bool,
 ) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
-    let mut b = Runtime::builder()
-        .approver(std::sync::Arc::new(approver::TerminalApprover))
-        .hooks(hooks::settings(cfg, strict_hooks));
+    Ok(base_builder(cfg, strict_hooks)?.approver(Arc::new(approver::TerminalApprover)))
+}
+
+/// [`builder_for`] without an approver (the gateway brings its own: stdin
+/// may be its MCP channel).
+pub(crate) fn base_builder(
+    cfg: &FileConfig,
+    strict_hooks: bool,
+) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
+    let mut b = Runtime::builder().hooks(hooks::settings(cfg, strict_hooks));
     if let Some(path) = &cfg.event_log {
         b = b.event_log(path.clone());
     }
+    if let Some(store) = secret_store(cfg)? {
+        b = b.secrets(store);
+    }
+    Ok(b)
+}
+
+/// The secret store the config names (`[secrets] file` or `keyring`), if any.
+pub(crate) fn secret_store(cfg: &FileConfig) -> anyhow::Result<Option<Arc<dyn SecretStore>>> {
     if let Some(path) = &cfg.secrets_file {
         let store = mcpvisor::FileSecretStore::open(path).map_err(anyhow::Error::msg)?;
-        b = b.secrets(std::sync::Arc::new(store));
+        return Ok(Some(Arc::new(store)));
     }
     if let Some(service) = &cfg.secrets_keyring {
         #[cfg(all(feature = "keyring", target_os = "linux"))]
         {
-            b = b.secrets(std::sync::Arc::new(mcpvisor::KeyringSecretStore::new(
+            return Ok(Some(Arc::new(mcpvisor::KeyringSecretStore::new(
                 service.clone(),
-            )));
+            ))));
         }
         #[cfg(not(all(feature = "keyring", target_os = "linux")))]
         bail!(
             "[secrets] keyring = {service:?}: this mcpvisor was built without the keyring feature (cargo build --features keyring, Linux only)"
         );
     }
-    Ok(b)
+    Ok(None)
 }

@@ -5,7 +5,7 @@
 //!
 //! - `cli`: the command line (clap definitions).
 //! - `cmd/`: one file per subcommand (`demo`, `check`, `tools`, `call`,
-//!   `status`, `resources`, `hooks`, `bench`), each with a `run`.
+//!   `status`, `resources`, `hooks`, `gateway`, `bench`), each with a `run`.
 //! - `config`: the config file, and the runtime builder it asks for.
 //! - `lifecycle`: a runtime for one command: start, settle, shut down.
 //! - `render`: output shaping the commands share.
@@ -51,7 +51,12 @@ fn main() -> std::process::ExitCode {
     // SIGINT or SIGTERM during a command (`status --watch` handles its own):
     // the command is dropped with its runtime, the tokio runtime is shut
     // down, and every child process group is SIGKILLed as its handle drops.
-    let watch = matches!(cli.command, Command::Status { watch: true });
+    // `status --watch` and `gateway` handle their own signals: they shut
+    // the runtime down quiescently.
+    let watch = matches!(
+        cli.command,
+        Command::Status { watch: true } | Command::Gateway { .. }
+    );
     let result = rt.block_on(async {
         if watch {
             return run(cli).await;
@@ -76,7 +81,7 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Resolves on SIGINT or SIGTERM (never, if the handlers cannot be installed).
-async fn interrupted() -> &'static str {
+pub(crate) async fn interrupted() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::interrupt()),
@@ -119,6 +124,22 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Status { watch } => cmd::status::run(&cli, *watch).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,
         Command::Hooks { what } => cmd::hooks::run(&cli, what).await,
+        Command::Gateway {
+            stdio,
+            http,
+            allow_remote,
+            token_secret,
+            status_tool,
+        } => {
+            let flags = cmd::gateway::GatewayFlags {
+                stdio: *stdio,
+                http: *http,
+                allow_remote: *allow_remote,
+                token_secret: token_secret.clone(),
+                status_tool: *status_tool,
+            };
+            cmd::gateway::run(&cli, flags).await
+        }
         Command::Bench { calls } => cmd::bench::run(*calls, cli.json).await,
     }
 }

@@ -52,4 +52,12 @@ impl ApprovalRequest {
 pub trait Approver: Send + Sync + 'static {
     /// Ask once.
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval>;
+
+    /// Why nobody can be asked about `request`, when that is known before
+    /// asking (a gateway's client without elicitation): the call is then
+    /// refused as "none could be asked" with this reason, not as declined.
+    fn unavailable(&self, request: &ApprovalRequest) -> Option<&'static str> {
+        let _ = request;
+        None
+    }
 }

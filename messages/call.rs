@@ -122,6 +122,20 @@ pub struct ToolOutcome {
     pub notes: Vec<String>,
     /// A policy asked to end the turn (a hook's `continue: false`), with its reason.
     pub stop: Option<String>,
+    /// What policies did to the model's text, in order (already applied to
+    /// `projection` and `parts`): a gateway replays them on the full result.
+    pub model_edits: Vec<ModelEdit>,
+}
+
+/// A policy's change to what the model sees of a result (hook context, a
+/// Codex post-tool block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelEdit {
+    /// Text appended after the result.
+    Append(String),
+    /// The model sees this text instead of the result (the side effect happened).
+    Replace(String),
 }
 
 impl ToolOutcome {
@@ -149,6 +163,7 @@ impl ToolOutcome {
             generation: None,
             notes: Vec::new(),
             stop: None,
+            model_edits: Vec::new(),
         }
     }
 
@@ -157,6 +172,7 @@ impl ToolOutcome {
         if text.is_empty() {
             return;
         }
+        self.model_edits.push(ModelEdit::Append(text.to_owned()));
         if !self.projection.is_empty() {
             self.projection.push('\n');
         }
@@ -169,6 +185,7 @@ impl ToolOutcome {
     /// Replace what the model sees of the result (Codex's post-tool block).
     /// The canonical value is kept: the side effect happened.
     pub fn replace_model_text(&mut self, text: &str) {
+        self.model_edits.push(ModelEdit::Replace(text.to_owned()));
         self.projection = text.to_owned();
         self.parts = vec![ProjectionPart::Text {
             text: text.to_owned(),

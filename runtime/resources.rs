@@ -176,6 +176,7 @@ impl Runtime {
             generation: None,
             notes: Vec::new(),
             stop: None,
+            model_edits: Vec::new(),
         }
     }
 }

@@ -70,6 +70,7 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         generation: None,
         notes: Vec::new(),
         stop: None,
+        model_edits: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod call;
 pub(crate) mod check;
 pub(crate) mod demo;
+pub(crate) mod gateway;
 pub(crate) mod hooks;
 pub(crate) mod resources;
 pub(crate) mod status;

@@ -11,8 +11,8 @@ pub mod chaos;
 mod support;
 
 pub use support::{
-    HttpFaultServer, RequestLog, ScriptedApprover, call, fault_server_config, start_logged_server,
-    start_with_server, wait_file_contains,
+    ConfigDir, HttpFaultServer, RequestLog, ScriptedApprover, call, fault_server_config,
+    fault_server_section, start_logged_server, start_with_server, wait_file_contains,
 };
 
 use std::collections::{HashMap, HashSet, VecDeque};

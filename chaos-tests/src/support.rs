@@ -16,6 +16,45 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::{fault_server_path, unique_temp_path};
 
+/// A temporary directory holding `mcpvisor.toml`, for runs of the real
+/// binary; removed at drop.
+pub struct ConfigDir {
+    /// The directory (the binary's working directory in the CLI tests).
+    pub dir: PathBuf,
+}
+
+impl ConfigDir {
+    /// A fresh directory whose `mcpvisor.toml` is `toml`.
+    pub fn new(tag: &str, toml: &str) -> std::io::Result<Self> {
+        let dir = unique_temp_path(tag);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("mcpvisor.toml"), toml)?;
+        Ok(Self { dir })
+    }
+
+    /// Its `mcpvisor.toml`.
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("mcpvisor.toml")
+    }
+}
+
+impl Drop for ConfigDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `[servers.NAME]` TOML section running `fault-server {args}` with this
+/// trust and no idle stop.
+pub fn fault_server_section<S: AsRef<str>>(name: &str, args: &[S], trust: &str) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{:?}", a.as_ref())).collect();
+    format!(
+        "[servers.{name}]\ncommand = {:?}\nargs = [{}]\nidle_stop_after_s = 0\ntrust = {trust:?}\n",
+        fault_server_path().to_string_lossy(),
+        args.join(", ")
+    )
+}
+
 /// How long [`start_with_server`] waits for its server to be ready.
 const READY_LIMIT: Duration = Duration::from_secs(20);
 

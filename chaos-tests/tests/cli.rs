@@ -15,8 +15,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use mcpvisor_chaos::{
-    RequestLog, ensure_mcpvisor_built, fault_server_path, process_alive, unique_temp_path,
-    wait_file_contains, wait_gone,
+    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_path, fault_server_section,
+    process_alive, unique_temp_path, wait_file_contains, wait_gone,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -27,38 +27,17 @@ fn mcpvisor() -> PathBuf {
     ensure_mcpvisor_built().unwrap()
 }
 
-/// A temp dir holding `mcpvisor.toml` with one fault-server `[servers.x]`.
-struct Workdir {
-    dir: PathBuf,
+/// A temp dir holding `mcpvisor.toml` with one fault-server `[servers.x]`
+/// (trust `always`) and `extra`.
+type Workdir = ConfigDir;
+
+fn workdir(fault_args: &[&str], extra: &str) -> Workdir {
+    workdir_trusting(fault_args, "always", extra)
 }
 
-impl Workdir {
-    fn new(fault_args: &[&str], extra: &str) -> Workdir {
-        Workdir::with_trust(fault_args, "always", extra)
-    }
-
-    fn with_trust(fault_args: &[&str], trust: &str, extra: &str) -> Workdir {
-        let dir = unique_temp_path("cli");
-        std::fs::create_dir_all(&dir).unwrap();
-        let args: Vec<String> = fault_args.iter().map(|a| format!("{a:?}")).collect();
-        let toml = format!(
-            "[servers.x]\ncommand = {:?}\nargs = [{}]\nidle_stop_after_s = 0\ntrust = {trust:?}\n{extra}",
-            fault_server_path().to_string_lossy(),
-            args.join(", ")
-        );
-        std::fs::write(dir.join("mcpvisor.toml"), toml).unwrap();
-        Workdir { dir }
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.join("mcpvisor.toml")
-    }
-}
-
-impl Drop for Workdir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn workdir_trusting(fault_args: &[&str], trust: &str, extra: &str) -> Workdir {
+    let toml = format!("{}{extra}", fault_server_section("x", fault_args, trust));
+    ConfigDir::new("cli", &toml).unwrap()
 }
 
 fn command(cwd: &Path) -> tokio::process::Command {
@@ -118,7 +97,7 @@ async fn demo_exits_zero_and_reports_a_clean_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_json_lists_every_tool_with_its_definition_fields() {
     // SYNC-8: name, server, raw name, generation, description, input schema.
-    let work = Workdir::new(&[], "");
+    let work = workdir(&[], "");
     let config = work.config().to_string_lossy().into_owned();
     let out = run(&work.dir, &["--config", &config, "tools", "--json"]).await;
     assert!(out.status.success(), "{}", describe(&out));
@@ -156,7 +135,7 @@ async fn tools_json_lists_every_tool_with_its_definition_fields() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_json_prints_the_ok_outcome_and_projection_and_exits_zero() {
     // CALL-4/CALL-6: the outcome kind and the model projection.
-    let work = Workdir::new(&[], "");
+    let work = workdir(&[], "");
     let config = work.config().to_string_lossy().into_owned();
     let out = run(
         &work.dir,
@@ -182,7 +161,7 @@ async fn call_json_prints_the_ok_outcome_and_projection_and_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_of_an_is_error_tool_exits_nonzero_with_server_error() {
     // CALL-3: isError is a failed outcome, and the exit status says so.
-    let work = Workdir::new(&[], "");
+    let work = workdir(&[], "");
     let config = work.config().to_string_lossy().into_owned();
     let out = run(
         &work.dir,
@@ -204,7 +183,7 @@ async fn call_of_an_is_error_tool_exits_nonzero_with_server_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_of_a_server_crashing_at_start_exits_one_and_prints_its_stderr() {
     // CONN-7: the stderr tail is attached to the startup error.
-    let work = Workdir::new(&["--crash-at-start", "9"], "");
+    let work = workdir(&["--crash-at-start", "9"], "");
     let config = work.config().to_string_lossy().into_owned();
     let out = run(&work.dir, &["--config", &config, "check"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
@@ -221,7 +200,7 @@ async fn check_of_a_server_crashing_at_start_exits_one_and_prints_its_stderr() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_watch_streams_json_until_sigterm_then_reaps_the_server_and_exits_zero() {
     // OBS-2 status stream; RECO-7: SIGTERM → quiescent shutdown, child reaped.
-    let work = Workdir::new(&[], "");
+    let work = workdir(&[], "");
     let config = work.config().to_string_lossy().into_owned();
     let mut child = command(&work.dir)
         .args(["--config", &config, "status", "--watch", "--json"])
@@ -288,7 +267,7 @@ async fn status_watch_streams_json_until_sigterm_then_reaps_the_server_and_exits
 async fn a_call_needing_approval_without_a_terminal_is_denied_with_a_clear_message() {
     // TRUST-5: the reference approver is a terminal prompt; with no terminal
     // it denies and says how to allow the server.
-    let w = Workdir::with_trust(&[], "ask", "");
+    let w = workdir_trusting(&[], "ask", "");
     let config = w.config();
     let out = run(
         &w.dir,
@@ -356,7 +335,7 @@ const DENY_NO_RM: &str = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_test_json_prints_the_neutral_outcome_per_dialect() {
     // The `hooks test` contract: decision, reason, context, warnings, errors, runs.
-    let w = Workdir::new(&[], "");
+    let w = workdir(&[], "");
     let hooks = serde_json::json!({"PreToolUse": [{"matcher": "Bash", "hooks": [
         {"type": "command", "command": DENY_NO_RM},
         {"type": "command", "command": "echo boom >&2; exit 1"}]}]});
@@ -403,7 +382,7 @@ async fn call_passes_through_hooks_and_strict_hooks_runs_only_approved_ones() {
     // unapproved hook is skipped with a note.
     let log = RequestLog::new("hooks-cli.log");
     let log_arg = log.path().to_string_lossy().into_owned();
-    let w = Workdir::new(&["--log-requests", &log_arg], "");
+    let w = workdir(&["--log-requests", &log_arg], "");
     let hooks = serde_json::json!({"PreToolUse": [{"matcher": "mcp__x__.*", "hooks": [
         {"type": "command", "command": DENY_NO_RM}]}]});
     with_hooks(&w, &hooks, &[]);
@@ -452,7 +431,7 @@ async fn mcpvisor_inside_a_call(
     let log_arg = log.path().to_string_lossy().into_owned();
     let mut args = vec!["--log-requests", log_arg.as_str()];
     args.extend_from_slice(fault_args);
-    let w = Workdir::new(&args, "");
+    let w = workdir(&args, "");
     let child = command(&w.dir)
         .args(["call", "mcp__x__hang"])
         .stdout(Stdio::null())
@@ -521,7 +500,7 @@ async fn a_server_sees_none_of_the_parents_environment_but_the_allowlist() {
     // CONN-5 on a real spawn (issue 18: the pure child_environment test
     // would pass without env_clear): a variable of mcpvisor's own process
     // does not reach the server, NO_COLOR=1 and the runtime's tag do.
-    let w = Workdir::new(
+    let w = workdir(
         &["--print-env", "MCPVISOR_LEAK", "--leak-env", "NO_COLOR"],
         "",
     );

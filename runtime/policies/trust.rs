@@ -31,6 +31,9 @@ pub(crate) async fn ask_user(
         return Err(Refusal::NoApprover("no approver is configured"));
     };
     let request = ApprovalRequest::for_call(call, reason);
+    if let Some(why) = approver.unavailable(&request) {
+        return Err(Refusal::NoApprover(why));
+    }
     tokio::select! {
         answer = tokio::time::timeout(limit, approver.ask(&request)) => {
             answer.map_err(|_| Refusal::TimedOut(limit.as_secs()))

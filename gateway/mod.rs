@@ -1,0 +1,623 @@
+//! The gateway (BIN-2, issue 13): every tool of one scope served as ONE MCP
+//! server, over stdio or streamable HTTP, with supervision, trust, hooks and
+//! the result checks applied — for clients that cannot embed this library.
+//!
+//! - `tools/list` is the scope's catalog under its public names, with the
+//!   real input and output schemas; one failed backend leaves the rest.
+//! - `tools/call` goes through [`Runtime::call`] (trust → hooks → call →
+//!   result checks). Every outcome comes back as a `CallToolResult`: the
+//!   backend's own result (content, images, `structuredContent`) when it
+//!   has one and the runtime accepted it, else `isError` with the runtime's
+//!   honest text (TRUST-6); never a dropped connection or a protocol error.
+//! - `notifications/tools/list_changed` goes to every connected client,
+//!   coalesced, whenever the scope's catalog changes.
+//! - Resources pass through across servers; each names its server in `_meta`.
+//! - A client's `notifications/cancelled` cancels the call, and the backend
+//!   is sent the cancel.
+//!
+//! One runtime serves every client: one process per configured server,
+//! however many clients connect. See `docs/gateway.md`.
+
+mod approver;
+mod results;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::messages::call::{CallOptions, OutcomeKind, ToolDefinition};
+use crate::messages::config::Scope;
+use crate::messages::resources::ResourceOp;
+use crate::messages::status::RuntimeEvent;
+use crate::runtime::Runtime;
+
+pub use approver::ClientApprover;
+
+/// The `_meta` key naming the server a resource comes from.
+pub const SERVER_META_KEY: &str = "io.mcpvisor/server";
+
+/// The opt-in status tool's name (off by default).
+pub const STATUS_TOOL: &str = "mcpvisor_status";
+
+/// How the gateway serves.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// The scope whose tools are served.
+    pub scope: Scope,
+    /// Also list a `mcpvisor_status` tool returning the OBS-1 status as JSON.
+    pub status_tool: bool,
+    /// A burst of catalog changes is announced once after this quiet time…
+    pub notify_quiet: Duration,
+    /// …and at the latest this long after its first change.
+    pub notify_max_wait: Duration,
+    /// The combined, attributed instructions of the backends are cut here.
+    pub max_instruction_bytes: usize,
+    /// The server name in `initialize`.
+    pub name: String,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            scope: Scope::Global,
+            status_tool: false,
+            notify_quiet: Duration::from_millis(50),
+            notify_max_wait: Duration::from_secs(1),
+            max_instruction_bytes: 32 * 1024,
+            name: "mcpvisor-gateway".into(),
+        }
+    }
+}
+
+/// An MCP server in front of a [`Runtime`]. Cloning shares it.
+#[derive(Clone)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    runtime: Runtime,
+    options: GatewayOptions,
+    approver: Option<Arc<ClientApprover>>,
+    /// Connected clients, by session id, for list_changed.
+    clients: Mutex<HashMap<u64, Peer<RoleServer>>>,
+    next_session: AtomicU64,
+    /// Which server listed a resource URI (reads go there).
+    uri_owner: Mutex<HashMap<String, String>>,
+    /// list_changed notifications sent (all clients), for status and tests.
+    notified: AtomicU64,
+    /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
+    stop: CancellationToken,
+    _stop_on_drop: DropGuard,
+}
+
+impl Gateway {
+    /// A gateway serving `runtime`'s tools. `approver` is the
+    /// [`ClientApprover`] the runtime was built with, if any: `ask` is then
+    /// put to the calling client as an elicitation. Must be called within a
+    /// tokio runtime (it starts the list_changed notifier).
+    pub fn new(
+        runtime: Runtime,
+        approver: Option<Arc<ClientApprover>>,
+        options: GatewayOptions,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let events = runtime.subscribe();
+        let shared = Arc::new(Shared {
+            runtime,
+            options,
+            approver,
+            clients: Mutex::default(),
+            next_session: AtomicU64::new(1),
+            uri_owner: Mutex::default(),
+            notified: AtomicU64::new(0),
+            stop: stop.clone(),
+            _stop_on_drop: stop.clone().drop_guard(),
+        });
+        tokio::spawn(notifier(Arc::downgrade(&shared), events, stop));
+        Self { shared }
+    }
+
+    /// The runtime served.
+    pub fn runtime(&self) -> &Runtime {
+        &self.shared.runtime
+    }
+
+    /// Cancelled when the gateway stops (every handle dropped, or [`Self::close`]).
+    pub fn stopped(&self) -> CancellationToken {
+        self.shared.stop.clone()
+    }
+
+    /// Stop serving: HTTP sessions end and the notifier stops. The runtime
+    /// is the caller's to shut down.
+    pub fn close(&self) {
+        self.shared.stop.cancel();
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.shared.clients.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// One client session's MCP handler (a new session id).
+    pub fn session(&self) -> GatewaySession {
+        GatewaySession {
+            shared: self.shared.clone(),
+            id: self.shared.next_session.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Serve one client over `read`/`write` (stdio: stdin and stdout) until
+    /// it closes its side or the gateway is closed.
+    pub async fn serve_io<R, W>(&self, read: R, write: W) -> Result<(), GatewayError>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let running = rmcp::ServiceExt::serve(self.session(), (read, write))
+            .await
+            .map_err(|e| GatewayError::Handshake(e.to_string()))?;
+        let ct = running.cancellation_token();
+        let stop = self.shared.stop.clone();
+        tokio::select! {
+            r = running.waiting() => {
+                r.map_err(|e| GatewayError::Serve(e.to_string()))?;
+            }
+            _ = stop.cancelled() => ct.cancel(),
+        }
+        Ok(())
+    }
+
+    /// The HTTP side: streamable HTTP at `/mcp` (sessions; `Host` checked
+    /// against `allowed_hosts`, loopback by default, against DNS
+    /// rebinding) and the OBS-1 status as JSON at `/health`.
+    pub fn http_router(&self, allowed_hosts: Option<Vec<String>>) -> axum::Router {
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService,
+        };
+        let mut config = StreamableHttpServerConfig::default()
+            .with_cancellation_token(self.shared.stop.child_token());
+        if let Some(hosts) = allowed_hosts {
+            config = config.with_allowed_hosts(hosts);
+        }
+        let gateway = self.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(gateway.session()),
+            LocalSessionManager::default().into(),
+            config,
+        );
+        let health = self.clone();
+        axum::Router::new().nest_service("/mcp", service).route(
+            "/health",
+            axum::routing::get(move || {
+                let g = health.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        g.health().to_string(),
+                    )
+                }
+            }),
+        )
+    }
+
+    /// What `/health` and the status tool return: every server's OBS-1
+    /// status, the tool count and the connected clients.
+    pub fn health(&self) -> Value {
+        let runtime = &self.shared.runtime;
+        let servers = serde_json::to_value(runtime.status()).unwrap_or(Value::Null);
+        json!({
+            "scope": self.shared.options.scope.to_string(),
+            "tools": runtime.tools(&self.shared.options.scope).len(),
+            "clients": self.clients(),
+            "list_changed_sent": self.shared.notified.load(Ordering::Relaxed),
+            "servers": servers,
+        })
+    }
+}
+
+/// Why serving a client ended badly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    /// The client's `initialize` failed.
+    #[error("the client's handshake failed: {0}")]
+    Handshake(String),
+    /// The session ended with an error.
+    #[error("serving the client failed: {0}")]
+    Serve(String),
+}
+
+/// One client's session: the MCP handler. Its id is the chat id of its calls
+/// (`gateway-<id>`), so "allow this chat" grants last as long as the session.
+#[derive(Clone)]
+pub struct GatewaySession {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl GatewaySession {
+    fn chat(&self) -> String {
+        format!("gateway-{}", self.id)
+    }
+
+    fn scope(&self) -> &Scope {
+        &self.shared.options.scope
+    }
+
+    /// The combined, attributed instructions, cut at the byte limit.
+    fn instructions(&self) -> Option<String> {
+        let all = self.shared.runtime.instructions(self.scope());
+        if all.is_empty() {
+            return None;
+        }
+        let text = all.join("\n\n");
+        let max = self.shared.options.max_instruction_bytes;
+        Some(
+            crate::messages::budget::apply_budget(
+                &text,
+                max,
+                "the gateway's combined instructions",
+            )
+            .0,
+        )
+    }
+
+    /// A call of the shared resource tool `op`; its canonical value per server.
+    async fn resource_call(
+        &self,
+        op: ResourceOp,
+        args: Value,
+        ct: &CancellationToken,
+    ) -> Result<Map<String, Value>, String> {
+        let outcome = self
+            .shared
+            .runtime
+            .call(
+                self.scope(),
+                op.tool_name(),
+                Some(args),
+                CallOptions {
+                    cancel: Some(ct.clone()),
+                    chat: Some(self.chat()),
+                    ..CallOptions::default()
+                },
+            )
+            .await;
+        match (outcome.kind, outcome.canonical) {
+            (OutcomeKind::Ok, Some(Value::Object(per_server))) => Ok(per_server),
+            // No server of the scope provides resources.
+            (OutcomeKind::UnknownTool, _) => Ok(Map::new()),
+            _ => Err(outcome.projection),
+        }
+    }
+
+    /// Every item under `key` of every server's pages (each server's
+    /// cursors followed, at most 100 pages), with its server in `_meta`.
+    async fn list_all(&self, op: ResourceOp, key: &str, ct: &CancellationToken) -> Vec<Value> {
+        let first = match self.resource_call(op, json!({}), ct).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway: {} failed", op.tool_name());
+                return Vec::new();
+            }
+        };
+        let mut items = Vec::new();
+        for (server, mut page) in first {
+            for _ in 0..100 {
+                if let Some(list) = page.get(key).and_then(Value::as_array) {
+                    for item in list {
+                        let mut item = item.clone();
+                        if let Some(obj) = item.as_object_mut() {
+                            let meta = obj
+                                .entry("_meta")
+                                .or_insert_with(|| Value::Object(Map::new()));
+                            if let Some(meta) = meta.as_object_mut() {
+                                meta.insert(SERVER_META_KEY.into(), Value::String(server.clone()));
+                            }
+                            if let Some(uri) = obj.get("uri").and_then(Value::as_str)
+                                && let Ok(mut owners) = self.shared.uri_owner.lock()
+                            {
+                                owners.insert(uri.to_owned(), server.clone());
+                            }
+                        }
+                        items.push(item);
+                    }
+                }
+                let Some(cursor) = page.get("nextCursor").and_then(Value::as_str) else {
+                    break;
+                };
+                let args = json!({"server": server, "cursor": cursor});
+                page = match self.resource_call(op, args, ct).await {
+                    Ok(mut m) => m.remove(&server).unwrap_or(Value::Null),
+                    Err(e) => {
+                        tracing::warn!(server = %server, error = %e, "gateway: a resource page failed");
+                        break;
+                    }
+                };
+            }
+        }
+        items
+    }
+}
+
+impl ServerHandler for GatewaySession {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .build();
+        let info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            self.shared.options.name.clone(),
+            env!("CARGO_PKG_VERSION"),
+        ));
+        match self.instructions() {
+            Some(text) => info.with_instructions(text),
+            None => info,
+        }
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        if let Ok(mut clients) = self.shared.clients.lock() {
+            clients.retain(|_, p| !p.is_transport_closed());
+            clients.insert(self.id, ctx.peer.clone());
+        }
+        if let Some(approver) = &self.shared.approver {
+            approver.register(self.chat(), ctx.peer);
+        }
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // ListToolsResult is non_exhaustive
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut tools: Vec<Tool> = self
+            .shared
+            .runtime
+            .tools(self.scope())
+            .iter()
+            .filter_map(|d| to_mcp_tool(d))
+            .collect();
+        if self.shared.options.status_tool {
+            tools.push(status_tool());
+        }
+        let mut page = ListToolsResult::default();
+        page.tools = tools;
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.shared.options.status_tool && request.name == STATUS_TOOL {
+            let text = serde_json::to_string_pretty(
+                &Gateway {
+                    shared: self.shared.clone(),
+                }
+                .health(),
+            )
+            .unwrap_or_default();
+            return Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]).into());
+        }
+        let arguments = request.arguments.map(Value::Object);
+        let outcome = self
+            .shared
+            .runtime
+            .call(
+                self.scope(),
+                &request.name,
+                arguments,
+                CallOptions {
+                    cancel: Some(ctx.ct.clone()),
+                    chat: Some(self.chat()),
+                    ..CallOptions::default()
+                },
+            )
+            .await;
+        Ok(results::to_call_result(outcome).into())
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let items = self.list_all(ResourceOp::List, "resources", &ctx.ct).await;
+        let mut result = ListResourcesResult::default();
+        result.resources = items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        Ok(result)
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_resource_templates(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let items = self
+            .list_all(ResourceOp::Templates, "resourceTemplates", &ctx.ct)
+            .await;
+        let mut result = ListResourceTemplatesResult::default();
+        result.resource_templates = items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        let mut owner = self
+            .shared
+            .uri_owner
+            .lock()
+            .ok()
+            .and_then(|o| o.get(&uri).cloned());
+        if owner.is_none() {
+            // Not listed yet (a client may read a URI it knows): list, then look again.
+            let _ = self.list_all(ResourceOp::List, "resources", &ctx.ct).await;
+            owner = self
+                .shared
+                .uri_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(&uri).cloned());
+        }
+        let Some(server) = owner else {
+            return Err(McpError::resource_not_found(
+                format!("no server of this gateway listed the resource {uri:?}"),
+                None,
+            ));
+        };
+        let args = json!({"server": server, "uri": uri});
+        let mut per_server = self
+            .resource_call(ResourceOp::Read, args, &ctx.ct)
+            .await
+            .map_err(|e| McpError::internal_error(e, None))?;
+        let value = per_server.remove(&server).unwrap_or(Value::Null);
+        let result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
+            McpError::internal_error(
+                format!("server \"{server}\" answered resources/read with an invalid result: {e}"),
+                None,
+            )
+        })?;
+        Ok(result.into())
+    }
+}
+
+/// The MCP form of a catalog entry: public name, real schemas, annotations.
+fn to_mcp_tool(def: &ToolDefinition) -> Option<Tool> {
+    let mut tool = json!({
+        "name": def.name,
+        "inputSchema": Value::Object((*def.input_schema).clone()),
+    });
+    if let Some(t) = &def.title {
+        tool["title"] = Value::String(t.clone());
+    }
+    if let Some(d) = &def.description {
+        tool["description"] = Value::String(d.clone());
+    }
+    if let Some(o) = &def.output_schema {
+        tool["outputSchema"] = Value::Object((**o).clone());
+    }
+    if let Some(a) = &def.annotations {
+        tool["annotations"] = a.clone();
+    }
+    match serde_json::from_value(tool) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(tool = %def.name, error = %e, "gateway: a tool could not be listed");
+            None
+        }
+    }
+}
+
+fn status_tool() -> Tool {
+    let schema = json!({"type": "object", "properties": {}});
+    let schema = schema.as_object().cloned().unwrap_or_default();
+    Tool::new(
+        STATUS_TOOL,
+        "The gateway's status: every backend server's state, tools, last error and stderr tail (JSON).",
+        Arc::new(schema),
+    )
+}
+
+/// Sends `notifications/tools/list_changed` to every client after a burst
+/// of catalog changes in the gateway's scope (coalesced), until the gateway
+/// stops.
+async fn notifier(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let (scope, quiet, max_wait) = match shared.upgrade() {
+        Some(s) => (
+            s.options.scope.clone(),
+            s.options.notify_quiet,
+            s.options.notify_max_wait,
+        ),
+        None => return,
+    };
+    let relevant = |ev: &Result<RuntimeEvent, RecvError>| match ev {
+        Ok(RuntimeEvent::CatalogChanged { scope: s, .. }) => *s == scope,
+        // Missed events may have been catalog changes.
+        Err(RecvError::Lagged(_)) => true,
+        _ => false,
+    };
+    loop {
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        if matches!(first, Err(RecvError::Closed)) {
+            return;
+        }
+        if !relevant(&first) {
+            continue;
+        }
+        // Coalesce: wait until `quiet` passed without another change, at
+        // most `max_wait` after the first.
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut last = tokio::time::Instant::now();
+        loop {
+            let until = (last + quiet).min(deadline);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => break,
+                ev = events.recv() => {
+                    if matches!(ev, Err(RecvError::Closed)) {
+                        break;
+                    }
+                    if relevant(&ev) {
+                        last = tokio::time::Instant::now();
+                    }
+                }
+            }
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(mut clients) => {
+                clients.retain(|_, p| !p.is_transport_closed());
+                clients.values().cloned().collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for peer in peers {
+            shared.notified.fetch_add(1, Ordering::Relaxed);
+            // A client that stopped reading holds up nobody else.
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), peer.notify_tool_list_changed())
+                        .await;
+            });
+        }
+    }
+}
