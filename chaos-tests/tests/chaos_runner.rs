@@ -217,3 +217,37 @@ async fn a_leak_per_call_fails_bounded_memory_over_a_short_soak() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeds_runs_each_scenario_once_per_seed() {
+    // The 1000-seed run's flag (issue 18): --seeds N runs seed, seed+1, …
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .args([
+            "--seeds",
+            "3",
+            "--seed",
+            "5",
+            "--scenario",
+            "is_error",
+            "--json",
+        ])
+        .env("CARGO", "/bin/true")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seeds: Vec<u64> = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["seed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seeds, vec![5, 6, 7]);
+}

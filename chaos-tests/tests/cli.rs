@@ -15,8 +15,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use mcpvisor_chaos::{
-    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_path, fault_server_section,
-    process_alive, unique_temp_path, wait_file_contains, wait_gone,
+    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_section, process_alive,
+    unique_temp_path, wait_file_contains, wait_gone,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};

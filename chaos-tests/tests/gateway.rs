@@ -327,7 +327,7 @@ async fn a_client_cancel_reaches_the_backend() {
     // pipeline: the backend is sent the cancel (it logs it).
     let log = RequestLog::new("gw-cancel");
     let work = workdir(&fault_section("s", &log.args(), "always"));
-    let (mut child, client, mut events) = connected(&work, None, &[], "mcp__s__hang").await;
+    let (mut child, client, _events) = connected(&work, None, &[], "mcp__s__hang").await;
     let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
         CallToolRequestParams::new("mcp__s__hang"),
     ));
@@ -359,7 +359,7 @@ async fn ask_is_put_to_a_client_that_elicits_and_refused_with_how_to_allow_other
     // how to allow the server, never a silent allow.
     let log = RequestLog::new("gw-ask");
     let work = workdir(&fault_section("s", &log.args(), "ask"));
-    let (mut child, plain, mut plain_events) = connected(&work, None, &[], "mcp__s__echo").await;
+    let (mut child, plain, _events) = connected(&work, None, &[], "mcp__s__echo").await;
     let refused = call(&plain, "mcp__s__echo", json!({"message": "no"})).await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     let text = text_of(&refused);

@@ -2,7 +2,7 @@
 //! fault plans and check the invariants after every scenario (CHAOS-1..3).
 //!
 //! ```text
-//! chaos [--seed N] [--scenario NAME]... [--smoke | --soak SECONDS] [--json]
+//! chaos [--seed N] [--scenario NAME]... [--smoke | --soak SECONDS | --seeds N] [--json]
 //!       [--break-close-barrier] [--list]
 //! ```
 //! Exit status: 0 when every invariant held, 1 on any violation, 2 on usage errors.
@@ -31,6 +31,10 @@ struct Args {
     /// Loop over all scenarios with new seeds for this many seconds; checks memory.
     #[arg(long, value_name = "SECONDS")]
     soak: Option<u64>,
+    /// Run the scenarios once for each of N seeds: --seed, --seed+1, …
+    /// (outside CI: a seed is about a minute of the whole catalogue).
+    #[arg(long, value_name = "N", conflicts_with_all = ["soak", "smoke"])]
+    seeds: Option<u64>,
     /// A JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -152,7 +156,14 @@ async fn main() -> std::process::ExitCode {
         eprintln!("chaos: cannot build fault-server: {e}");
         return std::process::ExitCode::from(2);
     }
-    eprintln!("chaos: seed {seed}, {} scenario(s)", first.len());
+    match args.seeds {
+        Some(n) => eprintln!(
+            "chaos: seeds {seed}..={}, {} scenario(s) each",
+            seed.wrapping_add(n.saturating_sub(1)),
+            first.len()
+        ),
+        None => eprintln!("chaos: seed {seed}, {} scenario(s)", first.len()),
+    }
     let mut reports: Vec<ScenarioReport> = Vec::new();
     let started = Instant::now();
     let soak_until = args.soak.map(|s| started + Duration::from_secs(s));
@@ -164,6 +175,9 @@ async fn main() -> std::process::ExitCode {
     let mut heap: Vec<u64> = Vec::new();
     let mut round_seed = seed;
     loop {
+        if args.seeds.is_some() && !args.json {
+            eprintln!("chaos: seed {round_seed}");
+        }
         for sc in select(round_seed) {
             if !args.json {
                 eprint!("  {:<32} … ", sc.name);
@@ -181,8 +195,15 @@ async fn main() -> std::process::ExitCode {
             }
             reports.push(r);
         }
+        let more_seeds = args
+            .seeds
+            .is_some_and(|n| round_seed.wrapping_sub(seed).wrapping_add(1) < n);
         match soak_until {
             Some(until) if Instant::now() < until => round_seed = round_seed.wrapping_add(1),
+            _ if more_seeds => {
+                round_seed = round_seed.wrapping_add(1);
+                continue;
+            }
             _ => break,
         }
         opts.check_memory = true;
