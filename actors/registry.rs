@@ -211,6 +211,20 @@ impl Actor for ToolRegistry {
                         st.emit_status(&server);
                     }
                 }
+                RegistryMsg::Forget { server } => {
+                    if let Some(entry) = st.current.servers.remove(&server) {
+                        if st.current.reindex() {
+                            st.emit_resource_tools();
+                        }
+                        st.publish();
+                        let _ = st.events.send(RuntimeEvent::CatalogChanged {
+                            scope: st.scope.clone(),
+                            server,
+                            generation: entry.status.generation,
+                            tools: 0,
+                        });
+                    }
+                }
                 RegistryMsg::Barrier { reply } => {
                     let _ = reply.send(());
                 }

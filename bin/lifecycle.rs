@@ -50,7 +50,7 @@ pub(crate) async fn start_with(
 
 /// Wait until every named server has left `connecting` for the first time
 /// (ready, failed, reconnecting, exhausted…), bounded by the longest startup timeout.
-async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
+pub(crate) async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
     let mut events = runtime.subscribe();
     let deadline = tokio::time::Instant::now() + limit;
     loop {

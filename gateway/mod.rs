@@ -98,6 +98,9 @@ struct Shared {
     uri_owner: Mutex<HashMap<String, String>>,
     /// list_changed notifications sent (all clients), for status and tests.
     notified: AtomicU64,
+    /// Held (written) while a config reload runs: the notifier waits, so
+    /// the reload's changes reach clients as one list_changed.
+    hold: Arc<tokio::sync::RwLock<()>>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
@@ -123,6 +126,7 @@ impl Gateway {
             next_session: AtomicU64::new(1),
             uri_owner: Mutex::default(),
             notified: AtomicU64::new(0),
+            hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),
         });
@@ -144,6 +148,15 @@ impl Gateway {
     /// is the caller's to shut down.
     pub fn close(&self) {
         self.shared.stop.cancel();
+    }
+
+    /// Hold list_changed notifications until the returned guard drops:
+    /// catalog changes meanwhile (a config reload removing, adding and
+    /// restarting servers) reach each client as one notification after it.
+    pub async fn hold_notifications(&self) -> NotificationHold {
+        NotificationHold {
+            _guard: self.shared.hold.clone().write_owned().await,
+        }
     }
 
     /// Clients connected now.
@@ -227,6 +240,11 @@ impl Gateway {
             "servers": servers,
         })
     }
+}
+
+/// See [`Gateway::hold_notifications`].
+pub struct NotificationHold {
+    _guard: tokio::sync::OwnedRwLockWriteGuard<()>,
 }
 
 /// Why serving a client ended badly.
@@ -603,6 +621,16 @@ async fn notifier(
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        // A reload in progress: wait for it, then count what it changed
+        // in this one notification.
+        let hold = shared.hold.clone();
+        let _released = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = hold.read_owned() => r,
+        };
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            events.try_recv()
+        {}
         let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
             Ok(mut clients) => {
                 clients.retain(|_, p| !p.is_transport_closed());

@@ -280,6 +280,11 @@ pub enum RegistryMsg {
         /// Why.
         error: String,
     },
+    /// The server was removed from its scope: its entry goes (tools, status).
+    Forget {
+        /// Server.
+        server: String,
+    },
     /// Answered once every message sent before it has been handled: lets a
     /// caller make sure a `Register` it caused is visible in the snapshot.
     Barrier {

@@ -78,6 +78,14 @@ pub enum ScopeMsg {
         /// Its stop's report, or why not.
         reply: RpcReplyPort<Result<ShutdownReport, TreeError>>,
     },
+    /// Stop one server quiescently and forget it: its supervisor is not
+    /// restarted, its tools and status leave the registry (hot reload).
+    RemoveServer {
+        /// The server.
+        server: String,
+        /// Its stop's report, or why not.
+        reply: RpcReplyPort<Result<ShutdownReport, TreeError>>,
+    },
     /// Stop everything in reverse start order and report (RECO-7).
     Shutdown {
         /// The report.

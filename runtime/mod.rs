@@ -332,6 +332,26 @@ impl Runtime {
             })
     }
 
+    /// Stop a server quiescently and remove it from its scope: its tools
+    /// and status go (a `CatalogChanged` with 0 tools), and its name is free
+    /// for `add_server` again — a config reload removes and re-adds a
+    /// server whose config changed. Returns the stop's report.
+    pub async fn remove_server(
+        &self,
+        scope: &Scope,
+        server: &str,
+    ) -> Result<ShutdownReport, RuntimeError> {
+        let handle = self.scope_handle(scope).await?;
+        handle
+            .remove_server(server)
+            .await
+            .map_err(RuntimeError::unavailable("scope supervisor"))?
+            .map_err(|source| RuntimeError::Refused {
+                server: server.to_owned(),
+                source,
+            })
+    }
+
     /// A server's entry in its scope's snapshot.
     fn server_entry(
         &self,

@@ -77,6 +77,20 @@ impl ScopeHandle {
         .await
     }
 
+    /// Stop a server and take it out of the scope (hot reload).
+    pub async fn remove_server(
+        &self,
+        server: &str,
+    ) -> Result<Result<ShutdownReport, TreeError>, AskError> {
+        let server = server.to_owned();
+        ask(
+            &self.actor,
+            |reply| ScopeMsg::RemoveServer { server, reply },
+            Some(SCOPE_REPORT),
+        )
+        .await
+    }
+
     /// Turn one server off, or on again (TRUST-1).
     pub async fn set_server_enabled(
         &self,

@@ -23,6 +23,7 @@
 //! | running | server failed, within limit | respawn it (same config, same activity)  | running |
 //! | running | server failed, past limit   | drop it, Abandon its tools               | running |
 //! | running | registry exited             | escalate (fail)                          | —       |
+//! | running | RemoveServer                | quiesce it, drop it, Forget its entry    | running |
 //! | running | Shutdown                    | fan-out, reply, stop                     | stopped |
 //! ```
 //! Messages: [`ScopeMsg`].
@@ -289,20 +290,30 @@ impl Actor for ScopeSupervisor {
                     };
                     let _ = reply.send(result);
                 }
+                ScopeMsg::RemoveServer { server, reply } => {
+                    let result = if st.server(&server).is_none() {
+                        Err(TreeError::NoSuchServer {
+                            scope: st.scope.clone(),
+                        })
+                    } else {
+                        let prefix = format!("{}/", st.scope);
+                        let report = st
+                            .children
+                            .remove_quiesced(&server, &prefix, quiesce_server)
+                            .await
+                            .unwrap_or_default();
+                        st.kept_off.remove(&server);
+                        let _ = st.registry.cast(RegistryMsg::Forget {
+                            server: server.clone(),
+                        });
+                        Ok(report)
+                    };
+                    let _ = reply.send(result);
+                }
                 ScopeMsg::Shutdown { reply } => {
                     st.shutting_down = true;
                     let prefix = format!("{}/", st.scope);
-                    let report = st
-                        .children
-                        .shutdown(&prefix, |child| match &child.handle {
-                            ScopeChild::Server(s) => Some(quiesce(
-                                &s.actor,
-                                |reply| ServerSupervisorMsg::Shutdown { reply },
-                                SERVER_REPORT,
-                            )),
-                            ScopeChild::Registry => None,
-                        })
-                        .await;
+                    let report = st.children.shutdown(&prefix, quiesce_server).await;
                     let _ = reply.send(report);
                     myself.stop(Some("shutdown".into()));
                 }
@@ -373,6 +384,18 @@ impl Actor for ScopeSupervisor {
             }
         }
         Ok(())
+    }
+}
+
+/// A server child's quiescent stop; the registry has none.
+fn quiesce_server(child: &Child<ScopeChild>) -> Option<super::spec::Quiesce> {
+    match &child.handle {
+        ScopeChild::Server(s) => Some(quiesce(
+            &s.actor,
+            |reply| ServerSupervisorMsg::Shutdown { reply },
+            SERVER_REPORT,
+        )),
+        ScopeChild::Registry => None,
     }
 }
 

@@ -227,6 +227,30 @@ impl<H> Children<H> {
         self.list.iter()
     }
 
+    /// Take one child out for good (OTP `terminate_child` + `delete_child`):
+    /// it leaves the list first, so its exit is no failure to restart; then
+    /// it is asked to quiesce (`quiesce` as in [`Self::shutdown`]) and
+    /// stopped as its spec says. `None` when no child has that id.
+    pub async fn remove_quiesced(
+        &mut self,
+        id: &str,
+        prefix: &str,
+        quiesce: impl Fn(&Child<H>) -> Option<Quiesce>,
+    ) -> Option<ShutdownReport> {
+        let child = self.remove(id)?;
+        let mut report = ShutdownReport::default();
+        if let Some(q) = quiesce(&child) {
+            match q.await {
+                Some(r) => report.absorb(r),
+                None => report
+                    .unconfirmed
+                    .push(format!("{prefix}{id}: did not report within its deadline")),
+            }
+        }
+        stop_child(&child.cell, child.spec.shutdown).await;
+        Some(report)
+    }
+
     /// The one shutdown fan-out (RECO-7): tier by tier, highest first, every
     /// child of a tier is asked to quiesce concurrently (`quiesce` builds the
     /// request; `None`: nothing to quiesce) and its report is merged; a child

@@ -1,18 +1,22 @@
 //! `mcpvisor gateway`: every tool of the config served as ONE MCP server,
 //! over stdio (`--stdio`) or streamable HTTP (`--http ADDR`, `/mcp` and
 //! `/health`). Logs go to stderr only. SIGINT, SIGTERM and (stdio) the
-//! client closing stdin end it with the quiescent shutdown.
+//! client closing stdin end it with the quiescent shutdown; SIGHUP reloads
+//! the config's servers.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use mcpvisor::gateway::{ClientApprover, Gateway, GatewayOptions};
-use mcpvisor::{EnvSecretStore, Scope, SecretStore};
+use mcpvisor::{EnvSecretStore, Scope, SecretStore, ServerConfig};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cli::Cli;
 use crate::config::{base_builder, load_config, secret_store};
-use crate::lifecycle::finish;
+use crate::lifecycle::{finish, settle};
 
 /// The gateway's flags.
 pub(crate) struct GatewayFlags {
@@ -59,7 +63,7 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     };
     let approver = Arc::new(ClientApprover::default());
     let mut builder = base_builder(&cfg, false)?.approver(approver.clone());
-    for s in cfg.servers {
+    for s in cfg.servers.clone() {
         builder = builder.server(Scope::Global, s);
     }
     // Servers connect in the background; their tools appear (with a
@@ -73,9 +77,14 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             ..GatewayOptions::default()
         },
     );
+    let mut signals = Signals::new()?;
+    let mut reloader = Reloader {
+        cli,
+        servers: cfg.servers,
+    };
     let served = match flags.http {
-        None => serve_stdio(&gateway).await,
-        Some(addr) => serve_http(&gateway, addr, token).await,
+        None => serve_stdio(&gateway, &mut signals, &mut reloader).await,
+        Some(addr) => serve_http(&gateway, addr, token, &mut signals, &mut reloader).await,
     };
     gateway.close();
     let report = finish(runtime).await;
@@ -83,23 +92,149 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     Ok(u8::from(!report.is_clean()))
 }
 
-async fn serve_stdio(gateway: &Gateway) -> anyhow::Result<()> {
-    tokio::select! {
-        r = gateway.serve_io(tokio::io::stdin(), tokio::io::stdout()) => {
-            r.context("gateway on stdio")?;
-            eprintln!("mcpvisor gateway: the client closed stdin; stopping every server");
-        }
-        why = crate::interrupted() => {
-            eprintln!("mcpvisor gateway: {why}; stopping every server");
+/// The signals the gateway acts on, registered once.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+enum Got {
+    /// SIGINT or SIGTERM: stop.
+    Stop(&'static str),
+    /// SIGHUP: reload the config.
+    Reload,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn next(&mut self) -> Got {
+        tokio::select! {
+            _ = self.int.recv() => Got::Stop("interrupted"),
+            _ = self.term.recv() => Got::Stop("terminated"),
+            _ = self.hup.recv() => Got::Reload,
         }
     }
-    Ok(())
+}
+
+/// Hot reload: re-read the config and restart only what changed.
+struct Reloader<'a> {
+    cli: &'a Cli,
+    /// The `[servers.*]` running now, as the file said.
+    servers: Vec<ServerConfig>,
+}
+
+impl Reloader<'_> {
+    /// SIGHUP: re-read the config file. Servers that left it are removed,
+    /// new ones added, and those whose section changed are removed and added
+    /// again; the others keep running untouched. Clients get one
+    /// list_changed once the added servers settled. A config that does not
+    /// parse leaves everything as it is. Only `[servers.*]` is reloaded.
+    async fn reload(&mut self, gateway: &Gateway) {
+        let cfg = match load_config(self.cli, true) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                eprintln!("mcpvisor gateway: reload failed, the running config stays: {e:#}");
+                return;
+            }
+        };
+        let runtime = gateway.runtime();
+        let same = |a: &ServerConfig, b: &ServerConfig| {
+            serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+        };
+        let hold = gateway.hold_notifications().await;
+        let (mut removed, mut added, mut restarted) = (0, 0, 0);
+        for old in &self.servers {
+            let kept = cfg.servers.iter().any(|n| n.server_name == old.server_name);
+            if !kept {
+                removed += 1;
+                if let Err(e) = runtime
+                    .remove_server(&Scope::Global, &old.server_name)
+                    .await
+                {
+                    eprintln!("mcpvisor gateway: reload: {e}");
+                }
+            }
+        }
+        let mut started = Vec::new();
+        for new in &cfg.servers {
+            match self
+                .servers
+                .iter()
+                .find(|o| o.server_name == new.server_name)
+            {
+                Some(old) if same(old, new) => continue,
+                Some(_) => {
+                    restarted += 1;
+                    if let Err(e) = runtime
+                        .remove_server(&Scope::Global, &new.server_name)
+                        .await
+                    {
+                        eprintln!("mcpvisor gateway: reload: {e}");
+                    }
+                }
+                None => added += 1,
+            }
+            match runtime.add_server(Scope::Global, new.clone()).await {
+                Ok(name) => started.push(name),
+                Err(e) => eprintln!("mcpvisor gateway: reload: {e}"),
+            }
+        }
+        let limit = cfg
+            .servers
+            .iter()
+            .map(|s| s.startup_timeout)
+            .max()
+            .unwrap_or_default()
+            + Duration::from_secs(2);
+        settle(runtime, &started, limit).await;
+        drop(hold);
+        let unchanged = cfg.servers.len() - added - restarted;
+        eprintln!(
+            "mcpvisor gateway: config reloaded: {added} added, {removed} removed, {restarted} restarted, {unchanged} unchanged"
+        );
+        self.servers = cfg.servers;
+    }
+}
+
+async fn serve_stdio(
+    gateway: &Gateway,
+    signals: &mut Signals,
+    reloader: &mut Reloader<'_>,
+) -> anyhow::Result<()> {
+    let serve = gateway.serve_io(tokio::io::stdin(), tokio::io::stdout());
+    tokio::pin!(serve);
+    loop {
+        tokio::select! {
+            r = &mut serve => {
+                r.context("gateway on stdio")?;
+                eprintln!("mcpvisor gateway: the client closed stdin; stopping every server");
+                return Ok(());
+            }
+            got = signals.next() => match got {
+                Got::Stop(why) => {
+                    eprintln!("mcpvisor gateway: {why}; stopping every server");
+                    return Ok(());
+                }
+                Got::Reload => reloader.reload(gateway).await,
+            }
+        }
+    }
 }
 
 async fn serve_http(
     gateway: &Gateway,
     addr: SocketAddr,
     token: Option<String>,
+    signals: &mut Signals,
+    reloader: &mut Reloader<'_>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -110,14 +245,9 @@ async fn serve_http(
     let hosts = token.as_ref().map(|_| Vec::new());
     let mut router = gateway.http_router(hosts);
     if let Some(token) = token {
-        let expected = format!("Bearer {token}");
         router = router.layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let ok = req
-                    .headers()
-                    .get(axum::http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    == Some(expected.as_str());
+                let ok = bearer_matches(&req, &token);
                 async move {
                     use axum::response::IntoResponse;
                     if ok {
@@ -135,19 +265,34 @@ async fn serve_http(
         ));
     }
     eprintln!("mcpvisor gateway: serving http://{local}/mcp (status at http://{local}/health)");
+    // Open SSE streams end with their sessions when the gateway stops.
     let stop = gateway.stopped();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                why = crate::interrupted() => {
-                    eprintln!("mcpvisor gateway: {why}; stopping every server");
-                }
-                _ = stop.cancelled() => {}
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.clone().cancelled_owned())
+        .into_future();
+    tokio::pin!(server);
+    loop {
+        tokio::select! {
+            r = &mut server => {
+                r.context("gateway on http")?;
+                return Ok(());
             }
-            // Open SSE streams end with their sessions.
-            stop.cancel();
-        })
-        .await
-        .context("gateway on http")?;
-    Ok(())
+            got = signals.next(), if !stop.is_cancelled() => match got {
+                Got::Stop(why) => {
+                    eprintln!("mcpvisor gateway: {why}; stopping every server");
+                    stop.cancel();
+                }
+                Got::Reload => reloader.reload(gateway).await,
+            }
+        }
+    }
+}
+
+/// Whether `req` carries `Authorization: Bearer <token>`.
+fn bearer_matches(req: &axum::extract::Request, token: &str) -> bool {
+    req.headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        == Some(token)
 }

@@ -642,3 +642,80 @@ async fn two_typescript_sdk_clients_over_http_share_one_backend_and_both_hear_li
     );
     terminate_and_check_reaped(&mut child, None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_only_the_servers_whose_config_changed_with_one_list_changed() {
+    // Hot reload (issue 13): a is unchanged and keeps its process; b's
+    // section changed and it is restarted; c is new; d left the file and is
+    // stopped and reaped (it ignores SIGTERM). The client stays connected
+    // and hears one list_changed for all of it.
+    let none: [String; 0] = [];
+    let v1 = [
+        fault_section("a", &none, "always"),
+        fault_section("b", &none, "always"),
+        // d's stop takes its 2 s SIGTERM grace: the reload lasts longer
+        // than the notifier's quiet time, so only the hold makes it one.
+        fault_section("d", &["--ignore-sigterm".to_owned()], "always"),
+    ]
+    .concat();
+    let work = workdir(&v1);
+    let (mut child, client, mut events) =
+        connected(&work, None, &["--status-tool"], "mcp__d__echo").await;
+    tools_when(&client, &mut events, |n| {
+        ["mcp__a__echo", "mcp__b__echo"]
+            .iter()
+            .all(|t| n.iter().any(|x| x == t))
+    })
+    .await;
+    let (a1, b1, d1) = (
+        backend_pid(&client, "a").await.unwrap(),
+        backend_pid(&client, "b").await.unwrap(),
+        backend_pid(&client, "d").await.unwrap(),
+    );
+    let v2 = [
+        fault_section("a", &none, "always"),
+        fault_section("b", &["--tools".to_owned(), "1".to_owned()], "always"),
+        fault_section("c", &none, "always"),
+    ]
+    .concat();
+    std::fs::write(work.config(), v2).unwrap();
+    while events.changed.try_recv().is_ok() {}
+    // SAFETY: SIGHUP to the gateway this test spawned.
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGHUP);
+    }
+    tokio::time::timeout(LIMIT, events.changed.recv())
+        .await
+        .expect("list_changed after the reload")
+        .unwrap();
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "mcp__b__gen_00000"), "{names:?}");
+    assert!(names.iter().any(|n| n == "mcp__c__echo"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__d__")),
+        "{names:?}"
+    );
+    assert_eq!(backend_pid(&client, "a").await, Some(a1), "a untouched");
+    let b2 = backend_pid(&client, "b").await.unwrap();
+    assert_ne!(b2, b1, "b restarted");
+    assert_eq!(backend_pid(&client, "d").await, None, "d removed");
+    assert!(wait_gone(d1, Duration::from_secs(5)).await, "d reaped");
+    assert!(
+        wait_gone(b1, Duration::from_secs(5)).await,
+        "the old b reaped"
+    );
+    let r = call(&client, "mcp__c__echo", json!({"message": "new"})).await;
+    assert!(text_of(&r).contains("new"), "{r:?}");
+    assert!(
+        events.changed.try_recv().is_err(),
+        "one list_changed for the whole reload"
+    );
+    drop(client);
+    exited_and_reaped(&mut child, Some(b2)).await;
+}
