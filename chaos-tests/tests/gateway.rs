@@ -177,6 +177,17 @@ async fn call(
         .unwrap()
 }
 
+/// The gateway's tool names now.
+async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
+    client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
 /// The gateway's tool names, once `pred` holds of them (each check after
 /// a list_changed, the first right away).
 async fn tools_when(
@@ -186,13 +197,7 @@ async fn tools_when(
 ) -> Vec<String> {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
-        let names: Vec<String> = client
-            .list_all_tools()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.name.to_string())
-            .collect();
+        let names = tool_names(client).await;
         if pred(&names) {
             return names;
         }
@@ -688,13 +693,7 @@ async fn sighup_reloads_only_the_servers_whose_config_changed_with_one_list_chan
         .await
         .expect("list_changed after the reload")
         .unwrap();
-    let names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&client).await;
     assert!(names.iter().any(|n| n == "mcp__b__gen_00000"), "{names:?}");
     assert!(names.iter().any(|n| n == "mcp__c__echo"), "{names:?}");
     assert!(
