@@ -144,6 +144,20 @@ impl ClientHandler for SupervisedClient {
         })
     }
 
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        if let Some((scope, events)) = &self.handlers.resource_updates {
+            let _ = events.send(crate::messages::status::RuntimeEvent::ResourceUpdated {
+                scope: scope.clone(),
+                server: self.server.clone(),
+                uri: params.uri,
+            });
+        }
+    }
+
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.supervisor.cast(ServerSupervisorMsg::ToolsListChanged {
             conn_gen: self.conn_gen,
@@ -747,6 +761,7 @@ where
             .map(|i| format!("{} {}", i.name, i.version)),
         instructions,
         has_resources: server.capabilities.resources.is_some(),
+        has_prompts: server.capabilities.prompts.is_some(),
         pid,
     };
     let catalog = if has_tools {

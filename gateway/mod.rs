@@ -96,6 +96,10 @@ struct Shared {
     next_session: AtomicU64,
     /// Which server listed a resource URI (reads go there).
     uri_owner: Mutex<HashMap<String, String>>,
+    /// Resource URIs clients subscribed to → the sessions that did.
+    subscriptions: Mutex<HashMap<String, std::collections::HashSet<u64>>>,
+    /// A listed prompt's public name → (server, the server's name for it).
+    prompt_owner: Mutex<HashMap<String, (String, String)>>,
     /// list_changed notifications sent (all clients), for status and tests.
     notified: AtomicU64,
     /// Held (written) while a config reload runs: the notifier waits, so
@@ -125,12 +129,16 @@ impl Gateway {
             clients: Mutex::default(),
             next_session: AtomicU64::new(1),
             uri_owner: Mutex::default(),
+            prompt_owner: Mutex::default(),
+            subscriptions: Mutex::default(),
             notified: AtomicU64::new(0),
             hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),
         });
-        tokio::spawn(notifier(Arc::downgrade(&shared), events, stop));
+        let updates = shared.runtime.subscribe();
+        tokio::spawn(notifier(Arc::downgrade(&shared), events, stop.clone()));
+        tokio::spawn(resource_updates(Arc::downgrade(&shared), updates, stop));
         Self { shared }
     }
 
@@ -322,6 +330,39 @@ impl GatewaySession {
         }
     }
 
+    /// The server that listed `uri` (listing first when none has yet: a
+    /// client may read a URI it knows); for a URI no server listed, the
+    /// scope's only resource server, if there is just one.
+    async fn owner_of(&self, uri: &str, ct: &CancellationToken) -> Option<String> {
+        let known = |s: &Self| {
+            s.shared
+                .uri_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(uri).cloned())
+        };
+        if let Some(server) = known(self) {
+            return Some(server);
+        }
+        let _ = self.list_all(ResourceOp::List, "resources", ct).await;
+        known(self).or_else(|| {
+            // A URI no server listed (a template's instance, a resource the
+            // server does not list): unambiguous only with one provider.
+            let providers: Vec<String> = self
+                .shared
+                .runtime
+                .status()
+                .into_iter()
+                .filter(|s| s.resources && &s.scope == self.scope())
+                .map(|s| s.server)
+                .collect();
+            match providers.as_slice() {
+                [only] => Some(only.clone()),
+                _ => None,
+            }
+        })
+    }
+
     /// Every item under `key` of every server's pages (each server's
     /// cursors followed, at most 100 pages), with its server in `_meta`.
     async fn list_all(&self, op: ResourceOp, key: &str, ct: &CancellationToken) -> Vec<Value> {
@@ -372,11 +413,17 @@ impl GatewaySession {
 }
 
 impl ServerHandler for GatewaySession {
+    // Logging is deprecated by SEP-2577, but clients of 2025-11-25 (and the
+    // conformance suite) still send logging/setLevel: it is accepted.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
-            .enable_resources()
             .build();
         let info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             self.shared.options.name.clone(),
@@ -452,6 +499,104 @@ impl ServerHandler for GatewaySession {
         Ok(results::to_call_result(outcome).into())
     }
 
+    /// The level is accepted; the gateway sends no log messages of its own
+    /// yet (its log goes to its stderr), nor the backends'.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        let mut prompts = Vec::new();
+        for (server, listed) in self.shared.runtime.list_prompts(self.scope()).await {
+            let list = match listed {
+                Ok(list) => list,
+                Err(e) => {
+                    tracing::warn!(server = %server, error = %e, "gateway: prompts/list failed");
+                    continue;
+                }
+            };
+            for mut prompt in list {
+                let Some(raw) = prompt
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                else {
+                    continue;
+                };
+                let public = crate::messages::naming::public_tool_name(&server, &raw);
+                if let Some(obj) = prompt.as_object_mut() {
+                    obj.insert("name".into(), Value::String(public.clone()));
+                    let meta = obj
+                        .entry("_meta")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Some(meta) = meta.as_object_mut() {
+                        meta.insert(SERVER_META_KEY.into(), Value::String(server.clone()));
+                    }
+                }
+                if let Ok(p) = serde_json::from_value(prompt) {
+                    prompts.push(p);
+                    if let Ok(mut owners) = self.shared.prompt_owner.lock() {
+                        owners.insert(public, (server.clone(), raw));
+                    }
+                }
+            }
+        }
+        let mut result = rmcp::model::ListPromptsResult::default();
+        result.prompts = prompts;
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let owner = |s: &Self| {
+            s.shared
+                .prompt_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(&request.name).cloned())
+        };
+        let mut found = owner(self);
+        if found.is_none() {
+            let _ = self.list_prompts(None, ctx).await;
+            found = owner(self);
+        }
+        let Some((server, raw)) = found else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no server of this gateway lists the prompt {:?}",
+                    request.name
+                ),
+                None,
+            ));
+        };
+        let value = self
+            .shared
+            .runtime
+            .get_prompt(self.scope(), &server, &raw, request.arguments)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let result: rmcp::model::GetPromptResult = serde_json::from_value(value).map_err(|e| {
+            McpError::internal_error(
+                format!("server \"{server}\" answered prompts/get with an invalid result: {e}"),
+                None,
+            )
+        })?;
+        Ok(result.into())
+    }
+
     #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
     async fn list_resources(
         &self,
@@ -465,6 +610,69 @@ impl ServerHandler for GatewaySession {
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect();
         Ok(result)
+    }
+
+    /// `resources/subscribe`: passed to the server that listed the URI
+    /// (once per URI, however many clients subscribe); its updates go to
+    /// every session that subscribed.
+    #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 clients send
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let uri = request.uri;
+        let Some(server) = self.owner_of(&uri, &ctx.ct).await else {
+            return Err(not_listed(&uri));
+        };
+        let first = self
+            .shared
+            .subscriptions
+            .lock()
+            .map(|s| s.get(&uri).is_none_or(|ids| ids.is_empty()))
+            .unwrap_or(true);
+        if first {
+            self.shared
+                .runtime
+                .subscribe_resource(self.scope(), &server, &uri)
+                .await
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        }
+        if let Ok(mut subs) = self.shared.subscriptions.lock() {
+            subs.entry(uri).or_default().insert(self.id);
+        }
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: the last session to leave a URI unsubscribes
+    /// the server.
+    #[allow(deprecated)] // as above
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let uri = request.uri;
+        let last = match self.shared.subscriptions.lock() {
+            Ok(mut subs) => {
+                let ids = subs.entry(uri.clone()).or_default();
+                ids.remove(&self.id);
+                let empty = ids.is_empty();
+                if empty {
+                    subs.remove(&uri);
+                }
+                empty
+            }
+            Err(_) => false,
+        };
+        if last && let Some(server) = self.owner_of(&uri, &ctx.ct).await {
+            let _ = self
+                .shared
+                .runtime
+                .unsubscribe_resource(self.scope(), &server, &uri)
+                .await;
+        }
+        Ok(())
     }
 
     #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
@@ -490,27 +698,8 @@ impl ServerHandler for GatewaySession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let uri = request.uri;
-        let mut owner = self
-            .shared
-            .uri_owner
-            .lock()
-            .ok()
-            .and_then(|o| o.get(&uri).cloned());
-        if owner.is_none() {
-            // Not listed yet (a client may read a URI it knows): list, then look again.
-            let _ = self.list_all(ResourceOp::List, "resources", &ctx.ct).await;
-            owner = self
-                .shared
-                .uri_owner
-                .lock()
-                .ok()
-                .and_then(|o| o.get(&uri).cloned());
-        }
-        let Some(server) = owner else {
-            return Err(McpError::resource_not_found(
-                format!("no server of this gateway listed the resource {uri:?}"),
-                None,
-            ));
+        let Some(server) = self.owner_of(&uri, &ctx.ct).await else {
+            return Err(not_listed(&uri));
         };
         let args = json!({"server": server, "uri": uri});
         let mut per_server = self
@@ -526,6 +715,13 @@ impl ServerHandler for GatewaySession {
         })?;
         Ok(result.into())
     }
+}
+
+fn not_listed(uri: &str) -> McpError {
+    McpError::resource_not_found(
+        format!("no server of this gateway listed the resource {uri:?}"),
+        None,
+    )
 }
 
 /// The MCP form of a catalog entry: public name, real schemas, annotations.
@@ -645,6 +841,53 @@ async fn notifier(
                 let _ =
                     tokio::time::timeout(Duration::from_secs(5), peer.notify_tool_list_changed())
                         .await;
+            });
+        }
+    }
+}
+
+/// Forwards the backends' `notifications/resources/updated` to the sessions
+/// that subscribed to the URI, until the gateway stops.
+async fn resource_updates(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        let (scope, uri) = match ev {
+            Ok(RuntimeEvent::ResourceUpdated { scope, uri, .. }) => (scope, uri),
+            Err(RecvError::Closed) => return,
+            _ => continue,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if scope != shared.options.scope {
+            continue;
+        }
+        let ids: Vec<u64> = shared
+            .subscriptions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&uri).map(|ids| ids.iter().copied().collect()))
+            .unwrap_or_default();
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(c) => ids.iter().filter_map(|id| c.get(id).cloned()).collect(),
+            Err(_) => Vec::new(),
+        };
+        for peer in peers {
+            let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    peer.notify_resource_updated(params),
+                )
+                .await;
             });
         }
     }

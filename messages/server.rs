@@ -40,6 +40,8 @@ pub struct ConnInfo {
     pub instructions: Option<String>,
     /// Whether the server declared the `resources` capability (RES-1).
     pub has_resources: bool,
+    /// Whether the server declared the `prompts` capability.
+    pub has_prompts: bool,
     /// Child pid (stdio).
     pub pid: Option<u32>,
 }

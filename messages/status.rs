@@ -91,6 +91,8 @@ pub struct ServerStatus {
     pub tools: usize,
     /// The server provides resources (RES-1).
     pub resources: bool,
+    /// The server provides prompts (`prompts/list`, `prompts/get`).
+    pub prompts: bool,
     /// Restarts after a failure since the runtime started.
     pub restarts: u32,
     /// Failed attempts in the current outage.
@@ -137,6 +139,7 @@ impl ServerStatus {
             generation: 0,
             tools: 0,
             resources: false,
+            prompts: false,
             restarts: 0,
             consecutive_failures: 0,
             budget_left: budget,
@@ -168,6 +171,16 @@ pub enum RuntimeEvent {
         generation: u64,
         /// Tool count after the change.
         tools: usize,
+    },
+    /// A server said a resource it serves changed
+    /// (`notifications/resources/updated`, after a subscribe).
+    ResourceUpdated {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// The resource's URI, as the server sent it.
+        uri: String,
     },
     /// A call started (before the tool is resolved and the policy chain runs).
     CallStarted {

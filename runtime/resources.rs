@@ -1,5 +1,6 @@
-//! The shared resource tools (RES-2..4, RES-6).
+//! The shared resource tools (RES-2..4, RES-6), and prompts (for the gateway).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::ClientRequest;
@@ -8,11 +9,11 @@ use serde_json::{Map, Value};
 use crate::messages::budget::apply_budget;
 use crate::messages::call::{OutcomeKind, ToolOutcome};
 use crate::messages::config::Scope;
-use crate::messages::registry::ScopeSnapshot;
+use crate::messages::registry::{ActivityGuard, LiveConn, ScopeSnapshot};
 use crate::messages::resources::{ResourceOp, render_resource_result};
 
-use super::Runtime;
 use super::call::{Started, begin_on_live, needs_wake};
+use super::{Runtime, RuntimeError};
 
 impl Runtime {
     /// A shared resource tool (RES-2..4, RES-6): resolve the server in the
@@ -58,59 +59,29 @@ impl Runtime {
         let mut canonical = Map::new();
         let mut shown = Vec::new();
         for target in targets {
-            // Resource traffic is activity (RECO-6), and an idle-stopped
-            // provider is woken for it like for a tool call (RES-2), also
-            // one whose idle stop was claimed just before this read began.
-            let mut fresh: Option<std::sync::Arc<ScopeSnapshot>> = None;
-            let mut woken = false;
-            let started = loop {
-                let current = fresh.as_deref().unwrap_or(snap);
-                let wake_for = match current.servers.get(target) {
-                    None => break None,
-                    Some(e) if e.live.is_none() && needs_wake(&e.status) => e.clone(),
-                    Some(_) => match begin_on_live(current, target) {
-                        Started::Live(live, activity) => break Some((live, activity)),
-                        Started::NotLive if server.is_some() => {
-                            let e = current.servers.get(target);
-                            let state = e.map(|e| e.status.state.to_string());
-                            return ToolOutcome::failure(
-                                OutcomeKind::ServerNotReady,
-                                format!(
-                                    "server \"{target}\" is {}",
-                                    state.unwrap_or_else(|| "gone".into())
-                                ),
-                            );
-                        }
-                        Started::NotLive => {
-                            shown.push(format!("[MCP server \"{target}\"] is not connected"));
-                            break None;
-                        }
-                        Started::Closing(e) => e.clone(),
-                    },
-                };
-                if woken {
-                    break None;
+            let (live, _activity) = match self.live_for(scope, snap, target).await {
+                Ok(started) => started,
+                Err(Unavailable::Gone) => continue,
+                Err(Unavailable::NotLive(state)) if server.is_some() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::ServerNotReady,
+                        format!("server \"{target}\" is {state}"),
+                    );
                 }
-                woken = true;
-                match self.wake(&wake_for).await {
-                    Ok(()) => match self.snapshot(scope) {
-                        Some(now) => fresh = Some(now),
-                        None => break None,
-                    },
-                    Err(e) if server.is_some() => {
-                        return ToolOutcome::failure(
-                            OutcomeKind::ServerNotReady,
-                            format!("server \"{target}\": {e}"),
-                        );
-                    }
-                    Err(e) => {
-                        shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
-                        break None;
-                    }
+                Err(Unavailable::NotLive(_)) => {
+                    shown.push(format!("[MCP server \"{target}\"] is not connected"));
+                    continue;
                 }
-            };
-            let Some((live, _activity)) = started else {
-                continue;
+                Err(Unavailable::WakeFailed(e)) if server.is_some() => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::ServerNotReady,
+                        format!("server \"{target}\": {e}"),
+                    );
+                }
+                Err(Unavailable::WakeFailed(e)) => {
+                    shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
+                    continue;
+                }
             };
             let request = match op {
                 ResourceOp::List => ClientRequest::ListResourcesRequest(
@@ -177,6 +148,211 @@ impl Runtime {
             notes: Vec::new(),
             stop: None,
             model_edits: Vec::new(),
+        }
+    }
+}
+
+/// Why a server could not take a resource or prompt request.
+pub(super) enum Unavailable {
+    /// Not in the scope (any more), or still not live after a wake.
+    Gone,
+    /// Not connected and not idle-stopped; its state.
+    NotLive(String),
+    /// It was idle-stopped and could not be woken.
+    WakeFailed(String),
+}
+
+impl Runtime {
+    /// Start a request's activity on `target`'s live connection (RECO-6),
+    /// waking it first when it is idle-stopped (RES-2) or its idle stop was
+    /// claimed just before — once.
+    pub(super) async fn live_for(
+        &self,
+        scope: &Scope,
+        snap: &ScopeSnapshot,
+        target: &str,
+    ) -> Result<(LiveConn, ActivityGuard), Unavailable> {
+        let mut fresh: Option<Arc<ScopeSnapshot>> = None;
+        let mut woken = false;
+        loop {
+            let current = fresh.as_deref().unwrap_or(snap);
+            let wake_for = match current.servers.get(target) {
+                None => return Err(Unavailable::Gone),
+                Some(e) if e.live.is_none() && needs_wake(&e.status) => e.clone(),
+                Some(e) => match begin_on_live(current, target) {
+                    Started::Live(live, activity) => return Ok((live, activity)),
+                    Started::NotLive => {
+                        return Err(Unavailable::NotLive(e.status.state.to_string()));
+                    }
+                    Started::Closing(e) => e.clone(),
+                },
+            };
+            if woken {
+                return Err(Unavailable::Gone);
+            }
+            woken = true;
+            self.wake(&wake_for)
+                .await
+                .map_err(Unavailable::WakeFailed)?;
+            fresh = Some(self.snapshot(scope).ok_or(Unavailable::Gone)?);
+        }
+    }
+
+    /// `prompts/list` of every server of `scope` that declared prompts:
+    /// per server, every page's prompts (cursors followed, at most 100
+    /// pages) as raw JSON with secrets redacted, or why that server could
+    /// not answer. Prompts are for a client's user (the gateway passes
+    /// them on); they are not offered to the model as tools.
+    pub async fn list_prompts(&self, scope: &Scope) -> Vec<(String, Result<Vec<Value>, String>)> {
+        let Some(snap) = self.snapshot(scope) else {
+            return Vec::new();
+        };
+        let providers: Vec<String> = snap
+            .servers
+            .iter()
+            .filter(|(_, e)| e.status.prompts)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut out = Vec::new();
+        for server in providers {
+            let listed = self.prompt_pages(scope, &snap, &server).await;
+            out.push((server, listed));
+        }
+        out
+    }
+
+    async fn prompt_pages(
+        &self,
+        scope: &Scope,
+        snap: &ScopeSnapshot,
+        server: &str,
+    ) -> Result<Vec<Value>, String> {
+        let (live, _activity) = self
+            .live_for(scope, snap, server)
+            .await
+            .map_err(|u| u.describe(server))?;
+        let mut prompts = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let request =
+                ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(
+                    rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+                ));
+            let mut page = request_value(&live.peer, request, entry_timeout(snap))
+                .await
+                .map_err(|e| crate::messages::trust::redact(&e, &live.redactions))?;
+            crate::messages::trust::redact_value(&mut page, &live.redactions);
+            if let Some(list) = page.get_mut("prompts").and_then(Value::as_array_mut) {
+                prompts.append(list);
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(prompts)
+    }
+
+    /// `prompts/get` of `server`'s prompt `name`: the raw `GetPromptResult`
+    /// with secrets redacted. Goes through no trust gate: like resources, a
+    /// prompt is data from a server that was trusted to connect.
+    pub async fn get_prompt(
+        &self,
+        scope: &Scope,
+        server: &str,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Value, RuntimeError> {
+        let err = |message: String| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        };
+        let snap = self
+            .snapshot(scope)
+            .ok_or_else(|| err(format!("no such server in scope {scope}")))?;
+        let (live, _activity) = self
+            .live_for(scope, &snap, server)
+            .await
+            .map_err(|u| err(u.describe(server)))?;
+        let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
+        if let Some(args) = arguments {
+            params = params.with_arguments(args);
+        }
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
+        let mut value = request_value(&live.peer, request, entry_timeout(&snap))
+            .await
+            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
+        crate::messages::trust::redact_value(&mut value, &live.redactions);
+        Ok(value)
+    }
+}
+
+impl Runtime {
+    /// `resources/subscribe` to `uri` at `server`: the server's
+    /// `notifications/resources/updated` then arrive as
+    /// [`RuntimeEvent::ResourceUpdated`](crate::RuntimeEvent::ResourceUpdated).
+    /// A subscription lives as long as the server's connection: after a
+    /// reconnect it must be made again.
+    pub async fn subscribe_resource(
+        &self,
+        scope: &Scope,
+        server: &str,
+        uri: &str,
+    ) -> Result<(), RuntimeError> {
+        #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 servers speak
+        let request = ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
+            rmcp::model::SubscribeRequestParams::new(uri),
+        ));
+        self.resource_request(scope, server, request).await
+    }
+
+    /// `resources/unsubscribe` from `uri` at `server`.
+    pub async fn unsubscribe_resource(
+        &self,
+        scope: &Scope,
+        server: &str,
+        uri: &str,
+    ) -> Result<(), RuntimeError> {
+        #[allow(deprecated)] // as above
+        let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
+            rmcp::model::UnsubscribeRequestParams::new(uri),
+        ));
+        self.resource_request(scope, server, request).await
+    }
+
+    async fn resource_request(
+        &self,
+        scope: &Scope,
+        server: &str,
+        request: ClientRequest,
+    ) -> Result<(), RuntimeError> {
+        let err = |message: String| RuntimeError::Server {
+            server: server.to_owned(),
+            message,
+        };
+        let snap = self
+            .snapshot(scope)
+            .ok_or_else(|| err(format!("no such server in scope {scope}")))?;
+        let (live, _activity) = self
+            .live_for(scope, &snap, server)
+            .await
+            .map_err(|u| err(u.describe(server)))?;
+        request_value(&live.peer, request, entry_timeout(&snap))
+            .await
+            .map(|_| ())
+            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))
+    }
+}
+
+impl Unavailable {
+    fn describe(&self, server: &str) -> String {
+        match self {
+            Self::Gone => format!("server \"{server}\" is gone"),
+            Self::NotLive(state) => format!("server \"{server}\" is {state}"),
+            Self::WakeFailed(e) => format!("server \"{server}\" could not be woken: {e}"),
         }
     }
 }

@@ -196,6 +196,8 @@ impl Actor for ScopeSupervisor {
         myself: ActorRef<Self::Msg>,
         args: ScopeArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let mut handlers = args.handlers;
+        handlers.resource_updates = Some((args.scope.clone(), args.events.clone()));
         let reg_args = RegistryArgs {
             scope: args.scope.clone(),
             snapshot: args.snapshot,
@@ -220,7 +222,7 @@ impl Actor for ScopeSupervisor {
             registry,
             children,
             chaos: args.chaos,
-            handlers: args.handlers,
+            handlers,
             off: args.off,
             kept_off: BTreeSet::new(),
             seed: args.seed,

@@ -758,6 +758,7 @@ async fn on_conn_up(
     st.status.protocol_version = Some(info.protocol_version.clone());
     st.status.server_info = info.server_info.clone();
     st.status.resources = info.has_resources;
+    st.status.prompts = info.has_prompts;
     st.status.error = None;
     st.phase = Phase::Ready {
         conn,

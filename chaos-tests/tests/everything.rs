@@ -9,15 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use mcpvisor::{CallOptions, OutcomeKind, Runtime, RuntimeEvent, Scope, ServerConfig, ServerState};
-use mcpvisor_chaos::{
-    call, everything_dir, free_port, process_alive, shutdown_checked, wait_for, wait_gone,
-};
+use mcpvisor_chaos::{call, everything_dir, shutdown_checked, wait_for};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::broadcast;
 
 const G: Scope = Scope::Global;
@@ -37,9 +33,7 @@ fn peers_or_skip(test: &str) -> Option<PathBuf> {
 }
 
 fn entry_point(dir: &Path) -> String {
-    dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-        .to_string_lossy()
-        .into_owned()
+    mcpvisor_chaos::peers::everything_entry(dir)
 }
 
 /// server-everything over stdio, with idle stop off (tests wait on events).
@@ -161,90 +155,15 @@ async fn everything_over_stdio_handshakes_lists_13_tools_and_answers_calls() {
     assert!(check.report.processes_reaped.contains(&pid));
 }
 
-/// A server-everything HTTP process on a free loopback port, killed and reaped
-/// on [`HttpPeer::stop`] (and SIGKILLed on drop if a test panics first).
-struct HttpPeer {
-    child: tokio::process::Child,
-    port: u16,
-}
-
-impl HttpPeer {
-    async fn start(dir: &Path) -> HttpPeer {
-        let port = free_port().unwrap();
-        let preload = dir.join("force-loopback.cjs");
-        let mut child = tokio::process::Command::new("node")
-            .arg(entry_point(dir))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .env(
-                "NODE_OPTIONS",
-                format!("--require {}", preload.to_string_lossy()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        // The server prints this line from its listen callback, once bound.
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let wanted = format!("listening on port {port}");
-        let mut seen = Vec::new();
-        let listening = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let hit = line.contains(&wanted);
-                seen.push(line);
-                if hit {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        assert_eq!(
-            listening,
-            Ok(true),
-            "server-everything did not start listening: {seen:?}"
-        );
-        // Keep draining stderr so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        // The port accepts connections, on loopback.
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        HttpPeer { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    /// SIGTERM, then SIGKILL after 5 s; always reaped.
-    async fn stop(mut self) {
-        let pid = self.child.id().unwrap();
-        // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
-        }
-        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
-        assert!(wait_gone(pid, Duration::from_secs(5)).await);
-        assert!(!process_alive(pid));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_calls() {
     // CONN-9 streamable HTTP; CONN-10 handshake; CALL-3/4 outcomes.
     let Some(dir) = peers_or_skip("everything_over_streamable_http") else {
         return;
     };
-    let peer = HttpPeer::start(&dir).await;
+    let peer = mcpvisor_chaos::peers::EverythingHttp::start(&dir)
+        .await
+        .unwrap();
     let runtime = Runtime::builder().start().await.unwrap();
     let mut events = runtime.subscribe();
     runtime
@@ -278,7 +197,7 @@ async fn everything_over_streamable_http_handshakes_lists_13_tools_and_answers_c
         check.report.servers_stopped,
         vec!["global/everything".to_owned()]
     );
-    peer.stop().await;
+    assert!(peer.stop().await, "server-everything reaped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

