@@ -266,27 +266,12 @@ impl Runtime {
         name: &str,
         arguments: Option<Map<String, Value>>,
     ) -> Result<Value, RuntimeError> {
-        let err = |message: String| RuntimeError::Server {
-            server: server.to_owned(),
-            message,
-        };
-        let snap = self
-            .snapshot(scope)
-            .ok_or_else(|| err(format!("no such server in scope {scope}")))?;
-        let (live, _activity) = self
-            .live_for(scope, &snap, server)
-            .await
-            .map_err(|u| err(u.describe(server)))?;
         let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
         if let Some(args) = arguments {
             params = params.with_arguments(args);
         }
         let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
-        let mut value = request_value(&live.peer, request, entry_timeout(&snap))
-            .await
-            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
-        crate::messages::trust::redact_value(&mut value, &live.redactions);
-        Ok(value)
+        self.server_request(scope, server, request).await
     }
 }
 
@@ -329,6 +314,19 @@ impl Runtime {
         server: &str,
         request: ClientRequest,
     ) -> Result<(), RuntimeError> {
+        self.server_request(scope, server, request)
+            .await
+            .map(|_| ())
+    }
+
+    /// One request to `server`'s live connection (woken if idle-stopped),
+    /// its result as raw JSON with secrets redacted.
+    async fn server_request(
+        &self,
+        scope: &Scope,
+        server: &str,
+        request: ClientRequest,
+    ) -> Result<Value, RuntimeError> {
         let err = |message: String| RuntimeError::Server {
             server: server.to_owned(),
             message,
@@ -340,10 +338,11 @@ impl Runtime {
             .live_for(scope, &snap, server)
             .await
             .map_err(|u| err(u.describe(server)))?;
-        request_value(&live.peer, request, entry_timeout(&snap))
+        let mut value = request_value(&live.peer, request, entry_timeout(&snap))
             .await
-            .map(|_| ())
-            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))
+            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
+        crate::messages::trust::redact_value(&mut value, &live.redactions);
+        Ok(value)
     }
 }
 
