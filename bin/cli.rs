@@ -81,7 +81,8 @@ pub(crate) enum Command {
         /// Serve streamable HTTP at ADDR: `/mcp`, and the status at `/health`.
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
-        /// Allow a non-loopback `--http` address; a bearer token is then required.
+        /// Allow a non-loopback `--http` address. Every request then needs a
+        /// bearer token (also on a loopback address), and `Host` is not checked.
         #[arg(long)]
         allow_remote: bool,
         /// The secret (from `[secrets]`, else the environment) holding that token.

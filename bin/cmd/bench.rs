@@ -1,7 +1,8 @@
 //! `mcpvisor bench` (PERF-1): tools/call latency through the runtime vs a
 //! bare rmcp client on the demo server, in the same run; a 1 MiB result
-//! with an event log, an attachment store and a policy installed; and
-//! catalog sync of 1k and 10k tools. Figures, never assertions.
+//! with an event log, an attachment store and a policy installed; a call
+//! through the gateway vs a direct one; and catalog sync of 1k and 10k
+//! tools. Figures, never assertions.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -121,6 +122,83 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     runtime.shutdown(Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok((bare, ours?))
+}
+
+/// Median µs of an echo call made by a bare rmcp client straight to the
+/// demo server, and through `mcpvisor gateway --stdio` fronting the same
+/// demo server (PERF-1's gateway row): (direct, through the gateway).
+async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
+    let args = json!({"message": "bench"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let (client, mut child) = bare_client(0).await?;
+    let direct = median_ms(calls, || async {
+        client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+
+    let exe = std::env::current_exe()?;
+    let dir = std::env::temp_dir().join(format!("mcpvisor-bench-gw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("mcpvisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.demo]\ncommand = {:?}\nargs = [\"serve-demo\"]\ntrust = \"always\"\n",
+            exe.to_string_lossy()
+        ),
+    )?;
+    let mut gateway = tokio::process::Command::new(&exe)
+        .arg("--config")
+        .arg(&config)
+        .args(["gateway", "--stdio"])
+        .env_remove("MCPVISOR_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (gateway.stdin.take(), gateway.stdout.take()) else {
+        anyhow::bail!("no pipes to the gateway");
+    };
+    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    // The backend connects in the background: wait until its tools are listed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = client.list_all_tools().await?;
+        if tools.iter().any(|t| t.name == "mcp__demo__echo") {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the gateway never listed the demo tools"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let through = median_ms(calls, || async {
+        let r = client
+            .call_tool(CallToolRequestParams::new("mcp__demo__echo").with_arguments(args.clone()))
+            .await?;
+        anyhow::ensure!(r.is_error != Some(true), "call failed through the gateway");
+        Ok(())
+    })
+    .await;
+    // Closing stdin stops the gateway, which reaps its backend.
+    let _ = client.cancel().await;
+    if tokio::time::timeout(Duration::from_secs(20), gateway.wait())
+        .await
+        .is_err()
+    {
+        let _ = gateway.kill().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((direct * 1e3, through? * 1e3))
 }
 
 /// The median ms of `calls` runs of `one`, after 3 warm-up runs.
@@ -305,6 +383,7 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
     let (c1k, b1k) = catalog_sync(1_000).await?;
     let (c10k, b10k) = catalog_sync(10_000).await?;
     let (large_bare, large_ours) = large_result((calls / 40).clamp(5, 50)).await?;
+    let (gw_direct, gw_through) = gateway_call((calls / 4).max(50)).await?;
     if as_json {
         println!(
             "{}",
@@ -316,6 +395,7 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
                     "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
                 },
                 "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
+                "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
                 "catalog_sync_ms": {
                     "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
                     "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
@@ -342,6 +422,10 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
         println!(
             "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {large_bare:.1}, mcpvisor {large_ours:.1}, ratio {:.2}",
             large_ours / large_bare.max(1e-9)
+        );
+        println!(
+            "echo through `mcpvisor gateway --stdio` vs straight to the demo server (bare rmcp client both), median µs: direct {gw_direct:.1}, gateway {gw_through:.1}, ratio {:.2}",
+            gw_through / gw_direct.max(1e-9)
         );
         println!("catalog sync (spawn → initialize → all pages → registered), ms");
         println!(

@@ -39,14 +39,21 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
         bail!("give exactly one of --stdio or --http ADDR (e.g. --http 127.0.0.1:8931)");
     }
     let cfg = load_config(cli, true)?;
-    // Checked before anything starts: a remote bind needs a token.
+    // Checked before anything starts: a remote bind needs --allow-remote,
+    // and --allow-remote (on any address) needs a token.
+    if let Some(addr) = flags.http
+        && !addr.ip().is_loopback()
+        && !flags.allow_remote
+    {
+        bail!(
+            "--http {addr} is not a loopback address: pass --allow-remote to serve beyond this machine (a bearer token is then required)"
+        );
+    }
+    if flags.allow_remote && flags.http.is_none() {
+        bail!("--allow-remote is for --http");
+    }
     let token = match flags.http {
-        Some(addr) if !addr.ip().is_loopback() => {
-            if !flags.allow_remote {
-                bail!(
-                    "--http {addr} is not a loopback address: pass --allow-remote to serve beyond this machine (a bearer token is then required)"
-                );
-            }
+        Some(_) if flags.allow_remote => {
             let store: Arc<dyn SecretStore> = match secret_store(&cfg)? {
                 Some(s) => s,
                 None => Arc::new(EnvSecretStore),

@@ -402,7 +402,12 @@ async fn ask_is_put_to_a_client_that_elicits_and_refused_with_how_to_allow_other
 async fn http_gateway(work: &Workdir, extra: &[&str]) -> (tokio::process::Child, String) {
     let mut args = vec!["--http", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    let mut child = gateway_command(&work.config(), &args).spawn().unwrap();
+    spawn_http(gateway_command(&work.config(), &args)).await
+}
+
+/// Spawn an HTTP gateway command; the child and the address it printed.
+async fn spawn_http(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = tokio::time::timeout(LIMIT, async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -795,4 +800,43 @@ async fn the_conformance_suite_scores_the_gateway_at_least_as_high_as_its_backen
     ] {
         assert!(passing(&through).contains(&s), "{s}: {through:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_allow_remote_every_request_needs_the_bearer_token() {
+    // --allow-remote (here on loopback, so the test stays on 127.0.0.1):
+    // no token, or a wrong one, is 401; the token from the secret opens it.
+    let work = workdir(&fault_section("s", &[], "always"));
+    let mut cmd = gateway_command(&work.config(), &["--http", "127.0.0.1:0", "--allow-remote"]);
+    cmd.env("MCPVISOR_GATEWAY_TOKEN", "t0ken-for-the-test");
+    let (mut child, addr) = spawn_http(cmd).await;
+    let (code, _) = http_get(&addr, "/health", "127.0.0.1").await;
+    assert_eq!(code, 401, "no token");
+    let (handler, _events) = client(None);
+    let wrong = rmcp::transport::StreamableHttpClientTransport::from_config(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            format!("http://{addr}/mcp"),
+        )
+        .auth_header("not-the-token"),
+    );
+    assert!(
+        tokio::time::timeout(LIMIT, handler.clone().serve(wrong))
+            .await
+            .unwrap()
+            .is_err(),
+        "a wrong token is refused"
+    );
+    let right = rmcp::transport::StreamableHttpClientTransport::from_config(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            format!("http://{addr}/mcp"),
+        )
+        .auth_header("t0ken-for-the-test"),
+    );
+    let client = tokio::time::timeout(LIMIT, handler.serve(right))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(client.list_all_tools().await.is_ok(), "the token opens it");
+    drop(client);
+    terminate_and_check_reaped(&mut child, None).await;
 }
