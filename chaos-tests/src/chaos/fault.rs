@@ -337,6 +337,8 @@ impl Fault {
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
+            // CONN-6: the garbage line is skipped; the reply after it counts.
+            Self::NonJsonLines => "ok",
             _ => return None,
         })
     }
@@ -369,24 +371,40 @@ impl Fault {
 
     /// Text the server's status must show at the end of the run (the error
     /// quoting the server's own words, or naming the cause).
-    pub(super) fn expected_in_status(&self) -> Option<&'static str> {
-        match self {
-            Self::CrashAtStart { .. } => Some("fatal: boom at start"),
-            Self::StderrThenExit => Some("fatal: config is broken"),
-            Self::Http401 => Some("the server rejected the credentials (HTTP 401)"),
+    pub(super) fn expected_in_status(&self) -> Option<String> {
+        let text = match self {
+            Self::CrashAtStart { .. } => "fatal: boom at start",
+            Self::StderrThenExit => "fatal: config is broken",
+            Self::Http401 => "the server rejected the credentials (HTTP 401)",
             // SYNC-4: the later server, `s__t`, ends with zero tools.
             Self::CollidingNames => {
-                Some("tool name \\\"mcp__s__t__echo\\\" is already registered by server \\\"s\\\"")
+                "tool name \\\"mcp__s__t__echo\\\" is already registered by server \\\"s\\\""
             }
-            _ => None,
-        }
+            // SYNC-3: the whole catalog is rejected, and the status says why.
+            Self::DuplicateNames => "duplicate tool name \\\"echo\\\" in one catalog",
+            // CONN-6: every banner line before the handshake was skipped and counted.
+            Self::NoiseBeforeHandshake { lines } => {
+                return Some(format!("\"non_json_lines\":{lines}"));
+            }
+            _ => return None,
+        };
+        Some(text.to_owned())
     }
 
     /// How many `tools/list` requests the server must have received over the
     /// run: the connect's, the sync the first notification starts, and one
     /// follow-up for the rest of the burst (SYNC-5).
+    ///
+    /// A paginated catalog is fetched once, page by page (SYNC-3): one
+    /// request per page of the fixed tools plus the generated ones.
     pub(super) fn expected_lists(&self) -> Option<usize> {
-        matches!(self, Self::ListChangedStorm { .. }).then_some(3)
+        match self {
+            Self::ListChangedStorm { .. } => Some(3),
+            Self::PaginatedCatalog { tools, page } => {
+                Some((FIXED_TOOLS + tools).div_ceil((*page).max(1)) as usize)
+            }
+            _ => None,
+        }
     }
 
     /// What this fault asks of a run besides the fault-server's flags.

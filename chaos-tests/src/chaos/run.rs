@@ -438,7 +438,7 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
         }
         if let Some(text) = fault.expected_in_status() {
             judged = true;
-            if !seen.last_status.contains(text) {
+            if !seen.last_status.contains(text.as_str()) {
                 problems.push(format!(
                     "{}: the status does not say {text:?}",
                     fault.name()
@@ -451,7 +451,7 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
             let got = log.lines().filter(|l| l.starts_with("tools/list")).count();
             if got != want {
                 problems.push(format!(
-                    "{}: {got} tools/list requests, SYNC-5 allows {want} (connect, sync, one follow-up)",
+                    "{}: {got} tools/list requests where {want} were due (SYNC-3 pages; SYNC-5: connect, sync, one follow-up)",
                     fault.name()
                 ));
             }
