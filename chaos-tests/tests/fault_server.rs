@@ -578,6 +578,59 @@ async fn a_server_ignoring_sigterm_and_stdin_eof_is_killed_and_reaped_at_shutdow
     assert!(!process_alive(pid));
 }
 
+/// The `--log-lifecycle` lines: (what, unix ms), in order.
+fn lifecycle(path: &std::path::Path) -> Vec<(String, u128)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (what, ms) = l.split_once(' ')?;
+            Some((what.to_owned(), ms.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stubborn_server_sees_stdin_close_then_sigterm_a_second_later_then_dies() {
+    // CONN-8's order, seen by the server: stdin closes, 1 s later SIGTERM
+    // (which it ignores), then SIGKILL; it is reaped.
+    let log = mcpvisor_chaos::unique_temp_path("lifecycle");
+    let path = log.to_string_lossy().into_owned();
+    let (runtime, _events, ready) =
+        start_ready("stubborn", &["--ignore-sigterm", "--log-lifecycle", &path]).await;
+    let pid = ready.pid.unwrap();
+    let check = finish(&runtime, &[]).await;
+    assert!(check.report.processes_reaped.contains(&pid));
+    assert!(!process_alive(pid));
+    let seen = lifecycle(&log);
+    let _ = std::fs::remove_file(&log);
+    let names: Vec<&str> = seen.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(names, ["stdin-eof", "sigterm"], "{seen:?}");
+    let gap = seen[1].1 - seen[0].1;
+    // At least the 1 s CONN-8 gives a server to exit on EOF (minus clock
+    // granularity), and not much more on a loaded machine.
+    assert!(
+        (950..4000).contains(&gap),
+        "SIGTERM {gap} ms after stdin closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_on_stdin_close_is_never_signalled() {
+    // CONN-8: a well-behaved server ends on stdin EOF within the first
+    // second; no SIGTERM follows.
+    let log = mcpvisor_chaos::unique_temp_path("lifecycle");
+    let path = log.to_string_lossy().into_owned();
+    let (runtime, _events, ready) = start_ready("polite", &["--log-lifecycle", &path]).await;
+    let pid = ready.pid.unwrap();
+    let check = finish(&runtime, &[]).await;
+    assert!(check.report.processes_reaped.contains(&pid));
+    let seen = lifecycle(&log);
+    let _ = std::fs::remove_file(&log);
+    let names: Vec<&str> = seen.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(names, ["stdin-eof"], "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grandchild_in_the_servers_process_group_dies_with_it_at_shutdown() {
     // CONN-5: the child gets its own process group; the group is killed.

@@ -16,7 +16,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -140,6 +140,11 @@ struct Args {
     /// the `is_error` result and stderr (a server that leaks its secrets).
     #[arg(long, value_name = "NAME")]
     leak_env: Option<String>,
+    /// Append `stdin-eof <unix ms>` when stdin closes and `sigterm <unix ms>`
+    /// when SIGTERM arrives (then exit 0, unless --ignore-sigterm): the
+    /// order and gaps of the runtime's close sequence (CONN-8).
+    #[arg(long, value_name = "FILE")]
+    log_lifecycle: Option<PathBuf>,
     /// Serve resources only (no tools capability): `mem://note/...` URIs,
     /// each read answered with a text naming its URI.
     #[arg(long)]
@@ -721,6 +726,22 @@ impl ServerHandler for FaultServer {
     }
 }
 
+/// Milliseconds since the Unix epoch.
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// `--log-lifecycle`: append `what <unix ms>`.
+fn log_lifecycle(path: Option<&Path>, what: &str) {
+    if let Some(path) = path
+        && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = f.write_all(format!("{what} {}\n", unix_ms()).as_bytes());
+    }
+}
+
 fn ignore_sigterm() {
     // SAFETY: installing SIG_IGN for SIGTERM has no memory-safety preconditions.
     unsafe {
@@ -777,7 +798,24 @@ fn spawn_grandchild() {
     }
 }
 
-async fn serve_stdio(server: FaultServer, keep_running: bool) -> anyhow::Result<()> {
+async fn serve_stdio(
+    server: FaultServer,
+    keep_running: bool,
+    lifecycle: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if let Some(path) = lifecycle.clone() {
+        // A handler of our own replaces the default action (or SIG_IGN):
+        // log, then exit as the default would, unless told to ignore it.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::spawn(async move {
+            while term.recv().await.is_some() {
+                log_lifecycle(Some(&path), "sigterm");
+                if !keep_running {
+                    std::process::exit(0);
+                }
+            }
+        });
+    }
     let running = server.serve(rmcp::transport::stdio_pipes()).await;
     match running {
         Ok(running) => {
@@ -786,6 +824,7 @@ async fn serve_stdio(server: FaultServer, keep_running: bool) -> anyhow::Result<
         Err(e) if !keep_running => return Err(e.into()),
         Err(_) => {}
     }
+    log_lifecycle(lifecycle.as_deref(), "stdin-eof");
     if keep_running {
         // --ignore-sigterm: stdin EOF does not end us either.
         std::future::pending::<()>().await;
@@ -936,11 +975,9 @@ fn main() -> std::process::ExitCode {
     if let Some(path) = &args.log_requests
         && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
     {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
         let tag = args.tag.as_deref().unwrap_or("-");
-        let _ = f.write_all(format!("start {tag} {} {ms}\n", std::process::id()).as_bytes());
+        let _ =
+            f.write_all(format!("start {tag} {} {}\n", std::process::id(), unix_ms()).as_bytes());
     }
     if let Some(code) = args.crash_at_start {
         die(code, Some("fatal: boom at start"));
@@ -991,11 +1028,12 @@ fn main() -> std::process::ExitCode {
     };
     let keep_running = args.ignore_sigterm;
     let http = args.http;
+    let lifecycle = args.log_lifecycle.clone();
     let server = FaultServer::new(args);
     let result = rt.block_on(async move {
         match http {
             Some(port) => serve_http(server, port).await,
-            None => serve_stdio(server, keep_running).await,
+            None => serve_stdio(server, keep_running, lifecycle).await,
         }
     });
     match result {
