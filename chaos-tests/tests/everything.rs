@@ -25,7 +25,7 @@ fn peers_or_skip(test: &str) -> Option<PathBuf> {
     let dir = everything_dir();
     if dir.is_none() {
         println!(
-            "note: {test} SKIPPED: server-everything is not installed \
+            "note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1): server-everything is not installed \
              (run chaos-tests/peers/install.sh, or set MCPVISOR_PEERS_DIR)"
         );
     }

@@ -524,9 +524,7 @@ async fn a_remote_bind_needs_allow_remote_and_a_token() {
 /// not installed (outside CI: skipped with a note).
 fn sdk_client(test: &str) -> Option<PathBuf> {
     let Some(dir) = mcpvisor_chaos::everything_dir() else {
-        println!(
-            "note: {test} SKIPPED: the MCP peers are not installed (chaos-tests/peers/install.sh)"
-        );
+        println!("note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1): the MCP peers are not installed");
         return None;
     };
     let script = dir.join("gateway-client.mjs");
@@ -740,7 +738,9 @@ async fn the_conformance_suite_scores_the_gateway_at_least_as_high_as_its_backen
     // least what the backend scores, passes every scenario the backend
     // passes, and every protocol-level scenario (docs/gateway.md).
     let Some(dir) = mcpvisor_chaos::conformance_dir() else {
-        println!("note: the conformance test SKIPPED: the peers are not installed");
+        println!(
+            "note: the conformance test SKIPPED (MCPVISOR_SKIP_PEERS=1): the peers are not installed"
+        );
         return;
     };
     let out = mcpvisor_chaos::unique_temp_path("conformance");
