@@ -605,6 +605,34 @@ async fn a_public_name_conflict_leaves_the_second_server_with_zero_tools() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_hundredth_clashing_display_name_gets_a_random_hex_suffix() {
+    // SYNC-2 through add_server: -2 … -99, then the production random
+    // suffix (not a test's string). Disabled servers: only the names matter.
+    let rt = Runtime::builder().start().await.unwrap();
+    let h = Harness::new(Mode::Serve);
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        let mut cfg =
+            ServerConfig::with_display_name("Same", TransportConfig::InProcess(h.connector()));
+        cfg.enabled = false;
+        names.push(rt.add_server(Scope::Global, cfg).await.unwrap());
+    }
+    assert_eq!(names[0], "same");
+    assert_eq!(names[1], "same-2");
+    assert_eq!(names[98], "same-99");
+    let last = &names[99];
+    let suffix = last.strip_prefix("same-").unwrap_or_default();
+    assert!(
+        suffix.len() == 8
+            && suffix
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+        "{last}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
 async fn display_names_get_unique_slugs_within_a_scope() {
     // SYNC-2: derived on add, a clash in the same scope gets -2; another scope
     // derives independently.
