@@ -96,6 +96,11 @@
 #![warn(missing_docs, rust_2018_idioms, unnameable_types)]
 #![deny(unsafe_code)]
 
+// Every Rust example in the README compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("README.md")]
+struct ReadmeExamples;
+
 mod actors;
 #[cfg(feature = "gateway")]
 pub mod gateway;
@@ -120,8 +125,8 @@ pub use messages::config::{
     ServerConfig, StdioConfig, TransportConfig,
 };
 pub use messages::config_file::{
-    FileConfig, RawConfigFile, RawEvents, RawHooks, RawReconnect, RawSecrets, RawServerConfig,
-    parse_config, parse_config_file,
+    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModel, RawReconnect, RawSecrets,
+    RawServerConfig, parse_config, parse_config_file,
 };
 pub use messages::transport::{InProcessConnection, InProcessConnector};
 
@@ -131,6 +136,11 @@ pub use messages::call::{
     ToolDefinition, ToolOutcome,
 };
 pub use messages::projection::ProjectionPart;
+
+pub use messages::model::{Provider, Usage};
+pub use runtime::turn::{
+    DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
+};
 pub use tokio_util::sync::CancellationToken;
 
 // Results: limits, budgets, images and where they are saved.

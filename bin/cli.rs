@@ -92,6 +92,33 @@ pub(crate) enum Command {
         #[arg(long)]
         status_tool: bool,
     },
+    /// Talk to a model with every configured tool (the tool loop), e.g.
+    /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1
+    /// --model gpt-4.1 --key-secret OPENAI_API_KEY --prompt "list my files"`.
+    Chat {
+        /// `openai` (Chat Completions) or `anthropic` (Messages).
+        #[arg(long)]
+        provider: Option<String>,
+        /// The base URL: OpenAI-compatible requests go to ENDPOINT/chat/completions,
+        /// Anthropic ones to ENDPOINT/v1/messages.
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// The model name.
+        #[arg(long)]
+        model: Option<String>,
+        /// The secret (from `[secrets]`, else the environment variable) holding the API key.
+        #[arg(long, value_name = "NAME")]
+        key_secret: Option<String>,
+        /// Run this one turn and exit (0 when it finished); without it, every stdin line is a turn.
+        #[arg(long, value_name = "TEXT")]
+        prompt: Option<String>,
+        /// At most this many model rounds per turn (default 10).
+        #[arg(long, value_name = "N")]
+        max_rounds: Option<u32>,
+        /// Offer the model no tools (a route without tool calling).
+        #[arg(long)]
+        no_tools: bool,
+    },
     /// Benchmarks: call latency vs a bare rmcp client, catalog sync of 1k/10k tools.
     Bench {
         /// Sequential calls per latency sample.

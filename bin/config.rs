@@ -45,6 +45,7 @@ pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileCon
                 secrets_file: None,
                 secrets_keyring: None,
                 hooks: Default::default(),
+                model: Default::default(),
             });
         }
         bail!(

@@ -51,11 +51,11 @@ fn main() -> std::process::ExitCode {
     // SIGINT or SIGTERM during a command (`status --watch` handles its own):
     // the command is dropped with its runtime, the tokio runtime is shut
     // down, and every child process group is SIGKILLed as its handle drops.
-    // `status --watch` and `gateway` handle their own signals: they shut
-    // the runtime down quiescently.
+    // `status --watch`, `gateway` and `chat` handle their own signals: they
+    // shut the runtime down quiescently.
     let watch = matches!(
         cli.command,
-        Command::Status { watch: true } | Command::Gateway { .. }
+        Command::Status { watch: true } | Command::Gateway { .. } | Command::Chat { .. }
     );
     let result = rt.block_on(async {
         if watch {
@@ -139,6 +139,26 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 status_tool: *status_tool,
             };
             cmd::gateway::run(&cli, flags).await
+        }
+        Command::Chat {
+            provider,
+            endpoint,
+            model,
+            key_secret,
+            prompt,
+            max_rounds,
+            no_tools,
+        } => {
+            let flags = cmd::chat::ChatFlags {
+                provider: provider.clone(),
+                endpoint: endpoint.clone(),
+                model: model.clone(),
+                key_secret: key_secret.clone(),
+                prompt: prompt.clone(),
+                max_rounds: *max_rounds,
+                no_tools: *no_tools,
+            };
+            cmd::chat::run(&cli, flags).await
         }
         Command::Bench { calls } => cmd::bench::run(*calls, cli.json).await,
     }

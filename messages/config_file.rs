@@ -24,6 +24,26 @@ pub struct RawConfigFile {
     pub secrets: Option<RawSecrets>,
     /// `[hooks]`.
     pub hooks: Option<RawHooks>,
+    /// `[model]`: the model `mcpvisor chat` talks to (LOOP-7).
+    pub model: Option<RawModel>,
+}
+
+/// `[model]` as written: the defaults of `mcpvisor chat`'s flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    /// `openai` or `anthropic`.
+    pub provider: Option<String>,
+    /// The base URL (OpenAI-compatible: usually ending in `/v1`).
+    pub endpoint: Option<String>,
+    /// The model name.
+    pub model: Option<String>,
+    /// The secret holding the API key.
+    pub key_secret: Option<String>,
+    /// At most this many rounds per turn.
+    pub max_rounds: Option<u32>,
+    /// `false` for a route without tool calling (TRUST-7).
+    pub supports_tools: Option<bool>,
 }
 
 /// `[hooks]` as written (HOOK-4, HOOK-12). Relative paths resolve against the
@@ -267,6 +287,8 @@ pub struct FileConfig {
     pub secrets_keyring: Option<String>,
     /// `[hooks]`.
     pub hooks: RawHooks,
+    /// `[model]`.
+    pub model: RawModel,
 }
 
 /// Parse a whole config file; `origin` (the path) prefixes every problem.
@@ -285,6 +307,16 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
         });
     }
     let hooks = raw.hooks.clone().unwrap_or_default();
+    let model = raw.model.clone().unwrap_or_default();
+    if let Some(p) = &model.provider
+        && crate::messages::model::Provider::parse(p).is_none()
+    {
+        return Err(ConfigError {
+            problems: vec![format!(
+                "{origin}: [model] provider = {p:?}: expected \"openai\" or \"anthropic\""
+            )],
+        });
+    }
     if let Some(bad) = hooks
         .approved
         .iter()
@@ -303,6 +335,7 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
         secrets_file,
         secrets_keyring,
         hooks,
+        model,
     })
 }
 

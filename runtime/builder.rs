@@ -171,21 +171,23 @@ impl RuntimeBuilder {
                 approval_timeout,
                 events.clone(),
             ));
-        let args =
-            RootArgs {
-                events: events.clone(),
-                chaos: self.chaos,
-                handlers: ClientHandlers {
-                    // Without a store of the embedder's, secret names are
-                    // environment variable names (TRUST-2).
-                    secrets: Some(self.handlers.secrets.unwrap_or_else(|| {
-                        Arc::new(crate::runtime::stores::secrets::EnvSecretStore)
-                    })),
-                    ..self.handlers
-                },
-                event_log: self.event_log,
-                seed: self.seed.unwrap_or_else(rand::random),
-            };
+        // Without a store of the embedder's, secret names are environment
+        // variable names (TRUST-2).
+        let secrets: Arc<dyn crate::messages::trust::SecretStore> = self
+            .handlers
+            .secrets
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::runtime::stores::secrets::EnvSecretStore));
+        let args = RootArgs {
+            events: events.clone(),
+            chaos: self.chaos,
+            handlers: ClientHandlers {
+                secrets: Some(secrets.clone()),
+                ..self.handlers
+            },
+            event_log: self.event_log,
+            seed: self.seed.unwrap_or_else(rand::random),
+        };
         let (root, task) = RootSupervisor::start(args)
             .await
             .map_err(RuntimeError::Start)?;
@@ -232,6 +234,7 @@ impl RuntimeBuilder {
                 limits: self.limits,
                 tag,
                 chaos: self.chaos,
+                secrets,
                 shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         };

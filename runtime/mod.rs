@@ -21,6 +21,7 @@ pub mod policies;
 mod resources;
 pub mod results;
 pub mod stores;
+pub mod turn;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -120,6 +121,8 @@ struct Inner {
     tag: String,
     /// Test-only break switches (all off outside the chaos runner).
     chaos: crate::messages::config::ChaosSwitches,
+    /// Where secret values come from (TRUST-2): servers' and model routes' keys.
+    secrets: Arc<dyn crate::messages::trust::SecretStore>,
     /// A shutdown completed: a later one finds the root gone, and that is
     /// not a failure.
     shut_down: std::sync::atomic::AtomicBool,

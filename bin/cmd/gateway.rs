@@ -73,6 +73,8 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     for s in cfg.servers.clone() {
         builder = builder.server(Scope::Global, s);
     }
+    // Registered before any server starts (never the default kill).
+    let mut signals = Signals::new()?;
     // Servers connect in the background; their tools appear (with a
     // list_changed) as each becomes ready.
     let runtime = builder.start().await?;
@@ -84,7 +86,6 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             ..GatewayOptions::default()
         },
     );
-    let mut signals = Signals::new()?;
     let mut reloader = Reloader {
         cli,
         servers: cfg.servers,

@@ -2,6 +2,7 @@
 
 pub(crate) mod bench;
 pub(crate) mod call;
+pub(crate) mod chat;
 pub(crate) mod check;
 pub(crate) mod demo;
 pub(crate) mod gateway;

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod chaos;
+pub mod model;
 pub mod peers;
 mod support;
 

@@ -1,0 +1,241 @@
+//! `mcpvisor chat`: the tool loop (LOOP-1..7) against an OpenAI-compatible
+//! or Anthropic endpoint, with every configured tool. `--prompt TEXT` runs
+//! one turn (for scripts); without it, each line read from stdin is a turn.
+//! Text streams to stdout; a row per tool use goes to stderr; `--json`
+//! prints every event as a JSON line and a last `{"final": …}` line.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use mcpvisor::{ModelRoute, Provider, TurnEvent, TurnOutcome, TurnRequest};
+use serde_json::json;
+
+use crate::cli::Cli;
+use crate::config::{builder_for, load_config};
+use crate::lifecycle::{finish, start_with};
+
+/// `chat`'s flags (each falls back to the config's `[model]`).
+pub(crate) struct ChatFlags {
+    pub(crate) provider: Option<String>,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) key_secret: Option<String>,
+    pub(crate) prompt: Option<String>,
+    pub(crate) max_rounds: Option<u32>,
+    pub(crate) no_tools: bool,
+}
+
+/// Run `chat`; exit 0 when every turn finished, 1 when one failed.
+pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
+    let cfg = load_config(cli, true)?;
+    let m = cfg.model.clone();
+    let provider_name = flags
+        .provider
+        .or(m.provider)
+        .context("no model provider: pass --provider openai|anthropic (or set [model] provider)")?;
+    let Some(provider) = Provider::parse(&provider_name) else {
+        bail!("--provider {provider_name:?}: expected openai or anthropic");
+    };
+    let endpoint = flags
+        .endpoint
+        .or(m.endpoint)
+        .context("no model endpoint: pass --endpoint URL (or set [model] endpoint), e.g. https://api.openai.com/v1")?;
+    let model = flags
+        .model
+        .or(m.model)
+        .context("no model name: pass --model NAME (or set [model] model)")?;
+    let mut route = ModelRoute::new(provider, endpoint, model);
+    route.key_secret = flags.key_secret.or(m.key_secret);
+    route.supports_tools = !flags.no_tools && m.supports_tools.unwrap_or(true);
+    let max_rounds = flags
+        .max_rounds
+        .or(m.max_rounds)
+        .unwrap_or(mcpvisor::DEFAULT_MAX_ROUNDS);
+    // Registered before any server starts: a signal during the start is
+    // taken at the first turn or prompt, never the default kill.
+    let signals = Signals::new()?;
+    let builder = builder_for(&cfg, false)?;
+    let runtime = start_with(builder, cfg.servers, cli.json).await?;
+    let mut failed = false;
+    let mut session = Session {
+        cli,
+        runtime: &runtime,
+        route: &route,
+        chat: format!("chat-{}", uuid::Uuid::new_v4()),
+        max_rounds,
+        signals,
+    };
+    match flags.prompt {
+        Some(prompt) => {
+            let (f, _) = session.turn(prompt).await;
+            failed |= f;
+        }
+        None => loop {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+            let read = tokio::task::spawn_blocking(|| {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).map(|n| (n, line))
+            });
+            // A signal at the prompt ends the session.
+            let (n, line) = tokio::select! {
+                r = read => r??,
+                _ = session.signals.next() => break,
+            };
+            if n == 0 {
+                break;
+            }
+            let prompt = line.trim().to_owned();
+            if prompt.is_empty() {
+                continue;
+            }
+            let (f, stop) = session.turn(prompt).await;
+            failed |= f;
+            if stop {
+                break;
+            }
+        },
+    }
+    let _ = finish(runtime).await;
+    Ok(u8::from(failed))
+}
+
+/// SIGINT and SIGTERM, registered once for the session.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next signal; true for SIGTERM (end the session).
+    async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.int.recv() => false,
+            _ = self.term.recv() => true,
+        }
+    }
+}
+
+/// What every turn of one `chat` shares.
+struct Session<'a> {
+    cli: &'a Cli,
+    runtime: &'a mcpvisor::Runtime,
+    route: &'a ModelRoute,
+    /// The chat id (per-chat trust grants last the session).
+    chat: String,
+    max_rounds: u32,
+    signals: Signals,
+}
+
+impl Session<'_> {
+    /// One turn, printed as it goes: (it failed, the session must end).
+    async fn turn(&mut self, prompt: String) -> (bool, bool) {
+        one_turn(self, prompt).await
+    }
+}
+
+/// One turn, printed as it goes: (it failed, the session must end). Ctrl-C
+/// ends the turn quiescently (the running call is cancelled, its server is
+/// told); SIGTERM also ends the session.
+async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
+    let (cli, runtime, route, chat, max_rounds) = (
+        session.cli,
+        session.runtime,
+        session.route,
+        session.chat.as_str(),
+        session.max_rounds,
+    );
+    let signals = &mut session.signals;
+    let cancel = mcpvisor::CancellationToken::new();
+    let mut request = TurnRequest::new(mcpvisor::Scope::Global, route.clone(), prompt);
+    request.max_rounds = max_rounds;
+    request.chat = Some(chat.to_owned());
+    request.cancel = Some(cancel.clone());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let json_out = cli.json;
+    let printer = tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            print_event(&e, json_out);
+        }
+    });
+    let turn = runtime.turn(request, Some(tx));
+    tokio::pin!(turn);
+    let mut stop = false;
+    let outcome: TurnOutcome = tokio::select! {
+        o = &mut turn => o,
+        term = signals.next() => {
+            stop = term;
+            cancel.cancel();
+            turn.await
+        }
+    };
+    let _ = printer.await;
+    if json_out {
+        println!(
+            "{}",
+            json!({
+                "final": outcome.text,
+                "rounds": outcome.rounds,
+                "tool_uses": outcome.tool_uses,
+                "usage": outcome.usage,
+                "error": outcome.error.as_ref().map(|e| json!({"message": e.to_string(), "detail": e})),
+            })
+        );
+    } else {
+        println!();
+        if let Some(e) = &outcome.error {
+            eprintln!("mcpvisor chat: {e}");
+        }
+    }
+    (outcome.error.is_some(), stop)
+}
+
+fn print_event(e: &TurnEvent, as_json: bool) {
+    if as_json {
+        if let Ok(line) = serde_json::to_string(e) {
+            println!("{line}");
+        }
+        return;
+    }
+    match e {
+        TurnEvent::Text { text } => {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+        }
+        TurnEvent::ToolCall {
+            tool, arguments, ..
+        } => {
+            let args = arguments.to_string();
+            let (args, _) = apply_cut(&args, 120);
+            eprintln!("\n⏺ {tool} {args}");
+        }
+        TurnEvent::ToolResult {
+            outcome, content, ..
+        } => {
+            let first = content.lines().next().unwrap_or("");
+            let (first, _) = apply_cut(first, 160);
+            eprintln!("  ⎿ {outcome}: {first}");
+        }
+        TurnEvent::Round { .. } | TurnEvent::Thinking { .. } | TurnEvent::Usage { .. } => {}
+    }
+}
+
+/// `text` cut to `max` bytes on a character boundary, with `…`.
+fn apply_cut(text: &str, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text.to_owned(), false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (format!("{}…", &text[..end]), true)
+}

@@ -1,0 +1,597 @@
+//! The tool loop (LOOP-1..7, TRUST-6, TRUST-7) against a scripted model
+//! endpoint on 127.0.0.1 speaking both real wire formats, with real MCP
+//! tools (fault-server) behind it. Each test asserts on the exact request
+//! bodies the runtime sent.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use mcpvisor::{
+    ModelRoute, Provider, Runtime, Scope, Secret, SecretStore, StoreError, TrustMode, TurnError,
+    TurnEvent, TurnOutcome, TurnRequest,
+};
+use mcpvisor_chaos::model::{
+    Reply, ScriptedModel, anthropic_text, anthropic_tool_use, openai_call_chunks, openai_partial,
+    openai_stream, openai_text, openai_tool_calls,
+};
+use mcpvisor_chaos::{RequestLog, fault_server_config};
+use serde_json::{Value, json};
+
+const G: Scope = Scope::Global;
+const KEY: &str = "sk-test-model-key";
+
+/// The model key, as a secret store has it (never the environment).
+struct Keys;
+
+impl SecretStore for Keys {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
+        Box::pin(async move {
+            match name {
+                "MODEL_KEY" => Ok(Secret::new(KEY)),
+                _ => Err(StoreError::EnvNotSet(name.to_owned())),
+            }
+        })
+    }
+}
+
+/// A runtime with trusted fault-servers named `names` (and `n`, trust
+/// `never`, when `never` is set); each server's request log.
+async fn runtime_with(names: &[&str], never: bool) -> (Runtime, Vec<RequestLog>) {
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .start()
+        .await
+        .unwrap();
+    let mut logs = Vec::new();
+    let mut all: Vec<(&str, TrustMode)> = names.iter().map(|n| (*n, TrustMode::Always)).collect();
+    if never {
+        all.push(("n", TrustMode::Never));
+    }
+    for (name, trust) in all {
+        let log = RequestLog::new(&format!("turn-{name}"));
+        let mut cfg = fault_server_config(name, log.args());
+        cfg.trust = trust;
+        rt.add_server(G, cfg).await.unwrap();
+        rt.wait_ready(&G, name, Duration::from_secs(20))
+            .await
+            .unwrap();
+        logs.push(log);
+    }
+    (rt, logs)
+}
+
+fn route(provider: Provider, model: &ScriptedModel) -> ModelRoute {
+    let endpoint = match provider {
+        Provider::OpenAi => format!("{}/v1", model.base_url()),
+        Provider::Anthropic => model.base_url(),
+    };
+    let mut r = ModelRoute::new(provider, endpoint, "test-model");
+    r.key_secret = Some("MODEL_KEY".into());
+    r
+}
+
+/// Run a turn, collecting its events.
+async fn turn(rt: &Runtime, request: TurnRequest) -> (TurnOutcome, Vec<TurnEvent>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), rt.turn(request, Some(tx)))
+        .await
+        .expect("the turn ended in time");
+    let mut events = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        events.push(e);
+    }
+    (outcome, events)
+}
+
+/// A scripted endpoint with `replies`, and one turn of `prompt` against it.
+async fn scripted_turn(
+    rt: &Runtime,
+    provider: Provider,
+    replies: Vec<Reply>,
+    prompt: &str,
+) -> (ScriptedModel, TurnOutcome, Vec<TurnEvent>) {
+    let model = ScriptedModel::start(replies).await.unwrap();
+    let (out, events) = turn(rt, TurnRequest::new(G, route(provider, &model), prompt)).await;
+    (model, out, events)
+}
+
+fn tool_names(body: &Value, provider: Provider) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| match provider {
+                    Provider::OpenAi => t["function"]["name"].as_str().unwrap().to_owned(),
+                    Provider::Anthropic => t["name"].as_str().unwrap().to_owned(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_two_round_turn_calls_a_real_tool_and_sends_its_result_back() {
+    // LOOP-1, LOOP-5, LOOP-7: round 1 asks for mcp__s__echo (arguments in
+    // fragments, chunks cut inside JSON); the result goes back as a
+    // `role: tool` message; round 2 answers.
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let (model, out, events) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_tool_calls(&[("call_1", "mcp__s__echo", r#"{"message":"hello tools"}"#)]),
+            openai_text("All done."),
+        ],
+        "use echo",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.text, "All done.");
+    assert_eq!(out.rounds, 2);
+    assert_eq!(out.usage.input_tokens, 11);
+    assert_eq!(out.tool_uses.len(), 1);
+    assert_eq!(out.tool_uses[0].status, "ok");
+    assert_eq!(out.tool_uses[0].server.as_deref(), Some("s"));
+    assert!(
+        logs[0].text().contains("hello tools"),
+        "the server got the call"
+    );
+    assert!(events.iter().any(|e| matches!(e, TurnEvent::ToolCall { server: Some(s), tool, .. } if s == "s" && tool == "mcp__s__echo")));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TurnEvent::ToolResult { outcome, .. } if outcome == "ok"))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TurnEvent::Text { text } if text == "All "))
+    );
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/v1/chat/completions");
+    assert_eq!(
+        reqs[0]
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let first = &reqs[0].body;
+    assert_eq!(first["model"], "test-model");
+    assert_eq!(first["stream"], true);
+    assert_eq!(
+        first["messages"][0],
+        json!({"role": "user", "content": "use echo"})
+    );
+    let echo = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp__s__echo")
+        .unwrap();
+    assert_eq!(echo["type"], "function");
+    assert!(
+        echo["function"]["parameters"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
+    let second = &reqs[1].body["messages"];
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(
+        second[1]["tool_calls"][0]["function"]["arguments"],
+        r#"{"message":"hello tools"}"#
+    );
+    assert_eq!(second[2]["role"], "tool");
+    assert_eq!(second[2]["tool_call_id"], "call_1");
+    assert!(
+        second[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("hello tools"),
+        "{second}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_two_round_turn_merges_results_into_one_user_turn_and_echoes_thinking() {
+    // LOOP-5: tool_use with the parsed input; the assistant's blocks, the
+    // thinking block and its signature included, go back unchanged; both
+    // tool_results in ONE user turn.
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let (model, out, events) = scripted_turn(
+        &rt,
+        Provider::Anthropic,
+        vec![
+            anthropic_tool_use(&[
+                ("toolu_1", "mcp__s__echo", r#"{"message":"first"}"#),
+                ("toolu_2", "mcp__s__echo", r#"{"message":"second"}"#),
+            ]),
+            anthropic_text("Both echoed."),
+        ],
+        "echo twice",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.text, "Both echoed.");
+    assert_eq!(out.tool_uses.len(), 2);
+    assert_eq!(logs[0].tool_calls(), 2);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TurnEvent::Thinking { text } if text.contains("call a tool")))
+    );
+    let reqs = model.requests();
+    assert_eq!(reqs[0].path, "/v1/messages");
+    assert_eq!(
+        reqs[0]
+            .headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok()),
+        Some(KEY)
+    );
+    assert_eq!(
+        reqs[0]
+            .headers
+            .get("anthropic-version")
+            .and_then(|v| v.to_str().ok()),
+        Some("2023-06-01")
+    );
+    let tools = reqs[0].body["tools"].as_array().unwrap();
+    let echo = tools.iter().find(|t| t["name"] == "mcp__s__echo").unwrap();
+    assert!(echo["input_schema"]["properties"]["message"].is_object());
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    assert_eq!(
+        msgs.len(),
+        3,
+        "user, assistant, one user turn of results: {msgs:?}"
+    );
+    assert_eq!(
+        msgs[1]["content"][0],
+        json!({"type": "thinking", "thinking": "I should call a tool.", "signature": "c2lnbmF0dXJl"})
+    );
+    assert_eq!(
+        msgs[1]["content"][1],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "mcp__s__echo", "input": {"message": "first"}})
+    );
+    assert_eq!(msgs[2]["role"], "user");
+    let results = msgs[2]["content"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["type"], "tool_result");
+    assert_eq!(results[0]["tool_use_id"], "toolu_1");
+    assert!(results[0]["content"].as_str().unwrap().contains("first"));
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_parallel_calls_from_a_server_without_index_stay_three_calls() {
+    // LOOP-5: deltas without `index` are told apart by their ids.
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let calls = [
+        ("c1", "mcp__s__echo", r#"{"message":"one"}"#),
+        ("c2", "mcp__s__echo", r#"{"message":"two"}"#),
+        ("c3", "mcp__s__echo", r#"{"message":"three"}"#),
+    ];
+    let (model, out, _) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_stream(openai_call_chunks(&calls, false)),
+            openai_text("ok"),
+        ],
+        "go",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(logs[0].tool_calls(), 3);
+    let msgs = model.requests()[1].body["messages"].clone();
+    let tool_msgs: Vec<&Value> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_msgs.len(), 3);
+    for (m, (id, _, word)) in
+        tool_msgs
+            .iter()
+            .zip([("c1", 0, "one"), ("c2", 0, "two"), ("c3", 0, "three")])
+    {
+        assert_eq!(m["tool_call_id"], id);
+        assert!(m["content"].as_str().unwrap().contains(word), "{m}");
+    }
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_and_a_refused_call_are_content_for_the_model() {
+    // TRUST-6: the model gets the honest sentence; the turn goes on.
+    let (rt, logs) = runtime_with(&["s"], true).await;
+    let (model, out, _) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_tool_calls(&[
+                ("u", "mcp__nobody__thing", "{}"),
+                ("r", "mcp__n__echo", r#"{"message":"no"}"#),
+            ]),
+            openai_text("I could not."),
+        ],
+        "try",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let statuses: Vec<&str> = out.tool_uses.iter().map(|t| t.status.as_str()).collect();
+    assert_eq!(statuses, ["unknown_tool", "refused_by_trust"]);
+    assert_eq!(logs[1].tool_calls(), 0, "the never server got nothing");
+    let msgs = model.requests()[1].body["messages"].clone();
+    let contents: Vec<String> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(contents[0].contains("unknown_tool"), "{contents:?}");
+    assert!(contents[1].contains("does not allow"), "{contents:?}");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_keeps_calling_tools_is_stopped_at_max_rounds() {
+    // LOOP-2: at most max_rounds rounds; the last round's calls are not run.
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let model = ScriptedModel::start(vec![
+        openai_tool_calls(&[("a", "mcp__s__echo", r#"{"message":"1"}"#)]),
+        openai_tool_calls(&[("b", "mcp__s__echo", r#"{"message":"2"}"#)]),
+    ])
+    .await
+    .unwrap();
+    let mut req = TurnRequest::new(G, route(Provider::OpenAi, &model), "loop");
+    req.max_rounds = 2;
+    let (out, _) = turn(&rt, req).await;
+    assert_eq!(out.error, Some(TurnError::MaxRounds { rounds: 2 }));
+    assert!(
+        out.error
+            .unwrap()
+            .to_string()
+            .contains("kept calling tools")
+    );
+    assert_eq!(out.rounds, 2);
+    assert_eq!(logs[0].tool_calls(), 1);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_at_handle_offers_only_that_servers_tools_and_no_tool_route_gets_none() {
+    // LOOP-6 and TRUST-7.
+    let (rt, _logs) = runtime_with(&["s", "t"], false).await;
+    let model = ScriptedModel::start(vec![openai_text("a"), openai_text("b"), openai_text("c")])
+        .await
+        .unwrap();
+    let r = route(Provider::OpenAi, &model);
+    turn(&rt, TurnRequest::new(G, r.clone(), "@s say hi")).await;
+    turn(&rt, TurnRequest::new(G, r.clone(), "@nobody say hi")).await;
+    let mut plain = r;
+    plain.supports_tools = false;
+    turn(&rt, TurnRequest::new(G, plain, "no tools")).await;
+    let reqs = model.requests();
+    let only_s = tool_names(&reqs[0].body, Provider::OpenAi);
+    assert!(
+        !only_s.is_empty() && only_s.iter().all(|n| n.starts_with("mcp__s__")),
+        "{only_s:?}"
+    );
+    assert_eq!(reqs[0].body["messages"][0]["content"], "say hi");
+    let all = tool_names(&reqs[1].body, Provider::OpenAi);
+    assert!(all.iter().any(|n| n.starts_with("mcp__t__")), "{all:?}");
+    assert_eq!(reqs[1].body["messages"][0]["content"], "@nobody say hi");
+    assert!(reqs[2].body.get("tools").is_none(), "{}", reqs[2].body);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_fails_its_turn_with_retry_after_and_the_next_turn_works() {
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let model = ScriptedModel::start(vec![
+        Reply::Error {
+            status: 429,
+            body: r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#.into(),
+            retry_after: Some(7),
+        },
+        openai_text("fine now"),
+    ])
+    .await
+    .unwrap();
+    let r = route(Provider::OpenAi, &model);
+    let (out, _) = turn(&rt, TurnRequest::new(G, r.clone(), "hi")).await;
+    assert_eq!(
+        out.error,
+        Some(TurnError::Http {
+            status: 429,
+            message: "Rate limit reached".into(),
+            retry_after: Some(7)
+        })
+    );
+    let (out, _) = turn(&rt, TurnRequest::new(G, r, "hi again")).await;
+    assert_eq!(out.error, None);
+    assert_eq!(out.text, "fine now");
+    assert_eq!(logs[0].tool_calls(), 0);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_in_the_middle_of_a_tool_call_fails_the_turn_and_calls_nothing() {
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let chunks = openai_call_chunks(&[("x", "mcp__s__echo", r#"{"message":"never"}"#)], true);
+    let partial = openai_partial(chunks[..2].to_vec());
+    let model = ScriptedModel::start(vec![Reply::Cut(partial)])
+        .await
+        .unwrap();
+    let (out, _) = turn(
+        &rt,
+        TurnRequest::new(G, route(Provider::OpenAi, &model), "go"),
+    )
+    .await;
+    match &out.error {
+        Some(TurnError::Stream(why)) => {
+            assert!(why.contains("cut") || why.contains("broke"), "{why}")
+        }
+        other => panic!("not a stream failure: {other:?}"),
+    }
+    assert_eq!(logs[0].tool_calls(), 0, "a half-streamed call is never run");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_past_the_turn_budget_are_cut_with_the_marker() {
+    // LOOP-3: a 64 KiB result in a turn limited to 4 KiB.
+    let rt = Runtime::builder()
+        .result_limits(mcpvisor::ResultLimits {
+            max_turn_result_bytes: 4096,
+            ..mcpvisor::ResultLimits::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let cfg = fault_server_config("s", ["--huge-result", "65536"]).trusted();
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let model = ScriptedModel::start(vec![
+        openai_tool_calls(&[("h", "mcp__s__huge", "{}")]),
+        openai_text("big"),
+    ])
+    .await
+    .unwrap();
+    let mut r = route(Provider::OpenAi, &model);
+    r.key_secret = None;
+    let (out, events) = turn(&rt, TurnRequest::new(G, r, "go")).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let content = events
+        .iter()
+        .find_map(|e| match e {
+            TurnEvent::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(content.len() < 5000, "{}", content.len());
+    assert!(
+        content.contains("bytes cut"),
+        "{}",
+        &content[content.len() - 200..]
+    );
+    let sent = model.requests()[1].body["messages"][2]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(sent, content, "the model got the cut text");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+/// `mcpvisor --config CFG --json chat …ARGS`: exit code and stdout lines.
+async fn chat_cli(
+    model: &ScriptedModel,
+    provider: &str,
+    extra: &[&str],
+) -> (Option<i32>, Vec<Value>, String) {
+    let log = RequestLog::new("chat-cli");
+    let toml = mcpvisor_chaos::fault_server_section("s", &log.args(), "always");
+    let work = mcpvisor_chaos::ConfigDir::new("chat", &toml).unwrap();
+    let endpoint = match provider {
+        "openai" => format!("{}/v1", model.base_url()),
+        _ => model.base_url(),
+    };
+    let mut cmd = tokio::process::Command::new(mcpvisor_chaos::ensure_mcpvisor_built().unwrap());
+    cmd.arg("--config")
+        .arg(work.config())
+        .args([
+            "--json",
+            "chat",
+            "--provider",
+            provider,
+            "--endpoint",
+            &endpoint,
+        ])
+        .args(["--model", "m", "--key-secret", "CHAT_TEST_KEY"])
+        .args(extra)
+        .env("CHAT_TEST_KEY", KEY)
+        .env_remove("MCPVISOR_LOG")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (
+        out.status.code(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcpvisor_chat_runs_one_turn_with_a_real_tool_and_prints_json_events() {
+    let model = ScriptedModel::start(vec![
+        anthropic_tool_use(&[("toolu_9", "mcp__s__echo", r#"{"message":"from chat"}"#)]),
+        anthropic_text("Chat done."),
+    ])
+    .await
+    .unwrap();
+    let (code, lines, err) = chat_cli(&model, "anthropic", &["--prompt", "echo please"]).await;
+    assert_eq!(code, Some(0), "{err}\n{lines:?}");
+    let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+    assert!(
+        events.contains(&"tool_call") && events.contains(&"tool_result"),
+        "{events:?}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["final"], "Chat done.");
+    assert_eq!(last["rounds"], 2);
+    assert_eq!(last["tool_uses"][0]["status"], "ok");
+    assert_eq!(last["error"], Value::Null);
+    assert_eq!(
+        model.requests()[0]
+            .headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok()),
+        Some(KEY),
+        "the key came from the secret named by --key-secret"
+    );
+    assert!(
+        !err.contains(KEY) && !lines.iter().any(|l| l.to_string().contains(KEY)),
+        "the key is never printed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcpvisor_chat_exits_1_on_a_failed_turn_and_says_why() {
+    let model = ScriptedModel::start(vec![Reply::Error {
+        status: 401,
+        body: r#"{"error":{"message":"invalid x-api-key"}}"#.into(),
+        retry_after: None,
+    }])
+    .await
+    .unwrap();
+    let (code, lines, _) = chat_cli(&model, "openai", &["--prompt", "hi"]).await;
+    assert_eq!(code, Some(1));
+    let last = lines.last().unwrap();
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 401: invalid x-api-key"),
+        "{last}"
+    );
+}

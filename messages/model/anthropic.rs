@@ -1,0 +1,470 @@
+//! Anthropic Messages (LOOP-5): the request body — tools with
+//! `input_schema`, `tool_use` blocks with the parsed input, and every
+//! `tool_result` of a round in ONE user turn (else the API answers 400) —
+//! and the stream decoder (`content_block_*` by index, `input_json_delta`
+//! concatenated and parsed at the block's end, thinking kept to be echoed
+//! unchanged within the turn).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::openai::clip;
+use super::{Delta, Item, Round, ToolCallRequest, ToolSpec, Usage, parse_arguments};
+
+/// The request body of one round (streamed).
+pub fn request_body(
+    model: &str,
+    max_tokens: u32,
+    system: Option<&str>,
+    tools: &[ToolSpec],
+    items: &[Item],
+) -> Value {
+    let mut messages = Vec::new();
+    for item in items {
+        match item {
+            Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+            Item::Assistant { text, calls, raw } => {
+                // Within a turn the assistant's blocks go back exactly as
+                // they came, thinking and signatures included.
+                let content = match raw {
+                    Some(blocks) => blocks.clone(),
+                    None => {
+                        let mut blocks = Vec::new();
+                        if !text.is_empty() {
+                            blocks.push(json!({"type": "text", "text": text}));
+                        }
+                        for c in calls {
+                            blocks.push(json!({
+                                "type": "tool_use",
+                                "id": c.id,
+                                "name": c.name,
+                                "input": c.arguments.clone().unwrap_or_else(|_| Value::Object(Map::new())),
+                            }));
+                        }
+                        Value::Array(blocks)
+                    }
+                };
+                messages.push(json!({"role": "assistant", "content": content}));
+            }
+            Item::ToolResults(results) => {
+                let blocks: Vec<Value> = results
+                    .iter()
+                    .map(|r| {
+                        let mut b = json!({
+                            "type": "tool_result",
+                            "tool_use_id": r.call_id,
+                            "content": r.content,
+                        });
+                        if r.is_error {
+                            b["is_error"] = Value::Bool(true);
+                        }
+                        b
+                    })
+                    .collect();
+                messages.push(json!({"role": "user", "content": blocks}));
+            }
+        }
+    }
+    let mut body = json!({
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "messages": messages,
+    });
+    if let Some(s) = system {
+        body["system"] = Value::String(s.to_owned());
+    }
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(
+            tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.parameters,
+                    })
+                })
+                .collect(),
+        );
+    }
+    body
+}
+
+#[derive(Debug)]
+struct Block {
+    /// The block as started, filled as its deltas arrive.
+    value: Value,
+    /// `input_json_delta` fragments of a `tool_use` block.
+    json: String,
+}
+
+/// Reassembles one streamed round.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    blocks: BTreeMap<u64, Block>,
+    usage: Usage,
+    stop_reason: Option<String>,
+    /// `message_stop` arrived.
+    pub(super) done: bool,
+}
+
+impl Decoder {
+    /// One event (`event:` name and `data:`).
+    pub fn feed(&mut self, event: Option<&str>, data: &str) -> Result<Vec<Delta>, String> {
+        if data.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| format!("an unreadable stream event ({e}): {}", clip(data)))?;
+        let kind = event
+            .map(str::to_owned)
+            .or_else(|| v.get("type").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let mut out = Vec::new();
+        match kind.as_str() {
+            "message_start" => {
+                if let Some(u) = v.pointer("/message/usage") {
+                    self.usage.input_tokens =
+                        u.get("input_tokens").and_then(Value::as_u64).unwrap_or(0);
+                    self.usage.output_tokens =
+                        u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
+                }
+            }
+            "content_block_start" => {
+                let mut value = v.get("content_block").cloned().unwrap_or(Value::Null);
+                if value.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    // The input comes as input_json_delta fragments.
+                    value["input"] = Value::Object(Map::new());
+                }
+                self.blocks.insert(
+                    index,
+                    Block {
+                        value,
+                        json: String::new(),
+                    },
+                );
+            }
+            "content_block_delta" => {
+                let delta = v.get("delta").cloned().unwrap_or(Value::Null);
+                let Some(block) = self.blocks.get_mut(&index) else {
+                    return Err(format!("a delta for block {index}, which never started"));
+                };
+                let append = |block: &mut Block, key: &str, text: &str| {
+                    let prev = block.value.get(key).and_then(Value::as_str).unwrap_or("");
+                    block.value[key] = Value::String(format!("{prev}{text}"));
+                };
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        append(block, "text", t);
+                        out.push(Delta::Text(t.to_owned()));
+                    }
+                    Some("thinking_delta") => {
+                        let t = delta.get("thinking").and_then(Value::as_str).unwrap_or("");
+                        append(block, "thinking", t);
+                        out.push(Delta::Thinking(t.to_owned()));
+                    }
+                    Some("signature_delta") => {
+                        let t = delta.get("signature").and_then(Value::as_str).unwrap_or("");
+                        append(block, "signature", t);
+                    }
+                    Some("input_json_delta") => {
+                        block.json.push_str(
+                            delta
+                                .get("partial_json")
+                                .and_then(Value::as_str)
+                                .unwrap_or(""),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                if let Some(block) = self.blocks.get_mut(&index)
+                    && block.value.get("type").and_then(Value::as_str) == Some("tool_use")
+                {
+                    block.value["input"] = match parse_arguments(&block.json) {
+                        Ok(v) => v,
+                        Err(raw) => Value::String(raw),
+                    };
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(r.to_owned());
+                }
+                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    self.usage.output_tokens = n;
+                }
+            }
+            "message_stop" => self.done = true,
+            "error" => {
+                let msg = v
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| clip(data));
+                return Err(format!("the model endpoint sent an error: {msg}"));
+            }
+            // ping, and what newer APIs add.
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    /// The round; an error when the stream ended before `message_stop`.
+    pub fn finish(self) -> Result<Round, String> {
+        if !self.done {
+            let in_tool = self
+                .blocks
+                .values()
+                .any(|b| b.value.get("type").and_then(Value::as_str) == Some("tool_use"));
+            let what = if in_tool {
+                "a tool call"
+            } else {
+                "the message"
+            };
+            return Err(format!(
+                "the model's stream was cut in the middle of {what} (no message_stop)"
+            ));
+        }
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut raw = Vec::new();
+        for block in self.blocks.into_values() {
+            match block.value.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    text.push_str(
+                        block
+                            .value
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    );
+                }
+                Some("tool_use") => {
+                    let arguments = match block.value.get("input") {
+                        Some(v @ Value::Object(_)) => Ok(v.clone()),
+                        Some(Value::String(raw)) => Err(raw.clone()),
+                        _ => Ok(Value::Object(Map::new())),
+                    };
+                    calls.push(ToolCallRequest {
+                        id: block
+                            .value
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        name: block
+                            .value
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        arguments,
+                    });
+                }
+                _ => {}
+            }
+            raw.push(block.value);
+        }
+        Ok(Round {
+            text,
+            calls,
+            usage: self.usage,
+            stop_reason: self.stop_reason,
+            raw: Some(Value::Array(raw)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::model::ToolResultItem;
+
+    fn decode(events: &[(&str, &str)]) -> Round {
+        let mut d = Decoder::default();
+        for (e, data) in events {
+            d.feed(Some(e), data).unwrap();
+        }
+        d.finish().unwrap()
+    }
+
+    #[test]
+    fn every_tool_result_of_a_round_is_one_user_turn() {
+        let items = vec![
+            Item::User("go".into()),
+            Item::Assistant {
+                text: "two calls".into(),
+                calls: vec![
+                    ToolCallRequest {
+                        id: "toolu_1".into(),
+                        name: "a".into(),
+                        arguments: Ok(json!({"x": 1})),
+                    },
+                    ToolCallRequest {
+                        id: "toolu_2".into(),
+                        name: "b".into(),
+                        arguments: Ok(json!({})),
+                    },
+                ],
+                raw: None,
+            },
+            Item::ToolResults(vec![
+                ToolResultItem {
+                    call_id: "toolu_1".into(),
+                    content: "one".into(),
+                    is_error: false,
+                },
+                ToolResultItem {
+                    call_id: "toolu_2".into(),
+                    content: "refused".into(),
+                    is_error: true,
+                },
+            ]),
+        ];
+        let tools = vec![ToolSpec {
+            name: "a".into(),
+            description: "A".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let body = request_body("claude", 1024, Some("sys"), &tools, &items);
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude",
+                "max_tokens": 1024,
+                "stream": true,
+                "system": "sys",
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "two calls"},
+                        {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {"x": 1}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "b", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "one"},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "refused", "is_error": true},
+                    ]},
+                ],
+                "tools": [{"name": "a", "description": "A", "input_schema": {"type": "object"}}],
+            })
+        );
+    }
+
+    #[test]
+    fn a_recorded_tool_use_stream_reassembles_and_thinking_is_echoed_unchanged() {
+        let r = decode(&[
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"content":[],"stop_reason":null,"usage":{"input_tokens":12,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+            ),
+            (
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_x","name":"json","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+            ),
+            ("ping", r#"{"type":"ping"}"#),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"elements\": [1,"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"2]}"}}"#,
+            ),
+            (
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":1}"#,
+            ),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":30}}"#,
+            ),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+        ]);
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.calls[0].id, "toolu_x");
+        assert_eq!(r.calls[0].arguments, Ok(json!({"elements": [1, 2]})));
+        assert_eq!(
+            r.usage,
+            Usage {
+                input_tokens: 12,
+                output_tokens: 30
+            }
+        );
+        assert_eq!(r.stop_reason.as_deref(), Some("tool_use"));
+        let raw = r.raw.clone().unwrap();
+        assert_eq!(
+            raw[0],
+            json!({"type": "thinking", "thinking": "hmm", "signature": "sig"})
+        );
+        // Echoed as received in the next request.
+        let items = vec![Item::Assistant {
+            text: r.text.clone(),
+            calls: r.calls.clone(),
+            raw: r.raw.clone(),
+        }];
+        let body = request_body("m", 10, None, &[], &items);
+        assert_eq!(body["messages"][0]["content"], raw);
+    }
+
+    #[test]
+    fn text_streams_and_a_cut_or_an_error_is_named() {
+        let r = decode(&[
+            (
+                "content_block_start",
+                r#"{"index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":0,"delta":{"type":"text_delta","text":"Hi "}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":0,"delta":{"type":"text_delta","text":"there"}}"#,
+            ),
+            ("message_stop", "{}"),
+        ]);
+        assert_eq!(r.text, "Hi there");
+        let mut d = Decoder::default();
+        d.feed(
+            Some("content_block_start"),
+            r#"{"index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}"#,
+        )
+        .unwrap();
+        assert!(d.finish().unwrap_err().contains("middle of a tool call"));
+        let mut d = Decoder::default();
+        let e = d
+            .feed(
+                Some("error"),
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            )
+            .unwrap_err();
+        assert!(e.contains("Overloaded"), "{e}");
+    }
+}

@@ -1,0 +1,183 @@
+//! The model side of the tool loop (LOOP-5, LOOP-7): provider-neutral
+//! conversation items, and the two wire codecs as pure functions — request
+//! bodies, and stream decoders that reassemble text, thinking, usage and
+//! tool calls from SSE events. No I/O here; `runtime::turn` sends and reads.
+
+pub mod anthropic;
+pub mod openai;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The wire format a model endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// OpenAI-compatible Chat Completions (`{endpoint}/chat/completions`).
+    OpenAi,
+    /// Anthropic Messages (`{endpoint}/v1/messages`).
+    Anthropic,
+}
+
+impl Provider {
+    /// `openai` or `anthropic`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(Self::OpenAi),
+            "anthropic" => Some(Self::Anthropic),
+            _ => None,
+        }
+    }
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Public name (`mcp__server__tool`).
+    pub name: String,
+    /// Description (title, when there is no description).
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    pub parameters: Value,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRequest {
+    /// The provider's call id (`call_…`, `toolu_…`).
+    pub id: String,
+    /// The tool's name as the model wrote it.
+    pub name: String,
+    /// The arguments, parsed; `Err` holds the raw text when it was not a
+    /// JSON object (the model is told, the tool is not called).
+    pub arguments: Result<Value, String>,
+}
+
+/// The answer the model gets for one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResultItem {
+    /// The call's id.
+    pub call_id: String,
+    /// What the model sees (the projection, or the honest failure text).
+    pub content: String,
+    /// The call did not succeed.
+    pub is_error: bool,
+}
+
+/// One entry of a turn's conversation, as both codecs render it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// The user's prompt.
+    User(String),
+    /// An assistant round: its text, its tool calls, and (Anthropic) its
+    /// content blocks exactly as received, thinking included, to echo back
+    /// within the turn.
+    Assistant {
+        /// Text.
+        text: String,
+        /// Tool calls, in order.
+        calls: Vec<ToolCallRequest>,
+        /// The provider's own content, echoed unchanged (Anthropic).
+        raw: Option<Value>,
+    },
+    /// The results of one round's calls (Anthropic: one user turn).
+    ToolResults(Vec<ToolResultItem>),
+}
+
+/// Tokens, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Prompt / input tokens.
+    pub input_tokens: u64,
+    /// Completion / output tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Add `other` to this.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// What a stream yields as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// Assistant text.
+    Text(String),
+    /// Thinking / reasoning text.
+    Thinking(String),
+}
+
+/// A finished round, reassembled from its stream.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Round {
+    /// The assistant's text.
+    pub text: String,
+    /// The tool calls, in the order the model made them.
+    pub calls: Vec<ToolCallRequest>,
+    /// Tokens.
+    pub usage: Usage,
+    /// `finish_reason` / `stop_reason`.
+    pub stop_reason: Option<String>,
+    /// The provider's own assistant content (Anthropic blocks), to echo.
+    pub raw: Option<Value>,
+}
+
+/// A stream decoder of either format.
+#[derive(Debug)]
+pub enum Decoder {
+    /// OpenAI Chat Completions chunks.
+    OpenAi(openai::Decoder),
+    /// Anthropic Messages events.
+    Anthropic(anthropic::Decoder),
+}
+
+impl Decoder {
+    /// A fresh decoder for `provider`.
+    pub fn new(provider: Provider) -> Self {
+        match provider {
+            Provider::OpenAi => Self::OpenAi(openai::Decoder::default()),
+            Provider::Anthropic => Self::Anthropic(anthropic::Decoder::default()),
+        }
+    }
+
+    /// One SSE event (its `event:` name, if any, and its `data:`): the
+    /// deltas it carries, or the provider's error / why it is unreadable.
+    pub fn feed(&mut self, event: Option<&str>, data: &str) -> Result<Vec<Delta>, String> {
+        match self {
+            Self::OpenAi(d) => d.feed(data),
+            Self::Anthropic(d) => d.feed(event, data),
+        }
+    }
+
+    /// True once the stream said it is complete (`[DONE]`, `message_stop`).
+    pub fn is_done(&self) -> bool {
+        match self {
+            Self::OpenAi(d) => d.done,
+            Self::Anthropic(d) => d.done,
+        }
+    }
+
+    /// The round, once the stream ended. A stream that ended before it said
+    /// it was complete is an error naming what was cut.
+    pub fn finish(self) -> Result<Round, String> {
+        match self {
+            Self::OpenAi(d) => d.finish(),
+            Self::Anthropic(d) => d.finish(),
+        }
+    }
+}
+
+/// Parse streamed arguments: empty is `{}`; anything but a JSON object is
+/// an error carrying the raw text.
+pub(crate) fn parse_arguments(raw: &str) -> Result<Value, String> {
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        _ => Err(raw.to_owned()),
+    }
+}

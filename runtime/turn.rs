@@ -1,0 +1,597 @@
+//! The tool loop (LOOP-1..4, LOOP-6, LOOP-7, TRUST-6, TRUST-7): one user
+//! turn against a model endpoint, with the scope's tools. Each round streams
+//! the model's text, thinking and usage out as [`TurnEvent`]s and collects
+//! its tool calls; each call goes through [`Runtime::call`] (trust → hooks
+//! → call → result checks) in order, and its outcome — refusals and
+//! failures included, as honest text — goes back to the model. Like a call,
+//! a turn runs in the caller's task (ADR 0002, ADR 0008): its cancellation
+//! is the caller's token, and nothing of it outlives the call to `turn`.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::messages::budget::TurnBudget;
+use crate::messages::call::{CallOptions, OutcomeKind};
+use crate::messages::config::Scope;
+use crate::messages::model::{
+    Decoder, Delta, Item, Provider, Round, ToolResultItem, ToolSpec, Usage, anthropic, openai,
+};
+use crate::messages::trust::validate_endpoint;
+
+use super::Runtime;
+
+/// Where a turn's model is, and how to talk to it (LOOP-7).
+#[derive(Debug, Clone)]
+pub struct ModelRoute {
+    /// The wire format.
+    pub provider: Provider,
+    /// The base URL as the vendor's SDK takes it: OpenAI-compatible
+    /// requests go to `{endpoint}/chat/completions` (it usually ends in
+    /// `/v1`), Anthropic ones to `{endpoint}/v1/messages`. HTTPS, or HTTP on
+    /// loopback only (TRUST-3).
+    pub endpoint: String,
+    /// The model name.
+    pub model: String,
+    /// The secret holding the API key (TRUST-2): looked up in the
+    /// runtime's secret store (by default, the environment variable of
+    /// that name). `None`: no key is sent.
+    pub key_secret: Option<String>,
+    /// Whether the route supports tool calling (TRUST-7): without it the
+    /// model is offered no tools and answers normally.
+    pub supports_tools: bool,
+    /// `max_tokens` of each Anthropic request.
+    pub max_tokens: u32,
+    /// How long a response may be silent (headers, or between stream
+    /// chunks) before the round fails.
+    pub idle_timeout: Duration,
+}
+
+impl ModelRoute {
+    /// A route with the defaults: tools supported, 4096 max tokens, 60 s idle.
+    pub fn new(provider: Provider, endpoint: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            provider,
+            endpoint: endpoint.into(),
+            model: model.into(),
+            key_secret: None,
+            supports_tools: true,
+            max_tokens: 4096,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The default `max_rounds` (LOOP-2).
+pub const DEFAULT_MAX_ROUNDS: u32 = 10;
+
+/// One user turn.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    /// The scope whose tools are offered.
+    pub scope: Scope,
+    /// The model.
+    pub route: ModelRoute,
+    /// The user's prompt. `@handle rest` offers only server `handle`'s
+    /// tools and sends `rest` (LOOP-6).
+    pub prompt: String,
+    /// A system prompt, if any.
+    pub system: Option<String>,
+    /// At most this many model rounds (LOOP-2).
+    pub max_rounds: u32,
+    /// The chat the turn belongs to (per-chat trust grants).
+    pub chat: Option<String>,
+    /// Cancels the turn: the stream is dropped and a running call is
+    /// cancelled (its server is sent `notifications/cancelled`).
+    pub cancel: Option<CancellationToken>,
+}
+
+impl TurnRequest {
+    /// A turn in `scope` with the defaults.
+    pub fn new(scope: Scope, route: ModelRoute, prompt: impl Into<String>) -> Self {
+        Self {
+            scope,
+            route,
+            prompt: prompt.into(),
+            system: None,
+            max_rounds: DEFAULT_MAX_ROUNDS,
+            chat: None,
+            cancel: None,
+        }
+    }
+}
+
+/// What a turn reports as it goes (LOOP-1), in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TurnEvent {
+    /// A model round starts (1-based).
+    Round {
+        /// The round.
+        round: u32,
+        /// How many tools it was offered.
+        tools: usize,
+    },
+    /// Assistant text, as it streams.
+    Text {
+        /// The fragment.
+        text: String,
+    },
+    /// Thinking / reasoning text, as it streams.
+    Thinking {
+        /// The fragment.
+        text: String,
+    },
+    /// The round's token usage.
+    Usage {
+        /// The round.
+        round: u32,
+        /// Its tokens.
+        usage: Usage,
+    },
+    /// A tool call is about to run: what a transcript row needs.
+    ToolCall {
+        /// The round.
+        round: u32,
+        /// The model's call id.
+        call_id: String,
+        /// The tool's name as the model wrote it.
+        tool: String,
+        /// The server, when the name resolves.
+        server: Option<String>,
+        /// The tool's title (else its raw name), for the row.
+        title: Option<String>,
+        /// The arguments (the raw text when they were not a JSON object).
+        arguments: Value,
+    },
+    /// A tool call ended.
+    ToolResult {
+        /// The round.
+        round: u32,
+        /// The model's call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The outcome kind, snake_case (`ok`, `refused_by_trust`, …).
+        outcome: String,
+        /// What the model was given (after the turn budget).
+        content: String,
+    },
+}
+
+/// One tool use as persisted history keeps it (LOOP-4): never the raw
+/// call and result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolUseRecord {
+    /// The server, when the name resolved.
+    pub server: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// The outcome kind.
+    pub status: String,
+    /// A short summary (the first line of what the model got, cut to 200 bytes).
+    pub summary: String,
+}
+
+/// Why a turn did not finish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnError {
+    /// LOOP-2: the model kept calling tools.
+    #[error(
+        "the model kept calling tools: it still asked for tools after {rounds} rounds (max_rounds = {rounds}); the turn was stopped"
+    )]
+    MaxRounds {
+        /// The limit.
+        rounds: u32,
+    },
+    /// The endpoint answered with an HTTP error.
+    #[error("the model endpoint answered HTTP {status}: {message}{}", retry_after.map(|s| format!(" (retry after {s} s)")).unwrap_or_default())]
+    Http {
+        /// The status.
+        status: u16,
+        /// The error's message (from its JSON body when there is one).
+        message: String,
+        /// `retry-after`, in seconds, on a 429 / 503.
+        retry_after: Option<u64>,
+    },
+    /// The endpoint could not be reached, or went silent.
+    #[error("the model endpoint could not be used: {0}")]
+    Transport(String),
+    /// The stream was cut or unreadable, or carried an error event.
+    #[error("{0}")]
+    Stream(String),
+    /// The route cannot be used (endpoint rule, key missing).
+    #[error("{0}")]
+    Route(String),
+    /// The caller cancelled the turn.
+    #[error("the turn was cancelled")]
+    Cancelled,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnOutcome {
+    /// The assistant's final text (what the last round said; on a failure,
+    /// what had been said).
+    pub text: String,
+    /// Model rounds made.
+    pub rounds: u32,
+    /// One record per tool use (LOOP-4).
+    pub tool_uses: Vec<ToolUseRecord>,
+    /// Tokens over all rounds.
+    pub usage: Usage,
+    /// Why the turn did not finish; `None` when it did.
+    pub error: Option<TurnError>,
+}
+
+impl Runtime {
+    /// Run one user turn (LOOP-1..7): model rounds with the scope's tools
+    /// until the model answers without calling one, at most `max_rounds`.
+    /// Events go to `events` as they happen (if given; a full or dropped
+    /// receiver never holds the turn up).
+    pub async fn turn(
+        &self,
+        request: TurnRequest,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> TurnOutcome {
+        let emit = |e: TurnEvent| {
+            if let Some(tx) = &events {
+                let _ = tx.send(e);
+            }
+        };
+        let mut outcome = TurnOutcome {
+            text: String::new(),
+            rounds: 0,
+            tool_uses: Vec::new(),
+            usage: Usage::default(),
+            error: None,
+        };
+        let cancel = request.cancel.clone().unwrap_or_default();
+        let route = &request.route;
+        let client = match self.model_client(route).await {
+            Ok(c) => c,
+            Err(e) => {
+                outcome.error = Some(e);
+                return outcome;
+            }
+        };
+        let (tools, prompt) = self.offered_tools(&request);
+        let specs: Vec<ToolSpec> = tools
+            .iter()
+            .map(|d| ToolSpec {
+                name: d.name.clone(),
+                description: d
+                    .description
+                    .clone()
+                    .or_else(|| d.title.clone())
+                    .unwrap_or_default(),
+                parameters: Value::Object((*d.input_schema).clone()),
+            })
+            .collect();
+        let mut items = vec![Item::User(prompt)];
+        let mut budget = TurnBudget::new(self.inner.limits.max_turn_result_bytes);
+        for round in 1..=request.max_rounds.max(1) {
+            outcome.rounds = round;
+            emit(TurnEvent::Round {
+                round,
+                tools: specs.len(),
+            });
+            let body = match route.provider {
+                Provider::OpenAi => {
+                    openai::request_body(&route.model, request.system.as_deref(), &specs, &items)
+                }
+                Provider::Anthropic => anthropic::request_body(
+                    &route.model,
+                    route.max_tokens,
+                    request.system.as_deref(),
+                    &specs,
+                    &items,
+                ),
+            };
+            let streamed = tokio::select! {
+                r = client.round(&body, &emit) => r,
+                _ = cancel.cancelled() => Err(TurnError::Cancelled),
+            };
+            let r: Round = match streamed {
+                Ok(r) => r,
+                Err(e) => {
+                    outcome.error = Some(e);
+                    return outcome;
+                }
+            };
+            outcome.usage.add(r.usage);
+            emit(TurnEvent::Usage {
+                round,
+                usage: r.usage,
+            });
+            outcome.text = r.text.clone();
+            if r.calls.is_empty() {
+                return outcome;
+            }
+            if round == request.max_rounds.max(1) {
+                // LOOP-2: the model still asks for tools; the calls are not run.
+                break;
+            }
+            let calls = r.calls.clone();
+            items.push(Item::Assistant {
+                text: r.text,
+                calls: r.calls,
+                raw: r.raw,
+            });
+            let mut results = Vec::new();
+            for call in calls {
+                let def = self
+                    .tools(&request.scope)
+                    .into_iter()
+                    .find(|d| d.name == call.name);
+                let arguments = match &call.arguments {
+                    Ok(v) => v.clone(),
+                    Err(raw) => Value::String(raw.clone()),
+                };
+                emit(TurnEvent::ToolCall {
+                    round,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    server: def.as_ref().map(|d| d.server.clone()),
+                    title: def
+                        .as_ref()
+                        .map(|d| d.title.clone().unwrap_or_else(|| d.raw_name.clone())),
+                    arguments: arguments.clone(),
+                });
+                let (kind, text, server) = match &call.arguments {
+                    // TRUST-6: the model is told, nothing is called.
+                    Err(raw) => (
+                        OutcomeKind::InvalidArguments.name().to_owned(),
+                        format!(
+                            "Tool call failed (invalid_arguments): the arguments were not a JSON object: {}",
+                            openai::clip(raw)
+                        ),
+                        None,
+                    ),
+                    Ok(args) => {
+                        let o = self
+                            .call(
+                                &request.scope,
+                                &call.name,
+                                Some(args.clone()),
+                                CallOptions {
+                                    cancel: Some(cancel.child_token()),
+                                    chat: request.chat.clone(),
+                                    ..CallOptions::default()
+                                },
+                            )
+                            .await;
+                        (o.kind.name().to_owned(), o.projection, o.server)
+                    }
+                };
+                if cancel.is_cancelled() {
+                    outcome.error = Some(TurnError::Cancelled);
+                    return outcome;
+                }
+                // LOOP-3: the per-turn budget over every result.
+                let (content, _) = budget.charge(&text);
+                emit(TurnEvent::ToolResult {
+                    round,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    outcome: kind.clone(),
+                    content: content.clone(),
+                });
+                outcome.tool_uses.push(ToolUseRecord {
+                    server,
+                    tool: call.name.clone(),
+                    status: kind.clone(),
+                    summary: summary(&content),
+                });
+                results.push(ToolResultItem {
+                    call_id: call.id,
+                    content,
+                    is_error: kind != "ok",
+                });
+            }
+            items.push(Item::ToolResults(results));
+        }
+        outcome.error = Some(TurnError::MaxRounds {
+            rounds: request.max_rounds.max(1),
+        });
+        outcome
+    }
+
+    /// The tools a turn offers and the prompt it sends: none when the route
+    /// has no tool calling (TRUST-7); `@handle rest` with a visible server
+    /// `handle` offers only its tools and sends `rest` (LOOP-6).
+    fn offered_tools(
+        &self,
+        request: &TurnRequest,
+    ) -> (
+        Vec<std::sync::Arc<crate::messages::call::ToolDefinition>>,
+        String,
+    ) {
+        let all = self.tools_for_route(&request.scope, request.route.supports_tools);
+        if let Some(rest) = request.prompt.strip_prefix('@')
+            && let Some((handle, text)) = rest.split_once(' ')
+            && all.iter().any(|d| d.server == handle)
+        {
+            let only = all.into_iter().filter(|d| d.server == handle).collect();
+            return (only, text.trim_start().to_owned());
+        }
+        (all, request.prompt.clone())
+    }
+
+    async fn model_client(&self, route: &ModelRoute) -> Result<ModelClient, TurnError> {
+        validate_endpoint(&route.endpoint).map_err(|e| TurnError::Route(e.to_string()))?;
+        let key =
+            match &route.key_secret {
+                Some(name) => {
+                    Some(self.inner.secrets.get(name).await.map_err(|e| {
+                        TurnError::Route(format!("the model's API key {name:?}: {e}"))
+                    })?)
+                }
+                None => None,
+            };
+        let base = route.endpoint.trim_end_matches('/');
+        let url = match route.provider {
+            Provider::OpenAi => format!("{base}/chat/completions"),
+            Provider::Anthropic => format!("{base}/v1/messages"),
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(route.idle_timeout)
+            .build()
+            .map_err(|e| TurnError::Transport(e.to_string()))?;
+        Ok(ModelClient {
+            http,
+            url,
+            provider: route.provider,
+            key,
+        })
+    }
+}
+
+/// The first line of `text`, cut to 200 bytes.
+fn summary(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let (cut, _) = crate::messages::budget::apply_budget(line, 200, "a summary");
+    cut.lines().next().unwrap_or("").to_owned()
+}
+
+/// One model endpoint, for the rounds of a turn.
+struct ModelClient {
+    http: reqwest::Client,
+    url: String,
+    provider: Provider,
+    key: Option<crate::messages::trust::Secret>,
+}
+
+impl ModelClient {
+    /// Send one round's body and read its stream, emitting deltas.
+    async fn round(&self, body: &Value, emit: &impl Fn(TurnEvent)) -> Result<Round, TurnError> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body.to_string());
+        match (self.provider, &self.key) {
+            (Provider::OpenAi, Some(k)) => {
+                req = req.header(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {}", k.expose()),
+                );
+            }
+            (Provider::Anthropic, key) => {
+                req = req.header("anthropic-version", "2023-06-01");
+                if let Some(k) = key {
+                    req = req.header("x-api-key", k.expose());
+                }
+            }
+            (Provider::OpenAi, None) => {}
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| TurnError::Transport(describe(&e)))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            let text = resp.text().await.unwrap_or_default();
+            return Err(TurnError::Http {
+                status: status.as_u16(),
+                message: http_error_message(&text),
+                retry_after,
+            });
+        }
+        let mut decoder = Decoder::new(self.provider);
+        let mut stream = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
+        while let Some(ev) = stream.next().await {
+            let ev = ev.map_err(|e| TurnError::Stream(format!("the model's stream broke: {e}")))?;
+            let Some(data) = ev.data.as_deref() else {
+                continue;
+            };
+            let deltas = decoder
+                .feed(ev.event.as_deref(), data)
+                .map_err(TurnError::Stream)?;
+            for d in deltas {
+                emit(match d {
+                    Delta::Text(text) => TurnEvent::Text { text },
+                    Delta::Thinking(text) => TurnEvent::Thinking { text },
+                });
+            }
+            if decoder.is_done() {
+                break;
+            }
+        }
+        decoder.finish().map_err(TurnError::Stream)
+    }
+}
+
+/// A reqwest error's chain in words (no type names).
+fn describe(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The message of an error body: `error.message` of its JSON (both vendors
+/// use that shape), else its start.
+fn http_error_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| openai::clip(body.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_errors_keep_the_vendors_message() {
+        assert_eq!(
+            http_error_message(r#"{"error":{"message":"Rate limit reached","type":"rate_limit"}}"#),
+            "Rate limit reached"
+        );
+        assert_eq!(
+            http_error_message("<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
+        let e = TurnError::Http {
+            status: 429,
+            message: "slow down".into(),
+            retry_after: Some(7),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the model endpoint answered HTTP 429: slow down (retry after 7 s)"
+        );
+        assert!(
+            TurnError::MaxRounds { rounds: 3 }
+                .to_string()
+                .contains("kept calling tools")
+        );
+    }
+
+    #[test]
+    fn a_summary_is_one_short_line() {
+        assert_eq!(summary("first\nsecond"), "first");
+        assert!(summary(&"x".repeat(500)).len() < 300);
+    }
+}
