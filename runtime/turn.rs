@@ -148,6 +148,16 @@ pub enum TurnEvent {
         /// The arguments (the raw text when they were not a JSON object).
         arguments: Value,
     },
+    /// A hook of the loop's own events ran (UserPromptSubmit, Stop) and
+    /// changed the turn.
+    Hook {
+        /// The hook event.
+        hook_event: String,
+        /// `block`, `context`, `continue`, `stop` or `budget_exhausted`.
+        verdict: String,
+        /// Its reason / prompt / context.
+        text: String,
+    },
     /// A tool call ended.
     ToolResult {
         /// The round.
@@ -208,6 +218,10 @@ pub enum TurnError {
     /// The route cannot be used (endpoint rule, key missing).
     #[error("{0}")]
     Route(String),
+    /// A UserPromptSubmit hook blocked the prompt (HOOK-6); nothing was
+    /// sent to the model.
+    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
+    BlockedByHook(String),
     /// The caller cancelled the turn.
     #[error("the turn was cancelled")]
     Cancelled,
@@ -260,7 +274,40 @@ impl Runtime {
                 return outcome;
             }
         };
-        let (tools, prompt) = self.offered_tools(&request);
+        let (tools, mut prompt) = self.offered_tools(&request);
+        let hooks = self.hooks();
+        let session = hooks.session().clone();
+        // UserPromptSubmit (HOOK-6): a block ends the turn before the model
+        // sees anything; context is added to the prompt.
+        if hooks.has(crate::messages::hooks::config::HookEvent::UserPromptSubmit) {
+            let input = crate::messages::hooks::input::HookInput::UserPromptSubmit {
+                prompt: prompt.clone(),
+            };
+            let report = hooks.run(&session, &input, None, &cancel).await;
+            let m = &report.merged;
+            let blocked = m.stop.clone().or_else(|| {
+                (m.decision == Some("block")).then(|| m.reason.clone().unwrap_or_default())
+            });
+            if let Some(reason) = blocked {
+                emit(TurnEvent::Hook {
+                    hook_event: "UserPromptSubmit".into(),
+                    verdict: "block".into(),
+                    text: reason.clone(),
+                });
+                outcome.error = Some(TurnError::BlockedByHook(reason));
+                return outcome;
+            }
+            if !m.context.is_empty() {
+                let context = m.context.join("\n\n");
+                emit(TurnEvent::Hook {
+                    hook_event: "UserPromptSubmit".into(),
+                    verdict: "context".into(),
+                    text: context.clone(),
+                });
+                prompt = format!("{prompt}\n\n{context}");
+            }
+        }
+        let mut stop_state = crate::messages::hooks::engine::StopState::default();
         let specs: Vec<ToolSpec> = tools
             .iter()
             .map(|d| ToolSpec {
@@ -311,7 +358,41 @@ impl Runtime {
             });
             outcome.text = r.text.clone();
             if r.calls.is_empty() {
-                return outcome;
+                // Stop hooks (HOOK-7): a `Continue` gives the model another
+                // round with the hook's prompt, within the stop budget and
+                // max_rounds.
+                if !hooks.has(crate::messages::hooks::config::HookEvent::Stop)
+                    || round == request.max_rounds.max(1)
+                {
+                    return outcome;
+                }
+                let (verdict, _) = hooks
+                    .on_stop(&mut stop_state, &session, Some(r.text.clone()), &cancel)
+                    .await;
+                use crate::messages::hooks::engine::StopVerdict;
+                let (name, text) = match &verdict {
+                    StopVerdict::Stop => return outcome,
+                    StopVerdict::Continue(p) => ("continue", p.clone()),
+                    StopVerdict::Halt(why) => ("stop", why.clone()),
+                    StopVerdict::BudgetExhausted(n) => {
+                        ("budget_exhausted", format!("{n} continuations in a row"))
+                    }
+                };
+                emit(TurnEvent::Hook {
+                    hook_event: "Stop".into(),
+                    verdict: name.into(),
+                    text: text.clone(),
+                });
+                let StopVerdict::Continue(more) = verdict else {
+                    return outcome;
+                };
+                items.push(Item::Assistant {
+                    text: r.text,
+                    calls: Vec::new(),
+                    raw: r.raw,
+                });
+                items.push(Item::User(more));
+                continue;
             }
             if round == request.max_rounds.max(1) {
                 // LOOP-2: the model still asks for tools; the calls are not run.

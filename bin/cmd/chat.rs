@@ -224,6 +224,14 @@ fn print_event(e: &TurnEvent, as_json: bool) {
             let (first, _) = apply_cut(first, 160);
             eprintln!("  ⎿ {outcome}: {first}");
         }
+        TurnEvent::Hook {
+            hook_event,
+            verdict,
+            text,
+        } => {
+            let (text, _) = apply_cut(text, 160);
+            eprintln!("\n⚑ {hook_event} hook: {verdict}: {text}");
+        }
         TurnEvent::Round { .. } | TurnEvent::Thinking { .. } | TurnEvent::Usage { .. } => {}
     }
 }

@@ -595,3 +595,70 @@ async fn mcpvisor_chat_exits_1_on_a_failed_turn_and_says_why() {
         "{last}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_prompt_submit_and_stop_hooks_run_at_their_points_in_the_turn() {
+    // HOOK-6 / HOOK-7 in the loop: UserPromptSubmit blocks a prompt (the
+    // model is never asked) or adds context to it; a Stop hook's continue
+    // gives the model one more round with the hook's prompt.
+    let dir = mcpvisor_chaos::unique_temp_path("turn-hooks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let submit = r#"if grep -q forbidden; then echo '{"decision":"block","reason":"not that"}'; else echo '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":"Today is Tuesday."}}'; fi"#;
+    let stop = r#"if grep -q '"stop_hook_active":false'; then echo '{"decision":"block","reason":"Also say bye."}'; fi"#;
+    let file = dir.join("cc.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"hooks": {
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": submit, "timeout": 10}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": stop, "timeout": 10}]}],
+        }}))
+        .unwrap(),
+    )
+    .unwrap();
+    let rt = Runtime::builder()
+        .hooks(mcpvisor::HookSettings {
+            claude: Some(file),
+            session: mcpvisor::HookSession {
+                session_id: "s1".into(),
+                cwd: dir.display().to_string(),
+                ..mcpvisor::HookSession::default()
+            },
+            ..mcpvisor::HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let model = ScriptedModel::start(vec![openai_text("Hello."), openai_text("Bye.")])
+        .await
+        .unwrap();
+    let mut r = route(Provider::OpenAi, &model);
+    r.key_secret = None;
+    let (blocked, _) = turn(
+        &rt,
+        TurnRequest::new(G, r.clone(), "do the forbidden thing"),
+    )
+    .await;
+    assert_eq!(
+        blocked.error,
+        Some(TurnError::BlockedByHook("not that".into()))
+    );
+    assert!(model.requests().is_empty(), "the model was never asked");
+    let (out, events) = turn(&rt, TurnRequest::new(G, r, "greet me")).await;
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.text, "Bye.");
+    assert_eq!(out.rounds, 2);
+    let reqs = model.requests();
+    assert_eq!(
+        reqs[0].body["messages"][0]["content"],
+        "greet me\n\nToday is Tuesday."
+    );
+    let second = reqs[1].body["messages"].as_array().unwrap();
+    assert_eq!(second[1], json!({"role": "assistant", "content": "Hello."}));
+    assert_eq!(
+        second[2],
+        json!({"role": "user", "content": "Also say bye."})
+    );
+    assert!(events.iter().any(|e| matches!(e, TurnEvent::Hook { hook_event, verdict, .. } if hook_event == "Stop" && verdict == "continue")));
+    rt.shutdown(Duration::from_secs(20)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
