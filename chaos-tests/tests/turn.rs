@@ -662,3 +662,50 @@ async fn user_prompt_submit_and_stop_hooks_run_at_their_points_in_the_turn() {
     rt.shutdown(Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_round_turn_with_server_everythings_echo_in_both_formats() {
+    // The issue's first test: a real third-party MCP tool behind the loop.
+    let Some(dir) = mcpvisor_chaos::everything_dir() else {
+        println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): server-everything is not installed");
+        return;
+    };
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .start()
+        .await
+        .unwrap();
+    let mut cfg = mcpvisor::ServerConfig::stdio(
+        "everything",
+        "node",
+        vec![
+            mcpvisor_chaos::peers::everything_entry(&dir),
+            "stdio".into(),
+        ],
+    )
+    .trusted();
+    cfg.idle_stop_after = None;
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "everything", Duration::from_secs(30))
+        .await
+        .unwrap();
+    for provider in [Provider::OpenAi, Provider::Anthropic] {
+        let args = r#"{"message":"from the loop"}"#;
+        let replies = match provider {
+            Provider::OpenAi => vec![
+                openai_tool_calls(&[("c", "mcp__everything__echo", args)]),
+                openai_text("echoed"),
+            ],
+            Provider::Anthropic => vec![
+                anthropic_tool_use(&[("toolu_e", "mcp__everything__echo", args)]),
+                anthropic_text("echoed"),
+            ],
+        };
+        let (model, out, _) = scripted_turn(&rt, provider, replies, "echo it").await;
+        assert_eq!(out.error, None, "{provider:?}: {out:?}");
+        assert_eq!(out.tool_uses[0].status, "ok", "{provider:?}: {out:?}");
+        let sent = model.requests()[1].body.to_string();
+        assert!(sent.contains("Echo: from the loop"), "{provider:?}: {sent}");
+    }
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
