@@ -189,7 +189,7 @@ pub struct ToolUseRecord {
 
 /// Why a turn did not finish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum TurnError {
     /// LOOP-2: the model kept calling tools.
     #[error(
@@ -594,7 +594,13 @@ impl ModelClient {
         let mut decoder = Decoder::new(self.provider);
         let mut stream = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
         while let Some(ev) = stream.next().await {
-            let ev = ev.map_err(|e| TurnError::Stream(format!("the model's stream broke: {e}")))?;
+            let ev = ev.map_err(|e| {
+                let why = match &e {
+                    sse_stream::Error::Body(inner) => chain(inner.as_ref()),
+                    other => other.to_string(),
+                };
+                TurnError::Stream(format!("the model's stream broke: {why}"))
+            })?;
             let Some(data) = ev.data.as_deref() else {
                 continue;
             };
@@ -617,11 +623,19 @@ impl ModelClient {
 
 /// A reqwest error's chain in words (no type names).
 fn describe(e: &reqwest::Error) -> String {
+    chain(e)
+}
+
+/// An error and its sources, joined with `: ` (a read timeout says so).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let next = s.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
         source = s.source();
     }
     text

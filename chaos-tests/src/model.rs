@@ -21,6 +21,8 @@ pub enum Reply {
     Sse(String),
     /// The stream's first bytes, then the connection is dropped mid-body.
     Cut(String),
+    /// The stream's first bytes, then nothing, ever (the connection stays open).
+    Stall(String),
     /// An HTTP error with this JSON body (and `retry-after`, if given).
     Error {
         /// The status.
@@ -147,6 +149,10 @@ async fn answer(st: Arc<State>, req: axum::extract::Request) -> Response {
         }
         Some(Reply::Sse(text)) => sse(pieces(text, false)),
         Some(Reply::Cut(text)) => sse(pieces(text, true)),
+        Some(Reply::Stall(text)) => {
+            use futures::StreamExt;
+            sse(pieces(text, false).chain(futures::stream::pending()))
+        }
     }
 }
 

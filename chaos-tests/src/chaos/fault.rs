@@ -137,6 +137,22 @@ pub enum Fault {
     /// (`setsid`): no group signal reaches it; the runtime's tag in its
     /// environment must (RECO-7).
     DaemonizedGrandchild,
+    /// The model endpoint of a tool-loop turn stops sending mid-tool-call
+    /// (the turn fails at its idle timeout; nothing is called).
+    ModelStall,
+    /// The model's stream is cut mid-tool-call (the connection drops).
+    ModelCutStream,
+    /// The model's stream carries a line that is not JSON.
+    ModelGarbageSse,
+}
+
+/// What a model fault's turn must end with: its `TurnError` kind and a
+/// piece of its message.
+pub(super) struct ModelExpectation {
+    /// The `TurnError` variant, snake_case.
+    pub(super) kind: &'static str,
+    /// Text its message contains.
+    pub(super) says: &'static str,
 }
 
 impl Fault {
@@ -181,7 +197,39 @@ impl Fault {
             Self::ResourcesOnlyIdle { .. } => "resources_only_idle",
             Self::SupervisorPanic => "supervisor_panic",
             Self::DaemonizedGrandchild => "daemonized_grandchild",
+            Self::ModelStall => "model_stall",
+            Self::ModelCutStream => "model_cut_stream",
+            Self::ModelGarbageSse => "model_garbage_sse",
         }
+    }
+
+    /// The scripted model reply of a model fault (the first round of its
+    /// turn): a tool call to `mcp__s__echo` that never completes, or garbage.
+    pub(super) fn model_reply(&self) -> Option<crate::model::Reply> {
+        use crate::model::{Reply, openai_call_chunks, openai_partial};
+        let half = || {
+            let chunks =
+                openai_call_chunks(&[("x", "mcp__s__echo", r#"{"message":"never"}"#)], true);
+            openai_partial(chunks[..2].to_vec())
+        };
+        match self {
+            Self::ModelStall => Some(Reply::Stall(half())),
+            Self::ModelCutStream => Some(Reply::Cut(half())),
+            Self::ModelGarbageSse => Some(Reply::Sse(format!("{}data: {{not json\n\n", half()))),
+            _ => None,
+        }
+    }
+
+    /// How a model fault's turn must end.
+    pub(super) fn expected_turn(&self) -> Option<ModelExpectation> {
+        let (kind, says) = match self {
+            // The idle timeout fires while the body is being read.
+            Self::ModelStall => ("stream", "timed out"),
+            Self::ModelCutStream => ("stream", "broke"),
+            Self::ModelGarbageSse => ("stream", "unreadable"),
+            _ => return None,
+        };
+        Some(ModelExpectation { kind, says })
     }
 
     /// The hook this fault installs, if any.
@@ -239,6 +287,7 @@ impl Fault {
             Self::ResourcesOnlyIdle { .. } => v(&["--resources-only"]),
             Self::DaemonizedGrandchild => v(&["--daemonize"]),
             Self::LargeArgs { .. } | Self::SupervisorPanic => Vec::new(),
+            Self::ModelStall | Self::ModelCutStream | Self::ModelGarbageSse => Vec::new(),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -308,7 +357,11 @@ impl Fault {
             | Self::LargeArgs { .. }
             | Self::SecretEcho
             | Self::DaemonizedGrandchild
-            | Self::ResourcesOnlyIdle { .. } => true,
+            | Self::ResourcesOnlyIdle { .. }
+            // The model side fails; the server answers every workload call.
+            | Self::ModelStall
+            | Self::ModelCutStream
+            | Self::ModelGarbageSse => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -425,7 +478,10 @@ impl Fault {
             | Self::SplitReplies { .. }
             | Self::LargeArgs { .. }
             | Self::DaemonizedGrandchild
-            | Self::SupervisorPanic => Effects::NONE,
+            | Self::SupervisorPanic
+            | Self::ModelStall
+            | Self::ModelCutStream
+            | Self::ModelGarbageSse => Effects::NONE,
             Self::SecretEcho => Effects::trigger("is_error"),
             Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),
             Self::CrashMidCall => Effects::trigger("crash"),

@@ -445,6 +445,28 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 ));
             }
         }
+        if let Some(want) = fault.expected_turn() {
+            judged = true;
+            match tally.turns.iter().find(|(f, ..)| *f == fault.name()) {
+                None => problems.push(format!("{}: no turn was run", fault.name())),
+                Some((_, kind, message, ran)) => {
+                    if kind != want.kind || !message.contains(want.says) {
+                        problems.push(format!(
+                            "{}: the turn ended {kind} ({message:?}), not {} saying {:?}",
+                            fault.name(),
+                            want.kind,
+                            want.says
+                        ));
+                    }
+                    if *ran > 0 {
+                        problems.push(format!(
+                            "{}: {ran} tool call(s) ran from a half-streamed round",
+                            fault.name()
+                        ));
+                    }
+                }
+            }
+        }
         if let Some(want) = fault.expected_lists() {
             judged = true;
             let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();

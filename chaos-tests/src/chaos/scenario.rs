@@ -132,6 +132,10 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("daemonized_grandchild", |_| {
             vec![Fault::DaemonizedGrandchild]
         }),
+        // Issue 12: the model side of a tool-loop turn.
+        ("model_stall", |_| vec![Fault::ModelStall]),
+        ("model_cut_stream", |_| vec![Fault::ModelCutStream]),
+        ("model_garbage_sse", |_| vec![Fault::ModelGarbageSse]),
     ];
     table
         .into_iter()

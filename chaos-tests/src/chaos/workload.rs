@@ -49,6 +49,10 @@ pub(super) struct Tally {
     /// on the runner's clock and as Unix ms (fault-server's start lines).
     pub(super) supervisor_failures: Vec<std::time::Instant>,
     pub(super) supervisor_failures_ms: Vec<u128>,
+    /// Each model fault's turn: the fault, its `TurnError` kind and
+    /// message (`none` when it finished), and the `tools/call` requests the
+    /// server received during it.
+    pub(super) turns: Vec<(&'static str, String, String, usize)>,
 }
 
 impl Tally {
@@ -193,11 +197,72 @@ pub(super) async fn concurrent_calls(run: &Run<'_>, tally: &mut Tally) {
     }
 }
 
+/// How long a model fault's endpoint may be silent before the round fails.
+const MODEL_IDLE: Duration = Duration::from_secs(1);
+
+/// A model fault's turn (LOOP-7 under fault): the scripted endpoint's
+/// first reply is the fault; the turn must fail in time, typed, and call
+/// nothing.
+async fn model_turn(run: &Run<'_>, fault: &Fault, tally: &mut Tally) {
+    let Some(reply) = fault.model_reply() else {
+        return;
+    };
+    let calls_before = tool_calls_logged(run);
+    let model = match crate::model::ScriptedModel::start(vec![reply]).await {
+        Ok(m) => m,
+        Err(e) => {
+            tally
+                .turns
+                .push((fault.name(), "runner".into(), e.to_string(), 0));
+            return;
+        }
+    };
+    let mut route = mcpvisor::ModelRoute::new(
+        mcpvisor::Provider::OpenAi,
+        format!("{}/v1", model.base_url()),
+        "chaos",
+    );
+    route.idle_timeout = MODEL_IDLE;
+    let request = mcpvisor::TurnRequest::new(Scope::Global, route, "use echo");
+    let started = tokio::time::Instant::now();
+    let outcome = tokio::time::timeout(CALL_LIMIT, run.runtime.turn(request, None)).await;
+    let took = started.elapsed();
+    let what = format!("the {} turn", fault.name());
+    if took > tally.slowest.0 {
+        tally.slowest = (took, what.clone());
+    }
+    let (kind, message) = match outcome {
+        Err(_) => ("no outcome".to_owned(), String::new()),
+        Ok(o) => match &o.error {
+            None => ("none".to_owned(), String::new()),
+            Some(e) => (
+                serde_json::to_value(e)
+                    .ok()
+                    .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
+                    .unwrap_or_default(),
+                e.to_string(),
+            ),
+        },
+    };
+    let ran = tool_calls_logged(run).saturating_sub(calls_before);
+    tally.turns.push((fault.name(), kind, message, ran));
+}
+
+/// `tools/call` lines in the run's request log.
+fn tool_calls_logged(run: &Run<'_>) -> usize {
+    std::fs::read_to_string(&run.ids.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("tools/call"))
+        .count()
+}
+
 /// Each fault's trigger call (then, under `Fault::SupervisorPanic`, the
 /// server supervisor's failure, mid-outage), then a bounded wait for any
 /// reconnect it caused.
 pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     for fault in &run.sc.faults {
+        model_turn(run, fault, tally).await;
         let Some(tool) = fault.trigger() else {
             continue;
         };
