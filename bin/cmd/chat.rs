@@ -4,7 +4,7 @@
 //! Text streams to stdout; a row per tool use goes to stderr; `--json`
 //! prints every event as a JSON line and a last `{"final": …}` line.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, bail};
 use mcpvisor::{ModelRoute, Provider, TurnEvent, TurnOutcome, TurnRequest};
@@ -64,6 +64,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         chat: format!("chat-{}", uuid::Uuid::new_v4()),
         max_rounds,
         signals,
+        system: session_start(&runtime, cli.json).await,
     };
     match flags.prompt {
         Some(prompt) => {
@@ -100,6 +101,42 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     Ok(u8::from(failed))
 }
 
+/// SessionStart hooks (source `startup`): their context becomes the system
+/// prompt of the session's turns.
+async fn session_start(runtime: &mcpvisor::Runtime, json_out: bool) -> Option<String> {
+    let hooks = runtime.hooks();
+    if !hooks.has(mcpvisor::HookEvent::SessionStart) {
+        return None;
+    }
+    let input = mcpvisor::HookInput::SessionStart {
+        source: "startup".into(),
+    };
+    let report = hooks
+        .run(
+            hooks.session(),
+            &input,
+            None,
+            &mcpvisor::CancellationToken::new(),
+        )
+        .await;
+    for note in report.notes() {
+        eprintln!("{note}");
+    }
+    if report.merged.context.is_empty() {
+        return None;
+    }
+    let context = report.merged.context.join("\n\n");
+    print_event(
+        &TurnEvent::Hook {
+            hook_event: "SessionStart".into(),
+            verdict: "context".into(),
+            text: context.clone(),
+        },
+        json_out,
+    );
+    Some(context)
+}
+
 /// SIGINT and SIGTERM, registered once for the session.
 struct Signals {
     int: tokio::signal::unix::Signal,
@@ -131,6 +168,8 @@ struct Session<'a> {
     route: &'a ModelRoute,
     /// The chat id (per-chat trust grants last the session).
     chat: String,
+    /// The SessionStart hooks' context, the system prompt of every turn.
+    system: Option<String>,
     max_rounds: u32,
     signals: Signals,
 }
@@ -146,24 +185,39 @@ impl Session<'_> {
 /// ends the turn quiescently (the running call is cancelled, its server is
 /// told); SIGTERM also ends the session.
 async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
-    let (cli, runtime, route, chat, max_rounds) = (
-        session.cli,
-        session.runtime,
-        session.route,
-        session.chat.as_str(),
-        session.max_rounds,
-    );
-    let signals = &mut session.signals;
+    let (cli, runtime) = (session.cli, session.runtime);
     let cancel = mcpvisor::CancellationToken::new();
-    let mut request = TurnRequest::new(mcpvisor::Scope::Global, route.clone(), prompt);
-    request.max_rounds = max_rounds;
-    request.chat = Some(chat.to_owned());
+    let mut request = TurnRequest::new(mcpvisor::Scope::Global, session.route.clone(), prompt);
+    request.max_rounds = session.max_rounds;
+    request.chat = Some(session.chat.clone());
+    request.system = session.system.clone();
+    let signals = &mut session.signals;
     request.cancel = Some(cancel.clone());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let json_out = cli.json;
+    // A spinner on the tool row while its call runs, on a terminal only.
+    let spin = !json_out && std::io::stderr().is_terminal();
     let printer = tokio::spawn(async move {
-        while let Some(e) = rx.recv().await {
-            print_event(&e, json_out);
+        let frames = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+        let mut running = false;
+        let mut frame = 0usize;
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                e = rx.recv() => {
+                    let Some(e) = e else { break };
+                    if running {
+                        eprint!("\r\x1b[2K");
+                    }
+                    print_event(&e, json_out);
+                    running = spin && matches!(e, TurnEvent::ToolCall { .. });
+                }
+                _ = tick.tick(), if running => {
+                    frame = (frame + 1) % frames.len();
+                    eprint!("\r  {} running…", frames[frame]);
+                    let _ = std::io::stderr().flush();
+                }
+            }
         }
     });
     let turn = runtime.turn(request, Some(tx));

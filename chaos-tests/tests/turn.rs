@@ -502,8 +502,21 @@ async fn chat_cli(
     provider: &str,
     extra: &[&str],
 ) -> (Option<i32>, Vec<Value>, String) {
+    chat_cli_with(model, provider, extra, "").await
+}
+
+/// [`chat_cli`] with more TOML in the config.
+async fn chat_cli_with(
+    model: &ScriptedModel,
+    provider: &str,
+    extra: &[&str],
+    more_toml: &str,
+) -> (Option<i32>, Vec<Value>, String) {
     let log = RequestLog::new("chat-cli");
-    let toml = mcpvisor_chaos::fault_server_section("s", &log.args(), "always");
+    let toml = format!(
+        "{more_toml}\n{}",
+        mcpvisor_chaos::fault_server_section("s", &log.args(), "always")
+    );
     let work = mcpvisor_chaos::ConfigDir::new("chat", &toml).unwrap();
     let endpoint = match provider {
         "openai" => format!("{}/v1", model.base_url()),
@@ -708,4 +721,33 @@ async fn a_two_round_turn_with_server_everythings_echo_in_both_formats() {
         assert!(sent.contains("Echo: from the loop"), "{provider:?}: {sent}");
     }
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcpvisor_chat_runs_session_start_hooks_and_sends_their_context_as_the_system_prompt() {
+    let dir = mcpvisor_chaos::unique_temp_path("chat-hooks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cc.json");
+    let hook = r#"echo '{"hookSpecificOutput":{"hookEventName":"SessionStart","additionalContext":"You are in a test."}}'"#;
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": hook}]}]}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(vec![openai_text("hi")]).await.unwrap();
+    let toml = format!("[hooks]\nclaude = {:?}\n", file.to_string_lossy());
+    let (code, lines, err) = chat_cli_with(&model, "openai", &["--prompt", "hello"], &toml).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["event"] == "hook" && l["hook_event"] == "SessionStart"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        model.requests()[0].body["messages"][0],
+        json!({"role": "system", "content": "You are in a test."})
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
