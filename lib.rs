@@ -25,7 +25,9 @@
 //! assert!(err.to_string().contains("executable \"no-such-mcp-server-xyz\" not found"));
 //! assert_eq!(runtime.status()[0].state, ServerState::Failed);
 //! let outcome = runtime.call(&Scope::Global, "mcp__missing__anything", None, CallOptions::default()).await;
-//! assert_eq!(outcome.kind, OutcomeKind::UnknownTool);
+//! // The server is known, and failed: the call says so, with its error.
+//! assert_eq!(outcome.kind, OutcomeKind::ServerNotReady);
+//! assert!(outcome.projection.contains("not found"));
 //! let report = runtime.shutdown(Duration::from_secs(20)).await;
 //! assert!(report.is_clean());
 //! # Ok(()) }

@@ -43,9 +43,33 @@ pub(crate) async fn start_with(
     }
     settle(&runtime, &names, limit).await;
     if !quiet && !names.is_empty() {
-        eprintln!(" done");
+        eprintln!(" {}", settled_summary(&runtime, &names));
     }
     Ok(runtime)
+}
+
+/// "2 ready", or "1 ready, 1 failed: x (failed), y (reconnecting)" — what
+/// the progress line ends with, never a bare "done".
+pub(crate) fn settled_summary(runtime: &Runtime, names: &[String]) -> String {
+    let statuses = runtime.status();
+    let mut ready = 0;
+    let mut not_ready = Vec::new();
+    for n in names {
+        match statuses.iter().find(|s| &s.server == n) {
+            Some(s) if s.state == ServerState::Ready => ready += 1,
+            Some(s) => not_ready.push(format!("{n} ({})", s.state)),
+            None => not_ready.push(format!("{n} (gone)")),
+        }
+    }
+    if not_ready.is_empty() {
+        format!("{ready} ready")
+    } else {
+        format!(
+            "{ready} ready, {} not ready: {}",
+            not_ready.len(),
+            not_ready.join(", ")
+        )
+    }
 }
 
 /// Wait until every named server has left `connecting` for the first time

@@ -72,6 +72,34 @@ pub fn public_tool_name(server: &str, raw: &str) -> String {
     out
 }
 
+/// The candidate closest to `name` by edit distance, when it is close
+/// enough to be a typo: at most 2 edits, or a quarter of the name's length
+/// for long names (did-you-mean).
+pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 4).max(2);
+    candidates
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
 /// Lowercase hex of `bytes` (digests in names, hashes and file names).
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
@@ -171,6 +199,17 @@ fn slug_base(display_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_finds_the_closest_name_and_a_stranger_finds_none() {
+        let names = ["mcp__everything__echo", "mcp__everything__get-sum"];
+        assert_eq!(
+            closest("mcp__everything__ecko", names.iter().copied()),
+            Some("mcp__everything__echo")
+        );
+        assert_eq!(closest("mcp__other__thing", names.iter().copied()), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 
     fn is_valid_public(name: &str) -> bool {
         !name.is_empty() && name.len() <= PUBLIC_NAME_MAX && name.chars().all(is_name_char)

@@ -114,15 +114,10 @@ impl Runtime {
         options: CallOptions,
         call_id: u64,
     ) -> ToolOutcome {
-        let unknown = || {
-            ToolOutcome::failure(
-                OutcomeKind::UnknownTool,
-                format!("no tool named \"{name}\" in scope {scope}"),
-            )
-        };
         let Some(snap) = self.snapshot(scope) else {
-            return unknown();
+            return not_found(None, name);
         };
+        let unknown = || not_found(Some(&snap), name);
         let resource_op =
             ResourceOp::from_tool_name(name).filter(|_| snap.resource_tool(name).is_some());
         let found = match resource_op {
@@ -211,12 +206,6 @@ impl Runtime {
             resource_op,
             options,
         } = resolved;
-        let unknown = || {
-            ToolOutcome::failure(
-                OutcomeKind::UnknownTool,
-                format!("no tool named \"{name}\" in scope {scope}"),
-            )
-        };
         let chain = std::iter::once(&self.inner.trust_gate)
             .chain(self.inner.hooks_policy.iter())
             .chain(self.inner.policies.iter());
@@ -260,7 +249,7 @@ impl Runtime {
             snap = s;
             match snap.resolve(name) {
                 Some((_, d)) => def = d.clone(),
-                None => return unknown(),
+                None => return not_found(Some(&snap), name),
             }
         }
         // SYNC-6 / CALL-1: the generation the caller expects is checked
@@ -327,7 +316,7 @@ impl Runtime {
         };
         // Borrowed from the snapshot: no per-call copy of the entry.
         let Some(entry) = snap.servers.get(&def.server) else {
-            return unknown();
+            return not_found(Some(&snap), name);
         };
         let outcome = self
             .send_call(
@@ -644,6 +633,59 @@ fn fingerprint(value: &Value) -> u64 {
     // Serializing a Value into a writer that cannot fail cannot fail.
     let _ = serde_json::to_writer(&mut w, value);
     w.0.finish()
+}
+
+/// The outcome of a name that resolves to no tool: `server_not_ready` with
+/// the server's state and last error when the name is one of a configured
+/// server that is connecting, reconnecting, failed or out of budget and has
+/// no tools registered (they are unknown until it is back; a known catalog
+/// without the name is an unknown tool); else `unknown_tool`, with the closest
+/// listed name when one is close (a typo), and what a live server with no
+/// such tool reports (a rejected catalog).
+fn not_found(snap: Option<&ScopeSnapshot>, name: &str) -> ToolOutcome {
+    let Some(snap) = snap else {
+        return ToolOutcome::failure(
+            OutcomeKind::UnknownTool,
+            format!("No tool named \"{name}\" is available here."),
+        );
+    };
+    let owner = snap
+        .servers
+        .iter()
+        .filter(|(server, _)| name.starts_with(&format!("mcp__{server}__")))
+        .max_by_key(|(server, _)| server.len());
+    if let Some((server, entry)) = owner
+        && entry.live.is_none()
+        && entry.tools.is_empty()
+        && matches!(
+            entry.status.state,
+            ServerState::Connecting
+                | ServerState::Reconnecting { .. }
+                | ServerState::Failed
+                | ServerState::Exhausted
+        )
+    {
+        let mut why = format!(
+            "The server \"{server}\" is not ready ({}), so its tool \"{name}\" is not available",
+            entry.status.state
+        );
+        match &entry.status.error {
+            Some(e) => why.push_str(&format!(": {e}")),
+            None => why.push('.'),
+        }
+        return ToolOutcome::failure(OutcomeKind::ServerNotReady, why);
+    }
+    let mut why = format!("No tool named \"{name}\" is available here.");
+    let names: Vec<String> = snap.tools().iter().map(|d| d.name.clone()).collect();
+    if let Some(close) = crate::messages::naming::closest(name, names.iter().map(String::as_str)) {
+        why.push_str(&format!(" Did you mean \"{close}\"?"));
+    }
+    if let Some((server, entry)) = owner
+        && let Some(e) = &entry.status.error
+    {
+        why.push_str(&format!(" (server \"{server}\" reports: {e})"));
+    }
+    ToolOutcome::failure(OutcomeKind::UnknownTool, why)
 }
 
 /// `stale_generation` (CALL-4) when the caller expected another catalog

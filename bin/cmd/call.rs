@@ -67,6 +67,9 @@ pub(crate) async fn run(
         for note in &outcome.notes {
             eprintln!("{note}");
         }
+        if outcome.kind == mcpvisor::OutcomeKind::UnknownTool {
+            eprintln!("(`mcpvisor tools` lists the tool names)");
+        }
         if let Some(r) = &outcome.stop {
             eprintln!("a hook stopped the turn: {r}");
         }

@@ -1,6 +1,9 @@
 //! `mcpvisor tools`: the public tool names of every server, or of one.
+//! Servers that are not ready are named on stderr with their error, and
+//! make the exit status 1: a listing never hides a failure.
 
-use mcpvisor::Scope;
+use anyhow::bail;
+use mcpvisor::{Scope, ServerState};
 use serde_json::Value;
 
 use crate::cli::Cli;
@@ -8,14 +11,37 @@ use crate::config::load_config;
 use crate::lifecycle::{finish, start};
 use crate::render::tool_json;
 
-/// Run `tools` for every server, or `only` that one.
+/// Run `tools` for every server, or `only` that one; exit 1 when a server
+/// (of those listed) is not ready.
 pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    let runtime = start(load_config(cli, true)?, cli.json).await?;
-    let mut tools = runtime.tools(&Scope::Global);
-    let _ = finish(runtime).await;
+    let mut cfg = load_config(cli, true)?;
     if let Some(s) = only {
-        tools.retain(|t| t.server == s);
+        let known: Vec<String> = cfg.servers.iter().map(|c| c.server_name.clone()).collect();
+        if !known.iter().any(|k| k == s) {
+            bail!(
+                "--server {s:?}: no such server in the config (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        }
+        // Only the work this command needs: start that server alone.
+        cfg.servers.retain(|c| c.server_name == s);
     }
+    if cfg.servers.iter().all(|c| !c.enabled) {
+        eprintln!("mcpvisor: the config enables no servers, so there are no tools to list");
+        return Ok(1);
+    }
+    let runtime = start(cfg, cli.json).await?;
+    let tools = runtime.tools(&Scope::Global);
+    let not_ready: Vec<_> = runtime
+        .status()
+        .into_iter()
+        .filter(|s| s.state != ServerState::Ready && s.state != ServerState::Stopped)
+        .collect();
+    let _ = finish(runtime).await;
     if cli.json {
         let arr: Vec<Value> = tools.iter().map(|t| tool_json(t)).collect();
         println!("{}", Value::Array(arr));
@@ -33,5 +59,25 @@ pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
             );
         }
     }
-    Ok(0)
+    for s in &not_ready {
+        eprintln!(
+            "mcpvisor: server {:?} is not ready ({}): {}",
+            s.server,
+            s.state,
+            s.error.as_deref().unwrap_or("no error recorded")
+        );
+        if !s.stderr_tail.trim().is_empty()
+            && !s
+                .error
+                .as_deref()
+                .unwrap_or("")
+                .contains(s.stderr_tail.trim())
+        {
+            eprintln!("  stderr: {}", s.stderr_tail.trim());
+        }
+    }
+    if !not_ready.is_empty() {
+        eprintln!("  (`mcpvisor check SERVER` shows one server's handshake)");
+    }
+    Ok(u8::from(!not_ready.is_empty()))
 }

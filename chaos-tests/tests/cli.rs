@@ -526,3 +526,79 @@ async fn a_server_sees_none_of_the_parents_environment_but_the_allowlist() {
     );
     assert!(all.contains("env NO_COLOR=1"), "{all}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_names_a_failed_server_and_exits_1_while_listing_the_good_ones() {
+    // Issue 14: a listing never hides a failure, and the progress line says
+    // how many servers are ready.
+    let extra = fault_server_section("bad", &["--crash-at-start", "3"], "always");
+    let w = workdir(
+        &[],
+        &format!("{extra}[servers.bad.reconnect]\nenabled = false\n"),
+    );
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "tools"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stdout.contains("mcp__x__echo"),
+        "the good server's tools: {stdout}"
+    );
+    assert!(
+        stderr.contains("server \"bad\" is not ready (failed)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("fatal: boom at start"), "{stderr}");
+    assert!(
+        stderr.contains("1 ready, 1 not ready: bad (failed)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(" done"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_for_an_unknown_server_is_an_error_naming_the_configured_ones() {
+    let w = workdir(&[], "");
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(
+        &w.dir,
+        &["--config", &config, "tools", "--server", "nosuch"],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"nosuch\": no such server in the config (configured: x)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_a_failed_servers_tool_says_it_is_not_ready_and_a_typo_gets_a_suggestion() {
+    let w = workdir(
+        &["--crash-at-start", "4"],
+        "[servers.x.reconnect]\nenabled = false\n",
+    );
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "call", "mcp__x__echo"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout.contains("server_not_ready"), "{stdout}");
+    assert!(stdout.contains("\"x\" is not ready (failed)"), "{stdout}");
+    assert!(stdout.contains("fatal: boom at start"), "{stdout}");
+    assert!(
+        !stdout.contains("scope global"),
+        "no internal vocabulary: {stdout}"
+    );
+    let ok = workdir(&[], "");
+    let config = ok.config().to_string_lossy().into_owned();
+    let out = run(&ok.dir, &["--config", &config, "call", "mcp__x__ecko"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("Did you mean \"mcp__x__echo\"?"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("`mcpvisor tools`"), "{stderr}");
+}

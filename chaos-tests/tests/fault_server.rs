@@ -146,7 +146,16 @@ async fn a_server_crashing_at_start_reports_exit_status_and_stderr_then_exhausts
     // The budget stays used up: no further attempt starts on its own.
     assert_eq!(runtime.status()[0].state, ServerState::Exhausted);
     let outcome = call(&runtime, "mcp__boom__echo", json!({"message": "x"})).await;
-    assert_eq!(outcome.kind, OutcomeKind::UnknownTool);
+    // The server is known and out of budget: not an unknown tool (issue 14).
+    assert_eq!(outcome.kind, OutcomeKind::ServerNotReady);
+    assert!(
+        outcome
+            .projection
+            .contains("\"boom\" is not ready (exhausted)")
+            && outcome.projection.contains("fatal: boom at start"),
+        "{}",
+        outcome.projection
+    );
     finish(&runtime, &[]).await;
 }
 

@@ -397,16 +397,17 @@ impl Fault {
     }
 
     /// The outcome kind every workload call must end with, when the fault
-    /// decides it for all of them: a server that never registers a catalog
-    /// gives `unknown_tool`, one whose every call is answered HTTP 500 gives
-    /// `transport_lost_during_call`.
+    /// decides it for all of them: a server that never connects gives
+    /// `server_not_ready` (its name is known, its tools are not there); a
+    /// live server whose catalog was rejected gives `unknown_tool`; one
+    /// whose every call is answered HTTP 500 gives `transport_lost_during_call`.
     pub(super) fn expected_workload(&self) -> Option<&'static str> {
         match self {
             Self::CrashAtStart { .. }
             | Self::HangOnInitialize
-            | Self::DuplicateNames
             | Self::StderrThenExit
-            | Self::Http401 => Some("unknown_tool"),
+            | Self::Http401 => Some("server_not_ready"),
+            Self::DuplicateNames => Some("unknown_tool"),
             Self::Http500 => Some("transport_lost_during_call"),
             _ => None,
         }
