@@ -139,6 +139,7 @@ pub use messages::call::{
 };
 pub use messages::projection::ProjectionPart;
 
+pub use messages::import::{Imported, import_servers};
 pub use messages::model::{Provider, Usage};
 pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,

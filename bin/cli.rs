@@ -49,10 +49,10 @@ pub(crate) enum Command {
         /// Directory of the file attachment store (admitted images, spilled results).
         #[arg(long, value_name = "DIR")]
         attachments: Option<PathBuf>,
-        /// The chat this call belongs to (per-chat trust grants, TRUST-5).
+        /// The chat this call belongs to (for "allow this chat" trust grants).
         #[arg(long, value_name = "ID")]
         chat: Option<String>,
-        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        /// Run only hooks whose command hash is in `[hooks] approved` (see `hooks list`).
         #[arg(long)]
         strict_hooks: bool,
     },
@@ -65,6 +65,26 @@ pub(crate) enum Command {
     Resources {
         #[command(subcommand)]
         what: ResourcesCommand,
+    },
+    /// Convert a `.mcp.json` / desktop-app `mcpServers` JSON or a Codex
+    /// `config.toml` into mcpvisor TOML (servers arrive disabled, trust
+    /// "ask"), e.g. `mcpvisor import ~/.codex/config.toml --out mcpvisor.toml`.
+    Import {
+        /// The file to convert.
+        file: std::path::PathBuf,
+        /// Write here instead of stdout (refused if it exists).
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
+    /// The config file itself.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCommand,
+    },
+    /// Prompts of the configured servers (`prompts/list`, `prompts/get`).
+    Prompts {
+        #[command(subcommand)]
+        what: PromptsCommand,
     },
     /// The supervision tree with each server's status.
     Status {
@@ -152,7 +172,7 @@ pub(crate) enum HooksCommand {
         /// source, session_id, cwd, …); the bridge fills the rest.
         #[arg(long)]
         payload: Option<String>,
-        /// Run only hooks whose command hash is in `[hooks] approved` (HOOK-12).
+        /// Run only hooks whose command hash is in `[hooks] approved` (see `hooks list`).
         #[arg(long)]
         strict_hooks: bool,
     },
@@ -162,6 +182,29 @@ pub(crate) enum HooksCommand {
 pub(crate) enum DialectArg {
     Claude,
     Codex,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ConfigCommand {
+    /// Check the config without starting anything: every problem with its
+    /// file, line and key; exit 0 when it is valid.
+    Validate,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum PromptsCommand {
+    /// Every prompt of every server: server, name, arguments, description.
+    List,
+    /// One prompt's messages, e.g. `prompts get everything simple-prompt`.
+    Get {
+        /// The server.
+        server: String,
+        /// The prompt's name (as the server lists it).
+        name: String,
+        /// Its arguments as a JSON object of strings.
+        #[arg(long)]
+        args: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -28,7 +28,19 @@ use crate::cli::{Cli, Command};
 use crate::cmd::call::CallFlags;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--json` covers usage errors too: one JSON object on stdout.
+        Err(e) if wants_json() && e.use_stderr() => {
+            println!(
+                "{}",
+                serde_json::json!({"error": e.kind().to_string(), "message": e.render().to_string().trim(), "kind": "usage"})
+            );
+            return std::process::ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    let json_errors = cli.json;
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,11 +85,29 @@ fn main() -> std::process::ExitCode {
     rt.shutdown_timeout(Duration::from_secs(2));
     match result {
         Ok(code) => std::process::ExitCode::from(code),
+        Err(e) if json_errors => {
+            // Config problems keep their file:line:column, one per entry.
+            let problems = e
+                .downcast_ref::<mcpvisor::ConfigError>()
+                .map(|c| c.problems.clone());
+            let mut out = serde_json::json!({"error": format!("{e:#}")});
+            if let Some(p) = problems {
+                out["kind"] = "config".into();
+                out["problems"] = p.into();
+            }
+            println!("{out}");
+            std::process::ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("mcpvisor: {e:#}");
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// `--json` among the arguments (for errors before they parse).
+fn wants_json() -> bool {
+    std::env::args().skip(1).any(|a| a == "--json")
 }
 
 /// Resolves on SIGINT or SIGTERM (never, if the handlers cannot be installed).
@@ -102,6 +132,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             demo_server::serve(*tools).await?;
             Ok(0)
         }
+        Command::Demo | Command::Bench { .. } if cli.config.is_some() => {
+            anyhow::bail!(
+                "`demo` and `bench` run the built-in demo server and read no config: drop --config"
+            )
+        }
         Command::Demo => cmd::demo::run(&cli).await,
         Command::Check { server } => cmd::check::run(&cli, server.as_deref()).await,
         Command::Tools { server } => cmd::tools::run(&cli, server.as_deref()).await,
@@ -123,6 +158,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Status { watch } => cmd::status::run(&cli, *watch).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,
+        Command::Prompts { what } => cmd::prompts::run(&cli, what).await,
+        Command::Import { file, out } => cmd::import::import(&cli, file, out.as_deref()),
+        Command::Config {
+            what: cli::ConfigCommand::Validate,
+        } => cmd::import::validate(&cli),
         Command::Hooks { what } => cmd::hooks::run(&cli, what).await,
         Command::Gateway {
             stdio,

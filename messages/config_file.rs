@@ -291,10 +291,56 @@ pub struct FileConfig {
     pub model: RawModel,
 }
 
+/// What to add to a TOML error so a person can act on it: the key meant
+/// for an unknown one (did-you-mean), what a number key takes, and where
+/// a file in another tool's format goes (`mcpvisor import`).
+fn explain_toml_error(origin: &str, text: &str, message: &str) -> String {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || origin.ends_with(".json") {
+        return "\n  this looks like a JSON file (an `mcpServers` config?): mcpvisor reads TOML; `mcpvisor import FILE` converts one".into();
+    }
+    if let Some(rest) = message.split("unknown field `").nth(1)
+        && let Some((field, expected)) = rest.split_once("`, expected one of ")
+    {
+        if field == "mcp_servers" {
+            return "\n  this is Codex's `[mcp_servers]` table: mcpvisor's is `[servers]`; `mcpvisor import FILE` converts a Codex config.toml".into();
+        }
+        if field == "mcpServers" {
+            return "\n  `mcpServers` is the JSON configs' key: mcpvisor's table is `[servers]`; `mcpvisor import FILE` converts one".into();
+        }
+        let keys: Vec<&str> = expected
+            .split(", ")
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        if let Some(close) = crate::messages::naming::closest(field, keys.iter().copied()) {
+            return format!("\n  did you mean `{close}`?");
+        }
+    }
+    if message.contains("invalid type") && message.contains("expected u64") {
+        let line = message
+            .lines()
+            .find(|l| l.contains(" = "))
+            .unwrap_or_default();
+        if line.contains("_ms") {
+            return "\n  this key is a number of milliseconds, without quotes or a unit (e.g. 60000)".into();
+        }
+        if line.contains("_s ") || line.contains("_s=") {
+            return "\n  this key is a number of seconds, without quotes or a unit (e.g. 600)"
+                .into();
+        }
+        return "\n  this key is a whole number, without quotes".into();
+    }
+    String::new()
+}
+
 /// Parse a whole config file; `origin` (the path) prefixes every problem.
 pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let raw: RawConfigFile = toml::from_str(text).map_err(|e| ConfigError {
-        problems: vec![format!("{origin}: {}", e.to_string().trim_end())],
+        problems: vec![format!(
+            "{origin}: {}{}",
+            e.to_string().trim_end(),
+            explain_toml_error(origin, text, &e.to_string())
+        )],
     })?;
     let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
     let secrets_file = raw.secrets.as_ref().and_then(|s| s.file.clone());

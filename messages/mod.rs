@@ -10,6 +10,7 @@ pub mod config;
 pub mod config_file;
 pub mod hooks;
 pub mod images;
+pub mod import;
 pub mod model;
 pub mod naming;
 pub mod projection;

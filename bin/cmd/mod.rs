@@ -7,6 +7,8 @@ pub(crate) mod check;
 pub(crate) mod demo;
 pub(crate) mod gateway;
 pub(crate) mod hooks;
+pub(crate) mod import;
+pub(crate) mod prompts;
 pub(crate) mod resources;
 pub(crate) mod status;
 pub(crate) mod tools;

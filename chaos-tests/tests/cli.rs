@@ -602,3 +602,114 @@ async fn a_call_to_a_failed_servers_tool_says_it_is_not_ready_and_a_typo_gets_a_
     );
     assert!(stderr.contains("`mcpvisor tools`"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_writes_a_config_that_validates_with_every_server_disabled() {
+    // BIN-1 / TRUST-5: an `.mcp.json` becomes mcpvisor TOML; nothing is
+    // trusted or started by importing.
+    let dir = unique_temp_path("import");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(".mcp.json");
+    std::fs::write(
+        &src,
+        r#"{"mcpServers": {"fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"]}, "web": {"type": "sse", "url": "https://x/sse"}}}"#,
+    )
+    .unwrap();
+    let out_file = dir.join("mcpvisor.toml");
+    let out = run(
+        &dir,
+        &[
+            "import",
+            &src.to_string_lossy(),
+            "--out",
+            &out_file.to_string_lossy(),
+        ],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("imported 1 server(s)"), "{stderr}");
+    assert!(
+        stderr.contains("skipped web: the legacy HTTP+SSE transport"),
+        "{stderr}"
+    );
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    assert!(written.contains("enabled = false") && written.contains("trust = \"ask\""));
+    let again = run(
+        &dir,
+        &[
+            "import",
+            &src.to_string_lossy(),
+            "--out",
+            &out_file.to_string_lossy(),
+        ],
+    )
+    .await;
+    assert_eq!(again.status.code(), Some(2), "never overwrites");
+    let valid = run(
+        &dir,
+        &[
+            "--config",
+            &out_file.to_string_lossy(),
+            "config",
+            "validate",
+        ],
+    )
+    .await;
+    assert_eq!(valid.status.code(), Some(0), "{}", text(&valid.stderr));
+    assert!(text(&valid.stdout).contains("1 server(s), 0 enabled"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_errors_suggest_the_key_and_json_errors_are_json() {
+    // Issue 14: did-you-mean for keys, words for a wrong type, another
+    // tool's format recognised; with --json the error is a JSON object.
+    let dir = unique_temp_path("badcfg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("mcpvisor.toml");
+    std::fs::write(&bad, "[servers.a]\ncomand = \"x\"\n").unwrap();
+    let p = bad.to_string_lossy().into_owned();
+    let out = run(&dir, &["--config", &p, "config", "validate"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("line 2, column 1") && err.contains("did you mean `command`?"),
+        "{err}"
+    );
+    std::fs::write(
+        &bad,
+        "[servers.a]\ncommand = \"x\"\ntool_call_timeout_ms = \"60s\"\n",
+    )
+    .unwrap();
+    let out = run(&dir, &["--config", &p, "config", "validate"]).await;
+    assert!(
+        text(&out.stderr).contains("a number of milliseconds"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(&bad, "[mcp_servers.a]\ncommand = \"x\"\n").unwrap();
+    let out = run(&dir, &["--json", "--config", &p, "config", "validate"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "config");
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("mcpvisor import"),
+        "{v}"
+    );
+    let out = run(&dir, &["--json", "tools", "--bogus"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "usage");
+    let out = run(&dir, &["--config", &p, "demo"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("read no config"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

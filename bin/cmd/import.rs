@@ -1,0 +1,68 @@
+//! `mcpvisor import FILE` and `mcpvisor config validate`: the configs users
+//! already have, as mcpvisor TOML; and a check of the config that starts
+//! nothing.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use crate::cli::Cli;
+use crate::config::load_config;
+
+/// `import FILE [--out FILE]`: the TOML on stdout (or in `out`), what was
+/// imported and skipped on stderr.
+pub(crate) fn import(cli: &Cli, file: &Path, out: Option<&Path>) -> anyhow::Result<u8> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let got =
+        mcpvisor::import_servers(&file.display().to_string(), &text).map_err(anyhow::Error::msg)?;
+    match out {
+        Some(path) => {
+            if path.exists() {
+                bail!(
+                    "{} exists: import does not overwrite a config (choose another --out, or merge by hand)",
+                    path.display()
+                );
+            }
+            std::fs::write(path, &got.toml)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        None if !cli.json => print!("{}", got.toml),
+        None => {}
+    }
+    if cli.json {
+        println!(
+            "{}",
+            json!({"servers": got.servers, "skipped": got.skipped, "toml": got.toml})
+        );
+    } else {
+        eprintln!(
+            "imported {} server(s), all disabled with trust \"ask\": {}",
+            got.servers.len(),
+            got.servers.join(", ")
+        );
+        for s in &got.skipped {
+            eprintln!("  skipped {s}");
+        }
+    }
+    Ok(0)
+}
+
+/// `config validate`: parse and validate, start nothing.
+pub(crate) fn validate(cli: &Cli) -> anyhow::Result<u8> {
+    let cfg = load_config(cli, false)?;
+    let enabled = cfg.servers.iter().filter(|s| s.enabled).count();
+    if cli.json {
+        println!(
+            "{}",
+            json!({"valid": true, "servers": cfg.servers.len(), "enabled": enabled})
+        );
+    } else {
+        println!(
+            "the config is valid: {} server(s), {enabled} enabled",
+            cfg.servers.len()
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,324 @@
+//! `mcpvisor import` (BIN-1, TRUST-5): the server configs users already
+//! have, as mcpvisor TOML — the `mcpServers` JSON of `.mcp.json` and the
+//! desktop apps (also VS Code's `servers`), and Codex's `config.toml`
+//! `[mcp_servers.*]`. Every imported server arrives `enabled = false` with
+//! `trust = "ask"`: importing grants nothing by itself. Pure: text in, text out.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// What an import produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// The mcpvisor TOML (comments included).
+    pub toml: String,
+    /// The server names written.
+    pub servers: Vec<String>,
+    /// What was left out, and why (one line each).
+    pub skipped: Vec<String>,
+}
+
+/// One server, format-neutral.
+#[derive(Debug, Default)]
+struct Entry {
+    command: Option<String>,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    url: Option<String>,
+    headers: BTreeMap<String, String>,
+    startup_timeout_ms: Option<u64>,
+    tool_call_timeout_ms: Option<u64>,
+    notes: Vec<String>,
+}
+
+/// Convert the config at `origin` (its text): JSON with `mcpServers` or
+/// `servers`, or TOML with `mcp_servers`. An error says what the file is
+/// not.
+pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
+    let entries = if text.trim_start().starts_with('{') {
+        from_json(origin, text)?
+    } else {
+        from_codex(origin, text)?
+    };
+    let mut out = format!(
+        "# Imported from {origin} by `mcpvisor import`.\n\
+         # Every server arrives disabled, with trust \"ask\": review each one, then\n\
+         # set `enabled = true` (and `trust = \"always\"` only for servers you trust).\n\
+         # Move secret values out of `env` and `headers`: put them in [secrets] and\n\
+         # name them in `env_secrets` / `header_secrets` (docs/security.md).\n"
+    );
+    let mut servers = Vec::new();
+    let mut skipped = Vec::new();
+    for (original, entry) in entries {
+        let name = match crate::messages::naming::validate_server_name(&original) {
+            Ok(()) => original.clone(),
+            Err(_) => crate::messages::naming::derive_slug(
+                &original,
+                |n| servers.iter().any(|s: &String| s == n),
+                || "0".into(),
+            ),
+        };
+        if entry.command.is_none() && entry.url.is_none() {
+            skipped.push(format!("{original}: {}", entry.notes.join("; ")));
+            continue;
+        }
+        out.push('\n');
+        if name != original {
+            out.push_str(&format!("# was {original:?} (not a valid server_name)\n"));
+        }
+        for n in &entry.notes {
+            out.push_str(&format!("# {n}\n"));
+        }
+        out.push_str(&format!("[servers.{name}]\n"));
+        if let Some(c) = &entry.command {
+            out.push_str(&format!("command = {}\n", quote(c)));
+            let args: Vec<String> = entry.args.iter().map(|a| quote(a)).collect();
+            out.push_str(&format!("args = [{}]\n", args.join(", ")));
+            if let Some(cwd) = &entry.cwd {
+                out.push_str(&format!("cwd = {}\n", quote(cwd)));
+            }
+            if !entry.env.is_empty() {
+                out.push_str(&format!("env = {}\n", inline_table(&entry.env)));
+            }
+        } else if let Some(u) = &entry.url {
+            out.push_str(&format!("url = {}\n", quote(u)));
+            if !entry.headers.is_empty() {
+                out.push_str(&format!("headers = {}\n", inline_table(&entry.headers)));
+            }
+        }
+        if let Some(ms) = entry.startup_timeout_ms {
+            out.push_str(&format!("startup_timeout_ms = {ms}\n"));
+        }
+        if let Some(ms) = entry.tool_call_timeout_ms {
+            out.push_str(&format!("tool_call_timeout_ms = {ms}\n"));
+        }
+        out.push_str("enabled = false\ntrust = \"ask\"\n");
+        servers.push(name);
+    }
+    Ok(Imported {
+        toml: out,
+        servers,
+        skipped,
+    })
+}
+
+fn from_json(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+    let table = v
+        .get("mcpServers")
+        .or_else(|| v.get("servers"))
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            format!("{origin}: no `mcpServers` (or `servers`) object: not an MCP servers config")
+        })?;
+    let mut out = Vec::new();
+    for (name, s) in table {
+        let mut e = Entry::default();
+        let kind = s.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind == "sse" {
+            e.notes.push(
+                "the legacy HTTP+SSE transport is not supported (streamable HTTP only)".into(),
+            );
+            out.push((name.clone(), e));
+            continue;
+        }
+        e.command = s.get("command").and_then(Value::as_str).map(str::to_owned);
+        e.url = s
+            .get("url")
+            .or_else(|| s.get("serverUrl"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        e.args = strings(s.get("args"));
+        e.env = string_map(s.get("env"));
+        e.headers = string_map(s.get("headers"));
+        e.cwd = s.get("cwd").and_then(Value::as_str).map(str::to_owned);
+        if e.command.is_none() && e.url.is_none() {
+            e.notes.push("neither `command` nor `url`".into());
+        }
+        if s.get("disabled").and_then(Value::as_bool) == Some(true) {
+            e.notes.push("it was disabled in the source".into());
+        }
+        out.push((name.clone(), e));
+    }
+    Ok(out)
+}
+
+fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
+    let v: toml::Table =
+        toml::from_str(text).map_err(|e| format!("{origin}: neither JSON nor valid TOML: {e}"))?;
+    let table = v
+        .get("mcp_servers")
+        .and_then(toml::Value::as_table)
+        .ok_or_else(|| format!("{origin}: no `[mcp_servers]` table: not a Codex config.toml"))?;
+    let mut out = Vec::new();
+    for (name, s) in table {
+        let mut e = Entry::default();
+        let get = |k: &str| s.get(k);
+        e.command = get("command")
+            .and_then(toml::Value::as_str)
+            .map(str::to_owned);
+        e.url = get("url").and_then(toml::Value::as_str).map(str::to_owned);
+        e.args = get("args")
+            .and_then(toml::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let map = |k: &str| -> BTreeMap<String, String> {
+            get(k)
+                .and_then(toml::Value::as_table)
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        e.env = map("env");
+        e.headers = map("http_headers");
+        e.cwd = get("cwd").and_then(toml::Value::as_str).map(str::to_owned);
+        let secs = |k: &str| {
+            get(k).and_then(|v| {
+                v.as_float()
+                    .or_else(|| v.as_integer().map(|i| i as f64))
+                    .map(|s| (s * 1000.0) as u64)
+            })
+        };
+        e.startup_timeout_ms = secs("startup_timeout_sec");
+        e.tool_call_timeout_ms = secs("tool_timeout_sec");
+        if let Some(var) = get("bearer_token_env_var").and_then(toml::Value::as_str) {
+            e.notes.push(format!(
+                "bearer_token_env_var = {var:?}: put `Bearer <token>` in a secret and name it in header_secrets = {{ Authorization = \"…\" }}"
+            ));
+        }
+        if get("enabled").and_then(toml::Value::as_bool) == Some(false) {
+            e.notes.push("it was disabled in the source".into());
+        }
+        if e.command.is_none() && e.url.is_none() {
+            e.notes.push("neither `command` nor `url`".into());
+        }
+        out.push((name.clone(), e));
+    }
+    Ok(out)
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A TOML basic string.
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// `{ "K" = "v", … }` (keys quoted: any header or variable name is valid).
+fn inline_table(m: &BTreeMap<String, String>) -> String {
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+        .collect();
+    format!("{{ {} }}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mcp_json_arrives_disabled_and_asking_and_parses_as_mcpvisor_config() {
+        let json = r#"{"mcpServers": {
+            "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"], "env": {"API_KEY": "k"}},
+            "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"X-Tenant": "acme"}},
+            "old": {"type": "sse", "url": "https://example.com/sse"},
+            "My Files!": {"command": "files-server"}
+        }}"#;
+        let got = import_servers(".mcp.json", json).unwrap();
+        assert_eq!(got.servers, ["my-files", "everything", "remote"]);
+        assert_eq!(got.skipped.len(), 1);
+        assert!(
+            got.skipped[0].contains("legacy HTTP+SSE"),
+            "{:?}",
+            got.skipped
+        );
+        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        assert_eq!(cfg.servers.len(), 3);
+        for s in &cfg.servers {
+            assert!(!s.enabled, "{}", s.server_name);
+            assert_eq!(s.trust, crate::messages::trust::TrustMode::Ask);
+        }
+        assert!(got.toml.contains("# was \"My Files!\""), "{}", got.toml);
+    }
+
+    #[test]
+    fn a_codex_config_toml_keeps_its_timeouts_and_says_what_it_could_not_carry() {
+        let codex = r#"
+model = "o3"
+[mcp_servers.time]
+command = "uvx"
+args = ["mcp-server-time"]
+startup_timeout_sec = 20
+tool_timeout_sec = 90.5
+[mcp_servers.linear]
+url = "https://mcp.linear.app/mcp"
+bearer_token_env_var = "LINEAR_TOKEN"
+"#;
+        let got = import_servers("config.toml", codex).unwrap();
+        assert_eq!(got.servers, ["linear", "time"]);
+        assert!(
+            got.toml.contains("startup_timeout_ms = 20000"),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml.contains("tool_call_timeout_ms = 90500"),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml.contains("bearer_token_env_var = \"LINEAR_TOKEN\""),
+            "{}",
+            got.toml
+        );
+        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+    }
+
+    #[test]
+    fn a_file_of_another_kind_is_named() {
+        assert!(
+            import_servers("x.json", r#"{"a": 1}"#)
+                .unwrap_err()
+                .contains("no `mcpServers`")
+        );
+        assert!(
+            import_servers("x.toml", "a = 1")
+                .unwrap_err()
+                .contains("not a Codex config.toml")
+        );
+        assert!(
+            import_servers("x", "{oops")
+                .unwrap_err()
+                .contains("not valid JSON")
+        );
+    }
+}
