@@ -723,6 +723,33 @@ async fn resolve_secrets(
     Ok(out)
 }
 
+/// The words of a failed `initialize`. Over HTTP, when the transport
+/// already named the cause (`reqwest_cause`, a refused connection, DNS,
+/// TLS, a timeout; or an HTTP status), the error says only that
+/// `initialize` failed, without rmcp's wrapper and its type names.
+fn initialize_error(
+    e: &(dyn std::error::Error + 'static),
+    transport: &TransportConfig,
+    diag: &Diagnostics,
+) -> String {
+    let text = e.to_string();
+    if !matches!(transport, TransportConfig::StreamableHttp(_)) {
+        return format!("initialize failed: {text}");
+    }
+    if diag.fatal().is_some() {
+        return "initialize failed".to_owned();
+    }
+    // Strip `Send message error Transport [type<…>] error: ` and the tail.
+    let inner = text
+        .split_once("] error: ")
+        .map_or(text.as_str(), |(_, rest)| rest);
+    let inner = inner
+        .split(", when send initialize request")
+        .next()
+        .unwrap_or(inner);
+    format!("initialize failed: {inner}")
+}
+
 /// `initialize` (empty capabilities), `notifications/initialized`, then the whole
 /// catalog when the server has tools (CONN-10, SYNC-3).
 async fn handshake<T, E, A>(
@@ -739,7 +766,7 @@ where
     let running = handler
         .serve(transport)
         .await
-        .map_err(|e| format!("initialize failed: {e}"))?;
+        .map_err(|e| initialize_error(&e, &cfg.transport, &diag))?;
     let peer = running.peer().clone();
     peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
         .await;

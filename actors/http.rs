@@ -79,15 +79,72 @@ pub fn transport(
     retry.max_times = Some(SSE_RETRIES);
     retry.max_delay = Some(Duration::from_secs(10));
     config.retry_config = Arc::new(retry);
+    let no_credentials = cfg.headers.is_empty() && secret_headers.is_empty();
     Ok(StreamableHttpClientTransport::with_client(
         TappedClient {
             inner,
             diag,
             session_lost,
             replay_for_chaos,
+            no_credentials,
         },
         config,
     ))
+}
+
+/// A request that never got an answer, in words (issue 14): a refused
+/// connection, a DNS failure, a TLS failure and a timeout read
+/// differently, each keeping its own text, and no type names.
+pub(crate) fn reqwest_cause(e: &reqwest::Error) -> String {
+    let url = e
+        .url()
+        .map(|u| u.to_string())
+        .unwrap_or_else(|| "the server".into());
+    let mut chain = Vec::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = cur {
+        chain.push(x.to_string());
+        cur = x.source();
+    }
+    let lower = chain.join(" | ").to_lowercase();
+    let deepest = chain.last().cloned().unwrap_or_default();
+    let cause = if e.is_timeout() || lower.contains("timed out") {
+        "no answer in time (timeout)".to_owned()
+    } else if lower.contains("connection refused") {
+        "connection refused (nothing listens there)".to_owned()
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        let dns = chain
+            .iter()
+            .rev()
+            .find(|c| c.to_lowercase().contains("lookup") || c.to_lowercase().contains("dns"))
+            .cloned()
+            .unwrap_or(deepest);
+        format!("dns error: {}", dns.trim_start_matches("dns error: "))
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("ssl") {
+        format!("TLS failure: {deepest}")
+    } else {
+        deepest
+    };
+    format!("cannot reach {url}: {cause}")
+}
+
+/// An HTTP answer that is not MCP, short: its status, and at most a
+/// 200-byte excerpt of a text body; an HTML page is named, not pasted.
+fn unexpected_response(text: &str) -> String {
+    let (head, body) = text.split_once(": ").unwrap_or((text, ""));
+    let body = body.trim();
+    let lower = body.to_lowercase();
+    if lower.starts_with("<!doctype") || lower.starts_with("<html") || lower.contains("<body") {
+        return format!(
+            "the server answered {head} with an HTML page, not MCP: is the URL the MCP endpoint (often ending in /mcp)?"
+        );
+    }
+    if body.is_empty() {
+        return format!("the server answered {head}, not MCP");
+    }
+    let end = crate::messages::budget::floor_char_boundary(body, 200);
+    let more = if end < body.len() { "…" } else { "" };
+    format!("the server answered {head}, not MCP: {}{more}", &body[..end])
 }
 
 /// rmcp's reqwest client with the taps described in the module docs.
@@ -99,6 +156,8 @@ pub struct TappedClient {
     session_lost: CancellationToken,
     /// Test-only (`ChaosSwitches::replay_expired_sessions`): rmcp's replay.
     replay_for_chaos: bool,
+    /// No header was configured at all: a 401 then means none were sent.
+    no_credentials: bool,
 }
 
 impl TappedClient {
@@ -118,9 +177,21 @@ impl TappedClient {
                 _ => None,
             };
             if let Some(status) = status {
-                self.diag.set_fatal(format!(
-                    "the server rejected the credentials (HTTP {status})"
-                ));
+                let mut why = format!("the server rejected the credentials (HTTP {status})");
+                if self.no_credentials {
+                    why.push_str(
+                        ": none were sent; add `headers`, or `header_secrets` naming a secret of [secrets], to the server's section (OAuth is not supported yet)",
+                    );
+                }
+                self.diag.set_fatal(why);
+            }
+            if let StreamableHttpError::Client(re) = e {
+                self.diag.set_fatal(reqwest_cause(re));
+            }
+            if let StreamableHttpError::UnexpectedServerResponse(text) = e
+                && status.is_none()
+            {
+                self.diag.set_fatal(unexpected_response(text));
             }
             if matches!(e, StreamableHttpError::SessionExpired) && !self.replay_for_chaos {
                 self.diag.set_fatal(

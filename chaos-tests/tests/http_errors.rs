@@ -98,3 +98,52 @@ async fn an_endpoint_that_never_answers_fails_at_the_startup_timeout_not_never()
     assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
     task.abort();
 }
+
+#[tokio::test]
+async fn a_closed_port_says_connection_refused_without_type_names() {
+    // Issue 14: the cause in words, no `WorkerTransport<…>`.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    drop(listener);
+    let err = first_error(&url).await;
+    assert!(err.contains(&format!("cannot reach {url}")), "{err}");
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(
+        !err.contains("WorkerTransport") && !err.contains("::"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_401_with_no_credentials_configured_says_none_were_sent_and_how_to_send_them() {
+    let (url, task) =
+        endpoint(|| async { (StatusCode::UNAUTHORIZED, "who are you").into_response() }).await;
+    let err = first_error(&url).await;
+    assert!(err.contains("HTTP 401"), "{err}");
+    assert!(
+        err.contains("none were sent") && err.contains("header_secrets"),
+        "{err}"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_404_html_page_is_not_pasted_into_the_error() {
+    let page = format!("<html><body>{}</body></html>", "Not Found. ".repeat(200));
+    let (url, task) = endpoint(move || {
+        let page = page.clone();
+        async move {
+            (
+                StatusCode::NOT_FOUND,
+                [(header::CONTENT_TYPE, "text/html")],
+                page,
+            )
+                .into_response()
+        }
+    })
+    .await;
+    let err = first_error(&url).await;
+    assert!(!err.contains("<html>") && err.len() < 600, "{err}");
+    assert!(err.contains("404"), "{err}");
+    task.abort();
+}
