@@ -144,7 +144,10 @@ fn unexpected_response(text: &str) -> String {
     }
     let end = crate::messages::budget::floor_char_boundary(body, 200);
     let more = if end < body.len() { "…" } else { "" };
-    format!("the server answered {head}, not MCP: {}{more}", &body[..end])
+    format!(
+        "the server answered {head}, not MCP: {}{more}",
+        &body[..end]
+    )
 }
 
 /// rmcp's reqwest client with the taps described in the module docs.

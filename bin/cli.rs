@@ -29,19 +29,35 @@ pub(crate) enum Command {
         /// Only this server.
         server: Option<String>,
     },
-    /// List public tool names.
+    /// List public tool names, e.g. `mcpvisor tools`, or one server without
+    /// a config: `mcpvisor tools -- node server.js`.
     Tools {
         /// Only this server's tools.
         #[arg(long)]
         server: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
-    /// Call a tool by public name and print what the model would see.
+    /// Call a tool by public name and print what the model would see, e.g.
+    /// `mcpvisor call mcp__everything__echo --arg message=hi`.
     Call {
-        /// Public tool name, e.g. mcp__everything__echo.
+        /// Public tool name, e.g. mcp__everything__echo (with a one-shot
+        /// target, the server's own name for it also works).
         name: String,
-        /// Arguments as a JSON object.
+        /// Arguments as a JSON object; `@FILE` reads them from a file, `-`
+        /// from stdin.
         #[arg(long)]
         args: Option<String>,
+        /// One argument, `KEY=VALUE` (repeatable), typed by the tool's input
+        /// schema: numbers, booleans and JSON objects/arrays are parsed.
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        arg: Vec<String>,
+        /// Allow this one call without asking (a server with trust `ask`);
+        /// `never` still refuses.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        target: Target,
         /// Declare image capability for this call's route: valid images are
         /// saved and attached instead of placeholders.
         #[arg(long)]
@@ -182,6 +198,18 @@ pub(crate) enum HooksCommand {
 pub(crate) enum DialectArg {
     Claude,
     Codex,
+}
+
+/// A one-shot server instead of the config (`tools`, `call`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct Target {
+    /// A streamable-HTTP server to use instead of the config's servers.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub(crate) url: Option<String>,
+    /// A stdio server to use instead of the config's servers: everything
+    /// after `--`, e.g. `-- node server.js`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]

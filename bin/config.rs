@@ -58,6 +58,75 @@ pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileCon
     Ok(parse_config(&path.display().to_string(), &text)?)
 }
 
+/// The config for a command that may name a one-shot target (`--url URL`
+/// or `-- COMMAND…`): that one server instead of the config's (whose other
+/// tables still apply when a config file is given), and its name.
+pub(crate) fn load_for_target(
+    cli: &Cli,
+    target: &crate::cli::Target,
+) -> anyhow::Result<(FileConfig, Option<String>)> {
+    if target.url.is_none() && target.command.is_empty() {
+        return Ok((load_config(cli, true)?, None));
+    }
+    let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
+    let mut cfg = if explicit {
+        load_config(cli, false)?
+    } else {
+        FileConfig {
+            servers: Vec::new(),
+            event_log: None,
+            secrets_file: None,
+            secrets_keyring: None,
+            hooks: Default::default(),
+            model: Default::default(),
+        }
+    };
+    let server = match (&target.url, target.command.split_first()) {
+        (Some(url), _) => {
+            let host = url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_else(|| "remote".into());
+            ServerConfig::http(slug(&host), url.clone())
+        }
+        (None, Some((program, args))) => {
+            ServerConfig::stdio(target_name(program, args), program.clone(), args.to_vec())
+        }
+        (None, None) => bail!("no target"),
+    };
+    let name = server.server_name.clone();
+    cfg.servers = vec![server];
+    Ok((cfg, Some(name)))
+}
+
+/// A server name for `-- PROGRAM ARGS…`: the script's file stem for an
+/// interpreter or launcher (`node server.js` → `server`), else the program's.
+fn target_name(program: &str, args: &[String]) -> String {
+    let base = |p: &str| {
+        std::path::Path::new(p)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.to_owned())
+    };
+    let launcher = matches!(
+        base(program).as_str(),
+        "node" | "python" | "python3" | "npx" | "uvx" | "deno" | "bun" | "uv" | "pipx"
+    );
+    let subject = if launcher {
+        args.iter()
+            .find(|a| !a.starts_with('-'))
+            .map(|a| base(a.rsplit('/').next().unwrap_or(a)))
+            .unwrap_or_else(|| base(program))
+    } else {
+        base(program)
+    };
+    slug(&subject)
+}
+
+fn slug(text: &str) -> String {
+    mcpvisor::derive_slug(text, |_| false, || "0".into())
+}
+
 /// A runtime builder with what the config file asks for beyond servers, and
 /// the terminal approver (TRUST-5).
 pub(crate) fn builder_for(

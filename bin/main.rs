@@ -139,10 +139,13 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Demo => cmd::demo::run(&cli).await,
         Command::Check { server } => cmd::check::run(&cli, server.as_deref()).await,
-        Command::Tools { server } => cmd::tools::run(&cli, server.as_deref()).await,
+        Command::Tools { server, target } => cmd::tools::run(&cli, server.as_deref(), target).await,
         Command::Call {
             name,
             args,
+            arg,
+            yes,
+            target,
             images,
             attachments,
             chat,
@@ -153,6 +156,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 attachments: attachments.clone(),
                 chat: chat.clone(),
                 strict_hooks: *strict_hooks,
+                arg: arg.clone(),
+                yes: *yes,
+                target: target.clone(),
             };
             cmd::call::run(&cli, name, args.as_deref(), opts).await
         }

@@ -1,15 +1,17 @@
 //! `mcpvisor call`: call one tool by its public name and print what the
-//! model would see.
+//! model would see. Only the server the name names is started; a name of
+//! no configured server is refused before anything starts.
 
+use std::io::Read;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use mcpvisor::{CallOptions, FileAttachmentStore, Scope};
-use serde_json::Value;
+use anyhow::{Context, bail};
+use mcpvisor::{CallOptions, FileAttachmentStore, Scope, ToolDefinition, TrustMode};
+use serde_json::{Map, Value};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, Target};
 use crate::cmd::hooks;
-use crate::config::{builder_for, load_config};
+use crate::config::{builder_for, load_for_target};
 use crate::lifecycle::{finish, start_with};
 use crate::render::outcome_json;
 
@@ -23,6 +25,83 @@ pub(crate) struct CallFlags {
     pub(crate) chat: Option<String>,
     /// `--strict-hooks`: only approved hooks run.
     pub(crate) strict_hooks: bool,
+    /// `--arg KEY=VALUE`, repeatable.
+    pub(crate) arg: Vec<String>,
+    /// `--yes`: allow this call without asking.
+    pub(crate) yes: bool,
+    /// `--url` / `-- COMMAND`: a one-shot server.
+    pub(crate) target: Target,
+}
+
+/// The `--args` text: inline JSON, `@FILE`, or `-` (stdin).
+fn args_text(args: &str) -> anyhow::Result<String> {
+    if args == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read --args from stdin")?;
+        return Ok(s);
+    }
+    if let Some(path) = args.strip_prefix('@') {
+        return std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --args file {path}"));
+    }
+    Ok(args.to_owned())
+}
+
+/// `VALUE` typed by the property's schema type: numbers, booleans and JSON
+/// values parsed, strings kept as written.
+fn typed(value: &str, schema: Option<&Value>) -> anyhow::Result<Value> {
+    let kind = schema
+        .and_then(|s| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Ok(match kind {
+        "string" => Value::String(value.to_owned()),
+        "integer" => Value::from(
+            value
+                .parse::<i64>()
+                .with_context(|| format!("{value:?} is not an integer"))?,
+        ),
+        "number" => serde_json::from_str::<Value>(value)
+            .ok()
+            .filter(Value::is_number)
+            .with_context(|| format!("{value:?} is not a number"))?,
+        "boolean" => Value::Bool(match value {
+            "true" => true,
+            "false" => false,
+            _ => bail!("{value:?} is not true or false"),
+        }),
+        "object" | "array" => serde_json::from_str(value)
+            .with_context(|| format!("{value:?} is not valid JSON for a {kind}"))?,
+        // No schema type: JSON when it parses, else the string.
+        _ => serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned())),
+    })
+}
+
+/// Merge `--arg KEY=VALUE`s into `base`, typed by `def`'s input schema.
+fn merge_args(
+    base: Option<Value>,
+    pairs: &[String],
+    def: Option<&ToolDefinition>,
+) -> anyhow::Result<Option<Value>> {
+    if pairs.is_empty() {
+        return Ok(base);
+    }
+    let mut obj = match base {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => bail!("--args must be a JSON object to combine it with --arg"),
+    };
+    for p in pairs {
+        let Some((k, v)) = p.split_once('=') else {
+            bail!("--arg {p:?}: expected KEY=VALUE");
+        };
+        let schema = def.and_then(|d| d.input_schema.get("properties")?.get(k).cloned());
+        let value = typed(v, schema.as_ref()).with_context(|| format!("--arg {k}"))?;
+        obj.insert(k.to_owned(), value);
+    }
+    Ok(Some(Value::Object(obj)))
 }
 
 /// Run `call` of `name` with `args` (a JSON object); exit 1 unless the outcome is ok.
@@ -34,26 +113,85 @@ pub(crate) async fn run(
 ) -> anyhow::Result<u8> {
     let args: Option<Value> = match args {
         None => None,
-        Some(text) => Some(
-            serde_json::from_str(text)
-                .with_context(|| format!("--args is not valid JSON: {text}"))?,
-        ),
+        Some(spec) => {
+            let text = args_text(spec)?;
+            Some(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("--args is not valid JSON: {}", text.trim()))?,
+            )
+        }
     };
-    let cfg = load_config(cli, true)?;
+    let (mut cfg, target) = load_for_target(cli, &flags.target)?;
+    // A one-shot target's tools may be called by the server's own names.
+    let name = match &target {
+        Some(t) if !name.starts_with("mcp__") => mcpvisor::public_tool_name(t, name),
+        _ => name.to_owned(),
+    };
+    let shared = matches!(
+        name.as_str(),
+        "list_mcp_resources" | "list_mcp_resource_templates" | "read_mcp_resource"
+    );
+    if !shared {
+        // Only the work this call needs: the one server its name names.
+        let owner = cfg
+            .servers
+            .iter()
+            .filter(|s| name.starts_with(&format!("mcp__{}__", s.server_name)))
+            .max_by_key(|s| s.server_name.len())
+            .map(|s| s.server_name.clone());
+        let Some(owner) = owner else {
+            let known: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
+            bail!(
+                "{name:?} names no configured server (public names are mcp__<server>__<tool>; configured: {}); `mcpvisor tools` lists the tools",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        };
+        cfg.servers.retain(|s| s.server_name == owner);
+    }
+    if flags.yes {
+        for s in &mut cfg.servers {
+            if s.trust == TrustMode::Ask {
+                s.trust = TrustMode::Always;
+            }
+        }
+    }
     let mut builder = builder_for(&cfg, flags.strict_hooks)?;
-    if let Some(dir) = flags.attachments {
-        builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir)));
+    // `--images` alone: images are admitted into a temporary directory.
+    let attachments = match (flags.attachments, flags.images) {
+        (Some(dir), _) => Some(dir),
+        (None, true) => {
+            Some(std::env::temp_dir().join(format!("mcpvisor-attachments-{}", std::process::id())))
+        }
+        (None, false) => None,
+    };
+    if let Some(dir) = &attachments {
+        builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir.clone())));
     }
     let runtime = start_with(builder, cfg.servers, cli.json).await?;
     if !cli.json {
         hooks::print_load_warnings(&runtime);
     }
+    let def = runtime
+        .tools(&Scope::Global)
+        .into_iter()
+        .find(|d| d.name == name);
+    let args = match merge_args(args, &flags.arg, def.as_deref()) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = finish(runtime).await;
+            return Err(e);
+        }
+    };
     let options = CallOptions {
         images: flags.images,
         chat: flags.chat.or_else(|| Some("cli".into())),
         ..CallOptions::default()
     };
-    let outcome = runtime.call(&Scope::Global, name, args, options).await;
+    let outcome = runtime.call(&Scope::Global, &name, args, options).await;
     let _ = finish(runtime).await;
     if cli.json {
         println!("{}", outcome_json(&outcome));
@@ -67,12 +205,39 @@ pub(crate) async fn run(
         for note in &outcome.notes {
             eprintln!("{note}");
         }
-        if outcome.kind == mcpvisor::OutcomeKind::UnknownTool {
-            eprintln!("(`mcpvisor tools` lists the tool names)");
-        }
         if let Some(r) = &outcome.stop {
             eprintln!("a hook stopped the turn: {r}");
         }
+        if outcome.kind == mcpvisor::OutcomeKind::UnknownTool {
+            eprintln!("(`mcpvisor tools` lists the tool names)");
+        }
+        if !outcome.images.is_empty()
+            && let Some(dir) = &attachments
+        {
+            eprintln!(
+                "{} image(s) saved in {}",
+                outcome.images.len(),
+                dir.display()
+            );
+        }
     }
     Ok(u8::from(!outcome.is_ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arg_values_are_typed_by_the_schema() {
+        let int = serde_json::json!({"type": "integer"});
+        assert_eq!(typed("42", Some(&int)).unwrap(), Value::from(42));
+        assert!(typed("4x", Some(&int)).is_err());
+        let s = serde_json::json!({"type": "string"});
+        assert_eq!(typed("42", Some(&s)).unwrap(), Value::String("42".into()));
+        let b = serde_json::json!({"type": "boolean"});
+        assert_eq!(typed("true", Some(&b)).unwrap(), Value::Bool(true));
+        assert_eq!(typed("[1,2]", None).unwrap(), serde_json::json!([1, 2]));
+        assert_eq!(typed("hello", None).unwrap(), Value::String("hello".into()));
+    }
 }

@@ -7,14 +7,18 @@ use mcpvisor::{Scope, ServerState};
 use serde_json::Value;
 
 use crate::cli::Cli;
-use crate::config::load_config;
+use crate::config::load_for_target;
 use crate::lifecycle::{finish, start};
 use crate::render::tool_json;
 
 /// Run `tools` for every server, or `only` that one; exit 1 when a server
 /// (of those listed) is not ready.
-pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    let mut cfg = load_config(cli, true)?;
+pub(crate) async fn run(
+    cli: &Cli,
+    only: Option<&str>,
+    target: &crate::cli::Target,
+) -> anyhow::Result<u8> {
+    let (mut cfg, _) = load_for_target(cli, target)?;
     if let Some(s) = only {
         let known: Vec<String> = cfg.servers.iter().map(|c| c.server_name.clone()).collect();
         if !known.iter().any(|k| k == s) {
@@ -34,6 +38,24 @@ pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
         eprintln!("mcpvisor: the config enables no servers, so there are no tools to list");
         return Ok(1);
     }
+    // What `never` refuses, marked in the listing (the server's own trust,
+    // or a tool's `tool_trust`).
+    let cfg_never: Vec<(String, Vec<String>)> = cfg
+        .servers
+        .iter()
+        .filter_map(|s| {
+            if s.trust == mcpvisor::TrustMode::Never {
+                return Some((s.server_name.clone(), Vec::new()));
+            }
+            let tools: Vec<String> = s
+                .tool_trust
+                .iter()
+                .filter(|(_, m)| **m == mcpvisor::TrustMode::Never)
+                .map(|(t, _)| t.clone())
+                .collect();
+            (!tools.is_empty()).then(|| (s.server_name.clone(), tools))
+        })
+        .collect();
     let runtime = start(cfg, cli.json).await?;
     let tools = runtime.tools(&Scope::Global);
     let not_ready: Vec<_> = runtime
@@ -46,10 +68,19 @@ pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
         let arr: Vec<Value> = tools.iter().map(|t| tool_json(t)).collect();
         println!("{}", Value::Array(arr));
     } else {
+        let never: Vec<(String, Vec<String>)> = cfg_never;
         for t in &tools {
+            let refused = never.iter().any(|(server, tools)| {
+                *server == t.server && (tools.is_empty() || tools.contains(&t.raw_name))
+            });
             println!(
-                "{:<48} {}",
+                "{:<48} {}{}",
                 t.name,
+                if refused {
+                    "[refused: trust never] "
+                } else {
+                    ""
+                },
                 t.description
                     .as_deref()
                     .unwrap_or("")
@@ -57,6 +88,10 @@ pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
                     .next()
                     .unwrap_or("")
             );
+            let args = arguments(t);
+            if !args.is_empty() {
+                println!("    {}", args.join("  "));
+            }
         }
     }
     for s in &not_ready {
@@ -80,4 +115,32 @@ pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
         eprintln!("  (`mcpvisor check SERVER` shows one server's handshake)");
     }
     Ok(u8::from(!not_ready.is_empty()))
+}
+
+/// Each argument of `t` as `name: type` (`name?: type` when optional).
+fn arguments(t: &mcpvisor::ToolDefinition) -> Vec<String> {
+    let required: Vec<&str> = t
+        .input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    t.input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, p)| {
+                    let kind = p.get("type").and_then(Value::as_str).unwrap_or("any");
+                    let opt = if required.contains(&name.as_str()) {
+                        ""
+                    } else {
+                        "?"
+                    };
+                    format!("{name}{opt}: {kind}")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -15,8 +15,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use mcpvisor_chaos::{
-    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_section, process_alive,
-    unique_temp_path, wait_file_contains, wait_gone,
+    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_path, fault_server_section,
+    process_alive, unique_temp_path, wait_file_contains, wait_gone,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -712,4 +712,89 @@ async fn config_errors_suggest_the_key_and_json_errors_are_json() {
         text(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_targets_typed_args_args_files_and_yes_work_without_a_config() {
+    // Issue 14 (what an Inspector CLI user expects): `tools -- COMMAND`,
+    // `call TOOL --arg k=v --yes -- COMMAND`, `--args @file`.
+    let dir = unique_temp_path("oneshot");
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = fault_server_path().to_string_lossy().into_owned();
+    let out = run(&dir, &["tools", "--", &server]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("mcp__fault-server__echo"), "{stdout}");
+    assert!(
+        stdout.contains("message: string"),
+        "the arguments are shown: {stdout}"
+    );
+    assert!(stdout.contains("ms?: integer"), "{stdout}");
+    let out = run(
+        &dir,
+        &["call", "slow", "--arg", "ms=5", "--yes", "--", &server],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "an integer arg: {}",
+        text(&out.stdout)
+    );
+    let args = dir.join("args.json");
+    std::fs::write(&args, r#"{"message": "from a file"}"#).unwrap();
+    let at = format!("@{}", args.display());
+    let out = run(
+        &dir,
+        &["call", "echo", "--args", &at, "--yes", "--", &server],
+    )
+    .await;
+    assert!(
+        text(&out.stdout).contains("from a file"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Without --yes a one-shot server asks, and with no terminal that is a refusal.
+    let out = run(&dir, &["call", "echo", "--arg", "message=x", "--", &server]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("refused_by_trust"),
+        "{}",
+        text(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_starts_only_the_server_it_names_and_refuses_a_name_of_none_at_once() {
+    let log = RequestLog::new("lazy-other");
+    let other = fault_server_section("other", &log.args(), "always");
+    let w = workdir(&[], &other);
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(
+        &w.dir,
+        &[
+            "--config",
+            &config,
+            "call",
+            "mcp__x__echo",
+            "--arg",
+            "message=hi",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        log.text().is_empty(),
+        "the other server was never started: {}",
+        log.text()
+    );
+    let out = run(&w.dir, &["--config", &config, "call", "mcp__nobody__echo"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("names no configured server") && err.contains("configured: other, x"),
+        "{err}"
+    );
+    assert!(!err.contains("connecting to"), "nothing was started: {err}");
 }
