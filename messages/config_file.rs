@@ -390,12 +390,48 @@ pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<ServerConfig>, 
     parse_config(origin, text).map(|c| c.servers)
 }
 
+/// A stdio server's `command` (when it is a path, not a bare name looked
+/// up in PATH) and `cwd`, relative to the config file's directory; `~/`
+/// is the home directory. Arguments are the server's own and stay as written.
+fn resolve_paths(c: &mut ServerConfig, base: Option<&std::path::Path>) {
+    let TransportConfig::Stdio(stdio) = &mut c.transport else {
+        return;
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let resolve = |p: &std::path::Path| -> PathBuf {
+        if let (Ok(rest), Some(h)) = (p.strip_prefix("~"), &home) {
+            return h.join(rest);
+        }
+        match base {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p.to_path_buf(),
+        }
+    };
+    if stdio.command.starts_with("~/")
+        || (stdio.command.contains('/') && !stdio.command.starts_with('/'))
+    {
+        stdio.command = resolve(std::path::Path::new(&stdio.command))
+            .to_string_lossy()
+            .into_owned();
+    }
+    if let Some(cwd) = &stdio.cwd {
+        stdio.cwd = Some(resolve(cwd));
+    }
+}
+
 fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, ConfigError> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
+    let base = std::path::Path::new(origin)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(std::path::Path::to_path_buf);
     for (name, server) in raw.servers {
         match ServerConfig::from_raw(&name, server) {
-            Ok(c) => out.push(c),
+            Ok(mut c) => {
+                resolve_paths(&mut c, base.as_deref());
+                out.push(c)
+            }
             Err(e) => problems.extend(e.problems.into_iter().map(|p| format!("{origin}: {p}"))),
         }
     }
@@ -405,6 +441,23 @@ fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, Con
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_command_and_cwd_resolve_against_the_config_files_directory() {
+        let cfg = parse_config(
+            "/etc/mcp/mcpvisor.toml",
+            "[servers.a]\ncommand = \"bin/server\"\ncwd = \"data\"\n[servers.b]\ncommand = \"node\"\nargs = [\"rel/server.js\"]\n",
+        )
+        .unwrap();
+        let stdio = |i: usize| match &cfg.servers[i].transport {
+            TransportConfig::Stdio(s) => s.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(stdio(0).command, "/etc/mcp/bin/server");
+        assert_eq!(stdio(0).cwd, Some(PathBuf::from("/etc/mcp/data")));
+        assert_eq!(stdio(1).command, "node", "a bare name is looked up in PATH");
+        assert_eq!(stdio(1).args, vec!["rel/server.js".to_owned()]);
+    }
 
     #[test]
     fn config_file_with_both_transports_parses_with_defaults() {

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use mcpvisor::{RuntimeEvent, Scope};
+use mcpvisor::{RuntimeEvent, Scope, ServerState};
 use serde_json::{Value, json};
 
 use crate::cli::Cli;
@@ -14,10 +14,18 @@ use crate::render::{status_json, status_line};
 /// Run `status`, once or (`watch`) until interrupted.
 pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     let cfg = load_config(cli, true)?;
+    if cfg.servers.is_empty() {
+        eprintln!("mcpvisor: the config defines no servers");
+        return Ok(1);
+    }
     if !watch {
         let runtime = start(cfg, cli.json).await?;
         let statuses = runtime.status();
         let _ = finish(runtime).await;
+        let not_ready = statuses
+            .iter()
+            .filter(|s| s.state != ServerState::Ready && s.state != ServerState::Stopped)
+            .count();
         if cli.json {
             println!(
                 "{}",
@@ -39,7 +47,7 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
                 }
             }
         }
-        return Ok(0);
+        return Ok(u8::from(not_ready > 0));
     }
     let runtime = builder_for(&cfg, false)?.start().await?;
     let mut events = runtime.subscribe();
@@ -48,13 +56,32 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut out = std::io::stdout();
+    // One line per change: a status equal to the last one shown is skipped.
+    let mut last: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             ev = events.recv() => match ev {
                 Ok(RuntimeEvent::ServerStatus(s)) => {
-                    let line = if cli.json { status_json(&s).to_string() } else { status_line(&s) };
+                    let mut human = status_line(&s);
+                    // Why a server is not ready, in the line itself.
+                    if s.state != ServerState::Ready
+                        && let Some(e) = &s.error
+                    {
+                        human.push_str(&format!(" — {e}"));
+                    }
+                    if last.get(&s.server) == Some(&human) {
+                        continue;
+                    }
+                    last.insert(s.server.clone(), human.clone());
+                    let line = if cli.json {
+                        let mut v = status_json(&s);
+                        v["ts_ms"] = json!(unix_ms());
+                        v.to_string()
+                    } else {
+                        human
+                    };
                     let _ = writeln!(out, "{line}");
                     let _ = out.flush();
                 }
@@ -65,7 +92,23 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     }
     let report = finish(runtime).await;
     if cli.json {
-        let _ = writeln!(out, "{}", json!({"shutdown": report}));
+        let _ = writeln!(out, "{}", json!({"shutdown": report, "ts_ms": unix_ms()}));
+    } else {
+        let _ = writeln!(
+            out,
+            "shutdown: {} server(s) stopped, processes reaped {:?}, {} ms{}",
+            report.servers_stopped.len(),
+            report.processes_reaped,
+            report.duration_ms,
+            if report.is_clean() { ", clean" } else { "" }
+        );
     }
     Ok(u8::from(!report.is_clean()))
+}
+
+/// Milliseconds since the Unix epoch (the timestamp of `--watch` JSON lines).
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }

@@ -798,3 +798,28 @@ async fn a_call_starts_only_the_server_it_names_and_refuses_a_name_of_none_at_on
     );
     assert!(!err.contains("connecting to"), "nothing was started: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_1_with_a_failed_server_and_a_config_without_servers_says_so() {
+    let w = workdir(
+        &["--crash-at-start", "2"],
+        "[servers.x.reconnect]\nenabled = false\n",
+    );
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "status"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("fatal: boom at start"),
+        "{}",
+        text(&out.stdout)
+    );
+    let empty = ConfigDir::new("empty", "").unwrap();
+    let config = empty.config().to_string_lossy().into_owned();
+    let out = run(&empty.dir, &["--config", &config, "status"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("defines no servers"),
+        "{}",
+        text(&out.stderr)
+    );
+}
