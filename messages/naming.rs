@@ -136,7 +136,7 @@ pub fn validate_server_name(name: &str) -> Result<(), String> {
 /// reduced to lowercase hex digits and cut to 8 (`0` if nothing is left).
 /// Because a 24-character base plus `-` and 8 hex digits would be 33 long,
 /// the base is cut (and trailing `-` trimmed) so the result always fits
-/// [`SERVER_NAME_MAX`] and is a valid `server_name`.
+/// the server-name limit (32 characters) and is a valid `server_name`.
 pub fn derive_slug(
     display_name: &str,
     is_taken: impl Fn(&str) -> bool,
