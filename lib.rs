@@ -141,7 +141,7 @@ pub use messages::projection::ProjectionPart;
 
 pub use messages::import::{Imported, import_servers};
 pub use messages::model::{Provider, Usage};
-pub use messages::naming::{derive_slug, public_tool_name};
+pub use messages::naming::{closest, derive_slug, public_tool_name};
 pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };

@@ -261,9 +261,17 @@ pub fn resolve_executable(
             return Ok(candidate);
         }
     }
+    // Each directory once, in search order (PATH often repeats /usr/local/bin).
+    let mut searched: Vec<String> = Vec::new();
+    for d in &dirs {
+        let d = d.display().to_string();
+        if !searched.contains(&d) {
+            searched.push(d);
+        }
+    }
     Err(SpawnError::NotFound {
         command: command.to_owned(),
-        searched: dirs.iter().map(|d| d.display().to_string()).collect(),
+        searched,
     })
 }
 
@@ -694,6 +702,24 @@ fn trim_cr(line: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_missing_binary_search_list_names_each_directory_once() {
+        let err = resolve_executable(
+            "no-such-binary-xyz",
+            Some("/usr/local/bin:/bin:/usr/local/bin:/bin"),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        let searched: Vec<&str> = err
+            .split("searched: ")
+            .nth(1)
+            .unwrap()
+            .split(", ")
+            .collect();
+        assert_eq!(searched, ["/usr/local/bin", "/bin"], "{err}");
+    }
 
     #[test]
     fn stderr_ring_keeps_only_the_tail() {

@@ -24,6 +24,16 @@ pub(crate) async fn start_with(
         .filter(|s| s.enabled)
         .map(|s| s.server_name.clone())
         .collect();
+    let trust_keys: Vec<(String, Vec<String>)> = servers
+        .iter()
+        .filter(|s| !s.tool_trust.is_empty())
+        .map(|s| {
+            (
+                s.server_name.clone(),
+                s.tool_trust.keys().cloned().collect(),
+            )
+        })
+        .collect();
     let limit = servers
         .iter()
         .map(|s| s.startup_timeout)
@@ -45,7 +55,36 @@ pub(crate) async fn start_with(
     if !quiet && !names.is_empty() {
         eprintln!(" {}", settled_summary(&runtime, &names));
     }
+    warn_tool_trust_typos(&runtime, &trust_keys);
     Ok(runtime)
+}
+
+/// A `tool_trust` key that names no tool of its (ready) server is a typo
+/// until shown otherwise: say so once, with the closest name.
+fn warn_tool_trust_typos(runtime: &Runtime, keys: &[(String, Vec<String>)]) {
+    let tools = runtime.tools(&Scope::Global);
+    let statuses = runtime.status();
+    for (server, names) in keys {
+        let ready = statuses
+            .iter()
+            .any(|s| &s.server == server && s.state == ServerState::Ready);
+        if !ready {
+            continue;
+        }
+        let raw: Vec<&str> = tools
+            .iter()
+            .filter(|t| &t.server == server)
+            .map(|t| t.raw_name.as_str())
+            .collect();
+        for n in names.iter().filter(|n| !raw.contains(&n.as_str())) {
+            let hint = mcpvisor::closest(n, raw.iter().copied())
+                .map(|c| format!(" (did you mean {c:?}?)"))
+                .unwrap_or_default();
+            eprintln!(
+                "mcpvisor: warning: [servers.{server}] tool_trust names {n:?}, which the server does not list{hint}"
+            );
+        }
+    }
 }
 
 /// "2 ready", or "1 ready, 1 failed: x (failed), y (reconnecting)" — what

@@ -823,3 +823,17 @@ async fn status_exits_1_with_a_failed_server_and_a_config_without_servers_says_s
         text(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_trust_name_the_server_does_not_list_is_flagged_with_the_closest() {
+    let w = workdir(&[], "[servers.x.tool_trust]\nech = \"never\"\n");
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "tools"]).await;
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "tool_trust names \"ech\", which the server does not list (did you mean \"echo\"?)"
+        ),
+        "{err}"
+    );
+}
