@@ -609,9 +609,19 @@ async fn compose_cause(
         Some(Closer::Process(p)) => p.wait_exit(EXIT_WAIT).await,
         _ => None,
     };
+    // A handshake that failed because the pipe broke or closed under it
+    // (the two ways a race with an exiting server shows): the exit is the
+    // cause, and the words are the same whichever side noticed first.
+    let handshake_lost = reason.starts_with("initialize failed")
+        && (reason.contains("Broken pipe")
+            || reason.contains("connection closed")
+            || reason.contains("error: Transport"));
     let mut cause = match exit {
         // The transport closed: the exit is the real cause (CONN-8).
         Some(status) if exit_is_the_cause => format!("server {status}"),
+        Some(status) if handshake_lost => {
+            format!("initialize failed: the server {status} before answering")
+        }
         // The attempt failed for its own reason; the exit is a consequence.
         Some(status) => format!("{reason} (server {status})"),
         None => reason.to_owned(),

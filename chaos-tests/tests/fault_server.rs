@@ -786,3 +786,28 @@ async fn the_fault_server_over_streamable_http_answers_calls_and_announces_new_t
     }
     assert!(!process_alive(server_pid));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_at_once_gets_the_same_words_whichever_side_noticed_first() {
+    // Issue 14: no racy "Broken pipe" variant of "exited at once".
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..5 {
+        let mut cfg = ServerConfig::stdio("quick", "sh", vec!["-c".into(), "exit 3".into()]);
+        cfg.reconnect.enabled = false;
+        let runtime = Runtime::builder().start().await.unwrap();
+        runtime.add_server(G, cfg).await.unwrap();
+        let err = runtime
+            .wait_ready(&G, "quick", Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .to_string();
+        seen.insert(err);
+        finish(&runtime, &[]).await;
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let only = seen.into_iter().next().unwrap();
+    assert!(
+        only.contains("the server exited with status 3 before answering"),
+        "{only}"
+    );
+}
