@@ -40,8 +40,56 @@ pub(crate) async fn run(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8
             json!({"outcome": outcome.kind.name(), "error": outcome.error})
         };
         println!("{body}");
-    } else {
+    } else if !outcome.is_ok() {
         println!("{}", outcome.projection);
+    } else {
+        print_human(what, outcome.canonical.as_ref().unwrap_or(&Value::Null));
     }
     Ok(u8::from(!outcome.is_ok()))
+}
+
+/// Lists as a table (server, uri, name, mime); a read's text contents as
+/// text, binary ones as a size line.
+fn print_human(what: &ResourcesCommand, per_server: &Value) {
+    let Some(per_server) = per_server.as_object() else {
+        return;
+    };
+    match what {
+        ResourcesCommand::List { .. } | ResourcesCommand::Templates { .. } => {
+            let (key, uri_key) = match what {
+                ResourcesCommand::List { .. } => ("resources", "uri"),
+                _ => ("resourceTemplates", "uriTemplate"),
+            };
+            println!("{:<16} {:<40} {:<24} MIME", "SERVER", "URI", "NAME");
+            for (server, page) in per_server {
+                for r in page[key].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<16} {:<40} {:<24} {}",
+                        server,
+                        r[uri_key].as_str().unwrap_or("?"),
+                        r["name"].as_str().unwrap_or(""),
+                        r["mimeType"].as_str().unwrap_or("")
+                    );
+                }
+                if let Some(c) = page["nextCursor"].as_str() {
+                    println!("{server}: more with --server {server} --cursor {c}");
+                }
+            }
+        }
+        ResourcesCommand::Read { .. } => {
+            for (_, result) in per_server {
+                for c in result["contents"].as_array().into_iter().flatten() {
+                    match (c["text"].as_str(), c["blob"].as_str()) {
+                        (Some(text), _) => println!("{text}"),
+                        (None, Some(blob)) => println!(
+                            "[{} binary, {} bytes of base64: use --json for the data]",
+                            c["mimeType"].as_str().unwrap_or("content"),
+                            blob.len()
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
 }

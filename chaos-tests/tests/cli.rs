@@ -837,3 +837,30 @@ async fn a_tool_trust_name_the_server_does_not_list_is_flagged_with_the_closest(
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_list_is_a_table_and_read_prints_the_text() {
+    let w = workdir(&["--resources-only"], "");
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "resources", "list"]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.starts_with("SERVER"), "a table: {stdout}");
+    assert!(
+        stdout.contains("x                mem://note/readme"),
+        "{stdout}"
+    );
+    let out = run(
+        &w.dir,
+        &[
+            "--config",
+            &config,
+            "resources",
+            "read",
+            "x",
+            "mem://note/a",
+        ],
+    )
+    .await;
+    assert_eq!(text(&out.stdout).trim(), "note at mem://note/a");
+}
