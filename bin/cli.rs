@@ -160,6 +160,10 @@ pub(crate) enum Command {
         /// Sequential calls per latency sample.
         #[arg(long, default_value_t = 2000)]
         calls: usize,
+        /// A short run that proves every row still works (CI): 200 calls,
+        /// 1k tools, start-to-ready of 1 and 10 servers.
+        #[arg(long)]
+        quick: bool,
     },
     /// Serve the built-in demo MCP server on stdio.
     #[command(hide = true)]

@@ -206,6 +206,6 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             };
             cmd::chat::run(&cli, flags).await
         }
-        Command::Bench { calls } => cmd::bench::run(*calls, cli.json).await,
+        Command::Bench { calls, quick } => cmd::bench::run(*calls, *quick, cli.json).await,
     }
 }

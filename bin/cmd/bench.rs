@@ -376,14 +376,153 @@ async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
     Ok((ours.as_secs_f64() * 1e3, bare.as_secs_f64() * 1e3))
 }
 
+/// Start-to-ready of `n` demo servers: through the runtime (start → every
+/// server ready with its catalog), and bare (spawn + initialize each with
+/// rmcp, concurrently). Milliseconds: (bare, runtime).
+async fn start_to_ready(n: usize) -> anyhow::Result<(f64, f64)> {
+    let t = Instant::now();
+    let bare = futures::future::try_join_all((0..n).map(|_| bare_client(0))).await?;
+    let bare_ms = t.elapsed().as_secs_f64() * 1e3;
+    for (client, mut child) in bare {
+        let _ = client.cancel().await;
+        let _ = child.kill().await;
+    }
+    let mut b = Runtime::builder();
+    for i in 0..n {
+        b = b.server(
+            Scope::Global,
+            crate::config::demo_config(&format!("d{i}"), 0)?,
+        );
+    }
+    let t = Instant::now();
+    let runtime = b.start().await?;
+    for i in 0..n {
+        runtime
+            .wait_ready(&Scope::Global, &format!("d{i}"), Duration::from_secs(60))
+            .await?;
+    }
+    let ours_ms = t.elapsed().as_secs_f64() * 1e3;
+    runtime.shutdown(Duration::from_secs(30)).await;
+    Ok((bare_ms, ours_ms))
+}
+
+/// This process's resident set, KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runtime-side memory per idle connection: the RSS growth of this process
+/// (the runtime's half; the servers are other processes) over 20 added
+/// demo servers, per server, in KiB.
+async fn idle_connection_kib() -> anyhow::Result<f64> {
+    const N: usize = 20;
+    let runtime = Runtime::builder().start().await?;
+    // One server first, so the growth counts connections, not first use.
+    runtime
+        .add_server(Scope::Global, crate::config::demo_config("warm", 0)?)
+        .await?;
+    runtime
+        .wait_ready(&Scope::Global, "warm", Duration::from_secs(30))
+        .await?;
+    let before = rss_kib();
+    for i in 0..N {
+        runtime
+            .add_server(
+                Scope::Global,
+                crate::config::demo_config(&format!("i{i}"), 0)?,
+            )
+            .await?;
+    }
+    for i in 0..N {
+        runtime
+            .wait_ready(&Scope::Global, &format!("i{i}"), Duration::from_secs(60))
+            .await?;
+    }
+    let after = rss_kib();
+    runtime.shutdown(Duration::from_secs(30)).await;
+    Ok(after.saturating_sub(before) as f64 / N as f64)
+}
+
+/// A hook run against a bare `sh -c true`, median ms of `n` each: the
+/// runtime runs one PreToolUse command hook `true` (spawn in its own group,
+/// payload on stdin, output parsed, group reaped). (bare, runtime).
+async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
+    let bare = median_ms(n, || async {
+        tokio::process::Command::new("sh")
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let dir = std::env::temp_dir().join(format!("mcpvisor-bench-hook-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("hooks.json");
+    std::fs::write(
+        &file,
+        r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"true"}]}]}}"#,
+    )?;
+    let runtime = Runtime::builder()
+        .hooks(mcpvisor::HookSettings {
+            claude: Some(file),
+            ..mcpvisor::HookSettings::default()
+        })
+        .start()
+        .await?;
+    let hooks = runtime.hooks();
+    let input = mcpvisor::HookInput::PreToolUse {
+        tool_name: "mcp__demo__echo".into(),
+        tool_input: json!({}),
+        tool_use_id: "bench".into(),
+    };
+    let cancel = mcpvisor::CancellationToken::new();
+    let ours = median_ms(n, || async {
+        let _ = hooks.run(hooks.session(), &input, None, &cancel).await;
+        Ok(())
+    })
+    .await;
+    runtime.shutdown(Duration::from_secs(20)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((bare, ours?))
+}
+
 /// Run the benchmarks and print a table (or JSON).
-pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
+pub async fn run(calls: usize, quick: bool, as_json: bool) -> anyhow::Result<u8> {
+    let calls = if quick { calls.min(200) } else { calls };
     let bare = bare_rmcp(calls).await?;
     let ours = through_runtime(calls).await?;
     let (c1k, b1k) = catalog_sync(1_000).await?;
-    let (c10k, b10k) = catalog_sync(10_000).await?;
+    let (c10k, b10k) = if quick {
+        (f64::NAN, f64::NAN)
+    } else {
+        catalog_sync(10_000).await?
+    };
     let (large_bare, large_ours) = large_result((calls / 40).clamp(5, 50)).await?;
     let (gw_direct, gw_through) = gateway_call((calls / 4).max(50)).await?;
+    let mut ready = Vec::new();
+    for n in if quick { vec![1, 10] } else { vec![1, 10, 100] } {
+        ready.push((n, start_to_ready(n).await?));
+    }
+    let idle_kib = idle_connection_kib().await?;
+    let (hook_bare, hook_ours) = hook_overhead(if quick { 10 } else { 50 }).await?;
+    let ready_json: serde_json::Map<String, serde_json::Value> = ready
+        .iter()
+        .map(|(n, (b, o))| {
+            (
+                n.to_string(),
+                json!({"bare": b, "runtime": o, "ratio": o / b.max(1e-9)}),
+            )
+        })
+        .collect();
     if as_json {
         println!(
             "{}",
@@ -396,6 +535,10 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
                 },
                 "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
                 "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
+                "start_to_ready_ms": ready_json,
+                "idle_connection_kib": {"runtime": idle_kib},
+                "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
+                "quick": quick,
                 "catalog_sync_ms": {
                     "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
                     "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
@@ -426,6 +569,18 @@ pub async fn run(calls: usize, as_json: bool) -> anyhow::Result<u8> {
         println!(
             "echo through `mcpvisor gateway --stdio` vs straight to the demo server (bare rmcp client both), median µs: direct {gw_direct:.1}, gateway {gw_through:.1}, ratio {:.2}",
             gw_through / gw_direct.max(1e-9)
+        );
+        println!("start to ready (spawn → initialize → catalog registered), ms");
+        for (n, (b, o)) in &ready {
+            println!(
+                "  {n:>4} server(s): bare rmcp {b:.1}, mcpvisor {o:.1}, ratio {:.2}",
+                o / b.max(1e-9)
+            );
+        }
+        println!("runtime-side memory per idle connection: {idle_kib:.0} KiB");
+        println!(
+            "a PreToolUse hook `true` vs a bare `sh -c true`, median ms: bare {hook_bare:.2}, mcpvisor {hook_ours:.2}, ratio {:.2}",
+            hook_ours / hook_bare.max(1e-9)
         );
         println!("catalog sync (spawn → initialize → all pages → registered), ms");
         println!(
