@@ -165,6 +165,12 @@ pub(crate) enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// The client adapter for the official MCP conformance suite:
+    /// `conformance client --command "mcpvisor conformance" --scenario tools_call`.
+    Conformance {
+        /// The scenario's server URL (the suite appends it).
+        url: String,
+    },
     /// Serve the built-in demo MCP server on stdio.
     #[command(hide = true)]
     ServeDemo {

@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod call;
 pub(crate) mod chat;
 pub(crate) mod check;
+pub(crate) mod conformance;
 pub(crate) mod demo;
 pub(crate) mod gateway;
 pub(crate) mod hooks;

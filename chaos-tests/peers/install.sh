@@ -83,6 +83,23 @@ net.Server.prototype.listen = function (...a) {
 };
 JS
 
+# The same rule for the conformance suite's runner, one level down: it calls
+# `server.address().port` right after `listen(0)`, so the bind must stay
+# synchronous; `_listen2` (Node's internal bind step) is patched instead.
+cat >"$dir/force-loopback-sync.cjs" <<'JS'
+const net = require("net");
+const orig = net.Server.prototype._listen2;
+net.Server.prototype._listen2 = function (address, port, addressType, backlog, fd, flags) {
+  if (fd === undefined || fd === null || fd < 0) {
+    if (!address || address === "::" || address === "0.0.0.0") {
+      address = "127.0.0.1";
+      addressType = 4;
+    }
+  }
+  return orig.call(this, address, port, addressType, backlog, fd, flags);
+};
+JS
+
 echo "peers: ready in $dir"
 echo "  stdio: node $dir/node_modules/$PACKAGE/dist/index.js stdio"
 echo "  http:  PORT=<port> NODE_OPTIONS=\"--require $dir/force-loopback.cjs\" node $dir/node_modules/$PACKAGE/dist/index.js streamableHttp"
