@@ -22,9 +22,11 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
-    /// Run the built-in demo server under supervision: list tools, call two, shut down.
+    /// Run the built-in demo server under supervision: list tools, call two,
+    /// shut down, e.g. `mcpvisor demo`.
     Demo,
-    /// Real handshake with one or all servers: state, protocol version, tool count.
+    /// Real handshake with one or all servers: state, protocol version, tool
+    /// count, e.g. `mcpvisor check everything`.
     Check {
         /// Only this server.
         server: Option<String>,
@@ -72,12 +74,14 @@ pub(crate) enum Command {
         #[arg(long)]
         strict_hooks: bool,
     },
-    /// Command hooks of the `[hooks]` files.
+    /// Command hooks of the `[hooks]` files, e.g.
+    /// `mcpvisor hooks test --event PreToolUse --payload '{"tool_name":"Bash"}'`.
     Hooks {
         #[command(subcommand)]
         what: HooksCommand,
     },
-    /// Resources of the configured servers (through the shared resource tools).
+    /// Resources of the configured servers (through the shared resource
+    /// tools), e.g. `mcpvisor resources read everything demo://resource/static/document/architecture.md`.
     Resources {
         #[command(subcommand)]
         what: ResourcesCommand,
@@ -92,17 +96,18 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<std::path::PathBuf>,
     },
-    /// The config file itself.
+    /// The config file itself, e.g. `mcpvisor config validate`.
     Config {
         #[command(subcommand)]
         what: ConfigCommand,
     },
-    /// Prompts of the configured servers (`prompts/list`, `prompts/get`).
+    /// Prompts of the configured servers (`prompts/list`, `prompts/get`),
+    /// e.g. `mcpvisor prompts list`.
     Prompts {
         #[command(subcommand)]
         what: PromptsCommand,
     },
-    /// The supervision tree with each server's status.
+    /// The supervision tree with each server's status, e.g. `mcpvisor status --watch`.
     Status {
         /// Keep running and print every state change until SIGINT/SIGTERM.
         #[arg(long)]
@@ -155,7 +160,8 @@ pub(crate) enum Command {
         #[arg(long)]
         no_tools: bool,
     },
-    /// Benchmarks: call latency vs a bare rmcp client, catalog sync of 1k/10k tools.
+    /// Benchmarks against bare baselines in the same run (figures, never
+    /// assertions), e.g. `mcpvisor --json bench`.
     Bench {
         /// Sequential calls per latency sample.
         #[arg(long, default_value_t = 2000)]
