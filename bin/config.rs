@@ -24,6 +24,25 @@ pub(crate) fn demo_config(name: &str, extra_tools: usize) -> anyhow::Result<Serv
     Ok(ServerConfig::stdio(name, exe.to_string_lossy(), args).trusted())
 }
 
+/// The config file is missing or unreadable (exit 3, like a config error).
+#[derive(Debug)]
+pub(crate) struct ConfigFileError(pub(crate) String);
+
+impl std::fmt::Display for ConfigFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigFileError {}
+
+/// True for an error of the config (exit 3): unreadable, invalid TOML, or
+/// failed validation.
+pub(crate) fn is_config_error(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<mcpvisor::ConfigError>().is_some()
+        || e.downcast_ref::<ConfigFileError>().is_some()
+}
+
 /// The config file: `--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`.
 fn config_path(cli: &Cli) -> PathBuf {
     cli.config
@@ -48,13 +67,14 @@ pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileCon
                 model: Default::default(),
             });
         }
-        bail!(
+        return Err(ConfigFileError(format!(
             "config file {} not found (use --config FILE or MCPVISOR_CONFIG)",
             path.display()
-        );
+        ))
+        .into());
     }
     let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .map_err(|e| ConfigFileError(format!("cannot read {}: {e}", path.display())))?;
     Ok(parse_config(&path.display().to_string(), &text)?)
 }
 

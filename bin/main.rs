@@ -91,18 +91,25 @@ fn main() -> std::process::ExitCode {
                 .downcast_ref::<mcpvisor::ConfigError>()
                 .map(|c| c.problems.clone());
             let mut out = serde_json::json!({"error": format!("{e:#}")});
-            if let Some(p) = problems {
+            if config::is_config_error(&e) {
                 out["kind"] = "config".into();
+            }
+            if let Some(p) = problems {
                 out["problems"] = p.into();
             }
             println!("{out}");
-            std::process::ExitCode::from(2)
+            std::process::ExitCode::from(error_code(&e))
         }
         Err(e) => {
             eprintln!("mcpvisor: {e:#}");
-            std::process::ExitCode::from(2)
+            std::process::ExitCode::from(error_code(&e))
         }
     }
+}
+
+/// 3 for a config error, 2 for every other error (usage, arguments, start).
+fn error_code(e: &anyhow::Error) -> u8 {
+    if config::is_config_error(e) { 3 } else { 2 }
 }
 
 /// `--json` among the arguments (for errors before they parse).

@@ -671,7 +671,7 @@ async fn config_errors_suggest_the_key_and_json_errors_are_json() {
     std::fs::write(&bad, "[servers.a]\ncomand = \"x\"\n").unwrap();
     let p = bad.to_string_lossy().into_owned();
     let out = run(&dir, &["--config", &p, "config", "validate"]).await;
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3), "a config error exits 3");
     let err = text(&out.stderr);
     assert!(
         err.contains("line 2, column 1") && err.contains("did you mean `command`?"),
@@ -690,7 +690,7 @@ async fn config_errors_suggest_the_key_and_json_errors_are_json() {
     );
     std::fs::write(&bad, "[mcp_servers.a]\ncommand = \"x\"\n").unwrap();
     let out = run(&dir, &["--json", "--config", &p, "config", "validate"]).await;
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["kind"], "config");
     assert!(
