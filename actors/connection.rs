@@ -743,11 +743,17 @@ fn initialize_error(
     diag: &Diagnostics,
 ) -> String {
     let text = e.to_string();
-    if !matches!(transport, TransportConfig::StreamableHttp(_)) {
+    let TransportConfig::StreamableHttp(http) = transport else {
         return format!("initialize failed: {text}");
-    }
+    };
+    // The legacy HTTP+SSE transport's endpoints end in /sse by convention.
+    let legacy = if http.url.trim_end_matches('/').ends_with("/sse") {
+        "; a URL ending in /sse is usually the legacy HTTP+SSE transport, which is not supported: use the server's streamable HTTP endpoint (often /mcp)"
+    } else {
+        ""
+    };
     if diag.fatal().is_some() {
-        return "initialize failed".to_owned();
+        return format!("initialize failed{legacy}");
     }
     // Strip `Send message error Transport [type<…>] error: ` and the tail.
     let inner = text
@@ -757,7 +763,7 @@ fn initialize_error(
         .split(", when send initialize request")
         .next()
         .unwrap_or(inner);
-    format!("initialize failed: {inner}")
+    format!("initialize failed: {inner}{legacy}")
 }
 
 /// `initialize` (empty capabilities), `notifications/initialized`, then the whole

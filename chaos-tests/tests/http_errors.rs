@@ -147,3 +147,23 @@ async fn a_404_html_page_is_not_pasted_into_the_error() {
     assert!(err.contains("404"), "{err}");
     task.abort();
 }
+
+#[tokio::test]
+async fn a_legacy_sse_url_is_named_as_unsupported() {
+    // Issue 14: a server's legacy HTTP+SSE endpoint is not a streamable one.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/sse",
+        axum::routing::get(|| async { "event: endpoint\ndata: /messages\n\n" }),
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let err = first_error(&url).await;
+    assert!(
+        err.contains("legacy HTTP+SSE transport, which is not supported"),
+        "{err}"
+    );
+    task.abort();
+}

@@ -166,11 +166,10 @@ const RESOURCE_CURSOR: &str = " opaque/+=cursor?&é ";
 /// A 1×1 PNG, canonical base64.
 const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
-/// The 80-character tool name of `--long-names`.
-const LONG_NAME: &str =
-    "a_tool_name_that_is_much_longer_than_sixty_four_characters_to_exercise_hashing_x";
+/// The 80-character tool name of `--long-names` (shared with the runner).
+const LONG_NAME: &str = mcpvisor_chaos::chaos::LONG_TOOL_NAME;
 /// The tool name of `--bad-char-names`.
-const BAD_NAME: &str = "read file.v2/😀";
+const BAD_NAME: &str = mcpvisor_chaos::chaos::BAD_TOOL_NAME;
 
 fn schema(v: Value) -> Arc<JsonObject> {
     match v {

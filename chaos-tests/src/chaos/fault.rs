@@ -390,6 +390,8 @@ impl Fault {
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
+            // Answered `ok` only when the raw name reached the server.
+            Self::LongNames | Self::BadCharNames => "ok",
             // CONN-6: the garbage line is skipped; the reply after it counts.
             Self::NonJsonLines => "ok",
             _ => return None,
@@ -409,6 +411,16 @@ impl Fault {
             | Self::Http401 => Some("server_not_ready"),
             Self::DuplicateNames => Some("unknown_tool"),
             Self::Http500 => Some("transport_lost_during_call"),
+            _ => None,
+        }
+    }
+
+    /// An outcome kind at least one workload call must end with: the call
+    /// the server died on (`crash_after_calls`: it exits when the n-th call
+    /// arrives, and every plan makes at least n calls).
+    pub(super) fn expected_in_workload(&self) -> Option<&'static str> {
+        match self {
+            Self::CrashAfterCalls { .. } => Some("transport_lost_during_call"),
             _ => None,
         }
     }
@@ -496,7 +508,11 @@ impl Fault {
             Self::HugeResult { .. } => Effects::trigger("huge").adding(1),
             Self::AudioContent => Effects::trigger("audio"),
             Self::PaginatedCatalog { tools, .. } => Effects::NONE.adding(*tools),
-            Self::LongNames | Self::BadCharNames | Self::CollidingNames => Effects::NONE.adding(1),
+            // SYNC-1 end to end: the hashed / replaced public name is called,
+            // and the server must get its own (raw) name on the wire.
+            Self::LongNames => Effects::trigger(LONG_TOOL_NAME).adding(1),
+            Self::BadCharNames => Effects::trigger(BAD_TOOL_NAME).adding(1),
+            Self::CollidingNames => Effects::NONE.adding(1),
             Self::HookGrandchild => Effects::NONE.hook(FaultHook {
                 dialect: Dialect::Claude,
                 event: "PreToolUse",
@@ -617,6 +633,14 @@ pub(super) const SECRET_ENV: &str = "API_KEY";
 
 /// The ten tools every fault-server lists.
 pub(super) const FIXED_TOOLS: u64 = 10;
+
+/// The 80-character tool name of fault-server's `--long-names` (its public
+/// name is hashed, SYNC-1).
+pub const LONG_TOOL_NAME: &str =
+    "a_tool_name_that_is_much_longer_than_sixty_four_characters_to_exercise_hashing_x";
+/// The tool name of fault-server's `--bad-char-names` (its public name has
+/// the characters replaced, and is hashed).
+pub const BAD_TOOL_NAME: &str = "read file.v2/😀";
 
 #[cfg(test)]
 mod tests {

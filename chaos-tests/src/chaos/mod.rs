@@ -27,7 +27,7 @@ mod scenario;
 mod setup;
 mod workload;
 
-pub use fault::Fault;
+pub use fault::{BAD_TOOL_NAME, Fault, LONG_TOOL_NAME};
 pub use invariant::{Invariant, ScenarioReport, Verdict};
 pub use observe::rss_kib;
 pub use rng::SeededRng;

@@ -436,6 +436,16 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 ));
             }
         }
+        if let Some(want) = fault.expected_in_workload() {
+            judged = true;
+            if !tally.workload_kinds.iter().any(|k| k == want) {
+                problems.push(format!(
+                    "{}: no workload call ended {want}: {:?}",
+                    fault.name(),
+                    tally.workload_kinds
+                ));
+            }
+        }
         if let Some(text) = fault.expected_in_status() {
             judged = true;
             if !seen.last_status.contains(text.as_str()) {

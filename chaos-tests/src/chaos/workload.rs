@@ -273,7 +273,7 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
             .iter()
             .find(|s| s.server == "s")
             .map_or(0, |s| s.generation);
-        let name = format!("mcp__s__{tool}");
+        let name = mcpvisor::public_tool_name("s", tool);
         let result = call(&run.runtime, &name, fault.trigger_args()).await;
         let (kind, notes) = match &result.0 {
             Ok(o) => (o.kind.name().to_owned(), o.notes.join("; ")),
