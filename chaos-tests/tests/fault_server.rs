@@ -616,10 +616,12 @@ async fn a_stubborn_server_sees_stdin_close_then_sigterm_a_second_later_then_die
     let names: Vec<&str> = seen.iter().map(|(w, _)| w.as_str()).collect();
     assert_eq!(names, ["stdin-eof", "sigterm"], "{seen:?}");
     let gap = seen[1].1 - seen[0].1;
-    // At least the 1 s CONN-8 gives a server to exit on EOF (minus clock
-    // granularity), and not much more on a loaded machine.
+    // About the 1 s CONN-8 gives a server to exit on EOF. The server may
+    // notice EOF late on a loaded machine (the gap then looks shorter), so
+    // the bound is loose; a runtime that signals at once shows a gap of a
+    // few ms.
     assert!(
-        (950..4000).contains(&gap),
+        (500..4000).contains(&gap),
         "SIGTERM {gap} ms after stdin closed"
     );
 }
