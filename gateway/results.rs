@@ -13,15 +13,23 @@ use crate::messages::call::{ModelEdit, OutcomeKind, ToolOutcome};
 /// - every other kind: `isError` with the runtime's honest text (TRUST-6);
 ///   a trust refusal because nobody could be asked also says how to allow
 ///   the server.
-pub(super) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
-    let backend = match (outcome.kind, &outcome.canonical) {
+pub(super) fn to_call_result(mut outcome: ToolOutcome) -> CallToolResult {
+    // The canonical value is moved into the result, not copied (a large
+    // result is materialised once).
+    let backend = match (outcome.kind, outcome.canonical.take()) {
         (OutcomeKind::Ok | OutcomeKind::ServerError, Some(c)) => {
-            serde_json::from_value::<CallToolResult>(c.clone()).ok()
+            serde_json::from_value::<CallToolResult>(c).ok()
         }
         _ => None,
     };
     let Some(mut result) = backend else {
-        let mut text = outcome.projection.clone();
+        // An `ok` whose canonical value was spilled to the attachment store
+        // (over the hard cap) is still a success: the client gets the
+        // projection, which says where the full value is.
+        if outcome.kind == OutcomeKind::Ok {
+            return CallToolResult::success(vec![Content::text(outcome.projection)]);
+        }
+        let mut text = outcome.projection;
         // Nobody could be asked (no approver, or a client without
         // elicitation): say how to allow the server, never allow silently.
         if outcome.kind == OutcomeKind::RefusedByTrust

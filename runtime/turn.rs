@@ -406,10 +406,8 @@ impl Runtime {
             });
             let mut results = Vec::new();
             for call in calls {
-                let def = self
-                    .tools(&request.scope)
-                    .into_iter()
-                    .find(|d| d.name == call.name);
+                // What the transcript row needs, from the tools offered.
+                let def = tools.iter().find(|d| d.name == call.name);
                 let arguments = match &call.arguments {
                     Ok(v) => v.clone(),
                     Err(raw) => Value::String(raw.clone()),
@@ -576,7 +574,7 @@ impl ModelClient {
         let resp = req
             .send()
             .await
-            .map_err(|e| TurnError::Transport(describe(&e)))?;
+            .map_err(|e| TurnError::Transport(chain(&e)))?;
         let status = resp.status();
         if !status.is_success() {
             let retry_after = resp
@@ -619,11 +617,6 @@ impl ModelClient {
         }
         decoder.finish().map_err(TurnError::Stream)
     }
-}
-
-/// A reqwest error's chain in words (no type names).
-fn describe(e: &reqwest::Error) -> String {
-    chain(e)
 }
 
 /// An error and its sources, joined with `: ` (a read timeout says so).
