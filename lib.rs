@@ -107,6 +107,8 @@ mod actors;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 mod messages;
+#[cfg(feature = "browser")]
+pub mod providers;
 mod runtime;
 mod supervisors;
 
@@ -127,8 +129,8 @@ pub use messages::config::{
     ServerConfig, StdioConfig, TransportConfig,
 };
 pub use messages::config_file::{
-    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModel, RawReconnect, RawSecrets,
-    RawServerConfig, parse_config, parse_config_file,
+    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModel, RawProvider, RawProviders,
+    RawReconnect, RawSecrets, RawServerConfig, parse_config, parse_config_file,
 };
 pub use messages::transport::{InProcessConnection, InProcessConnector};
 
@@ -152,6 +154,13 @@ pub use messages::budget::{ResultLimits, TurnBudget};
 pub use messages::images::{AdmittedImage, AttachmentStore};
 pub use messages::store::StoreError;
 pub use runtime::stores::attachments::FileAttachmentStore;
+
+// Provider seats and activations (SEAT-1..10).
+pub use messages::seat::{
+    ActivationId, Opener, ProviderInfo, SeatError, SeatKind, SeatProvider, SeatStatus,
+    SessionResource, SessionsHandle,
+};
+pub use runtime::Activation;
 
 // Status and events.
 pub use messages::status::{HookRunInfo, RuntimeEvent, ServerState, ServerStatus, ShutdownReport};

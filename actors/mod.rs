@@ -6,4 +6,5 @@ pub mod hook_run;
 pub mod http;
 pub mod process;
 pub mod registry;
+pub mod sessions;
 pub mod stdio;

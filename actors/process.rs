@@ -414,6 +414,15 @@ fn leader_exit(_: u32) -> Option<std::future::Ready<()>> {
     None
 }
 
+/// SIGKILL one process (found by a sweep, not a child of ours).
+pub fn kill_pid(pid: libc::pid_t) {
+    // SAFETY: kill has no memory-safety preconditions; ESRCH is ignored.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
 /// Send `sig` to the process group `pgid` (a child spawned with
 /// `process_group(0)`: its pid). ESRCH (the group is gone) is ignored.
 fn signal_group(pgid: u32, sig: i32) {

@@ -45,7 +45,14 @@ pub(crate) enum Command {
     Call {
         /// Public tool name, e.g. mcp__everything__echo (with a one-shot
         /// target, the server's own name for it also works).
-        name: String,
+        #[arg(required_unless_present = "batch")]
+        name: Option<String>,
+        /// Run a sequence of calls in ONE activation: one JSON object per
+        /// line (`{"name": "...", "args": {...}}`) from FILE, or `-` for
+        /// stdin, read and run as the lines arrive; one outcome per line
+        /// (the `--json` object) is printed as soon as each call ends.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "args", "arg"])]
+        batch: Option<String>,
         /// Arguments as a JSON object; `@FILE` reads them from a file, `-`
         /// from stdin.
         #[arg(long)]

@@ -65,6 +65,7 @@ pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileCon
                 secrets_keyring: None,
                 hooks: Default::default(),
                 model: Default::default(),
+                providers: Default::default(),
             });
         }
         return Err(ConfigFileError(format!(
@@ -99,6 +100,7 @@ pub(crate) fn load_for_target(
             secrets_keyring: None,
             hooks: Default::default(),
             model: Default::default(),
+            providers: Default::default(),
         }
     };
     let server = match (&target.url, target.command.split_first()) {
@@ -169,7 +171,36 @@ pub(crate) fn base_builder(
     if let Some(store) = secret_store(cfg)? {
         b = b.secrets(store);
     }
+    // The providers' seats; the command's one run is one activation.
+    let tables = [
+        ("browser", &cfg.providers.browser),
+        ("computer", &cfg.providers.computer),
+    ];
+    let mut any = false;
+    for (name, raw) in tables {
+        if let Some(raw) = raw {
+            b = b
+                .provider(mcpvisor::providers::from_config(name, raw).map_err(anyhow::Error::msg)?);
+            any = true;
+        }
+    }
+    if any {
+        b = b.activate(mcpvisor::Scope::Global);
+    }
     Ok(b)
+}
+
+/// The names of the config's providers (`[providers.browser]` …): each
+/// is the server its tools are mounted as.
+pub(crate) fn provider_names(cfg: &FileConfig) -> Vec<String> {
+    let mut names = Vec::new();
+    if cfg.providers.browser.is_some() {
+        names.push("browser".to_owned());
+    }
+    if cfg.providers.computer.is_some() {
+        names.push("computer".to_owned());
+    }
+    names
 }
 
 /// The secret store the config names (`[secrets] file` or `keyring`), if any.

@@ -44,6 +44,13 @@ pub(crate) async fn start_with(
         b = b.server(Scope::Global, s);
     }
     let runtime = b.start().await?;
+    // The providers' tools, mounted in the run's activation, settle too.
+    let mut names = names;
+    for st in runtime.status() {
+        if !names.contains(&st.server) {
+            names.push(st.server);
+        }
+    }
     if !quiet && !names.is_empty() {
         eprint!(
             "connecting to {} server(s): {} …",

@@ -149,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Tools { server, target } => cmd::tools::run(&cli, server.as_deref(), target).await,
         Command::Call {
             name,
+            batch,
             args,
             arg,
             yes,
@@ -167,7 +168,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 yes: *yes,
                 target: target.clone(),
             };
-            cmd::call::run(&cli, name, args.as_deref(), opts).await
+            match (batch, name) {
+                (Some(file), _) => cmd::call::run_batch(&cli, file, opts).await,
+                (None, Some(name)) => cmd::call::run(&cli, name, args.as_deref(), opts).await,
+                (None, None) => anyhow::bail!("call needs a tool name or --batch FILE"),
+            }
         }
         Command::Status { watch } => cmd::status::run(&cli, *watch).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,

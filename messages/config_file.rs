@@ -26,6 +26,116 @@ pub struct RawConfigFile {
     pub hooks: Option<RawHooks>,
     /// `[model]`: the model `mcpvisor chat` talks to (LOOP-7).
     pub model: Option<RawModel>,
+    /// `[providers]`: the browser_use / computer_use seats' providers (SEAT-4).
+    pub providers: Option<RawProviders>,
+}
+
+/// `[providers]` as written: `browser` takes the `browser_use` seat,
+/// `computer` the `computer_use` seat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProviders {
+    /// `[providers.browser]`.
+    pub browser: Option<RawProvider>,
+    /// `[providers.computer]`.
+    pub computer: Option<RawProvider>,
+}
+
+/// One `[providers.*]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    /// `browser-native` (built), `browser-playwright-mcp`,
+    /// `browser-devtools-mcp`, `computer-native`.
+    pub kind: String,
+    /// `launch` (default) or `attach`.
+    pub mode: Option<String>,
+    /// `attach`: the CDP endpoint (`http://127.0.0.1:9222`).
+    pub cdp_endpoint: Option<String>,
+    /// `computer-native`: the X display (`:99`).
+    pub display: Option<String>,
+    /// The MCP-backed providers' pinned package version.
+    pub version: Option<String>,
+    /// The Chromium binary (default: `$MCPVISOR_CHROMIUM`, then the usual places).
+    pub executable: Option<PathBuf>,
+    /// Offer `evaluate` (off by default).
+    pub evaluate: Option<bool>,
+    /// Trust of the provider's tools (default `ask`, TRUST-4).
+    pub trust: Option<TrustMode>,
+    /// `[width, height]` of the browser window (default 1280×800).
+    pub window: Option<[u32; 2]>,
+    /// Every action's (and CDP request's) timeout (default 15000).
+    pub action_timeout_ms: Option<u64>,
+    /// How long the browser may take to start (default 20000).
+    pub launch_timeout_ms: Option<u64>,
+}
+
+/// The provider kinds of the spec (SEAT-4), and whether this build has them.
+pub const PROVIDER_KINDS: &[(&str, bool)] = &[
+    ("browser-native", true),
+    ("browser-playwright-mcp", false),
+    ("browser-devtools-mcp", false),
+    ("computer-native", false),
+];
+
+/// Check `[providers]`: known kinds in the right seat, a mode the kind has.
+fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
+    let mut problems = Vec::new();
+    for (table, raw, seat_prefix) in [
+        ("browser", &p.browser, "browser-"),
+        ("computer", &p.computer, "computer-"),
+    ] {
+        let Some(raw) = raw else { continue };
+        let at = format!("{origin}: [providers.{table}]");
+        match PROVIDER_KINDS.iter().find(|(k, _)| *k == raw.kind) {
+            None => problems.push(format!(
+                "{at} kind = {:?}: expected one of {}",
+                raw.kind,
+                PROVIDER_KINDS
+                    .iter()
+                    .map(|(k, _)| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some((k, _)) if !k.starts_with(seat_prefix) => problems.push(format!(
+                "{at} kind = {k:?} belongs in [providers.{}]",
+                if table == "browser" {
+                    "computer"
+                } else {
+                    "browser"
+                }
+            )),
+            Some((k, false)) => problems.push(format!(
+                "{at} kind = {k:?} is not built in this version yet (built: browser-native)"
+            )),
+            Some(_) => {}
+        }
+        match raw.mode.as_deref() {
+            None | Some("launch") => {}
+            Some("attach") => problems.push(format!(
+                "{at} mode = \"attach\" is not built in this version yet (built: launch)"
+            )),
+            Some(m) => problems.push(format!(
+                "{at} mode = {m:?}: expected \"launch\" or \"attach\""
+            )),
+        }
+        if let Some([w, h]) = raw.window
+            && (w < 100 || h < 100 || w > 8192 || h > 8192)
+        {
+            problems.push(format!(
+                "{at} window = [{w}, {h}]: each side must be 100 to 8192"
+            ));
+        }
+        for (key, v) in [
+            ("action_timeout_ms", raw.action_timeout_ms),
+            ("launch_timeout_ms", raw.launch_timeout_ms),
+        ] {
+            if v == Some(0) {
+                problems.push(format!("{at} {key} = 0: a timeout must be positive"));
+            }
+        }
+    }
+    ConfigError::from_problems(problems)
 }
 
 /// `[model]` as written: the defaults of `mcpvisor chat`'s flags.
@@ -289,6 +399,8 @@ pub struct FileConfig {
     pub hooks: RawHooks,
     /// `[model]`.
     pub model: RawModel,
+    /// `[providers]`, checked.
+    pub providers: RawProviders,
 }
 
 /// What to add to a TOML error so a person can act on it: the key meant
@@ -374,8 +486,11 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
             )],
         });
     }
+    let providers = raw.providers.clone().unwrap_or_default();
+    check_providers(origin, &providers)?;
     let servers = servers_of(origin, raw)?;
     Ok(FileConfig {
+        providers,
         servers,
         event_log,
         secrets_file,

@@ -19,6 +19,7 @@ pub(crate) mod prop_gen;
 pub mod registry;
 pub mod resources;
 pub mod schema;
+pub mod seat;
 pub mod server;
 pub mod status;
 pub mod store;

@@ -27,6 +27,11 @@ pub enum RootMsg {
         /// Its ref.
         reply: RpcReplyPort<ActorRef<HooksMsg>>,
     },
+    /// The provider seats (SEAT-1).
+    Seats {
+        /// Each seat's actor.
+        reply: RpcReplyPort<Vec<(super::seat::SeatKind, ActorRef<super::seat::SeatMsg>)>>,
+    },
     /// The global switch (TRUST-1): remembered for scopes started later.
     SetEnabled {
         /// On or off.

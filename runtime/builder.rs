@@ -29,6 +29,8 @@ pub struct RuntimeBuilder {
     approval_timeout: Option<Duration>,
     chaos: crate::messages::config::ChaosSwitches,
     seed: Option<u64>,
+    providers: Vec<Arc<dyn crate::messages::seat::SeatProvider>>,
+    activate: Vec<Scope>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -44,6 +46,22 @@ impl RuntimeBuilder {
     /// Register a server in a scope at start.
     pub fn server(mut self, scope: Scope, config: ServerConfig) -> Self {
         self.servers.push((scope, config));
+        self
+    }
+
+    /// Put a provider in its seat at start (SEAT-1); a second provider for
+    /// the same seat makes `start` fail with the seat's error.
+    pub fn provider(mut self, provider: Arc<dyn crate::messages::seat::SeatProvider>) -> Self {
+        self.providers.push(provider);
+        self
+    }
+
+    /// Open an activation in `scope` at start, held by the runtime until
+    /// its shutdown (a one-process-one-activation host, like the CLI). An
+    /// embedder with several agents opens its own with
+    /// [`Runtime::open_activation`].
+    pub fn activate(mut self, scope: Scope) -> Self {
+        self.activate.push(scope);
         self
     }
 
@@ -201,6 +219,16 @@ impl RuntimeBuilder {
                 });
             }
         };
+        let seats = match root.seats().await {
+            Ok(s) => s,
+            Err(e) => {
+                root.kill();
+                return Err(RuntimeError::Unavailable {
+                    actor: "root supervisor",
+                    why: e,
+                });
+            }
+        };
         // RECO-7: every process this runtime starts carries it (TAG_VAR).
         let tag = format!("{:016x}", rand::random::<u64>());
         let hooks = Arc::new(crate::runtime::hooks::HookEngine::start(
@@ -235,6 +263,10 @@ impl RuntimeBuilder {
                 tag,
                 chaos: self.chaos,
                 secrets,
+                seats,
+                activations: Mutex::new(HashMap::new()),
+                activation_ids: std::sync::atomic::AtomicU64::new(1),
+                held_activations: Mutex::new(Vec::new()),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         };
@@ -242,6 +274,25 @@ impl RuntimeBuilder {
             if let Err(e) = runtime.add_server(scope, config).await {
                 runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;
                 return Err(e);
+            }
+        }
+        for provider in self.providers {
+            if let Err(e) = runtime.register_provider(provider).await {
+                runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;
+                return Err(e);
+            }
+        }
+        for scope in self.activate {
+            match runtime.open_activation(scope).await {
+                Ok(a) => {
+                    if let Ok(mut held) = runtime.inner.held_activations.lock() {
+                        held.push(a);
+                    }
+                }
+                Err(e) => {
+                    runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;
+                    return Err(e);
+                }
             }
         }
         Ok(runtime)

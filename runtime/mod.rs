@@ -20,6 +20,8 @@ pub mod hooks;
 pub mod policies;
 mod resources;
 pub mod results;
+mod seats;
+pub use seats::Activation;
 pub mod stores;
 pub mod turn;
 
@@ -85,6 +87,9 @@ pub enum RuntimeError {
         /// What happened.
         message: String,
     },
+    /// A provider seat or an activation refused (SEAT-1..10).
+    #[error(transparent)]
+    Seat(crate::messages::seat::SeatError),
     /// The runtime could not start (its event log, its tree).
     #[error("the runtime could not start: {0}")]
     Start(String),
@@ -123,6 +128,17 @@ struct Inner {
     chaos: crate::messages::config::ChaosSwitches,
     /// Where secret values come from (TRUST-2): servers' and model routes' keys.
     secrets: Arc<dyn crate::messages::trust::SecretStore>,
+    /// The provider seats (children of the root).
+    seats: Vec<(
+        crate::messages::seat::SeatKind,
+        ractor::ActorRef<crate::messages::seat::SeatMsg>,
+    )>,
+    /// Live activations, one per scope (SEAT-7).
+    activations: Mutex<HashMap<Scope, crate::messages::seat::ActivationId>>,
+    /// Activation ids minted so far.
+    activation_ids: std::sync::atomic::AtomicU64,
+    /// Activations opened by the builder (`activate`), held until shutdown.
+    held_activations: Mutex<Vec<Activation>>,
     /// A shutdown completed: a later one finds the root gone, and that is
     /// not a failure.
     shut_down: std::sync::atomic::AtomicBool,
@@ -569,6 +585,14 @@ impl Runtime {
         if let Ok(mut m) = self.inner.scopes.write() {
             m.clear();
         }
+        // The seats released their activations' resources above.
+        let held = self
+            .inner
+            .held_activations
+            .lock()
+            .map(|mut h| std::mem::take(&mut *h))
+            .unwrap_or_default();
+        drop(held);
         report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.inner.shut_down.store(true, Ordering::SeqCst);
         report

@@ -4,5 +4,6 @@
 pub mod hooks;
 pub mod root;
 pub mod scope;
+pub mod seat;
 pub mod server;
 pub mod spec;

@@ -10,7 +10,10 @@
 //! 1. tier 0: the `EventLog` (when configured), so the shutdown's own events
 //!    are in the file: it is stopped last;
 //! 2. tier 1: the `HooksSupervisor`, parent of every hook run;
-//! 3. tier 2: one `ScopeSupervisor` per scope, started on first use.
+//! 3. tier 2: one `ScopeSupervisor` per scope, started on first use;
+//! 4. tier 3: the two provider seats (`browser_use`, `computer_use`): a
+//!    shutdown releases them first, while the scopes their tools are
+//!    mounted in still run.
 //!
 //! ```text
 //! | State    | Event            | Actions                                       | Next    |
@@ -18,8 +21,9 @@
 //! | running  | Scope(s)         | the scope's handle; start it if new (off/on)  | running |
 //! | running  | SetEnabled(b)    | remember b; switch every scope (TRUST-1)      | running |
 //! | running  | HooksSupervisor  | its ref (for the hook engine)                 | running |
+//! | running  | Seats            | the seats' refs (for the runtime)             | running |
 //! | running  | scope failed     | log, drop it                                  | running |
-//! | running  | Shutdown         | fan-out by tier: scopes, hooks, event log     | stopped |
+//! | running  | Shutdown         | fan-out by tier: seats, scopes, hooks, log    | stopped |
 //! | stopped  | Scope(s)         | refused: shutting down                        | stopped |
 //! ```
 //! Messages: [`RootMsg`].
@@ -34,6 +38,7 @@ use tracing::Instrument;
 
 use super::hooks::HooksSupervisor;
 use super::scope::{ScopeArgs, ScopeSupervisor};
+use super::seat::{DISPOSE_DEADLINE, Seat};
 use super::server::SHUTDOWN_DEADLINE;
 use super::spec::{
     AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, derive_seed, quiesce,
@@ -42,6 +47,7 @@ use crate::actors::event_log::{EventLog, EventLogArgs};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::Scope;
 use crate::messages::registry::ScopeSnapshot;
+use crate::messages::seat::{SeatKind, SeatMsg};
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 use crate::messages::tree::{EventLogMsg, HooksMsg, RootMsg, ScopeHandle, ScopeMsg, TreeError};
 
@@ -51,6 +57,9 @@ const SCOPE_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() +
 const HOOKS_DRAIN: Duration = Duration::from_secs(5);
 /// How long the event log has to drain and flush.
 const LOG_FLUSH: Duration = Duration::from_secs(5);
+/// How long a seat has to release its provider (every activation's
+/// resources close concurrently).
+const SEAT_RELEASE: Duration = Duration::from_secs(DISPOSE_DEADLINE.as_secs() + 20);
 /// Stop spec of the root's children once they have quiesced.
 const CHILD_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));
 
@@ -134,6 +143,16 @@ impl RootHandle {
         .await
     }
 
+    /// The provider seats.
+    pub async fn seats(&self) -> Result<Vec<(SeatKind, ActorRef<SeatMsg>)>, AskError> {
+        ask(
+            &self.actor,
+            |reply| RootMsg::Seats { reply },
+            Some(Duration::from_secs(5)),
+        )
+        .await
+    }
+
     /// The global switch (TRUST-1): every scope, the merged report.
     pub async fn set_enabled(&self, enabled: bool) -> Result<ShutdownReport, AskError> {
         ask(
@@ -189,6 +208,8 @@ pub enum RootChild {
     Hooks(ActorRef<HooksMsg>),
     /// A scope (tier 2).
     Scope(ScopeHandle),
+    /// A provider seat (tier 3).
+    Seat(SeatKind, ActorRef<SeatMsg>),
 }
 
 /// The root supervisor.
@@ -270,6 +291,17 @@ impl Actor for RootSupervisor {
             handle: RootChild::Hooks(hooks.clone()),
             intensity: Intensity::default(),
         });
+        for kind in SeatKind::ALL {
+            let (seat, _) = Actor::spawn_linked(None, Seat, kind, myself.get_cell())
+                .await
+                .map_err(|e| format!("could not start the {kind} seat: {e}"))?;
+            children.push(Child {
+                spec: spec(&format!("seat {kind}"), Restart::Temporary, 3),
+                cell: seat.get_cell(),
+                handle: RootChild::Seat(kind, seat),
+                intensity: Intensity::default(),
+            });
+        }
         Ok(RootState {
             events: args.events,
             children,
@@ -299,11 +331,18 @@ impl Actor for RootSupervisor {
                 RootMsg::HooksSupervisor { reply } => {
                     let _ = reply.send(st.hooks.clone());
                 }
+                RootMsg::Seats { reply } => {
+                    let seats = st.children.iter().filter_map(|c| match &c.handle {
+                        RootChild::Seat(k, s) => Some((*k, s.clone())),
+                        _ => None,
+                    });
+                    let _ = reply.send(seats.collect());
+                }
                 RootMsg::SetEnabled { enabled, reply } => {
                     st.off = !enabled;
                     let waits = st.children.iter().filter_map(|c| match &c.handle {
                         RootChild::Scope(h) => Some((c.spec.id.clone(), h.actor.clone())),
-                        RootChild::EventLog(_) | RootChild::Hooks(_) => None,
+                        RootChild::EventLog(_) | RootChild::Hooks(_) | RootChild::Seat(..) => None,
                     });
                     let waits = waits.map(|(id, actor)| async move {
                         let asked = ask(
@@ -332,6 +371,11 @@ impl Actor for RootSupervisor {
                                 &h.actor,
                                 |reply| ScopeMsg::Shutdown { reply },
                                 SCOPE_REPORT,
+                            )),
+                            RootChild::Seat(_, seat) => Some(quiesce(
+                                seat,
+                                |reply| SeatMsg::Shutdown { reply },
+                                SEAT_RELEASE,
                             )),
                             RootChild::Hooks(hooks) => {
                                 let hooks = hooks.clone();

@@ -104,6 +104,137 @@ fn merge_args(
     Ok(Some(Value::Object(obj)))
 }
 
+/// Start the runtime the calls run in: `--yes`, the attachment store
+/// (`--images` alone: a temporary directory), and the config's providers
+/// in the run's one activation.
+async fn start_for_calls(
+    cli: &Cli,
+    mut cfg: mcpvisor::FileConfig,
+    flags: &CallFlags,
+) -> anyhow::Result<(mcpvisor::Runtime, Option<PathBuf>)> {
+    if flags.yes {
+        for s in &mut cfg.servers {
+            if s.trust == TrustMode::Ask {
+                s.trust = TrustMode::Always;
+            }
+        }
+        for p in [&mut cfg.providers.browser, &mut cfg.providers.computer]
+            .into_iter()
+            .flatten()
+        {
+            if p.trust.is_none_or(|t| t == TrustMode::Ask) {
+                p.trust = Some(TrustMode::Always);
+            }
+        }
+    }
+    let mut builder = builder_for(&cfg, flags.strict_hooks)?;
+    let attachments = match (&flags.attachments, flags.images) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, true) => {
+            Some(std::env::temp_dir().join(format!("mcpvisor-attachments-{}", std::process::id())))
+        }
+        (None, false) => None,
+    };
+    if let Some(dir) = &attachments {
+        builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir.clone())));
+    }
+    let runtime = start_with(builder, cfg.servers, cli.json).await?;
+    if !cli.json {
+        hooks::print_load_warnings(&runtime);
+    }
+    Ok((runtime, attachments))
+}
+
+fn call_options(flags: &CallFlags) -> CallOptions {
+    CallOptions {
+        images: flags.images,
+        chat: flags.chat.clone().or_else(|| Some("cli".into())),
+        ..CallOptions::default()
+    }
+}
+
+/// `call --batch FILE|-`: every line a call, run in order in the one
+/// activation of this run, each outcome printed (`--json` form) as soon as
+/// the call ends. A line that is not a call is answered with a
+/// `bad_input` object naming its line; the others still run. Exit 1 when
+/// any call did not end `ok`.
+pub(crate) async fn run_batch(cli: &Cli, file: &str, flags: CallFlags) -> anyhow::Result<u8> {
+    use std::io::Write as _;
+    use tokio::io::AsyncBufReadExt;
+    let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if file == "-" {
+        Box::new(tokio::io::stdin())
+    } else {
+        Box::new(
+            tokio::fs::File::open(file)
+                .await
+                .with_context(|| format!("cannot read --batch file {file}"))?,
+        )
+    };
+    let (cfg, _) = load_for_target(cli, &flags.target)?;
+    let (runtime, _) = start_for_calls(cli, cfg, &flags).await?;
+    let options = call_options(&flags);
+    let mut lines = tokio::io::BufReader::new(input).lines();
+    let mut all_ok = true;
+    let mut n = 0u64;
+    let result: anyhow::Result<()> = async {
+        loop {
+            let line = tokio::select! {
+                l = lines.next_line() => l.with_context(|| format!("cannot read --batch {file}"))?,
+                _ = tokio::signal::ctrl_c() => break,
+            };
+            let Some(line) = line else { break };
+            n += 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let printed = match batch_line(&line) {
+                Ok((name, args)) => {
+                    let outcome = runtime
+                        .call(&Scope::Global, &name, args, options.clone())
+                        .await;
+                    all_ok &= outcome.is_ok();
+                    outcome_json(&outcome)
+                }
+                Err(e) => {
+                    all_ok = false;
+                    serde_json::json!({"line": n, "kind": "bad_input", "ok": false, "error": e})
+                }
+            };
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{printed}")?;
+            out.flush()?;
+        }
+        Ok(())
+    }
+    .await;
+    let _ = finish(runtime).await;
+    result?;
+    Ok(u8::from(!all_ok))
+}
+
+/// One `--batch` line: `{"name": "...", "args": {...}}` (`args` optional).
+fn batch_line(line: &str) -> Result<(String, Option<Value>), String> {
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(mut o) = v else {
+        return Err("expected an object {\"name\": ..., \"args\": {...}}".into());
+    };
+    let name = match o.remove("name") {
+        Some(Value::String(n)) => n,
+        _ => return Err("\"name\" (a string, the tool's public name) is missing".into()),
+    };
+    let args = match o.remove("args") {
+        None | Some(Value::Null) => None,
+        Some(a @ Value::Object(_)) => Some(a),
+        Some(_) => return Err(format!("{name}: \"args\" must be an object")),
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(format!(
+            "unknown key {k:?} (a line has \"name\" and \"args\")"
+        ));
+    }
+    Ok((name, args))
+}
+
 /// Run `call` of `name` with `args` (a JSON object); exit 1 unless the outcome is ok.
 pub(crate) async fn run(
     cli: &Cli,
@@ -139,8 +270,26 @@ pub(crate) async fn run(
             .filter(|s| name.starts_with(&format!("mcp__{}__", s.server_name)))
             .max_by_key(|s| s.server_name.len())
             .map(|s| s.server_name.clone());
+        let provider = ["browser", "computer"]
+            .into_iter()
+            .zip([
+                cfg.providers.browser.is_some(),
+                cfg.providers.computer.is_some(),
+            ])
+            .find(|(p, on)| *on && name.starts_with(&format!("mcp__{p}__")));
+        let owner = match (owner, provider) {
+            // A provider's tool: no configured server is needed.
+            (None, Some(_)) => Some(String::new()),
+            (o, _) => o,
+        };
         let Some(owner) = owner else {
-            let known: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
+            let mut known: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
+            if cfg.providers.browser.is_some() {
+                known.push("browser");
+            }
+            if cfg.providers.computer.is_some() {
+                known.push("computer");
+            }
             bail!(
                 "{name:?} names no configured server (public names are mcp__<server>__<tool>; configured: {}); `mcpvisor tools` lists the tools",
                 if known.is_empty() {
@@ -152,29 +301,7 @@ pub(crate) async fn run(
         };
         cfg.servers.retain(|s| s.server_name == owner);
     }
-    if flags.yes {
-        for s in &mut cfg.servers {
-            if s.trust == TrustMode::Ask {
-                s.trust = TrustMode::Always;
-            }
-        }
-    }
-    let mut builder = builder_for(&cfg, flags.strict_hooks)?;
-    // `--images` alone: images are admitted into a temporary directory.
-    let attachments = match (flags.attachments, flags.images) {
-        (Some(dir), _) => Some(dir),
-        (None, true) => {
-            Some(std::env::temp_dir().join(format!("mcpvisor-attachments-{}", std::process::id())))
-        }
-        (None, false) => None,
-    };
-    if let Some(dir) = &attachments {
-        builder = builder.attachments(std::sync::Arc::new(FileAttachmentStore::new(dir.clone())));
-    }
-    let runtime = start_with(builder, cfg.servers, cli.json).await?;
-    if !cli.json {
-        hooks::print_load_warnings(&runtime);
-    }
+    let (runtime, attachments) = start_for_calls(cli, cfg, &flags).await?;
     let def = runtime
         .tools(&Scope::Global)
         .into_iter()
@@ -186,11 +313,7 @@ pub(crate) async fn run(
             return Err(e);
         }
     };
-    let options = CallOptions {
-        images: flags.images,
-        chat: flags.chat.or_else(|| Some("cli".into())),
-        ..CallOptions::default()
-    };
+    let options = call_options(&flags);
     let outcome = runtime.call(&Scope::Global, &name, args, options).await;
     let _ = finish(runtime).await;
     if cli.json {

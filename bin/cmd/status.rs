@@ -14,23 +14,30 @@ use crate::render::{status_json, status_line};
 /// Run `status`, once or (`watch`) until interrupted.
 pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     let cfg = load_config(cli, true)?;
-    if cfg.servers.is_empty() {
+    if cfg.servers.is_empty() && crate::config::provider_names(&cfg).is_empty() {
         eprintln!("mcpvisor: the config defines no servers");
         return Ok(1);
     }
     if !watch {
+        let has_providers = !crate::config::provider_names(&cfg).is_empty();
         let runtime = start(cfg, cli.json).await?;
         let statuses = runtime.status();
+        let seats = if has_providers {
+            runtime.seats().await
+        } else {
+            Vec::new()
+        };
         let _ = finish(runtime).await;
         let not_ready = statuses
             .iter()
             .filter(|s| s.state != ServerState::Ready && s.state != ServerState::Stopped)
             .count();
         if cli.json {
-            println!(
-                "{}",
-                Value::Array(statuses.iter().map(status_json).collect())
-            );
+            // The seats (when providers are configured) follow the servers,
+            // each an object with a "seat" key.
+            let mut all: Vec<Value> = statuses.iter().map(status_json).collect();
+            all.extend(seats.iter().filter_map(|s| serde_json::to_value(s).ok()));
+            println!("{}", Value::Array(all));
         } else {
             println!(
                 "Runtime\n└── RootSupervisor\n    └── ScopeSupervisor(global)\n        ├── ToolRegistry(global)"
@@ -45,6 +52,9 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
                         if i + 1 == n { " " } else { "│" }
                     );
                 }
+            }
+            for s in &seats {
+                println!("    Seat({}) {}", s.seat, seat_line(s));
             }
         }
         return Ok(u8::from(not_ready > 0));
@@ -111,4 +121,34 @@ fn unix_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis())
+}
+
+/// `holder browser (browser-native), 1 activation(s), pids 123` or `empty`.
+fn seat_line(s: &mcpvisor::SeatStatus) -> String {
+    let Some(holder) = &s.holder else {
+        return "empty".into();
+    };
+    let mut line = format!(
+        "holder {holder} ({}), {} live activation(s): {}",
+        s.kind.as_deref().unwrap_or("?"),
+        s.activations.len(),
+        s.activations.join(", ")
+    );
+    if !s.pids.is_empty() {
+        line.push_str(&format!(
+            ", pids {}",
+            s.pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    if s.releasing {
+        line.push_str(", releasing");
+    }
+    if !s.still_open.is_empty() {
+        line.push_str(&format!(", still open: {}", s.still_open.join("; ")));
+    }
+    line
 }

@@ -19,8 +19,10 @@ pub(crate) async fn run(
     target: &crate::cli::Target,
 ) -> anyhow::Result<u8> {
     let (mut cfg, _) = load_for_target(cli, target)?;
+    let providers = crate::config::provider_names(&cfg);
     if let Some(s) = only {
-        let known: Vec<String> = cfg.servers.iter().map(|c| c.server_name.clone()).collect();
+        let mut known: Vec<String> = cfg.servers.iter().map(|c| c.server_name.clone()).collect();
+        known.extend(providers.iter().cloned());
         if !known.iter().any(|k| k == s) {
             bail!(
                 "--server {s:?}: no such server in the config (configured: {})",
@@ -33,8 +35,11 @@ pub(crate) async fn run(
         }
         // Only the work this command needs: start that server alone.
         cfg.servers.retain(|c| c.server_name == s);
+        if !providers.iter().any(|p| p == s) {
+            cfg.providers = Default::default();
+        }
     }
-    if cfg.servers.iter().all(|c| !c.enabled) {
+    if cfg.servers.iter().all(|c| !c.enabled) && crate::config::provider_names(&cfg).is_empty() {
         eprintln!("mcpvisor: the config enables no servers, so there are no tools to list");
         return Ok(1);
     }

@@ -1,0 +1,909 @@
+//! `browser-native` (SEAT-4): Chromium driven over CDP with chromiumoxide,
+//! in process, mode `launch`: one browser per live activation, a fresh
+//! profile directory each, headless, in a process group of its own owned
+//! through the runtime's process-group module and reaped on every path.
+//!
+//! The tools (navigate, snapshot, click, type, press, screenshot, close,
+//! and evaluate when enabled) are an in-process MCP server mounted in the
+//! activation's scope; each call acquires the activation's browser from the
+//! seat's session resources (opened on first use) and holds it for the
+//! call, so one activation's actions are serialised and other activations'
+//! browsers are independent. Every CDP request has a timeout, and every
+//! action also ends when the browser exits or the activation is disposed.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use chromiumoxide::{Browser, Page};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+use super::snapshot::{SNAPSHOT_JS, Snapshot, check_token};
+use crate::actors::process::{CloseGraces, ProcessGroup, TAG_VAR};
+use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::seat::{
+    ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
+};
+use crate::messages::status::ShutdownReport;
+use crate::messages::transport::{InProcessConnection, InProcessConnector};
+use crate::messages::trust::TrustMode;
+
+/// The guidance every tool description carries (SEAT-6).
+pub const GUIDANCE: &str = "Take a snapshot before acting and use its element tokens; verify the result with a fresh snapshot after acting; a completed click or keypress cannot be undone.";
+
+/// Where the profile directories go, and the prefix that marks them.
+const PROFILE_PREFIX: &str = "mcpvisor-browser-";
+
+/// `browser-native`'s settings (the `[providers.browser]` table).
+#[derive(Debug, Clone)]
+pub struct BrowserNativeConfig {
+    /// The provider's name: the mounted server's name, so its tools are
+    /// `mcp__<name>__navigate` and so on.
+    pub name: String,
+    /// The Chromium binary; `None`: `$MCPVISOR_CHROMIUM`, then the usual
+    /// places (`/usr/bin/chromium`, …).
+    pub executable: Option<PathBuf>,
+    /// Offer `evaluate` (run JavaScript in the page). Off by default.
+    pub evaluate: bool,
+    /// Trust of the mounted tools (TRUST-4).
+    pub trust: TrustMode,
+    /// The window (and so the screenshot) size.
+    pub window: (u32, u32),
+    /// Every CDP request's and every action's timeout.
+    pub action_timeout: Duration,
+    /// How long Chromium may take to start.
+    pub launch_timeout: Duration,
+    /// Where profile directories are made (default: the temp dir).
+    pub profile_root: PathBuf,
+    /// Extra Chromium flags (with their leading `--`).
+    pub extra_args: Vec<String>,
+}
+
+impl BrowserNativeConfig {
+    /// Defaults for a provider named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            executable: None,
+            evaluate: false,
+            trust: TrustMode::Ask,
+            window: (1280, 800),
+            action_timeout: Duration::from_secs(15),
+            launch_timeout: Duration::from_secs(20),
+            profile_root: std::env::temp_dir(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// The provider.
+#[derive(Debug, Clone)]
+pub struct BrowserNative {
+    config: Arc<BrowserNativeConfig>,
+}
+
+impl BrowserNative {
+    /// A provider with these settings. Sweeps the browsers a killed runtime
+    /// left behind (found by their profile directory, whose name carries
+    /// the pid of the runtime that made it).
+    pub fn new(config: BrowserNativeConfig) -> Self {
+        let swept = sweep_orphans(&config.profile_root);
+        if !swept.is_empty() {
+            tracing::warn!(pids = ?swept, "killed browsers left behind by a runtime that is gone");
+        }
+        Self {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &BrowserNativeConfig {
+        &self.config
+    }
+}
+
+impl SeatProvider for BrowserNative {
+    fn info(&self) -> ProviderInfo {
+        ProviderInfo {
+            name: self.config.name.clone(),
+            kind: "browser-native".into(),
+            seat: SeatKind::BrowserUse,
+        }
+    }
+
+    fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
+        let config = self.config.clone();
+        let connector = InProcessConnector(Arc::new(move || {
+            let (client, server) = tokio::io::duplex(1 << 20);
+            let tools = BrowserTools {
+                sessions: sessions.clone(),
+                config: config.clone(),
+            };
+            let task = tokio::spawn(async move {
+                if let Ok(running) = tools.serve(server).await {
+                    let _ = running.waiting().await;
+                }
+            });
+            Ok(InProcessConnection {
+                stream: client,
+                closed: Box::pin(async move { task.await.is_ok() }),
+            })
+        }));
+        let mut server = ServerConfig::with_transport(
+            self.config.name.clone(),
+            TransportConfig::InProcess(connector),
+        );
+        server.trust = self.config.trust;
+        server.idle_stop_after = None;
+        // An action's own timeout ends it first; this covers a launch too.
+        server.tool_call_timeout = self.config.action_timeout * 2 + self.config.launch_timeout;
+        Ok(server)
+    }
+
+    fn opener(&self) -> Option<Opener> {
+        let config = self.config.clone();
+        Some(Arc::new(move |activation: ActivationId| {
+            let config = config.clone();
+            Box::pin(async move {
+                launch(&config, &activation)
+                    .await
+                    .map(|s| Arc::new(s) as Arc<dyn SessionResource>)
+            }) as BoxFuture<'static, _>
+        }))
+    }
+}
+
+/// The places Chromium is looked for when no executable is configured.
+const CHROMIUM_CANDIDATES: &[&str] = &[
+    "/usr/bin/chromium",
+    "/usr/lib/chromium/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+    "/usr/bin/google-chrome-stable",
+];
+
+fn chromium(config: &BrowserNativeConfig) -> Result<PathBuf, String> {
+    if let Some(exe) = &config.executable {
+        return Ok(exe.clone());
+    }
+    if let Some(exe) = std::env::var_os("MCPVISOR_CHROMIUM") {
+        return Ok(PathBuf::from(exe));
+    }
+    CHROMIUM_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            format!(
+                "no Chromium found (looked at {}); install it (Debian: apt-get install chromium) or set `executable` in [providers.browser] or $MCPVISOR_CHROMIUM",
+                CHROMIUM_CANDIDATES.join(", ")
+            )
+        })
+}
+
+/// One activation's browser: the process group, the CDP connection, the
+/// page, and the snapshot generation.
+pub struct BrowserSession {
+    pid: u32,
+    profile: PathBuf,
+    cancel: CancellationToken,
+    reaped: tokio::sync::watch::Receiver<bool>,
+    timeout: Duration,
+    /// Held for the length of one action: actions are serialised.
+    live: tokio::sync::Mutex<Option<Live>>,
+    group: tokio::sync::Mutex<Option<ProcessGroup>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+struct Live {
+    browser: Browser,
+    page: Page,
+    handler: tokio::task::JoinHandle<()>,
+    /// Snapshots taken so far.
+    generation: u64,
+    /// The generation whose tokens are valid (`None` after a navigation).
+    valid: Option<u64>,
+}
+
+/// The stderr lines kept for errors.
+const STDERR_TAIL: usize = 20;
+
+async fn launch(
+    config: &BrowserNativeConfig,
+    activation: &ActivationId,
+) -> Result<BrowserSession, String> {
+    let exe = chromium(config)?;
+    let profile = config.profile_root.join(format!(
+        "{PROFILE_PREFIX}{}-{}",
+        std::process::id(),
+        activation
+    ));
+    std::fs::create_dir_all(&profile).map_err(|e| {
+        format!(
+            "cannot make the profile directory {}: {e}",
+            profile.display()
+        )
+    })?;
+    let mut cmd = tokio::process::Command::new(&exe);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-breakpad",
+        "--disable-extensions",
+        "--disable-dev-shm-usage",
+        "--remote-debugging-address=127.0.0.1",
+        "--remote-debugging-port=0",
+    ])
+    .arg(format!(
+        "--window-size={},{}",
+        config.window.0, config.window.1
+    ))
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(&config.extra_args)
+    .arg("about:blank")
+    .env(TAG_VAR, activation.process_tag("browser"));
+    let (mut group, pipes) = ProcessGroup::spawn(&mut cmd).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&profile);
+        format!("cannot start {}: {e}", exe.display())
+    })?;
+    let pid = group.pid();
+    drop(pipes.stdin);
+    let mut stdout = pipes.stdout;
+    tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await;
+    });
+    let stderr = Arc::new(Mutex::new(VecDeque::new()));
+    let (ws_tx, ws_rx) = tokio::sync::oneshot::channel::<String>();
+    let tail = stderr.clone();
+    let mut lines = tokio::io::BufReader::new(pipes.stderr).lines();
+    tokio::spawn(async move {
+        let mut ws_tx = Some(ws_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.strip_prefix("DevTools listening on ")
+                && let Some(tx) = ws_tx.take()
+            {
+                let _ = tx.send(url.trim().to_owned());
+            }
+            if let Ok(mut t) = tail.lock() {
+                if t.len() == STDERR_TAIL {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        }
+    });
+    let failed = |why: String, stderr: &Arc<Mutex<VecDeque<String>>>| {
+        let tail = stderr
+            .lock()
+            .map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default();
+        if tail.is_empty() {
+            why
+        } else {
+            format!("{why}; its stderr ends with:\n{tail}")
+        }
+    };
+    let ws = match tokio::time::timeout(config.launch_timeout, ws_rx).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(_)) => {
+            let exit = group.wait(Some(Duration::from_secs(2))).await;
+            let how = exit
+                .map(|e| e.describe())
+                .unwrap_or_else(|| "closed its stderr".into());
+            group.kill_and_reap().await;
+            let _ = std::fs::remove_dir_all(&profile);
+            return Err(failed(
+                format!("{} {how} before it was ready", exe.display()),
+                &stderr,
+            ));
+        }
+        Err(_) => {
+            group.kill_and_reap().await;
+            let _ = std::fs::remove_dir_all(&profile);
+            return Err(failed(
+                format!(
+                    "{} did not announce its DevTools endpoint within {} ms",
+                    exe.display(),
+                    config.launch_timeout.as_millis()
+                ),
+                &stderr,
+            ));
+        }
+    };
+    let handler_config = chromiumoxide::handler::HandlerConfig {
+        request_timeout: config.action_timeout,
+        viewport: None,
+        ..Default::default()
+    };
+    let connected = tokio::time::timeout(
+        config.action_timeout,
+        Browser::connect_with_config(ws.clone(), handler_config),
+    )
+    .await;
+    let (browser, mut handler) = match connected {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            group.kill_and_reap().await;
+            let _ = std::fs::remove_dir_all(&profile);
+            return Err(format!(
+                "cannot connect to the browser's DevTools at {ws}: {e}"
+            ));
+        }
+        Err(_) => {
+            group.kill_and_reap().await;
+            let _ = std::fs::remove_dir_all(&profile);
+            return Err(format!(
+                "the browser's DevTools at {ws} did not answer in time"
+            ));
+        }
+    };
+    let handler = tokio::spawn(async move {
+        while let Some(event) = handler.next().await {
+            if let Err(e) = event {
+                tracing::debug!("cdp: {e}");
+            }
+        }
+    });
+    let page =
+        match tokio::time::timeout(config.action_timeout, browser.new_page("about:blank")).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                handler.abort();
+                group.kill_and_reap().await;
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(format!("the browser did not open a page: {e}"));
+            }
+            Err(_) => {
+                handler.abort();
+                group.kill_and_reap().await;
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err("the browser did not open a page in time".into());
+            }
+        };
+    let reaped = group.unreaped().reaped;
+    Ok(BrowserSession {
+        pid,
+        profile,
+        cancel: CancellationToken::new(),
+        reaped,
+        timeout: config.action_timeout,
+        live: tokio::sync::Mutex::new(Some(Live {
+            browser,
+            page,
+            handler,
+            generation: 0,
+            valid: None,
+        })),
+        group: tokio::sync::Mutex::new(Some(group)),
+        stderr,
+    })
+}
+
+/// The close sequence of a browser: CDP `Browser.close`, then the group's
+/// (SIGTERM, SIGKILL) with the reap confirmed.
+const CLOSE_GRACES: CloseGraces = CloseGraces {
+    after_stdin: Duration::from_secs(2),
+    after_term: Duration::from_millis(1500),
+    after_kill: Duration::from_millis(1500),
+};
+
+impl SessionResource for BrowserSession {
+    fn pids(&self) -> Vec<u32> {
+        if *self.reaped.borrow() {
+            Vec::new()
+        } else {
+            vec![self.pid]
+        }
+    }
+
+    fn interrupt(&self) {
+        self.cancel.cancel();
+    }
+
+    fn close(self: Arc<Self>) -> BoxFuture<'static, ShutdownReport> {
+        Box::pin(async move { self.shut().await })
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+impl BrowserSession {
+    /// Close the browser and confirm its reap (SEAT-10): never "closed"
+    /// for a process that was not reaped.
+    async fn shut(&self) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        // The running action (if any) ends at the interrupt; then the
+        // connection is ours.
+        let live = self.live.lock().await.take();
+        if let Some(mut live) = live {
+            let _ = tokio::time::timeout(Duration::from_secs(2), live.browser.close()).await;
+            live.handler.abort();
+        }
+        let mut group = self.group.lock().await;
+        let Some(g) = group.as_mut() else {
+            return report;
+        };
+        match g.close(CLOSE_GRACES).await {
+            Some(_) => {
+                report.processes_reaped.push(self.pid);
+                *group = None;
+                if let Err(e) = std::fs::remove_dir_all(&self.profile)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(profile = %self.profile.display(), "cannot remove the profile directory: {e}");
+                }
+            }
+            None => report.unconfirmed.push(format!(
+                "browser process {} (profile {}) was not reaped after SIGKILL",
+                self.pid,
+                self.profile.display()
+            )),
+        }
+        report
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|t| {
+                t.iter()
+                    .rev()
+                    .take(5)
+                    .rev()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    }
+
+    /// Run one CDP action: it ends at its timeout, when the browser exits,
+    /// when the activation is disposed, or when the caller cancels.
+    async fn guarded<T>(
+        &self,
+        what: &str,
+        cancel: &CancellationToken,
+        action: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, ActionError> {
+        tokio::select! {
+            r = tokio::time::timeout(self.timeout, action) => match r {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => {
+                    // A failed request of a browser that is dying: say so.
+                    if tokio::time::timeout(Duration::from_millis(300), exited(self.reaped.clone())).await.is_ok() {
+                        return Err(self.crashed(what));
+                    }
+                    Err(ActionError::Failed(format!("{what} failed: {e}")))
+                }
+                Err(_) => Err(ActionError::Failed(format!(
+                    "{what} did not finish within {} ms (every browser request has a timeout); whether it took effect is unknown: take a snapshot to see",
+                    self.timeout.as_millis()
+                ))),
+            },
+            () = exited(self.reaped.clone()) => Err(self.crashed(what)),
+            _ = self.cancel.cancelled() => Err(ActionError::Failed(format!("{what} was interrupted: the activation ended"))),
+            _ = cancel.cancelled() => Err(ActionError::Failed(format!("{what} was cancelled by the caller"))),
+        }
+    }
+
+    fn crashed(&self, what: &str) -> ActionError {
+        let tail = self.stderr_tail();
+        ActionError::Crashed(format!(
+            "the browser exited during {what}; whether {what} took effect is unknown; the next call starts a new browser (its state is not restored){}",
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr ends with:\n{tail}")
+            }
+        ))
+    }
+}
+
+/// Resolves once the browser's leader was reaped.
+async fn exited(mut reaped: tokio::sync::watch::Receiver<bool>) {
+    let _ = reaped.wait_for(|b| *b).await;
+}
+
+/// Why an action failed.
+#[derive(Debug)]
+enum ActionError {
+    /// The action failed; the browser is still there.
+    Failed(String),
+    /// The browser exited: the session must be replaced.
+    Crashed(String),
+}
+
+fn cdp<T>(r: Result<T, chromiumoxide::error::CdpError>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
+}
+
+/// The tools of one activation: an MCP server over an in-process stream.
+#[derive(Clone)]
+struct BrowserTools {
+    sessions: SessionsHandle,
+    config: Arc<BrowserNativeConfig>,
+}
+
+fn tool(name: &str, description: &str, schema: Value) -> Tool {
+    let schema = schema.as_object().cloned().unwrap_or_default();
+    Tool::new(
+        name.to_owned(),
+        format!("{description} {GUIDANCE}"),
+        Arc::new(schema),
+    )
+}
+
+fn object(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+}
+
+impl BrowserTools {
+    fn tools(&self) -> Vec<Tool> {
+        let mut tools = vec![
+            tool(
+                "navigate",
+                "Open a URL in this activation's browser (a fresh headless Chromium, started on first use). Returns the page's title and URL; tokens of earlier snapshots become stale.",
+                object(
+                    json!({"url": {"type": "string", "description": "http(s), file, data or about URL"}}),
+                    &["url"],
+                ),
+            ),
+            tool(
+                "snapshot",
+                "List the page's interactable elements, each with a token (like g3e17) next to its role and name, and the page's text. A new snapshot makes every earlier token stale.",
+                object(json!({}), &[]),
+            ),
+            tool(
+                "click",
+                "Click the element with this token from the latest snapshot.",
+                object(json!({"token": {"type": "string"}}), &["token"]),
+            ),
+            tool(
+                "type",
+                "Focus the element with this token from the latest snapshot and type the text into it.",
+                object(
+                    json!({"token": {"type": "string"}, "text": {"type": "string"}}),
+                    &["token", "text"],
+                ),
+            ),
+            tool(
+                "press",
+                "Press a key (Enter, Tab, Escape, ArrowDown, Backspace, a letter…) in the focused element.",
+                object(json!({"key": {"type": "string"}}), &["key"]),
+            ),
+            tool(
+                "screenshot",
+                "A PNG screenshot of the page's viewport.",
+                object(json!({}), &[]),
+            ),
+            tool(
+                "close",
+                "Close this activation's browser (its process is reaped); the next navigate starts a new one with a fresh profile.",
+                object(json!({}), &[]),
+            ),
+        ];
+        if self.config.evaluate {
+            tools.push(tool(
+                "evaluate",
+                "Evaluate a JavaScript expression in the page and return its JSON value.",
+                object(json!({"expression": {"type": "string"}}), &["expression"]),
+            ));
+        }
+        tools
+    }
+
+    async fn session(&self) -> Result<Arc<BrowserSession>, String> {
+        let limit = self.config.launch_timeout + Duration::from_secs(5);
+        let resource = self
+            .sessions
+            .acquire(limit)
+            .await
+            .map_err(|e| e.to_string())?;
+        resource
+            .as_any()
+            .downcast::<BrowserSession>()
+            .map_err(|_| "the session resource is not a browser".to_owned())
+    }
+
+    /// The browser is gone: close what is left of it and let the next call
+    /// start a new one.
+    async fn replace(&self) {
+        if let Err(e) = self.sessions.reset().await {
+            tracing::warn!(activation = %self.sessions.activation, "{e}");
+        }
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<ContentBlock>, String> {
+        // Arguments are checked before a browser is started.
+        let known = self.tools().iter().any(|t| t.name == name);
+        if !known {
+            return Err(format!("no tool {name:?} in this provider"));
+        }
+        if name == "close" {
+            let had = self.sessions.reset().await.map_err(|e| e.to_string())?;
+            return Ok(vec![ContentBlock::text(
+                if had.processes_reaped.is_empty() {
+                    "no browser was open".to_owned()
+                } else {
+                    format!(
+                        "the browser was closed (process {} reaped)",
+                        had.processes_reaped
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            )]);
+        }
+        let session = self.session().await?;
+        let result = session.act(name, args, cancel).await;
+        match result {
+            Ok(blocks) => Ok(blocks),
+            Err(ActionError::Failed(e)) => Err(e),
+            Err(ActionError::Crashed(e)) => {
+                drop(session);
+                self.replace().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl BrowserSession {
+    async fn act(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<ContentBlock>, ActionError> {
+        let text_arg = |key: &str| -> Result<String, String> {
+            args.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{name} needs the string argument {key:?}"))
+        };
+        let failed = ActionError::Failed;
+        // One action at a time per activation (SEAT-8).
+        let mut guard = self.live.lock().await;
+        let Some(live) = guard.as_mut() else {
+            return Err(failed(
+                "the browser was closed; the next call starts a new one".into(),
+            ));
+        };
+        let page = live.page.clone();
+        match name {
+            "navigate" => {
+                let url = text_arg("url").map_err(failed)?;
+                check_url(&url).map_err(failed)?;
+                live.valid = None;
+                let (title, at) = self
+                    .guarded("navigate", cancel, async {
+                        cdp(page.goto(url.as_str()).await)?;
+                        let title = cdp(page.get_title().await)?.unwrap_or_default();
+                        let at = cdp(page.url().await)?.unwrap_or_default();
+                        Ok((title, at))
+                    })
+                    .await?;
+                Ok(vec![ContentBlock::text(format!(
+                    "navigated to {at} (title {title:?}); take a snapshot to act on it"
+                ))])
+            }
+            "snapshot" => {
+                live.generation += 1;
+                let generation = live.generation;
+                let script = SNAPSHOT_JS.replace("__GEN__", &generation.to_string());
+                let raw: String = self
+                    .guarded("snapshot", cancel, async {
+                        cdp(page.evaluate(script.as_str()).await)?
+                            .into_value::<String>()
+                            .map_err(|e| e.to_string())
+                    })
+                    .await?;
+                let snap: Snapshot = serde_json::from_str(&raw)
+                    .map_err(|e| failed(format!("the snapshot script returned bad JSON: {e}")))?;
+                live.valid = Some(generation);
+                Ok(vec![ContentBlock::text(snap.render(generation))])
+            }
+            "click" | "type" => {
+                let token = text_arg("token").map_err(failed)?;
+                let text = if name == "type" {
+                    Some(text_arg("text").map_err(failed)?)
+                } else {
+                    None
+                };
+                check_token(&token, live.valid).map_err(|e| failed(e.to_string()))?;
+                let selector = format!("[data-mcpvisor-token=\"{token}\"]");
+                self.guarded(name, cancel, async {
+                    let el = page.find_element(selector.as_str()).await.map_err(|_| {
+                        format!("element {token} is no longer on the page; take a new snapshot")
+                    })?;
+                    cdp(el.click().await)?;
+                    if let Some(text) = &text {
+                        cdp(el.type_str(text).await)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+                Ok(vec![ContentBlock::text(match &text {
+                    Some(t) => format!(
+                        "typed {} character(s) into {token}; take a snapshot to verify",
+                        t.chars().count()
+                    ),
+                    None => format!(
+                        "clicked {token}; take a snapshot to see the result (a click cannot be undone)"
+                    ),
+                })])
+            }
+            "press" => {
+                let key = text_arg("key").map_err(failed)?;
+                self.guarded("press", cancel, async {
+                    let el = match page.find_element(":focus").await {
+                        Ok(el) => el,
+                        Err(_) => cdp(page.find_element("body").await)?,
+                    };
+                    cdp(el.press_key(key.as_str()).await)?;
+                    Ok(())
+                })
+                .await?;
+                Ok(vec![ContentBlock::text(format!(
+                    "pressed {key}; take a snapshot to see the result"
+                ))])
+            }
+            "screenshot" => {
+                let png = self
+                    .guarded("screenshot", cancel, async {
+                        let params = chromiumoxide::page::ScreenshotParams::builder()
+                            .format(chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat::Png)
+                            .build();
+                        cdp(page.screenshot(params).await)
+                    })
+                    .await?;
+                let data = base64::engine::general_purpose::STANDARD.encode(&png);
+                Ok(vec![ContentBlock::image(data, "image/png")])
+            }
+            "evaluate" => {
+                let expression = text_arg("expression").map_err(failed)?;
+                let value: Value = self
+                    .guarded("evaluate", cancel, async {
+                        let r = cdp(page.evaluate(expression.as_str()).await)?;
+                        Ok(r.value().cloned().unwrap_or(Value::Null))
+                    })
+                    .await?;
+                Ok(vec![ContentBlock::text(value.to_string())])
+            }
+            other => Err(failed(format!("no tool {other:?} in this provider"))),
+        }
+    }
+}
+
+/// The URL schemes `navigate` opens.
+fn check_url(url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    match parsed.scheme() {
+        "http" | "https" | "file" | "data" | "about" => Ok(()),
+        other => Err(format!(
+            "{url:?}: the scheme {other:?} is not opened (http, https, file, data and about are)"
+        )),
+    }
+}
+
+impl ServerHandler for BrowserTools {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        rmcp::model::ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                format!("mcpvisor {}", self.config.name),
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(format!(
+                "A headless Chromium of this activation's own (browser-native). {GUIDANCE}"
+            ))
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // ListToolsResult is non_exhaustive
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut page = ListToolsResult::default();
+        page.tools = self.tools();
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match self.run(&request.name, &args, &ctx.ct).await {
+            Ok(blocks) => CallToolResult::success(blocks),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
+        };
+        Ok(result.into())
+    }
+}
+
+/// Kill the browsers of runtimes that are gone: a profile directory
+/// `mcpvisor-browser-<pid>-…` whose runtime pid no longer runs marks them.
+/// Returns the killed pids; the stale directories are removed.
+pub fn sweep_orphans(profile_root: &std::path::Path) -> Vec<u32> {
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let owner_of = |name: &str| -> Option<u32> {
+        name.strip_prefix(PROFILE_PREFIX)?
+            .split('-')
+            .next()?
+            .parse()
+            .ok()
+    };
+    let marker = format!(
+        "--user-data-dir={}/{PROFILE_PREFIX}",
+        profile_root.display()
+    );
+    let mut killed = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            for arg in cmdline.split(|b| *b == 0) {
+                let arg = String::from_utf8_lossy(arg);
+                if let Some(rest) = arg.strip_prefix(&marker)
+                    && let Some(owner) = owner_of(&format!("{PROFILE_PREFIX}{rest}"))
+                    && !alive(owner)
+                    && let Ok(pid_t) = i32::try_from(pid)
+                {
+                    crate::actors::process::kill_pid(pid_t);
+                    killed.push(pid);
+                    break;
+                }
+            }
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir(profile_root) {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(owner) = owner_of(&name)
+                && !alive(owner)
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    killed
+}

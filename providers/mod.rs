@@ -1,0 +1,46 @@
+//! The seat providers mcpvisor ships (SEAT-4), feature `browser`.
+//!
+//! Each implements [`crate::SeatProvider`]: its tools are an
+//! in-process MCP server mounted in every live activation's scope, and what
+//! an activation uses (its browser) is a session resource opened on first
+//! use and owned by the seat's `SessionResources` actor.
+//!
+//! - [`browser_native`]: Chromium over CDP (chromiumoxide), launched per
+//!   activation in a process group of its own.
+
+pub mod browser_native;
+mod snapshot;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::messages::config_file::RawProvider;
+use crate::messages::seat::SeatProvider;
+
+/// The provider a `[providers.<name>]` table describes (checked by the
+/// config parser: a kind this build does not have is refused there).
+pub fn from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider>, String> {
+    match raw.kind.as_str() {
+        "browser-native" => {
+            let mut c = browser_native::BrowserNativeConfig::new(name);
+            c.executable = raw.executable.clone();
+            c.evaluate = raw.evaluate.unwrap_or(false);
+            if let Some(t) = raw.trust {
+                c.trust = t;
+            }
+            if let Some([w, h]) = raw.window {
+                c.window = (w, h);
+            }
+            if let Some(ms) = raw.action_timeout_ms {
+                c.action_timeout = Duration::from_millis(ms);
+            }
+            if let Some(ms) = raw.launch_timeout_ms {
+                c.launch_timeout = Duration::from_millis(ms);
+            }
+            Ok(Arc::new(browser_native::BrowserNative::new(c)))
+        }
+        other => Err(format!(
+            "[providers.{name}] kind = {other:?} is not built in this version"
+        )),
+    }
+}
