@@ -272,6 +272,13 @@ pub enum SeatMsg {
         /// (an `Activation` dropped without `close`).
         reply: Option<RpcReplyPort<Result<ShutdownReport, SeatError>>>,
     },
+    /// The global switch turned off (TRUST-1): every activation's
+    /// resources close (no process runs while off); the provider stays,
+    /// and the next call after switching on opens a fresh resource.
+    CloseResources {
+        /// What was reaped, and what could not be confirmed.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
     /// The seat's status.
     Status {
         /// It.

@@ -25,7 +25,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,6 @@ use crate::messages::seat::{
     ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
 };
 use crate::messages::status::ShutdownReport;
-use crate::messages::transport::{InProcessConnection, InProcessConnector};
 use crate::messages::trust::TrustMode;
 
 /// The guidance every tool description carries (SEAT-6).
@@ -125,22 +124,10 @@ impl SeatProvider for BrowserNative {
 
     fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
         let config = self.config.clone();
-        let connector = InProcessConnector(Arc::new(move || {
-            let (client, server) = tokio::io::duplex(1 << 20);
-            let tools = BrowserTools {
-                sessions: sessions.clone(),
-                config: config.clone(),
-            };
-            let task = tokio::spawn(async move {
-                if let Ok(running) = tools.serve(server).await {
-                    let _ = running.waiting().await;
-                }
-            });
-            Ok(InProcessConnection {
-                stream: client,
-                closed: Box::pin(async move { task.await.is_ok() }),
-            })
-        }));
+        let connector = super::in_process_server(move || BrowserTools {
+            sessions: sessions.clone(),
+            config: config.clone(),
+        });
         let mut server = ServerConfig::with_transport(
             self.config.name.clone(),
             TransportConfig::InProcess(connector),
@@ -291,94 +278,25 @@ async fn launch(
             }
         }
     });
-    let failed = |why: String, stderr: &Arc<Mutex<VecDeque<String>>>| {
-        let tail = stderr
-            .lock()
-            .map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n"))
-            .unwrap_or_default();
-        if tail.is_empty() {
-            why
-        } else {
-            format!("{why}; its stderr ends with:\n{tail}")
-        }
-    };
-    let ws = match tokio::time::timeout(config.launch_timeout, ws_rx).await {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(_)) => {
-            let exit = group.wait(Some(Duration::from_secs(2))).await;
-            let how = exit
-                .map(|e| e.describe())
-                .unwrap_or_else(|| "closed its stderr".into());
+    let connected = connect(config, &exe, ws_rx, &mut group).await;
+    let (browser, page, handler) = match connected {
+        Ok(c) => c,
+        Err(why) => {
+            // One cleanup for every failed step: the group is killed and
+            // reaped, the profile removed.
             group.kill_and_reap().await;
             let _ = std::fs::remove_dir_all(&profile);
-            return Err(failed(
-                format!("{} {how} before it was ready", exe.display()),
-                &stderr,
-            ));
-        }
-        Err(_) => {
-            group.kill_and_reap().await;
-            let _ = std::fs::remove_dir_all(&profile);
-            return Err(failed(
-                format!(
-                    "{} did not announce its DevTools endpoint within {} ms",
-                    exe.display(),
-                    config.launch_timeout.as_millis()
-                ),
-                &stderr,
-            ));
+            let tail = stderr
+                .lock()
+                .map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default();
+            return Err(if tail.is_empty() {
+                why
+            } else {
+                format!("{why}; its stderr ends with:\n{tail}")
+            });
         }
     };
-    let handler_config = chromiumoxide::handler::HandlerConfig {
-        request_timeout: config.action_timeout,
-        viewport: None,
-        ..Default::default()
-    };
-    let connected = tokio::time::timeout(
-        config.action_timeout,
-        Browser::connect_with_config(ws.clone(), handler_config),
-    )
-    .await;
-    let (browser, mut handler) = match connected {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            group.kill_and_reap().await;
-            let _ = std::fs::remove_dir_all(&profile);
-            return Err(format!(
-                "cannot connect to the browser's DevTools at {ws}: {e}"
-            ));
-        }
-        Err(_) => {
-            group.kill_and_reap().await;
-            let _ = std::fs::remove_dir_all(&profile);
-            return Err(format!(
-                "the browser's DevTools at {ws} did not answer in time"
-            ));
-        }
-    };
-    let handler = tokio::spawn(async move {
-        while let Some(event) = handler.next().await {
-            if let Err(e) = event {
-                tracing::debug!("cdp: {e}");
-            }
-        }
-    });
-    let page =
-        match tokio::time::timeout(config.action_timeout, browser.new_page("about:blank")).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                handler.abort();
-                group.kill_and_reap().await;
-                let _ = std::fs::remove_dir_all(&profile);
-                return Err(format!("the browser did not open a page: {e}"));
-            }
-            Err(_) => {
-                handler.abort();
-                group.kill_and_reap().await;
-                let _ = std::fs::remove_dir_all(&profile);
-                return Err("the browser did not open a page in time".into());
-            }
-        };
     let reaped = group.unreaped().reaped;
     Ok(BrowserSession {
         pid,
@@ -396,6 +314,63 @@ async fn launch(
         group: tokio::sync::Mutex::new(Some(group)),
         stderr,
     })
+}
+
+/// The launched browser's DevTools endpoint (announced on its stderr),
+/// the CDP connection, its event loop, and a page: each step bounded.
+async fn connect(
+    config: &BrowserNativeConfig,
+    exe: &std::path::Path,
+    ws_rx: tokio::sync::oneshot::Receiver<String>,
+    group: &mut ProcessGroup,
+) -> Result<(Browser, Page, tokio::task::JoinHandle<()>), String> {
+    let ws = match tokio::time::timeout(config.launch_timeout, ws_rx).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(_)) => {
+            let exit = group.wait(Some(Duration::from_secs(2))).await;
+            let how = exit
+                .map(|e| e.describe())
+                .unwrap_or_else(|| "closed its stderr".into());
+            return Err(format!("{} {how} before it was ready", exe.display()));
+        }
+        Err(_) => {
+            return Err(format!(
+                "{} did not announce its DevTools endpoint within {} ms",
+                exe.display(),
+                config.launch_timeout.as_millis()
+            ));
+        }
+    };
+    let handler_config = chromiumoxide::handler::HandlerConfig {
+        request_timeout: config.action_timeout,
+        viewport: None,
+        ..Default::default()
+    };
+    let (browser, mut handler) = tokio::time::timeout(
+        config.action_timeout,
+        Browser::connect_with_config(ws.clone(), handler_config),
+    )
+    .await
+    .map_err(|_| format!("the browser's DevTools at {ws} did not answer in time"))?
+    .map_err(|e| format!("cannot connect to the browser's DevTools at {ws}: {e}"))?;
+    let handler = tokio::spawn(async move {
+        while let Some(event) = handler.next().await {
+            if let Err(e) = event {
+                tracing::debug!("cdp: {e}");
+            }
+        }
+    });
+    let page = tokio::time::timeout(config.action_timeout, browser.new_page("about:blank"))
+        .await
+        .map_err(|_| "the browser did not open a page in time".to_owned())
+        .and_then(|p| p.map_err(|e| format!("the browser did not open a page: {e}")));
+    match page {
+        Ok(page) => Ok((browser, page, handler)),
+        Err(e) => {
+            handler.abort();
+            Err(e)
+        }
+    }
 }
 
 /// The close sequence of a browser: CDP `Browser.close`, then the group's

@@ -16,6 +16,30 @@ use std::time::Duration;
 
 use crate::messages::config_file::RawProvider;
 use crate::messages::seat::SeatProvider;
+use crate::messages::transport::{InProcessConnection, InProcessConnector};
+
+/// A connector that serves a fresh `make()` handler over an in-process
+/// stream for each connection: how a provider mounts its tools as an MCP
+/// server without a process. The close is confirmed when the handler's
+/// service task has ended.
+pub fn in_process_server<H>(make: impl Fn() -> H + Send + Sync + 'static) -> InProcessConnector
+where
+    H: rmcp::ServerHandler,
+{
+    InProcessConnector(Arc::new(move || {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let handler = make();
+        let task = tokio::spawn(async move {
+            if let Ok(running) = rmcp::ServiceExt::serve(handler, server).await {
+                let _ = running.waiting().await;
+            }
+        });
+        Ok(InProcessConnection {
+            stream: client,
+            closed: Box::pin(async move { task.await.is_ok() }),
+        })
+    }))
+}
 
 /// The provider a `[providers.<name>]` table describes (checked by the
 /// config parser: a kind this build does not have is refused there).

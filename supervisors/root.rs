@@ -19,7 +19,8 @@
 //! | State    | Event            | Actions                                       | Next    |
 //! |----------|------------------|-----------------------------------------------|---------|
 //! | running  | Scope(s)         | the scope's handle; start it if new (off/on)  | running |
-//! | running  | SetEnabled(b)    | remember b; switch every scope (TRUST-1)      | running |
+//! | running  | SetEnabled(b)    | remember b; switch every scope (TRUST-1);     | running |
+//! |          |                  | off: the seats close their resources          |         |
 //! | running  | HooksSupervisor  | its ref (for the hook engine)                 | running |
 //! | running  | Seats            | the seats' refs (for the runtime)             | running |
 //! | running  | scope failed     | log, drop it                                  | running |
@@ -358,6 +359,28 @@ impl Actor for RootSupervisor {
                         match r {
                             Ok(r) => report.absorb(r),
                             Err(e) => report.unconfirmed.push(e),
+                        }
+                    }
+                    // Off: no process runs, the providers' browsers included.
+                    if !enabled {
+                        let seats = st.children.iter().filter_map(|c| match &c.handle {
+                            RootChild::Seat(k, s) => Some((*k, s.clone())),
+                            _ => None,
+                        });
+                        let closes = seats.map(|(kind, seat)| async move {
+                            ask(
+                                &seat,
+                                |reply| SeatMsg::CloseResources { reply },
+                                Some(SEAT_RELEASE),
+                            )
+                            .await
+                            .map_err(|e| format!("seat {kind}: {e}"))
+                        });
+                        for r in futures::future::join_all(closes).await {
+                            match r {
+                                Ok(r) => report.absorb(r),
+                                Err(e) => report.unconfirmed.push(e),
+                            }
                         }
                     }
                     let _ = reply.send(report);

@@ -18,6 +18,7 @@
 //! | held      | Release   | a close unconfirmed: refused, StillOpen; keep it all    | releasing |
 //! | releasing | Register  | refused: Releasing(holder)                              | releasing |
 //! | releasing | Release   | try again                                               | empty/rel.|
+//! | any       | CloseRes. | Dispose every activation (TRUST-1 off); keep the mounts | same      |
 //! | any       | Shutdown  | Release; refuse everything after                        | stopped   |
 //! ```
 //! The seat's mailbox orders it all: a release's steps run inside one
@@ -148,6 +149,23 @@ impl Actor for Seat {
                 } else if !report.is_clean() {
                     tracing::error!(seat = %st.kind, %activation, open = ?report.unconfirmed, "an activation's resources did not close");
                 }
+            }
+            SeatMsg::CloseResources { reply } => {
+                let mut report = ShutdownReport::default();
+                if let Some(h) = &st.holder {
+                    let sessions = h.sessions.clone();
+                    let closes = st.activations.keys().map(|a| dispose(&sessions, a));
+                    for r in futures::future::join_all(closes).await {
+                        report.absorb(r);
+                    }
+                    // Still live: a call after switching on opens anew.
+                    for a in st.activations.keys() {
+                        let _ = sessions.cast(SessionsMsg::Live {
+                            activation: a.clone(),
+                        });
+                    }
+                }
+                let _ = reply.send(report);
             }
             SeatMsg::Status { reply } => {
                 let _ = reply.send(status(st).await);

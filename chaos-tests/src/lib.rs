@@ -163,6 +163,48 @@ fn peers_with(parts: &[&str]) -> Option<PathBuf> {
     installed(&dir).then_some(dir)
 }
 
+/// Chromium for the browser tests (Debian's `chromium`, which `.ci/run`
+/// installs). Missing, the test fails with what to do, unless the person
+/// running the tests opted out with `MCPVISOR_SKIP_BROWSER=1` (then None:
+/// the test skips with a note). CI never opts out.
+pub fn chromium() -> Option<PathBuf> {
+    let found = std::env::var_os("MCPVISOR_CHROMIUM")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(["/usr/bin/chromium", "/usr/lib/chromium/chromium"].map(PathBuf::from))
+        .find(|p| p.exists());
+    if found.is_none() {
+        let opted_out = std::env::var("MCPVISOR_SKIP_BROWSER").is_ok_and(|v| v == "1");
+        assert!(
+            opted_out,
+            "Chromium is not installed (Debian: apt-get install chromium; or set MCPVISOR_CHROMIUM); \
+             run the tests with MCPVISOR_SKIP_BROWSER=1 to skip the browser tests"
+        );
+        eprintln!("skipped: no Chromium (MCPVISOR_SKIP_BROWSER=1)");
+    }
+    found
+}
+
+/// The processes (other than this one) with an argument containing `needle`
+/// (read from `/proc/PID/cmdline`).
+pub fn processes_with_arg(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                c.split(|b| *b == 0)
+                    .any(|a| String::from_utf8_lossy(a).contains(needle))
+            })
+        })
+        .filter(|pid| process_alive(*pid))
+        .collect()
+}
+
 /// A unique path in the temp directory: `<tmp>/mcpvisor-chaos-<pid>-<n>-<tag>`.
 pub fn unique_temp_path(tag: &str) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -13,16 +13,16 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use mcpvisor::{
-    ActivationId, InProcessConnection, InProcessConnector, Opener, OutcomeKind, ProviderInfo,
-    Runtime, RuntimeError, Scope, SeatError, SeatKind, SeatProvider, ServerConfig, SessionResource,
-    SessionsHandle, ShutdownReport, TransportConfig,
+    ActivationId, Opener, OutcomeKind, ProviderInfo, Runtime, RuntimeError, Scope, SeatError,
+    SeatKind, SeatProvider, ServerConfig, SessionResource, SessionsHandle, ShutdownReport,
+    TransportConfig,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::Notify;
 
 /// What every resource of one provider did, in order.
@@ -206,22 +206,10 @@ impl SeatProvider for Scripted {
 
     fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
         let journal = self.journal.clone();
-        let connector = InProcessConnector(Arc::new(move || {
-            let (client, server) = tokio::io::duplex(64 * 1024);
-            let tools = Tools {
-                sessions: sessions.clone(),
-                journal: journal.clone(),
-            };
-            let task = tokio::spawn(async move {
-                if let Ok(running) = tools.serve(server).await {
-                    let _ = running.waiting().await;
-                }
-            });
-            Ok(InProcessConnection {
-                stream: client,
-                closed: Box::pin(async move { task.await.is_ok() }),
-            })
-        }));
+        let connector = mcpvisor::providers::in_process_server(move || Tools {
+            sessions: sessions.clone(),
+            journal: journal.clone(),
+        });
         Ok(
             ServerConfig::with_transport(self.name.clone(), TransportConfig::InProcess(connector))
                 .trusted(),

@@ -1,0 +1,601 @@
+//! `browser-native` with real Chromium (SEAT-4..8, SEAT-11): the flow
+//! through `mcpvisor call --batch`, two activations with their own
+//! browsers, a browser that crashes mid-action, a stale token, the
+//! screenshot as an admitted PNG, and cleanup on every path (close,
+//! shutdown, a browser whose group will not die on SIGTERM, the sweep of a
+//! dead runtime's browsers). Pages are served on 127.0.0.1 by the test.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::response::Html;
+use axum::routing::get;
+use mcpvisor::providers::browser_native::{BrowserNative, BrowserNativeConfig, sweep_orphans};
+use mcpvisor::{OutcomeKind, Runtime, Scope, SeatKind, ToolOutcome, TrustMode};
+use mcpvisor_chaos::{
+    chromium, ensure_mcpvisor_built, process_alive, processes_with_arg, unique_temp_path, wait_gone,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+const FORM: &str = r#"<!doctype html><html><head><title>Form page</title></head><body>
+<h1>Hello</h1>
+<input id="name" aria-label="Name" placeholder="your name">
+<button id="go" onclick="document.getElementById('out').innerText = 'hi ' + document.getElementById('name').value">Greet</button>
+<div id="out">nothing yet</div>
+<a href="/other">Other page</a>
+</body></html>"#;
+
+/// A local site: `/` the form, `/other` a second page, `/hang` a request
+/// that is never answered (its arrival is announced on the channel).
+struct Site {
+    addr: SocketAddr,
+    hung: mpsc::UnboundedReceiver<()>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn site() -> Site {
+    let (tx, hung) = mpsc::unbounded_channel();
+    let app = Router::new()
+        .route("/", get(|| async { Html(FORM) }))
+        .route(
+            "/other",
+            get(|| async { Html("<title>Other</title><p>the other page</p>") }),
+        )
+        .route(
+            "/hang",
+            get(move || {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(());
+                    futures::future::pending::<()>().await;
+                    Html("never")
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Site {
+        addr,
+        hung,
+        _task: task,
+    }
+}
+
+/// A provider whose browsers' profiles live under `root` (so the test can
+/// look for what is left of them).
+fn provider(root: &Path, tweak: impl FnOnce(&mut BrowserNativeConfig)) -> Arc<BrowserNative> {
+    std::fs::create_dir_all(root).unwrap();
+    let mut c = BrowserNativeConfig::new("browser");
+    c.trust = TrustMode::Always;
+    c.profile_root = root.to_path_buf();
+    tweak(&mut c);
+    Arc::new(BrowserNative::new(c))
+}
+
+async fn call(rt: &Runtime, scope: &Scope, tool: &str, args: Value) -> ToolOutcome {
+    rt.wait_ready(scope, "browser", Duration::from_secs(10))
+        .await
+        .unwrap();
+    rt.call(
+        scope,
+        &format!("mcp__browser__{tool}"),
+        Some(args),
+        Default::default(),
+    )
+    .await
+}
+
+/// The pids the browser seat's resources own.
+async fn browser_pids(rt: &Runtime) -> Vec<u32> {
+    rt.seats()
+        .await
+        .into_iter()
+        .find(|s| s.seat == "browser_use")
+        .map(|s| s.pids)
+        .unwrap_or_default()
+}
+
+/// Nothing of the profiles under `root` runs or remains on disk.
+async fn assert_nothing_left(root: &Path) {
+    let marker = root.display().to_string();
+    for pid in processes_with_arg(&marker) {
+        assert!(
+            wait_gone(pid, Duration::from_secs(5)).await,
+            "browser process {pid} of {marker} is still running"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(root)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "profile directories left: {left:?}");
+}
+
+/// The token of the element whose line contains `needle` in a snapshot.
+fn token_of(snapshot: &str, needle: &str) -> String {
+    let line = snapshot
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no element {needle:?} in:\n{snapshot}"));
+    line.trim_start_matches('[')
+        .split(']')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// Width and height of a PNG (its IHDR), after checking its signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    (w, h)
+}
+
+/// SEAT-11 end to end through the CLI: a pipe drives `call --batch -` one
+/// line at a time (each outcome arrives before the next line is written),
+/// in one activation, with `--images`: the flow works, a stale token is a
+/// clear error, the screenshot is an admitted PNG of the window's width,
+/// and nothing of the browser is left after the process exits.
+#[tokio::test]
+async fn a_pipe_drives_navigate_snapshot_type_click_screenshot_through_call_batch() {
+    let Some(_) = chromium() else { return };
+    let site = site().await;
+    let dir = unique_temp_path("browser-cli");
+    let tmp = dir.join("tmp");
+    let shots = dir.join("shots");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(
+        dir.join("mcpvisor.toml"),
+        "[providers.browser]\nkind = \"browser-native\"\ntrust = \"always\"\nwindow = [1024, 700]\n",
+    )
+    .unwrap();
+    let bin = ensure_mcpvisor_built().unwrap();
+    let mut child = tokio::process::Command::new(bin)
+        .args(["call", "--batch", "-", "--images", "--attachments"])
+        .arg(&shots)
+        .current_dir(&dir)
+        // The browser's profile goes under the test's own temp dir.
+        .env("TMPDIR", &tmp)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut step = async |line: Value| -> Value {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+            .await
+            .expect("no outcome within 60 s")
+            .unwrap()
+            .expect("the batch ended early");
+        serde_json::from_str(&answer).unwrap()
+    };
+    let nav = step(json!({"name": "mcp__browser__navigate", "args": {"url": format!("http://{}/", site.addr)}})).await;
+    assert_eq!(nav["outcome"], "ok", "{nav}");
+    assert!(
+        nav["projection"].as_str().unwrap().contains("Form page"),
+        "{nav}"
+    );
+    let snap = step(json!({"name": "mcp__browser__snapshot"})).await;
+    let text = snap["projection"].as_str().unwrap().to_owned();
+    assert!(text.contains("textbox \"Name\""), "{text}");
+    assert!(text.contains("button \"Greet\""), "{text}");
+    let (name, greet) = (
+        token_of(&text, "textbox \"Name\""),
+        token_of(&text, "\"Greet\""),
+    );
+    assert!(name.starts_with("g1e"), "{name}");
+    let typed =
+        step(json!({"name": "mcp__browser__type", "args": {"token": name, "text": "Ada"}})).await;
+    assert_eq!(typed["outcome"], "ok", "{typed}");
+    let clicked = step(json!({"name": "mcp__browser__click", "args": {"token": greet}})).await;
+    assert_eq!(clicked["outcome"], "ok", "{clicked}");
+    let again = step(json!({"name": "mcp__browser__snapshot"})).await;
+    let text2 = again["projection"].as_str().unwrap();
+    assert!(text2.contains("hi Ada"), "the click did not run: {text2}");
+    assert!(text2.contains("snapshot g2"), "{text2}");
+    // The first snapshot's token is stale now.
+    let stale = step(json!({"name": "mcp__browser__click", "args": {"token": greet}})).await;
+    assert_ne!(stale["outcome"], "ok", "{stale}");
+    let why = stale["projection"].as_str().unwrap();
+    assert!(
+        why.contains("stale") && why.contains("take a new snapshot"),
+        "{why}"
+    );
+    let shot = step(json!({"name": "mcp__browser__screenshot"})).await;
+    assert_eq!(shot["outcome"], "ok", "{shot}");
+    let path = shot["images"][0]["path"]
+        .as_str()
+        .expect("no admitted image");
+    let (w, h) = png_size(&std::fs::read(path).unwrap());
+    assert_eq!(w, 1024, "the screenshot is not the window's width");
+    assert!(h > 350 && h <= 700, "height {h}");
+    // A line that is not a call is answered, and the batch goes on.
+    let bad = step(json!(["not", "a", "call"])).await;
+    assert_eq!(bad["kind"], "bad_input", "{bad}");
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    // Exit 1: the stale click and the bad line did not end ok.
+    assert_eq!(status.code(), Some(1));
+    assert_nothing_left(&tmp).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SEAT-7/8: two activations in launch mode each get their own browser
+/// (independent pages), and closing an activation reaps its browser.
+#[tokio::test]
+async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
+    let Some(_) = chromium() else { return };
+    let site = site().await;
+    let root = unique_temp_path("browser-two");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |_| {}))
+        .start()
+        .await
+        .unwrap();
+    let (a, b) = (Scope::Agent("a".into()), Scope::Agent("b".into()));
+    let act_a = rt.open_activation(a.clone()).await.unwrap();
+    let act_b = rt.open_activation(b.clone()).await.unwrap();
+    let url_a = format!("http://{}/", site.addr);
+    let url_b = format!("http://{}/other", site.addr);
+    let (na, nb) = tokio::join!(
+        call(&rt, &a, "navigate", json!({"url": url_a})),
+        call(&rt, &b, "navigate", json!({"url": url_b}))
+    );
+    assert!(
+        na.is_ok() && nb.is_ok(),
+        "{} / {}",
+        na.projection,
+        nb.projection
+    );
+    let pids = browser_pids(&rt).await;
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_ne!(pids[0], pids[1]);
+    // Each activation sees its own page.
+    let sa = call(&rt, &a, "snapshot", json!({})).await;
+    let sb = call(&rt, &b, "snapshot", json!({})).await;
+    assert!(sa.projection.contains("Form page"), "{}", sa.projection);
+    assert!(
+        sb.projection.contains("the other page"),
+        "{}",
+        sb.projection
+    );
+    // evaluate is off by default.
+    assert!(
+        !rt.tools(&a).iter().any(|t| t.name.ends_with("__evaluate")),
+        "evaluate is offered by default"
+    );
+    let report = act_a.close().await.unwrap();
+    assert_eq!(report.processes_reaped.len(), 1, "{report:?}");
+    let gone = report.processes_reaped[0];
+    assert!(pids.contains(&gone));
+    // Reported reaped means reaped: not running, and not even a zombie.
+    assert!(
+        !Path::new(&format!("/proc/{gone}")).exists(),
+        "closed browser {gone} was reported reaped but is still in /proc"
+    );
+    assert_eq!(browser_pids(&rt).await.len(), 1);
+    // The other activation's browser is untouched.
+    let still = call(&rt, &b, "snapshot", json!({})).await;
+    assert!(still.is_ok(), "{}", still.projection);
+    drop(act_b);
+    let report = rt.shutdown(Duration::from_secs(20)).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_nothing_left(&root).await;
+}
+
+/// CALL-4 / SEAT-11: a browser killed in the middle of an action ends the
+/// call at once with what happened (effects unknown), and the next call
+/// gets a new browser. The screenshot goes through CALL-7 as an image.
+#[tokio::test]
+async fn a_browser_killed_mid_action_fails_that_call_and_the_next_gets_a_new_browser() {
+    let Some(_) = chromium() else { return };
+    let mut site = site().await;
+    let root = unique_temp_path("browser-crash");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |_| {}))
+        .activate(Scope::Global)
+        .start()
+        .await
+        .unwrap();
+    let g = Scope::Global;
+    let first = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/", site.addr)}),
+    )
+    .await;
+    assert!(first.is_ok(), "{}", first.projection);
+    let old = browser_pids(&rt).await;
+    assert_eq!(old.len(), 1);
+    let hanging = {
+        let rt = rt.clone();
+        let url = format!("http://{}/hang", site.addr);
+        tokio::spawn(
+            async move { call(&rt, &Scope::Global, "navigate", json!({"url": url})).await },
+        )
+    };
+    // The browser is in the middle of the navigation: kill it.
+    site.hung.recv().await.unwrap();
+    let started = tokio::time::Instant::now();
+    unsafe {
+        libc::kill(old[0] as i32, libc::SIGKILL);
+    }
+    let out = hanging.await.unwrap();
+    assert!(!out.is_ok());
+    assert_eq!(out.kind, OutcomeKind::ServerError, "{}", out.projection);
+    assert!(
+        out.projection
+            .contains("the browser exited during navigate"),
+        "{}",
+        out.projection
+    );
+    assert!(out.projection.contains("unknown"), "{}", out.projection);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the crash was noticed only after {:?}",
+        started.elapsed()
+    );
+    let next = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/other", site.addr)}),
+    )
+    .await;
+    assert!(next.is_ok(), "{}", next.projection);
+    let new = browser_pids(&rt).await;
+    assert_eq!(new.len(), 1);
+    assert_ne!(new, old);
+    let shot = rt
+        .call(
+            &g,
+            "mcp__browser__screenshot",
+            None,
+            mcpvisor::CallOptions::default(),
+        )
+        .await;
+    assert!(shot.is_ok(), "{}", shot.projection);
+    // Without an image-capable route the model sees a placeholder, never
+    // the base64 (CALL-7).
+    assert!(shot.projection.contains("image/png"), "{}", shot.projection);
+    assert!(shot.projection.len() < 400, "{}", shot.projection);
+    let report = rt.shutdown(Duration::from_secs(20)).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.processes_reaped.contains(&new[0]), "{report:?}");
+    assert_nothing_left(&root).await;
+}
+
+/// SEAT-10 / RECO-7: a browser whose process group will not die on
+/// SIGTERM (its launcher ignores it and lingers) is still reaped by the
+/// shutdown (SIGKILL), and reported reaped only then.
+#[tokio::test]
+async fn a_browser_that_ignores_sigterm_is_killed_and_reaped_at_shutdown() {
+    let Some(chrome) = chromium() else { return };
+    let site = site().await;
+    let root = unique_temp_path("browser-stubborn");
+    std::fs::create_dir_all(&root).unwrap();
+    let launcher = root.with_extension("launcher.sh");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\ntrap '' TERM\n{} \"$@\"\nsleep 1000\n",
+            chrome.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rt = Runtime::builder()
+        .provider(provider(&root, |c| c.executable = Some(launcher.clone())))
+        .activate(Scope::Global)
+        .start()
+        .await
+        .unwrap();
+    let nav = call(
+        &rt,
+        &Scope::Global,
+        "navigate",
+        json!({"url": format!("http://{}/", site.addr)}),
+    )
+    .await;
+    assert!(nav.is_ok(), "{}", nav.projection);
+    let pids = browser_pids(&rt).await;
+    assert_eq!(pids.len(), 1);
+    let started = tokio::time::Instant::now();
+    let report = rt.shutdown(Duration::from_secs(20)).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.processes_reaped.contains(&pids[0]), "{report:?}");
+    assert!(!process_alive(pids[0]));
+    // It took the SIGTERM grace and the SIGKILL: it did not just exit.
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing of its process group runs (the lingering launcher, its sleep).
+    let group = in_group(pids[0]);
+    assert!(group.is_empty(), "{group:?} of group {} still run", pids[0]);
+    assert_nothing_left(&root).await;
+    let _ = std::fs::remove_file(&launcher);
+}
+
+/// The sweep: a browser left by a runtime that is gone (its profile
+/// directory names a pid that no longer runs) is killed, and its profile
+/// directory removed, when a provider is made.
+#[tokio::test]
+async fn browsers_of_a_dead_runtime_are_swept_by_their_profile_directory() {
+    let Some(chrome) = chromium() else { return };
+    let root = unique_temp_path("browser-sweep");
+    // A pid above the kernel's maximum: no runtime has it.
+    let profile = root.join("mcpvisor-browser-4194999-act-1-deadbeef");
+    std::fs::create_dir_all(&profile).unwrap();
+    let mut orphan = std::process::Command::new(&chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("about:blank")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A live runtime's profile is left alone.
+    let mine = root.join(format!(
+        "mcpvisor-browser-{}-act-9-live",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&mine).unwrap();
+    let pid = orphan.id();
+    let marker = profile.display().to_string();
+    // Chromium is up once its helper processes (zygotes, renderer) run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while processes_with_arg(&marker).len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "chromium did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = sweep_orphans(&root);
+    assert!(killed.contains(&pid), "{killed:?} does not have {pid}");
+    let status = tokio::task::spawn_blocking(move || orphan.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!status.success());
+    for p in processes_with_arg(&marker) {
+        assert!(wait_gone(p, Duration::from_secs(5)).await, "{p} still runs");
+    }
+    assert!(
+        !profile.exists(),
+        "the dead runtime's profile was not removed"
+    );
+    assert!(mine.exists(), "a live runtime's profile was removed");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The seat is one provider: a browser provider registered twice is
+/// refused naming the holder, and after a release the seat is free and
+/// nothing of the old browsers runs.
+#[tokio::test]
+async fn release_closes_every_browser_before_the_seat_is_free() {
+    let Some(_) = chromium() else { return };
+    let site = site().await;
+    let root = unique_temp_path("browser-release");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |_| {}))
+        .start()
+        .await
+        .unwrap();
+    let err = rt
+        .register_provider(provider(&root, |_| {}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("held by provider \"browser\""),
+        "{err}"
+    );
+    let scope = Scope::Agent("r".into());
+    let activation = rt.open_activation(scope.clone()).await.unwrap();
+    let nav = call(
+        &rt,
+        &scope,
+        "navigate",
+        json!({"url": format!("http://{}/", site.addr)}),
+    )
+    .await;
+    assert!(nav.is_ok(), "{}", nav.projection);
+    let pids = browser_pids(&rt).await;
+    let report = rt.release_provider(SeatKind::BrowserUse).await.unwrap();
+    assert_eq!(report.processes_reaped, pids);
+    assert!(mcpvisor_chaos::alive(&pids).is_empty());
+    assert!(rt.tools(&scope).is_empty(), "the tools were not withdrawn");
+    rt.register_provider(provider(&root, |c| c.evaluate = true))
+        .await
+        .unwrap();
+    rt.wait_ready(&scope, "browser", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let eval = call(&rt, &scope, "evaluate", json!({"expression": "6 * 7"})).await;
+    assert!(eval.is_ok(), "{}", eval.projection);
+    assert_eq!(eval.projection.trim(), "42");
+    drop(activation);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    assert_nothing_left(&root).await;
+}
+
+/// The live processes whose process group is `pgid`.
+fn in_group(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
+            })
+        })
+        .collect()
+}
+
+/// TRUST-1: switched off, no process runs — the providers' browsers
+/// included; switched on, the next call opens a fresh browser.
+#[tokio::test]
+async fn the_off_switch_closes_the_browsers_and_on_again_opens_a_fresh_one() {
+    let Some(_) = chromium() else { return };
+    let site = site().await;
+    let root = unique_temp_path("browser-off");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |_| {}))
+        .activate(Scope::Global)
+        .start()
+        .await
+        .unwrap();
+    let url = format!("http://{}/", site.addr);
+    let nav = call(&rt, &Scope::Global, "navigate", json!({"url": url})).await;
+    assert!(nav.is_ok(), "{}", nav.projection);
+    let before = browser_pids(&rt).await;
+    let report = rt.set_enabled(false).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.processes_reaped, before, "{report:?}");
+    assert!(browser_pids(&rt).await.is_empty());
+    assert!(rt.tools(&Scope::Global).is_empty());
+    rt.set_enabled(true).await;
+    let again = call(&rt, &Scope::Global, "navigate", json!({"url": url})).await;
+    assert!(again.is_ok(), "{}", again.projection);
+    let after = browser_pids(&rt).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    assert_nothing_left(&root).await;
+}
