@@ -266,6 +266,9 @@ pub struct ServerConfig {
     pub idle_stop_after: Option<Duration>,
     /// Tools on connection loss without reconnect (RECO-5).
     pub on_disconnect: OnDisconnect,
+    /// Appended to every tool description of this server: the guidance a
+    /// seat provider gives the model (SEAT-6). Not in the config file.
+    pub tool_note: Option<String>,
 }
 
 impl ServerConfig {
@@ -329,6 +332,7 @@ impl ServerConfig {
             tool_trust: BTreeMap::new(),
             idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
             on_disconnect: OnDisconnect::default(),
+            tool_note: None,
         }
     }
 

@@ -56,6 +56,9 @@ pub struct RawProvider {
     pub display: Option<String>,
     /// The MCP-backed providers' pinned package version.
     pub version: Option<String>,
+    /// The MCP-backed providers: a directory whose `node_modules` has the
+    /// package (default: `npx --yes <package>@<version>`).
+    pub package_dir: Option<PathBuf>,
     /// The Chromium binary (default: `$MCPVISOR_CHROMIUM`, then the usual places).
     pub executable: Option<PathBuf>,
     /// Offer `evaluate` (off by default).
@@ -73,8 +76,8 @@ pub struct RawProvider {
 /// The provider kinds of the spec (SEAT-4), and whether this build has them.
 pub const PROVIDER_KINDS: &[(&str, bool)] = &[
     ("browser-native", true),
-    ("browser-playwright-mcp", false),
-    ("browser-devtools-mcp", false),
+    ("browser-playwright-mcp", true),
+    ("browser-devtools-mcp", true),
     ("computer-native", false),
 ];
 
@@ -106,7 +109,7 @@ fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
                 }
             )),
             Some((k, false)) => problems.push(format!(
-                "{at} kind = {k:?} is not built in this version yet (built: browser-native)"
+                "{at} kind = {k:?} is not built in this version yet (built: browser-native, browser-playwright-mcp, browser-devtools-mcp)"
             )),
             Some(_) => {}
         }
@@ -486,8 +489,29 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
             )],
         });
     }
-    let providers = raw.providers.clone().unwrap_or_default();
+    let mut providers = raw.providers.clone().unwrap_or_default();
     check_providers(origin, &providers)?;
+    // Paths of a provider table resolve against the config file's directory.
+    let base = std::path::Path::new(origin)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty());
+    for p in [&mut providers.browser, &mut providers.computer]
+        .into_iter()
+        .flatten()
+    {
+        let Some(b) = base else { continue };
+        if let Some(dir) = p.package_dir.as_mut().filter(|d| d.is_relative()) {
+            *dir = b.join(&*dir);
+        }
+        // A bare name is looked up in PATH; a relative path is the file's.
+        if let Some(exe) = p
+            .executable
+            .as_mut()
+            .filter(|e| e.is_relative() && e.components().count() > 1)
+        {
+            *exe = b.join(&*exe);
+        }
+    }
     let servers = servers_of(origin, raw)?;
     Ok(FileConfig {
         providers,
@@ -760,6 +784,56 @@ max_delay_ms = 100
             zero.to_string().contains("ping_failure_threshold"),
             "{zero}"
         );
+    }
+}
+
+#[cfg(test)]
+mod provider_tables {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse_config("/etc/mcp/mcpvisor.toml", text)
+            .unwrap_err()
+            .problems
+            .join("\n")
+    }
+
+    #[test]
+    fn a_browser_provider_table_parses_and_its_paths_resolve_against_the_file() {
+        let cfg = parse_config(
+            "/etc/mcp/mcpvisor.toml",
+            "[providers.browser]\nkind = \"browser-playwright-mcp\"\nversion = \"0.0.83\"\npackage_dir = \"peers\"\nexecutable = \"bin/chrome\"\ntrust = \"always\"\n",
+        )
+        .unwrap();
+        let b = cfg.providers.browser.unwrap();
+        assert_eq!(b.package_dir, Some(PathBuf::from("/etc/mcp/peers")));
+        assert_eq!(b.executable, Some(PathBuf::from("/etc/mcp/bin/chrome")));
+        assert_eq!(b.trust, Some(TrustMode::Always));
+        assert!(cfg.servers.is_empty());
+    }
+
+    #[test]
+    fn provider_tables_with_bad_kinds_modes_and_sizes_say_what_and_where() {
+        let e = err("[providers.browser]\nkind = \"browser-magic\"\n");
+        assert!(
+            e.contains("[providers.browser] kind = \"browser-magic\": expected one of"),
+            "{e}"
+        );
+        assert!(e.contains("\"browser-native\""), "{e}");
+        let e = err("[providers.computer]\nkind = \"browser-native\"\n");
+        assert!(e.contains("belongs in [providers.browser]"), "{e}");
+        let e = err("[providers.browser]\nkind = \"browser-native\"\nmode = \"attach\"\n");
+        assert!(e.contains("not built in this version yet"), "{e}");
+        let e = err("[providers.browser]\nkind = \"browser-native\"\nmode = \"borrow\"\n");
+        assert!(e.contains("expected \"launch\" or \"attach\""), "{e}");
+        let e = err("[providers.browser]\nkind = \"browser-native\"\nwindow = [10, 10]\n");
+        assert!(e.contains("window = [10, 10]"), "{e}");
+        let e = err("[providers.browser]\nkind = \"browser-native\"\naction_timeout_ms = 0\n");
+        assert!(e.contains("action_timeout_ms = 0"), "{e}");
+        let e = err("[providers.browser]\nkind = \"browser-native\"\nwindwo = [1, 2]\n");
+        assert!(e.contains("windwo"), "{e}");
+        let e = err("[providers.tablet]\nkind = \"browser-native\"\n");
+        assert!(e.contains("tablet"), "{e}");
     }
 }
 

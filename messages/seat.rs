@@ -135,6 +135,11 @@ pub trait SeatProvider: Send + Sync + 'static {
     /// Opens the session resource of one activation (none: the mounted
     /// server owns everything itself, as an MCP-backed provider's does).
     fn opener(&self) -> Option<Opener>;
+    /// The activation's tools were withdrawn and its resources closed:
+    /// remove what the mount itself made (a working directory).
+    fn unmounted(&self, activation: &ActivationId) {
+        let _ = activation;
+    }
 }
 
 /// A handle of one activation on its provider's session resources, for the

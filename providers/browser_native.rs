@@ -40,7 +40,7 @@ use crate::messages::status::ShutdownReport;
 use crate::messages::trust::TrustMode;
 
 /// The guidance every tool description carries (SEAT-6).
-pub const GUIDANCE: &str = "Take a snapshot before acting and use its element tokens; verify the result with a fresh snapshot after acting; a completed click or keypress cannot be undone.";
+pub const GUIDANCE: &str = "Take a snapshot before acting and act on the elements it lists; verify the result with a fresh snapshot after acting; a completed click or keypress cannot be undone.";
 
 /// Where the profile directories go, and the prefix that marks them.
 const PROFILE_PREFIX: &str = "mcpvisor-browser-";
@@ -152,6 +152,12 @@ impl SeatProvider for BrowserNative {
     }
 }
 
+/// The name of an activation's profile (or working) directory:
+/// `mcpvisor-browser-<runtime pid>-<activation>`, so the sweep knows whose.
+pub(crate) fn profile_name(activation: &ActivationId) -> String {
+    format!("{PROFILE_PREFIX}{}-{}", std::process::id(), activation)
+}
+
 /// The places Chromium is looked for when no executable is configured.
 const CHROMIUM_CANDIDATES: &[&str] = &[
     "/usr/bin/chromium",
@@ -162,8 +168,14 @@ const CHROMIUM_CANDIDATES: &[&str] = &[
 ];
 
 fn chromium(config: &BrowserNativeConfig) -> Result<PathBuf, String> {
-    if let Some(exe) = &config.executable {
-        return Ok(exe.clone());
+    chromium_for(config.executable.as_deref())
+}
+
+/// The configured Chromium, else `$MCPVISOR_CHROMIUM`, else the first of
+/// the usual places that exists.
+pub(crate) fn chromium_for(executable: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    if let Some(exe) = executable {
+        return Ok(exe.to_path_buf());
     }
     if let Some(exe) = std::env::var_os("MCPVISOR_CHROMIUM") {
         return Ok(PathBuf::from(exe));
@@ -212,11 +224,7 @@ async fn launch(
     activation: &ActivationId,
 ) -> Result<BrowserSession, String> {
     let exe = chromium(config)?;
-    let profile = config.profile_root.join(format!(
-        "{PROFILE_PREFIX}{}-{}",
-        std::process::id(),
-        activation
-    ));
+    let profile = config.profile_root.join(profile_name(activation));
     std::fs::create_dir_all(&profile).map_err(|e| {
         format!(
             "cannot make the profile directory {}: {e}",

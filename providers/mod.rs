@@ -7,8 +7,11 @@
 //!
 //! - [`browser_native`]: Chromium over CDP (chromiumoxide), launched per
 //!   activation in a process group of its own.
+//! - [`mcp_browser`]: `@playwright/mcp` and `chrome-devtools-mcp`, pinned,
+//!   run through the MCP client as a stdio server per activation.
 
 pub mod browser_native;
+pub mod mcp_browser;
 mod snapshot;
 
 use std::sync::Arc;
@@ -62,6 +65,29 @@ pub fn from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider
                 c.launch_timeout = Duration::from_millis(ms);
             }
             Ok(Arc::new(browser_native::BrowserNative::new(c)))
+        }
+        "browser-playwright-mcp" | "browser-devtools-mcp" => {
+            let kind = if raw.kind == "browser-playwright-mcp" {
+                mcp_browser::McpBrowserKind::Playwright
+            } else {
+                mcp_browser::McpBrowserKind::DevTools
+            };
+            let mut c = mcp_browser::McpBrowserConfig::new(name, kind);
+            if let Some(v) = &raw.version {
+                c.version = v.clone();
+            }
+            c.package_dir = raw.package_dir.clone();
+            c.executable = raw.executable.clone();
+            if let Some(t) = raw.trust {
+                c.trust = t;
+            }
+            if let Some(ms) = raw.launch_timeout_ms {
+                c.startup_timeout = Duration::from_millis(ms);
+            }
+            if let Some(ms) = raw.action_timeout_ms {
+                c.tool_call_timeout = Duration::from_millis(ms);
+            }
+            Ok(Arc::new(mcp_browser::McpBrowser::new(c)?))
         }
         other => Err(format!(
             "[providers.{name}] kind = {other:?} is not built in this version"

@@ -136,7 +136,19 @@ impl Runtime {
             .map_err(RuntimeError::unavailable("seat"))
             .and_then(|r| r.map_err(RuntimeError::Seat));
             match opened {
-                Ok(Some(server)) => activation.mounted.push((*kind, server)),
+                Ok(Some(server)) => {
+                    // The activation's tools are there when it is open; a
+                    // provider that fails to start fails the activation
+                    // (strict startup, SEAT-5). Dropping it unmounts.
+                    let limit = self
+                        .server_entry(&scope, &server)
+                        .map(|e| e.config.startup_timeout)
+                        .unwrap_or(Duration::from_secs(30))
+                        + Duration::from_secs(2);
+                    activation.mounted.push((*kind, server.clone()));
+                    self.wait_outcome(&scope, &server, limit, super::Wait::FirstAttempt)
+                        .await?;
+                }
                 Ok(None) => {}
                 // Dropping the activation closes what was opened.
                 Err(e) => return Err(e),

@@ -342,6 +342,7 @@ async fn close(st: &mut SeatState, activation: &ActivationId) -> ShutdownReport 
     let mut report = unmount(&mut m).await;
     if let Some(h) = &st.holder {
         report.absorb(dispose(&h.sessions, activation).await);
+        h.provider.unmounted(activation);
     }
     report
 }
@@ -364,6 +365,9 @@ async fn release(st: &mut SeatState) -> Result<ShutdownReport, SeatError> {
     let disposals = st.activations.keys().map(|a| dispose(&sessions, a));
     for r in futures::future::join_all(disposals).await {
         report.absorb(r);
+    }
+    for a in st.activations.keys() {
+        holder.provider.unmounted(a);
     }
     // Also what an earlier failed close (of an activation that ended
     // since) still holds: the disposals above tried those again.

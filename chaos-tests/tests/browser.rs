@@ -143,6 +143,230 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     (w, h)
 }
 
+/// `mcpvisor call --batch -` run in a directory of its own with a config,
+/// driven one line at a time: `step` writes a call and waits for its
+/// outcome line. The browser's profile (TMPDIR) is under the directory,
+/// so `finish` can check that nothing of it is left.
+struct Batch {
+    dir: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    out: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Batch {
+    fn start(tag: &str, toml: &str, env: &[(&str, &str)]) -> Self {
+        let dir = unique_temp_path(tag);
+        // Short: Chromium's socket under it must fit a Unix socket path.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tmp = std::env::temp_dir().join(format!("mvb-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("mcpvisor.toml"), toml).unwrap();
+        let bin = ensure_mcpvisor_built().unwrap();
+        let mut child = tokio::process::Command::new(bin)
+            .args(["call", "--batch", "-", "--images", "--attachments"])
+            .arg(dir.join("shots"))
+            .current_dir(&dir)
+            .env("TMPDIR", &tmp)
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        Self {
+            dir,
+            tmp,
+            child,
+            stdin,
+            out,
+        }
+    }
+
+    async fn step(&mut self, line: Value) -> Value {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(90), self.out.next_line())
+            .await
+            .expect("no outcome within 90 s")
+            .unwrap()
+            .expect("the batch ended early");
+        serde_json::from_str(&answer).unwrap()
+    }
+
+    /// Close stdin, wait for the exit; nothing of the browsers is left.
+    async fn finish(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_nothing_left(&self.tmp).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.tmp);
+        status.code()
+    }
+}
+
+/// The admitted image of a screenshot outcome: a real PNG file; its size.
+fn admitted_png(shot: &Value) -> (u32, u32) {
+    assert_eq!(shot["outcome"], "ok", "{shot}");
+    let path = shot["images"][0]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no admitted image: {shot}"));
+    png_size(&std::fs::read(path).unwrap())
+}
+
+/// The `[ref=eN]` of the snapshot line containing `needle` (playwright).
+fn playwright_ref(snapshot: &str, needle: &str) -> String {
+    let line = snapshot
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no {needle:?} in:\n{snapshot}"));
+    let at = line.find("[ref=").unwrap() + 5;
+    line[at..].split(']').next().unwrap().to_owned()
+}
+
+/// The `uid=N_M` of the snapshot line containing `needle` (devtools).
+fn devtools_uid(snapshot: &str, needle: &str) -> String {
+    let line = snapshot
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no {needle:?} in:\n{snapshot}"));
+    let at = line.find("uid=").unwrap() + 4;
+    line[at..].split_whitespace().next().unwrap().to_owned()
+}
+
+/// SEAT-4/5/11 for `browser-playwright-mcp`: the pinned @playwright/mcp,
+/// mounted per activation, driven through `call --batch` over a pipe:
+/// navigate, snapshot, type, click, a fresh snapshot that shows the click,
+/// a screenshot admitted as a PNG. The host's PLAYWRIGHT_MCP_* variables
+/// never reach the server, and nothing is left after the run.
+#[tokio::test]
+async fn playwright_mcp_runs_the_flow_per_activation_through_call_batch() {
+    let Some(_) = chromium() else { return };
+    let Some(peers) = mcpvisor_chaos::browser_peers_dir() else {
+        return;
+    };
+    let site = site().await;
+    let toml = format!(
+        "[providers.browser]\nkind = \"browser-playwright-mcp\"\nversion = \"0.0.83\"\npackage_dir = {:?}\ntrust = \"always\"\n",
+        peers.display().to_string()
+    );
+    // Host variables that would change the browser: scrubbed.
+    let mut batch = Batch::start(
+        "browser-playwright",
+        &toml,
+        &[
+            ("PLAYWRIGHT_MCP_HEADLESS", "false"),
+            ("PLAYWRIGHT_MCP_ISOLATED", "false"),
+        ],
+    );
+    let url = format!("http://{}/", site.addr);
+    let nav = batch
+        .step(json!({"name": "mcp__browser__browser_navigate", "args": {"url": url}}))
+        .await;
+    assert_eq!(nav["outcome"], "ok", "{nav}");
+    let servers = processes_with_arg("@playwright/mcp");
+    assert!(!servers.is_empty(), "no @playwright/mcp process found");
+    for pid in servers {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&env).contains("PLAYWRIGHT_MCP_"),
+            "process {pid} got a PLAYWRIGHT_MCP_ variable of the host"
+        );
+    }
+    let snap = batch
+        .step(json!({"name": "mcp__browser__browser_snapshot"}))
+        .await;
+    let text = snap["projection"].as_str().unwrap().to_owned();
+    let (name, greet) = (
+        playwright_ref(&text, "textbox \"Name\""),
+        playwright_ref(&text, "button \"Greet\""),
+    );
+    let typed = batch
+        .step(json!({"name": "mcp__browser__browser_type", "args": {"target": name, "element": "Name", "text": "Ada"}}))
+        .await;
+    assert_eq!(typed["outcome"], "ok", "{typed}");
+    let clicked = batch
+        .step(json!({"name": "mcp__browser__browser_click", "args": {"target": greet, "element": "Greet"}}))
+        .await;
+    assert_eq!(clicked["outcome"], "ok", "{clicked}");
+    let again = batch
+        .step(json!({"name": "mcp__browser__browser_snapshot"}))
+        .await;
+    assert!(
+        again["projection"].as_str().unwrap().contains("hi Ada"),
+        "{again}"
+    );
+    let shot = batch
+        .step(json!({"name": "mcp__browser__browser_take_screenshot", "args": {"type": "png", "scale": "css"}}))
+        .await;
+    let (w, h) = admitted_png(&shot);
+    assert!(w >= 300 && h >= 200, "{w}x{h}");
+    assert_eq!(batch.finish().await, Some(0));
+}
+
+/// SEAT-4/5/11 for `browser-devtools-mcp`: the pinned chrome-devtools-mcp,
+/// same flow (its tools take a pageId and element uids).
+#[tokio::test]
+async fn devtools_mcp_runs_the_flow_per_activation_through_call_batch() {
+    let Some(_) = chromium() else { return };
+    let Some(peers) = mcpvisor_chaos::browser_peers_dir() else {
+        return;
+    };
+    let site = site().await;
+    let toml = format!(
+        "[providers.browser]\nkind = \"browser-devtools-mcp\"\nversion = \"1.11.0\"\npackage_dir = {:?}\ntrust = \"always\"\n",
+        peers.display().to_string()
+    );
+    let mut batch = Batch::start("browser-devtools", &toml, &[]);
+    let url = format!("http://{}/", site.addr);
+    let nav = batch
+        .step(json!({"name": "mcp__browser__navigate_page", "args": {"pageId": 1, "type": "url", "url": url}}))
+        .await;
+    assert_eq!(nav["outcome"], "ok", "{nav}");
+    let snap = batch
+        .step(json!({"name": "mcp__browser__take_snapshot", "args": {"pageId": 1}}))
+        .await;
+    let text = snap["projection"].as_str().unwrap().to_owned();
+    let (name, greet) = (
+        devtools_uid(&text, "textbox \"Name\""),
+        devtools_uid(&text, "button \"Greet\""),
+    );
+    let typed = batch
+        .step(json!({"name": "mcp__browser__fill", "args": {"pageId": 1, "uid": name, "value": "Ada"}}))
+        .await;
+    assert_eq!(typed["outcome"], "ok", "{typed}");
+    let clicked = batch
+        .step(json!({"name": "mcp__browser__click", "args": {"pageId": 1, "uid": greet}}))
+        .await;
+    assert_eq!(clicked["outcome"], "ok", "{clicked}");
+    let again = batch
+        .step(json!({"name": "mcp__browser__take_snapshot", "args": {"pageId": 1}}))
+        .await;
+    assert!(
+        again["projection"].as_str().unwrap().contains("hi Ada"),
+        "{again}"
+    );
+    let shot = batch
+        .step(json!({"name": "mcp__browser__take_screenshot", "args": {"pageId": 1, "format": "png"}}))
+        .await;
+    let (w, h) = admitted_png(&shot);
+    assert!(w >= 300 && h >= 200, "{w}x{h}");
+    assert_eq!(batch.finish().await, Some(0));
+}
+
 /// SEAT-11 end to end through the CLI: a pipe drives `call --batch -` one
 /// line at a time (each outcome arrives before the next line is written),
 /// in one activation, with `--images`: the flow works, a stale token is a
@@ -152,43 +376,12 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 async fn a_pipe_drives_navigate_snapshot_type_click_screenshot_through_call_batch() {
     let Some(_) = chromium() else { return };
     let site = site().await;
-    let dir = unique_temp_path("browser-cli");
-    let tmp = dir.join("tmp");
-    let shots = dir.join("shots");
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::write(
-        dir.join("mcpvisor.toml"),
+    let mut batch = Batch::start(
+        "browser-cli",
         "[providers.browser]\nkind = \"browser-native\"\ntrust = \"always\"\nwindow = [1024, 700]\n",
-    )
-    .unwrap();
-    let bin = ensure_mcpvisor_built().unwrap();
-    let mut child = tokio::process::Command::new(bin)
-        .args(["call", "--batch", "-", "--images", "--attachments"])
-        .arg(&shots)
-        .current_dir(&dir)
-        // The browser's profile goes under the test's own temp dir.
-        .env("TMPDIR", &tmp)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut step = async |line: Value| -> Value {
-        stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .unwrap();
-        stdin.flush().await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(60), out.next_line())
-            .await
-            .expect("no outcome within 60 s")
-            .unwrap()
-            .expect("the batch ended early");
-        serde_json::from_str(&answer).unwrap()
-    };
+        &[],
+    );
+    let mut step = async |line: Value| batch.step(line).await;
     let nav = step(json!({"name": "mcp__browser__navigate", "args": {"url": format!("http://{}/", site.addr)}})).await;
     assert_eq!(nav["outcome"], "ok", "{nav}");
     assert!(
@@ -222,25 +415,14 @@ async fn a_pipe_drives_navigate_snapshot_type_click_screenshot_through_call_batc
         "{why}"
     );
     let shot = step(json!({"name": "mcp__browser__screenshot"})).await;
-    assert_eq!(shot["outcome"], "ok", "{shot}");
-    let path = shot["images"][0]["path"]
-        .as_str()
-        .expect("no admitted image");
-    let (w, h) = png_size(&std::fs::read(path).unwrap());
+    let (w, h) = admitted_png(&shot);
     assert_eq!(w, 1024, "the screenshot is not the window's width");
     assert!(h > 350 && h <= 700, "height {h}");
     // A line that is not a call is answered, and the batch goes on.
     let bad = step(json!(["not", "a", "call"])).await;
     assert_eq!(bad["kind"], "bad_input", "{bad}");
-    drop(stdin);
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
     // Exit 1: the stale click and the bad line did not end ok.
-    assert_eq!(status.code(), Some(1));
-    assert_nothing_left(&tmp).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(batch.finish().await, Some(1));
 }
 
 /// SEAT-7/8: two activations in launch mode each get their own browser
@@ -473,6 +655,18 @@ async fn browsers_of_a_dead_runtime_are_swept_by_their_profile_directory() {
     ));
     std::fs::create_dir_all(&mine).unwrap();
     let pid = orphan.id();
+    // Whatever happens below, the test's own browser does not outlive it.
+    struct KillOnDrop(String);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            for p in processes_with_arg(&self.0) {
+                unsafe {
+                    libc::kill(p as i32, libc::SIGKILL);
+                }
+            }
+        }
+    }
+    let _guard = KillOnDrop(profile.display().to_string());
     let marker = profile.display().to_string();
     // Chromium is up once its helper processes (zygotes, renderer) run.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
