@@ -114,10 +114,28 @@ fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
             Some(_) => {}
         }
         match raw.mode.as_deref() {
-            None | Some("launch") => {}
-            Some("attach") => problems.push(format!(
-                "{at} mode = \"attach\" is not built in this version yet (built: launch)"
+            None | Some("launch") => {
+                if raw.cdp_endpoint.is_some() {
+                    problems.push(format!(
+                        "{at} cdp_endpoint is for mode = \"attach\" (the mode is launch)"
+                    ));
+                }
+            }
+            Some("attach") if raw.kind != "browser-native" => problems.push(format!(
+                "{at} mode = \"attach\" is not built for {:?} yet (built: browser-native)",
+                raw.kind
             )),
+            Some("attach") => match &raw.cdp_endpoint {
+                None => problems.push(format!(
+                    "{at} mode = \"attach\" needs cdp_endpoint (e.g. \"http://127.0.0.1:9222\")"
+                )),
+                Some(e) => {
+                    let http = e.replacen("ws://", "http://", 1);
+                    if let Err(why) = crate::messages::trust::validate_endpoint(&http) {
+                        problems.push(format!("{at} cdp_endpoint: {why}"));
+                    }
+                }
+            },
             Some(m) => problems.push(format!(
                 "{at} mode = {m:?}: expected \"launch\" or \"attach\""
             )),
@@ -823,7 +841,27 @@ mod provider_tables {
         let e = err("[providers.computer]\nkind = \"browser-native\"\n");
         assert!(e.contains("belongs in [providers.browser]"), "{e}");
         let e = err("[providers.browser]\nkind = \"browser-native\"\nmode = \"attach\"\n");
-        assert!(e.contains("not built in this version yet"), "{e}");
+        assert!(e.contains("needs cdp_endpoint"), "{e}");
+        // TRUST-3: the one endpoint validator.
+        let e = err(
+            "[providers.browser]\nkind = \"browser-native\"\nmode = \"attach\"\ncdp_endpoint = \"http://10.0.0.5:9222\"\n",
+        );
+        assert!(e.contains("cdp_endpoint") && e.contains("10.0.0.5"), "{e}");
+        let e = err(
+            "[providers.browser]\nkind = \"browser-playwright-mcp\"\nmode = \"attach\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n",
+        );
+        assert!(e.contains("not built for"), "{e}");
+        let e = err(
+            "[providers.browser]\nkind = \"browser-native\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n",
+        );
+        assert!(e.contains("is for mode = \"attach\""), "{e}");
+        assert!(
+            parse_config(
+                "x.toml",
+                "[providers.browser]\nkind = \"browser-native\"\nmode = \"attach\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n"
+            )
+            .is_ok()
+        );
         let e = err("[providers.browser]\nkind = \"browser-native\"\nmode = \"borrow\"\n");
         assert!(e.contains("expected \"launch\" or \"attach\""), "{e}");
         let e = err("[providers.browser]\nkind = \"browser-native\"\nwindow = [10, 10]\n");

@@ -68,6 +68,9 @@ pub struct BrowserNativeConfig {
     pub profile_root: PathBuf,
     /// Extra Chromium flags (with their leading `--`).
     pub extra_args: Vec<String>,
+    /// `attach` mode: the CDP endpoint of a browser started elsewhere
+    /// (`http://127.0.0.1:9222`); `None`: `launch`.
+    pub attach: Option<String>,
 }
 
 impl BrowserNativeConfig {
@@ -83,6 +86,7 @@ impl BrowserNativeConfig {
             launch_timeout: Duration::from_secs(20),
             profile_root: std::env::temp_dir(),
             extra_args: Vec::new(),
+            attach: None,
         }
     }
 }
@@ -91,20 +95,32 @@ impl BrowserNativeConfig {
 #[derive(Debug, Clone)]
 pub struct BrowserNative {
     config: Arc<BrowserNativeConfig>,
+    /// `attach`: the one live owner of the configured browser.
+    attach: Option<Arc<AttachState>>,
 }
 
 impl BrowserNative {
     /// A provider with these settings. Sweeps the browsers a killed runtime
     /// left behind (found by their profile directory, whose name carries
     /// the pid of the runtime that made it).
-    pub fn new(config: BrowserNativeConfig) -> Self {
+    /// In `attach` mode the CDP endpoint must pass the one endpoint
+    /// validator (TRUST-3): `http://` only to loopback.
+    pub fn new(config: BrowserNativeConfig) -> Result<Self, String> {
+        if let Some(endpoint) = &config.attach {
+            let http = endpoint
+                .replacen("ws://", "http://", 1)
+                .replacen("wss://", "https://", 1);
+            crate::messages::trust::validate_endpoint(&http)
+                .map_err(|e| format!("[providers.{}] cdp_endpoint: {e}", config.name))?;
+        }
         let swept = sweep_orphans(&config.profile_root);
         if !swept.is_empty() {
             tracing::warn!(pids = ?swept, "killed browsers left behind by a runtime that is gone");
         }
-        Self {
+        Ok(Self {
+            attach: config.attach.as_ref().map(|_| Arc::default()),
             config: Arc::new(config),
-        }
+        })
     }
 
     /// Its settings.
@@ -124,9 +140,11 @@ impl SeatProvider for BrowserNative {
 
     fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
         let config = self.config.clone();
+        let attach = self.attach.clone();
         let connector = super::in_process_server(move || BrowserTools {
             sessions: sessions.clone(),
             config: config.clone(),
+            attach: attach.clone(),
         });
         let mut server = ServerConfig::with_transport(
             self.config.name.clone(),
@@ -141,12 +159,18 @@ impl SeatProvider for BrowserNative {
 
     fn opener(&self) -> Option<Opener> {
         let config = self.config.clone();
+        let state = self.attach.clone();
         Some(Arc::new(move |activation: ActivationId| {
             let config = config.clone();
+            let state = state.clone();
             Box::pin(async move {
-                launch(&config, &activation)
-                    .await
-                    .map(|s| Arc::new(s) as Arc<dyn SessionResource>)
+                let session = match (&config.attach, &state) {
+                    (Some(endpoint), Some(state)) => {
+                        attach(&config, endpoint, state, &activation).await
+                    }
+                    _ => launch(&config, &activation).await,
+                };
+                session.map(|s| Arc::new(s) as Arc<dyn SessionResource>)
             }) as BoxFuture<'static, _>
         }))
     }
@@ -204,6 +228,8 @@ pub struct BrowserSession {
     live: tokio::sync::Mutex<Option<Live>>,
     group: tokio::sync::Mutex<Option<ProcessGroup>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// `attach`: the owner state, and which activation this session is.
+    attached: Option<(Arc<AttachState>, ActivationId)>,
 }
 
 struct Live {
@@ -287,7 +313,7 @@ async fn launch(
         }
     });
     let connected = connect(config, &exe, ws_rx, &mut group).await;
-    let (browser, page, handler) = match connected {
+    let cdp = match connected {
         Ok(c) => c,
         Err(why) => {
             // One cleanup for every failed step: the group is killed and
@@ -313,15 +339,177 @@ async fn launch(
         reaped,
         timeout: config.action_timeout,
         live: tokio::sync::Mutex::new(Some(Live {
-            browser,
-            page,
-            handler,
+            browser: cdp.browser,
+            page: cdp.page,
+            handler: cdp.handler,
             generation: 0,
             valid: None,
         })),
         group: tokio::sync::Mutex::new(Some(group)),
         stderr,
+        attached: None,
     })
+}
+
+/// `attach`: this activation's session on the configured browser, once it
+/// is the one live owner (SEAT-9). Nothing is launched: the session is a
+/// page of our own on the browser, closed at the end; the browser stays.
+async fn attach(
+    config: &BrowserNativeConfig,
+    endpoint: &str,
+    state: &Arc<AttachState>,
+    activation: &ActivationId,
+) -> Result<BrowserSession, String> {
+    state.claim(activation)?;
+    let ws = match tokio::time::timeout(config.action_timeout, websocket_url(endpoint)).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            state.release(activation);
+            return Err(e);
+        }
+        Err(_) => {
+            state.release(activation);
+            return Err(format!(
+                "the CDP endpoint {endpoint} did not answer in time"
+            ));
+        }
+    };
+    let cdp = match cdp_session(config, &ws).await {
+        Ok(c) => c,
+        Err(e) => {
+            state.release(activation);
+            return Err(e);
+        }
+    };
+    // The other activations' tools are masked now.
+    state.changed(activation);
+    Ok(BrowserSession {
+        pid: 0,
+        profile: PathBuf::new(),
+        cancel: CancellationToken::new(),
+        reaped: cdp.gone,
+        timeout: config.action_timeout,
+        live: tokio::sync::Mutex::new(Some(Live {
+            browser: cdp.browser,
+            page: cdp.page,
+            handler: cdp.handler,
+            generation: 0,
+            valid: None,
+        })),
+        group: tokio::sync::Mutex::new(None),
+        stderr: Arc::default(),
+        attached: Some((state.clone(), activation.clone())),
+    })
+}
+
+/// The browser's WebSocket URL from `<endpoint>/json/version` (an
+/// `http://` endpoint), or the endpoint itself (`ws://`).
+async fn websocket_url(endpoint: &str) -> Result<String, String> {
+    if endpoint.starts_with("ws://") || endpoint.starts_with("wss://") {
+        return Ok(endpoint.to_owned());
+    }
+    let url = format!("{}/json/version", endpoint.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+    let answer = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the CDP endpoint {url}: {e}"))?;
+    let v: Value = answer
+        .json()
+        .await
+        .map_err(|e| format!("{url} did not answer with JSON: {e}"))?;
+    v.get("webSocketDebuggerUrl")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{url} has no webSocketDebuggerUrl"))
+}
+
+/// The attached browser's one live owner (SEAT-9), and the tool servers of
+/// every activation, told when the owner changes so that their tools are
+/// masked (absent) while another activation owns the browser.
+#[derive(Default)]
+pub(crate) struct AttachState {
+    owner: Mutex<Option<ActivationId>>,
+    peers: Mutex<Vec<(ActivationId, rmcp::Peer<RoleServer>)>>,
+}
+
+impl std::fmt::Debug for AttachState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachState")
+            .field("owner", &self.owner())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AttachState {
+    fn owner(&self) -> Option<ActivationId> {
+        self.owner.lock().ok().and_then(|o| o.clone())
+    }
+
+    /// Whether `activation`'s tools are masked: another activation owns it.
+    fn masked_for(&self, activation: &ActivationId) -> bool {
+        self.owner().is_some_and(|o| &o != activation)
+    }
+
+    fn claim(&self, activation: &ActivationId) -> Result<(), String> {
+        let mut owner = self
+            .owner
+            .lock()
+            .map_err(|_| "the attach state is poisoned".to_owned())?;
+        match owner.as_ref() {
+            Some(o) if o != activation => Err(format!(
+                "the attached browser is in use by activation {o}: its tools are masked until that activation ends or closes it"
+            )),
+            _ => {
+                *owner = Some(activation.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn release(&self, activation: &ActivationId) {
+        let released = self.owner.lock().is_ok_and(|mut o| {
+            if o.as_ref() == Some(activation) {
+                *o = None;
+                true
+            } else {
+                false
+            }
+        });
+        if released {
+            self.changed(activation);
+        }
+    }
+
+    fn register(&self, activation: ActivationId, peer: rmcp::Peer<RoleServer>) {
+        if let Ok(mut peers) = self.peers.lock() {
+            peers.retain(|(_, p)| !p.is_transport_closed());
+            peers.push((activation, peer));
+        }
+    }
+
+    /// Tell every other activation's tool server that its list changed.
+    fn changed(&self, by: &ActivationId) {
+        let peers: Vec<rmcp::Peer<RoleServer>> = self
+            .peers
+            .lock()
+            .map(|p| {
+                p.iter()
+                    .filter(|(a, p)| a != by && !p.is_transport_closed())
+                    .map(|(_, p)| p.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for peer in peers {
+            tokio::spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+    }
 }
 
 /// The launched browser's DevTools endpoint (announced on its stderr),
@@ -331,7 +519,7 @@ async fn connect(
     exe: &std::path::Path,
     ws_rx: tokio::sync::oneshot::Receiver<String>,
     group: &mut ProcessGroup,
-) -> Result<(Browser, Page, tokio::task::JoinHandle<()>), String> {
+) -> Result<Cdp, String> {
     let ws = match tokio::time::timeout(config.launch_timeout, ws_rx).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(_)) => {
@@ -349,6 +537,19 @@ async fn connect(
             ));
         }
     };
+    cdp_session(config, &ws).await
+}
+
+/// A CDP connection, its event loop (which flags `gone` when the
+/// connection ends), and a fresh page of our own.
+struct Cdp {
+    browser: Browser,
+    page: Page,
+    handler: tokio::task::JoinHandle<()>,
+    gone: tokio::sync::watch::Receiver<bool>,
+}
+
+async fn cdp_session(config: &BrowserNativeConfig, ws: &str) -> Result<Cdp, String> {
     let handler_config = chromiumoxide::handler::HandlerConfig {
         request_timeout: config.action_timeout,
         viewport: None,
@@ -356,24 +557,31 @@ async fn connect(
     };
     let (browser, mut handler) = tokio::time::timeout(
         config.action_timeout,
-        Browser::connect_with_config(ws.clone(), handler_config),
+        Browser::connect_with_config(ws.to_owned(), handler_config),
     )
     .await
     .map_err(|_| format!("the browser's DevTools at {ws} did not answer in time"))?
     .map_err(|e| format!("cannot connect to the browser's DevTools at {ws}: {e}"))?;
+    let (gone_tx, gone) = tokio::sync::watch::channel(false);
     let handler = tokio::spawn(async move {
         while let Some(event) = handler.next().await {
             if let Err(e) = event {
                 tracing::debug!("cdp: {e}");
             }
         }
+        let _ = gone_tx.send(true);
     });
     let page = tokio::time::timeout(config.action_timeout, browser.new_page("about:blank"))
         .await
         .map_err(|_| "the browser did not open a page in time".to_owned())
         .and_then(|p| p.map_err(|e| format!("the browser did not open a page: {e}")));
     match page {
-        Ok(page) => Ok((browser, page, handler)),
+        Ok(page) => Ok(Cdp {
+            browser,
+            page,
+            handler,
+            gone,
+        }),
         Err(e) => {
             handler.abort();
             Err(e)
@@ -391,7 +599,7 @@ const CLOSE_GRACES: CloseGraces = CloseGraces {
 
 impl SessionResource for BrowserSession {
     fn pids(&self) -> Vec<u32> {
-        if *self.reaped.borrow() {
+        if self.attached.is_some() || *self.reaped.borrow() {
             Vec::new()
         } else {
             vec![self.pid]
@@ -419,6 +627,15 @@ impl BrowserSession {
         // The running action (if any) ends at the interrupt; then the
         // connection is ours.
         let live = self.live.lock().await.take();
+        if let Some((state, activation)) = &self.attached {
+            // Not ours to close: only our page goes, then the connection.
+            if let Some(live) = live {
+                let _ = tokio::time::timeout(Duration::from_secs(2), live.page.close()).await;
+                live.handler.abort();
+            }
+            state.release(activation);
+            return report;
+        }
         if let Some(mut live) = live {
             let _ = tokio::time::timeout(Duration::from_secs(2), live.browser.close()).await;
             live.handler.abort();
@@ -491,6 +708,11 @@ impl BrowserSession {
     }
 
     fn crashed(&self, what: &str) -> ActionError {
+        if self.attached.is_some() {
+            return ActionError::Crashed(format!(
+                "the attached browser's connection ended during {what}; whether {what} took effect is unknown; the next call connects again"
+            ));
+        }
         let tail = self.stderr_tail();
         ActionError::Crashed(format!(
             "the browser exited during {what}; whether {what} took effect is unknown; the next call starts a new browser (its state is not restored){}",
@@ -526,6 +748,7 @@ fn cdp<T>(r: Result<T, chromiumoxide::error::CdpError>) -> Result<T, String> {
 struct BrowserTools {
     sessions: SessionsHandle,
     config: Arc<BrowserNativeConfig>,
+    attach: Option<Arc<AttachState>>,
 }
 
 fn tool(name: &str, description: &str, schema: Value) -> Tool {
@@ -594,6 +817,12 @@ impl BrowserTools {
             ));
         }
         tools
+    }
+
+    fn masked(&self) -> bool {
+        self.attach
+            .as_ref()
+            .is_some_and(|a| a.masked_for(&self.sessions.activation))
     }
 
     async fn session(&self) -> Result<Arc<BrowserSession>, String> {
@@ -799,7 +1028,10 @@ fn check_url(url: &str) -> Result<(), String> {
 
 impl ServerHandler for BrowserTools {
     fn get_info(&self) -> rmcp::model::ServerConfig {
-        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
         rmcp::model::ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 format!("mcpvisor {}", self.config.name),
@@ -817,8 +1049,18 @@ impl ServerHandler for BrowserTools {
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mut page = ListToolsResult::default();
-        page.tools = self.tools();
+        // SEAT-9: masked (absent), not failing, while another activation
+        // owns the attached browser.
+        if !self.masked() {
+            page.tools = self.tools();
+        }
         Ok(page)
+    }
+
+    async fn on_initialized(&self, ctx: rmcp::service::NotificationContext<RoleServer>) {
+        if let Some(state) = &self.attach {
+            state.register(self.sessions.activation.clone(), ctx.peer);
+        }
     }
 
     async fn call_tool(

@@ -64,7 +64,10 @@ pub fn from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider
             if let Some(ms) = raw.launch_timeout_ms {
                 c.launch_timeout = Duration::from_millis(ms);
             }
-            Ok(Arc::new(browser_native::BrowserNative::new(c)))
+            if raw.mode.as_deref() == Some("attach") {
+                c.attach = raw.cdp_endpoint.clone();
+            }
+            Ok(Arc::new(browser_native::BrowserNative::new(c)?))
         }
         "browser-playwright-mcp" | "browser-devtools-mcp" => {
             let kind = if raw.kind == "browser-playwright-mcp" {

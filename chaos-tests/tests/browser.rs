@@ -80,7 +80,7 @@ fn provider(root: &Path, tweak: impl FnOnce(&mut BrowserNativeConfig)) -> Arc<Br
     c.trust = TrustMode::Always;
     c.profile_root = root.to_path_buf();
     tweak(&mut c);
-    Arc::new(BrowserNative::new(c))
+    Arc::new(BrowserNative::new(c).unwrap())
 }
 
 async fn call(rt: &Runtime, scope: &Scope, tool: &str, args: Value) -> ToolOutcome {
@@ -792,4 +792,145 @@ async fn the_off_switch_closes_the_browsers_and_on_again_opens_a_fresh_one() {
     assert_ne!(after, before);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
     assert_nothing_left(&root).await;
+}
+
+/// A browser started outside the runtime (the test owns it), with its
+/// DevTools on a free loopback port; killed on drop.
+struct External {
+    child: std::process::Child,
+    endpoint: String,
+    profile: std::path::PathBuf,
+}
+
+impl External {
+    async fn start(chrome: &Path) -> Self {
+        let profile = unique_temp_path("external-chrome");
+        std::fs::create_dir_all(&profile).unwrap();
+        let child = std::process::Command::new(chrome)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // Chromium writes its port to DevToolsActivePort once it listens.
+        let file = profile.join("DevToolsActivePort");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(p) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.lines().next().map(str::to_owned))
+                .filter(|p| !p.is_empty())
+            {
+                break p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no DevToolsActivePort"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            profile,
+        }
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        unsafe {
+            libc::killpg(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+use std::os::unix::process::CommandExt as _;
+
+/// Wait until `scope`'s tool list satisfies `f` (catalog changes arrive as
+/// events).
+async fn wait_tools(rt: &Runtime, scope: &Scope, f: impl Fn(usize) -> bool) {
+    let mut events = rt.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f(rt.tools(scope).len()) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the tools of {scope} stayed at {}",
+            rt.tools(scope).len()
+        );
+        let _ = tokio::time::timeout(left, events.recv()).await;
+    }
+}
+
+/// SEAT-9: in attach mode one live activation owns the configured browser;
+/// while it does, the other activations see the tools masked (absent, not
+/// failing); when the owner ends, they come back. The browser is not ours:
+/// it still runs after the runtime's shutdown, and only our page is gone.
+#[tokio::test]
+async fn in_attach_mode_one_activation_owns_the_browser_and_the_others_see_the_tools_masked() {
+    let Some(chrome) = chromium() else { return };
+    let site = site().await;
+    let external = External::start(&chrome).await;
+    let root = unique_temp_path("browser-attach");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |c| {
+            c.attach = Some(external.endpoint.clone())
+        }))
+        .start()
+        .await
+        .unwrap();
+    let (a, b) = (Scope::Agent("a".into()), Scope::Agent("b".into()));
+    let act_a = rt.open_activation(a.clone()).await.unwrap();
+    let act_b = rt.open_activation(b.clone()).await.unwrap();
+    assert_eq!(rt.tools(&a).len(), 7);
+    assert_eq!(rt.tools(&b).len(), 7);
+    let url = format!("http://{}/", site.addr);
+    let nav = call(&rt, &a, "navigate", json!({"url": url})).await;
+    assert!(nav.is_ok(), "{}", nav.projection);
+    // `a` owns it: `b`'s tools are masked.
+    wait_tools(&rt, &b, |n| n == 0).await;
+    assert_eq!(rt.tools(&a).len(), 7, "the owner's tools were masked");
+    let snap = call(&rt, &a, "snapshot", json!({})).await;
+    assert!(snap.projection.contains("Form page"), "{}", snap.projection);
+    // Nothing was launched: no pid is owned.
+    assert!(browser_pids(&rt).await.is_empty());
+    // The owner ends: `b` gets the tools back and can use the browser.
+    let report = act_a.close().await.unwrap();
+    assert!(report.processes_reaped.is_empty(), "{report:?}");
+    wait_tools(&rt, &b, |n| n == 7).await;
+    let nav_b = call(
+        &rt,
+        &b,
+        "navigate",
+        json!({"url": format!("http://{}/other", site.addr)}),
+    )
+    .await;
+    assert!(nav_b.is_ok(), "{}", nav_b.projection);
+    drop(act_b);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    // Not ours to kill: the external browser still runs.
+    assert!(
+        process_alive(external.child.id()),
+        "the attached browser was killed"
+    );
+    // An endpoint off loopback over plain HTTP is refused (TRUST-3).
+    let mut c = BrowserNativeConfig::new("browser");
+    c.attach = Some("http://192.0.2.7:9222".into());
+    let err = BrowserNative::new(c).unwrap_err();
+    assert!(err.contains("192.0.2.7"), "{err}");
 }
