@@ -78,7 +78,7 @@ pub const PROVIDER_KINDS: &[(&str, bool)] = &[
     ("browser-native", true),
     ("browser-playwright-mcp", true),
     ("browser-devtools-mcp", true),
-    ("computer-native", false),
+    ("computer-native", true),
 ];
 
 /// Check `[providers]`: known kinds in the right seat, a mode the kind has.
@@ -109,7 +109,7 @@ fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
                 }
             )),
             Some((k, false)) => problems.push(format!(
-                "{at} kind = {k:?} is not built in this version yet (built: browser-native, browser-playwright-mcp, browser-devtools-mcp)"
+                "{at} kind = {k:?} is not built in this version yet"
             )),
             Some(_) => {}
         }

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
+use super::Exclusive;
 use super::snapshot::{SNAPSHOT_JS, Snapshot, check_token};
 use crate::actors::process::{CloseGraces, ProcessGroup, TAG_VAR};
 use crate::messages::config::{ServerConfig, TransportConfig};
@@ -96,7 +97,7 @@ impl BrowserNativeConfig {
 pub struct BrowserNative {
     config: Arc<BrowserNativeConfig>,
     /// `attach`: the one live owner of the configured browser.
-    attach: Option<Arc<AttachState>>,
+    attach: Option<Arc<Exclusive>>,
 }
 
 impl BrowserNative {
@@ -118,7 +119,10 @@ impl BrowserNative {
             tracing::warn!(pids = ?swept, "killed browsers left behind by a runtime that is gone");
         }
         Ok(Self {
-            attach: config.attach.as_ref().map(|_| Arc::default()),
+            attach: config
+                .attach
+                .as_ref()
+                .map(|_| Arc::new(Exclusive::new("the attached browser"))),
             config: Arc::new(config),
         })
     }
@@ -229,7 +233,7 @@ pub struct BrowserSession {
     group: tokio::sync::Mutex<Option<ProcessGroup>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// `attach`: the owner state, and which activation this session is.
-    attached: Option<(Arc<AttachState>, ActivationId)>,
+    attached: Option<(Arc<Exclusive>, ActivationId)>,
 }
 
 struct Live {
@@ -357,7 +361,7 @@ async fn launch(
 async fn attach(
     config: &BrowserNativeConfig,
     endpoint: &str,
-    state: &Arc<AttachState>,
+    state: &Arc<Exclusive>,
     activation: &ActivationId,
 ) -> Result<BrowserSession, String> {
     state.claim(activation)?;
@@ -426,90 +430,6 @@ async fn websocket_url(endpoint: &str) -> Result<String, String> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| format!("{url} has no webSocketDebuggerUrl"))
-}
-
-/// The attached browser's one live owner (SEAT-9), and the tool servers of
-/// every activation, told when the owner changes so that their tools are
-/// masked (absent) while another activation owns the browser.
-#[derive(Default)]
-pub(crate) struct AttachState {
-    owner: Mutex<Option<ActivationId>>,
-    peers: Mutex<Vec<(ActivationId, rmcp::Peer<RoleServer>)>>,
-}
-
-impl std::fmt::Debug for AttachState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttachState")
-            .field("owner", &self.owner())
-            .finish_non_exhaustive()
-    }
-}
-
-impl AttachState {
-    fn owner(&self) -> Option<ActivationId> {
-        self.owner.lock().ok().and_then(|o| o.clone())
-    }
-
-    /// Whether `activation`'s tools are masked: another activation owns it.
-    fn masked_for(&self, activation: &ActivationId) -> bool {
-        self.owner().is_some_and(|o| &o != activation)
-    }
-
-    fn claim(&self, activation: &ActivationId) -> Result<(), String> {
-        let mut owner = self
-            .owner
-            .lock()
-            .map_err(|_| "the attach state is poisoned".to_owned())?;
-        match owner.as_ref() {
-            Some(o) if o != activation => Err(format!(
-                "the attached browser is in use by activation {o}: its tools are masked until that activation ends or closes it"
-            )),
-            _ => {
-                *owner = Some(activation.clone());
-                Ok(())
-            }
-        }
-    }
-
-    fn release(&self, activation: &ActivationId) {
-        let released = self.owner.lock().is_ok_and(|mut o| {
-            if o.as_ref() == Some(activation) {
-                *o = None;
-                true
-            } else {
-                false
-            }
-        });
-        if released {
-            self.changed(activation);
-        }
-    }
-
-    fn register(&self, activation: ActivationId, peer: rmcp::Peer<RoleServer>) {
-        if let Ok(mut peers) = self.peers.lock() {
-            peers.retain(|(_, p)| !p.is_transport_closed());
-            peers.push((activation, peer));
-        }
-    }
-
-    /// Tell every other activation's tool server that its list changed.
-    fn changed(&self, by: &ActivationId) {
-        let peers: Vec<rmcp::Peer<RoleServer>> = self
-            .peers
-            .lock()
-            .map(|p| {
-                p.iter()
-                    .filter(|(a, p)| a != by && !p.is_transport_closed())
-                    .map(|(_, p)| p.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for peer in peers {
-            tokio::spawn(async move {
-                let _ = peer.notify_tool_list_changed().await;
-            });
-        }
-    }
 }
 
 /// The launched browser's DevTools endpoint (announced on its stderr),
@@ -748,7 +668,7 @@ fn cdp<T>(r: Result<T, chromiumoxide::error::CdpError>) -> Result<T, String> {
 struct BrowserTools {
     sessions: SessionsHandle,
     config: Arc<BrowserNativeConfig>,
-    attach: Option<Arc<AttachState>>,
+    attach: Option<Arc<Exclusive>>,
 }
 
 fn tool(name: &str, description: &str, schema: Value) -> Tool {

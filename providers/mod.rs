@@ -11,15 +11,114 @@
 //!   run through the MCP client as a stdio server per activation.
 
 pub mod browser_native;
+#[cfg(feature = "computer")]
+pub mod computer_native;
 pub mod mcp_browser;
 mod snapshot;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::messages::seat::ActivationId;
 
 use crate::messages::config_file::RawProvider;
 use crate::messages::seat::SeatProvider;
 use crate::messages::transport::{InProcessConnection, InProcessConnector};
+
+/// A resource with one live owner at a time (SEAT-9: an attached browser,
+/// an X display), and the tool servers of every activation, told when the
+/// owner changes so that their tools are masked (absent) while another
+/// activation owns it.
+pub(crate) struct Exclusive {
+    /// What it is, for errors ("the attached browser").
+    what: &'static str,
+    owner: Mutex<Option<ActivationId>>,
+    peers: Mutex<Vec<(ActivationId, rmcp::Peer<rmcp::RoleServer>)>>,
+}
+
+impl std::fmt::Debug for Exclusive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exclusive")
+            .field("owner", &self.owner())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Exclusive {
+    pub(crate) fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            owner: Mutex::default(),
+            peers: Mutex::default(),
+        }
+    }
+
+    fn owner(&self) -> Option<ActivationId> {
+        self.owner.lock().ok().and_then(|o| o.clone())
+    }
+
+    /// Whether `activation`'s tools are masked: another activation owns it.
+    pub(crate) fn masked_for(&self, activation: &ActivationId) -> bool {
+        self.owner().is_some_and(|o| &o != activation)
+    }
+
+    pub(crate) fn claim(&self, activation: &ActivationId) -> Result<(), String> {
+        let mut owner = self
+            .owner
+            .lock()
+            .map_err(|_| "the attach state is poisoned".to_owned())?;
+        match owner.as_ref() {
+            Some(o) if o != activation => Err(format!(
+                "{} is in use by activation {o}: its tools are masked until that activation ends or closes it",
+                self.what
+            )),
+            _ => {
+                *owner = Some(activation.clone());
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn release(&self, activation: &ActivationId) {
+        let released = self.owner.lock().is_ok_and(|mut o| {
+            if o.as_ref() == Some(activation) {
+                *o = None;
+                true
+            } else {
+                false
+            }
+        });
+        if released {
+            self.changed(activation);
+        }
+    }
+
+    pub(crate) fn register(&self, activation: ActivationId, peer: rmcp::Peer<rmcp::RoleServer>) {
+        if let Ok(mut peers) = self.peers.lock() {
+            peers.retain(|(_, p)| !p.is_transport_closed());
+            peers.push((activation, peer));
+        }
+    }
+
+    /// Tell every other activation's tool server that its list changed.
+    pub(crate) fn changed(&self, by: &ActivationId) {
+        let peers: Vec<rmcp::Peer<rmcp::RoleServer>> = self
+            .peers
+            .lock()
+            .map(|p| {
+                p.iter()
+                    .filter(|(a, p)| a != by && !p.is_transport_closed())
+                    .map(|(_, p)| p.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for peer in peers {
+            tokio::spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+    }
+}
 
 /// A connector that serves a fresh `make()` handler over an in-process
 /// stream for each connection: how a provider mounts its tools as an MCP
@@ -46,7 +145,34 @@ where
 
 /// The provider a `[providers.<name>]` table describes (checked by the
 /// config parser: a kind this build does not have is refused there).
-pub fn from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider>, String> {
+/// `None`: the seat stays empty (`computer-native` with no display
+/// configured and no `$DISPLAY`).
+pub fn from_config(name: &str, raw: &RawProvider) -> Result<Option<Arc<dyn SeatProvider>>, String> {
+    let provider: Arc<dyn SeatProvider> = match raw.kind.as_str() {
+        #[cfg(feature = "computer")]
+        "computer-native" => {
+            let display = raw
+                .display
+                .clone()
+                .or_else(|| std::env::var("DISPLAY").ok().filter(|d| !d.is_empty()));
+            let Some(display) = display else {
+                return Ok(None);
+            };
+            let mut c = computer_native::ComputerNativeConfig::new(name, display);
+            if let Some(t) = raw.trust {
+                c.trust = t;
+            }
+            if let Some(ms) = raw.action_timeout_ms {
+                c.action_timeout = Duration::from_millis(ms);
+            }
+            Arc::new(computer_native::ComputerNative::new(c))
+        }
+        _ => browser_from_config(name, raw)?,
+    };
+    Ok(Some(provider))
+}
+
+fn browser_from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider>, String> {
     match raw.kind.as_str() {
         "browser-native" => {
             let mut c = browser_native::BrowserNativeConfig::new(name);
