@@ -13,6 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { readFileSync } from "node:fs";
 
 const LIMIT_MS = 20000;
 const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
@@ -76,6 +77,21 @@ async function stdio(mcpvisor, config) {
     cancelled = true;
   }
   say({ step: "cancel", cancelled });
+  // The cancel reaches the backend asynchronously, on the same pipe as the
+  // next request: with GATEWAY_CLIENT_WAIT_LOG (the backend's request log),
+  // wait (at most 5 s) until it has arrived, so the crash cannot overtake it.
+  const waitLog = process.env.GATEWAY_CLIENT_WAIT_LOG;
+  if (waitLog) {
+    const until = Date.now() + 5000;
+    while (Date.now() < until) {
+      let seen = "";
+      try {
+        seen = readFileSync(waitLog, "utf8");
+      } catch {}
+      if (seen.includes("cancelled")) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
   // The backend crashes and is restarted while this client stays connected.
   const before = c.changes;
   const wait = changed(c);

@@ -538,11 +538,20 @@ fn sdk_client(test: &str) -> Option<PathBuf> {
 
 /// Run the SDK client with `args`; its steps by name. Fails on its error step.
 async fn run_sdk(script: &Path, args: &[&str]) -> std::collections::HashMap<String, Value> {
+    run_sdk_with(script, args, &[]).await
+}
+
+async fn run_sdk_with(
+    script: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> std::collections::HashMap<String, Value> {
     let out = tokio::time::timeout(
         Duration::from_secs(90),
         tokio::process::Command::new("node")
             .arg(script)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(script.parent().unwrap())
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -575,13 +584,14 @@ async fn the_typescript_sdk_client_lists_calls_cancels_and_rides_out_a_backend_r
     let log = RequestLog::new("gw-sdk");
     let work = workdir(&fault_section("s", &log.args(), "always"));
     let mcpvisor = ensure_mcpvisor_built().unwrap();
-    let steps = run_sdk(
+    let steps = run_sdk_with(
         &script,
         &[
             "stdio",
             &mcpvisor.to_string_lossy(),
             &work.config().to_string_lossy(),
         ],
+        &[("GATEWAY_CLIENT_WAIT_LOG", log.path())],
     )
     .await;
     assert_eq!(steps["initialize"]["listChanged"], true, "{steps:?}");
