@@ -195,6 +195,23 @@ pub fn browser_peers_dir() -> Option<PathBuf> {
     ])
 }
 
+/// The live processes whose process group is `pgid`.
+pub fn processes_in_group(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
+            })
+        })
+        .collect()
+}
+
 /// The processes (other than this one) with an argument containing `needle`
 /// (read from `/proc/PID/cmdline`).
 pub fn processes_with_arg(needle: &str) -> Vec<u32> {

@@ -619,7 +619,7 @@ async fn a_browser_that_ignores_sigterm_is_killed_and_reaped_at_shutdown() {
         started.elapsed()
     );
     // Nothing of its process group runs (the lingering launcher, its sleep).
-    let group = in_group(pids[0]);
+    let group = mcpvisor_chaos::processes_in_group(pids[0]);
     assert!(group.is_empty(), "{group:?} of group {} still run", pids[0]);
     assert_nothing_left(&root).await;
     let _ = std::fs::remove_file(&launcher);
@@ -743,23 +743,6 @@ async fn release_closes_every_browser_before_the_seat_is_free() {
     drop(activation);
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
     assert_nothing_left(&root).await;
-}
-
-/// The live processes whose process group is `pgid`.
-fn in_group(pgid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
-            })
-        })
-        .collect()
 }
 
 /// TRUST-1: switched off, no process runs — the providers' browsers

@@ -144,6 +144,11 @@ pub enum Fault {
     ModelCutStream,
     /// The model's stream carries a line that is not JSON.
     ModelGarbageSse,
+    /// Issue 11: the browser_use seat holds a browser-native provider whose
+    /// browser will not die: its launcher ignores SIGTERM and lingers after
+    /// Chromium exits. The run drives the browser (navigate, snapshot), and
+    /// the shutdown must still kill and reap it, and report it reaped.
+    BrowserWontDie,
 }
 
 /// What a model fault's turn must end with: its `TurnError` kind and a
@@ -198,6 +203,7 @@ impl Fault {
             Self::SupervisorPanic => "supervisor_panic",
             Self::DaemonizedGrandchild => "daemonized_grandchild",
             Self::ModelStall => "model_stall",
+            Self::BrowserWontDie => "browser_wont_die",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -288,6 +294,7 @@ impl Fault {
             Self::DaemonizedGrandchild => v(&["--daemonize"]),
             Self::LargeArgs { .. } | Self::SupervisorPanic => Vec::new(),
             Self::ModelStall | Self::ModelCutStream | Self::ModelGarbageSse => Vec::new(),
+            Self::BrowserWontDie => Vec::new(),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -361,7 +368,9 @@ impl Fault {
             // The model side fails; the server answers every workload call.
             | Self::ModelStall
             | Self::ModelCutStream
-            | Self::ModelGarbageSse => true,
+            | Self::ModelGarbageSse
+            // The browser is beside the server, which answers every call.
+            | Self::BrowserWontDie => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -494,7 +503,8 @@ impl Fault {
             | Self::SupervisorPanic
             | Self::ModelStall
             | Self::ModelCutStream
-            | Self::ModelGarbageSse => Effects::NONE,
+            | Self::ModelGarbageSse
+            | Self::BrowserWontDie => Effects::NONE,
             Self::SecretEcho => Effects::trigger("is_error"),
             Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),
             Self::CrashMidCall => Effects::trigger("crash"),

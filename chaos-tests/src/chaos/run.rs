@@ -117,6 +117,8 @@ pub(super) struct RunIds {
     pub(super) event_log: PathBuf,
     /// The secret value server `s` gets in its environment, unique per run.
     pub(super) secret: String,
+    /// The browser provider's launcher and profiles (`browser_wont_die`).
+    pub(super) browser_dir: PathBuf,
 }
 
 impl RunIds {
@@ -132,6 +134,7 @@ impl RunIds {
             log: unique_temp_path(&format!("{}-requests.log", sc.name)),
             event_log: unique_temp_path(&format!("{}-events.jsonl", sc.name)),
             secret: secret_value(&run_id),
+            browser_dir: unique_temp_path(&format!("{}-browser", sc.name)),
             run_id,
         }
     }
@@ -477,6 +480,10 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 }
             }
         }
+        if *fault == Fault::BrowserWontDie {
+            judged = true;
+            problems.extend(browser_consequences(seen, tally));
+        }
         if let Some(want) = fault.expected_lists() {
             judged = true;
             let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
@@ -493,6 +500,34 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
         return Verdict::Skip;
     }
     verdict(problems.is_empty(), || summarise(&problems))
+}
+
+/// `browser_wont_die`: the browser was driven (navigate and snapshot ended
+/// ok), and the shutdown reported its pid reaped, and nothing of its
+/// process group runs (no_orphans judges every process the runner saw).
+fn browser_consequences(seen: &Seen, tally: &Tally) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (what, kind) in &tally.browser {
+        if kind != "ok" {
+            problems.push(format!("browser_wont_die: {what} ended {kind}"));
+        }
+    }
+    match tally.browser_pid {
+        None => problems.push("browser_wont_die: no browser pid was owned".into()),
+        Some(pid) if !seen.report.processes_reaped.contains(&pid) => problems.push(format!(
+            "browser_wont_die: the shutdown did not report browser {pid} reaped: {:?}",
+            seen.report.processes_reaped
+        )),
+        Some(pid) => {
+            let group = crate::processes_in_group(pid);
+            if !group.is_empty() {
+                problems.push(format!(
+                    "browser_wont_die: {group:?} of the browser's group still run"
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// The first three of `items` and how many more: a violation stays readable.
@@ -521,6 +556,7 @@ fn shutdown_within_deadline(seen: &Seen, problems: &[String]) -> Verdict {
 
 /// Remove the run's request log and hook files.
 fn clean_up(run: &Run<'_>) {
+    let _ = std::fs::remove_dir_all(&run.ids.browser_dir);
     let _ = std::fs::remove_file(&run.ids.log);
     let _ = std::fs::remove_file(&run.ids.event_log);
     for f in &run.hook_files {

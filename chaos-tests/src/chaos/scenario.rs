@@ -136,6 +136,8 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("model_stall", |_| vec![Fault::ModelStall]),
         ("model_cut_stream", |_| vec![Fault::ModelCutStream]),
         ("model_garbage_sse", |_| vec![Fault::ModelGarbageSse]),
+        // Issue 11: a provider's browser whose process group will not die.
+        ("browser_wont_die", |_| vec![Fault::BrowserWontDie]),
     ];
     table
         .into_iter()
@@ -188,6 +190,11 @@ impl Scenario {
     }
 
     /// True when the server supervisor is made to fail after each trigger.
+    /// True when the browser_use seat holds a provider in this run.
+    pub(super) fn has_browser(&self) -> bool {
+        self.faults.contains(&Fault::BrowserWontDie)
+    }
+
     pub(super) fn panics_supervisor(&self) -> bool {
         self.faults.contains(&Fault::SupervisorPanic)
     }

@@ -66,6 +66,12 @@ pub(super) async fn setup<'a>(
         builder = builder.break_for_chaos(opts.breaks);
     }
     let mut problems: Vec<String> = Vec::new();
+    if sc.has_browser() {
+        match stubborn_browser(&ids) {
+            Ok(p) => builder = builder.provider(p).activate(Scope::Global),
+            Err(e) => problems.push(e),
+        }
+    }
     if !fault_server_path().exists() {
         problems.push(format!(
             "{} does not exist: build it with cargo build -p mcpvisor-chaos --bins",
@@ -246,4 +252,36 @@ fn supervised(cfg: ServerConfig, hang_on_initialize: bool) -> ServerConfig {
     cfg.request_timeout = Duration::from_secs(5);
     cfg.idle_stop_after = None;
     cfg
+}
+
+/// A browser-native provider whose browser will not die
+/// (`Fault::BrowserWontDie`): its launcher ignores SIGTERM, runs Chromium,
+/// and lingers (`sleep`, which inherits the ignored SIGTERM) after it
+/// exits. The launcher and the profiles are under the run's own paths.
+fn stubborn_browser(ids: &RunIds) -> Result<Arc<dyn mcpvisor::SeatProvider>, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let chrome = ["/usr/bin/chromium", "/usr/lib/chromium/chromium"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or("browser_wont_die needs Chromium (Debian: apt-get install chromium)")?;
+    let launcher = ids.browser_dir.join("launcher.sh");
+    std::fs::create_dir_all(&ids.browser_dir)
+        .map_err(|e| format!("cannot make {}: {e}", ids.browser_dir.display()))?;
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\ntrap '' TERM\n{} \"$@\"\nsleep 1000\n",
+            chrome.display()
+        ),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", launcher.display()))?;
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot make {} executable: {e}", launcher.display()))?;
+    let mut c = mcpvisor::providers::browser_native::BrowserNativeConfig::new("browser");
+    c.trust = mcpvisor::TrustMode::Always;
+    c.executable = Some(launcher);
+    c.profile_root = ids.browser_dir.clone();
+    let p = mcpvisor::providers::browser_native::BrowserNative::new(c)?;
+    Ok(Arc::new(p))
 }

@@ -53,6 +53,10 @@ pub(super) struct Tally {
     /// message (`none` when it finished), and the `tools/call` requests the
     /// server received during it.
     pub(super) turns: Vec<(&'static str, String, String, usize)>,
+    /// `browser_wont_die`: each browser call and its outcome kind, and the
+    /// browser's pid (the seat's owned pid) before the shutdown.
+    pub(super) browser: Vec<(&'static str, String)>,
+    pub(super) browser_pid: Option<u32>,
 }
 
 impl Tally {
@@ -248,6 +252,33 @@ async fn model_turn(run: &Run<'_>, fault: &Fault, tally: &mut Tally) {
     tally.turns.push((fault.name(), kind, message, ran));
 }
 
+/// `browser_wont_die`: drive the stubborn browser (it starts on the first
+/// call), and note its pid for the shutdown's judgement.
+async fn browser_calls(run: &Run<'_>, tally: &mut Tally) {
+    let page =
+        serde_json::json!({"url": "data:text/html,<title>chaos</title><button>press</button>"});
+    for (what, tool, args) in [
+        ("navigate", "mcp__browser__navigate", page),
+        ("snapshot", "mcp__browser__snapshot", serde_json::json!({})),
+    ] {
+        tally.issued += 1;
+        let result = call(&run.runtime, tool, args).await;
+        let kind = match &result.0 {
+            Ok(o) => o.kind.name().to_owned(),
+            Err(_) => "no outcome".to_owned(),
+        };
+        tally.browser.push((what, kind));
+        tally.record(result, format!("browser {what}"), None, &run.ids.secret);
+    }
+    tally.browser_pid = run
+        .runtime
+        .seats()
+        .await
+        .into_iter()
+        .find(|s| s.seat == "browser_use")
+        .and_then(|s| s.pids.first().copied());
+}
+
 /// `tools/call` lines in the run's request log.
 fn tool_calls_logged(run: &Run<'_>) -> usize {
     std::fs::read_to_string(&run.ids.log)
@@ -263,6 +294,9 @@ fn tool_calls_logged(run: &Run<'_>) -> usize {
 pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     for fault in &run.sc.faults {
         model_turn(run, fault, tally).await;
+        if *fault == Fault::BrowserWontDie {
+            browser_calls(run, tally).await;
+        }
         let Some(tool) = fault.trigger() else {
             continue;
         };
