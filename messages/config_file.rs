@@ -121,8 +121,8 @@ fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
                     ));
                 }
             }
-            Some("attach") if raw.kind != "browser-native" => problems.push(format!(
-                "{at} mode = \"attach\" is not built for {:?} yet (built: browser-native)",
+            Some("attach") if !raw.kind.starts_with("browser-") => problems.push(format!(
+                "{at} mode = \"attach\" is for the browser kinds, not {:?}",
                 raw.kind
             )),
             Some("attach") => match &raw.cdp_endpoint {
@@ -848,9 +848,9 @@ mod provider_tables {
         );
         assert!(e.contains("cdp_endpoint") && e.contains("10.0.0.5"), "{e}");
         let e = err(
-            "[providers.browser]\nkind = \"browser-playwright-mcp\"\nmode = \"attach\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n",
+            "[providers.computer]\nkind = \"computer-native\"\nmode = \"attach\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n",
         );
-        assert!(e.contains("not built for"), "{e}");
+        assert!(e.contains("is for the browser kinds"), "{e}");
         let e = err(
             "[providers.browser]\nkind = \"browser-native\"\ncdp_endpoint = \"http://127.0.0.1:9222\"\n",
         );

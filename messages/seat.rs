@@ -135,6 +135,16 @@ pub trait SeatProvider: Send + Sync + 'static {
     /// Opens the session resource of one activation (none: the mounted
     /// server owns everything itself, as an MCP-backed provider's does).
     fn opener(&self) -> Option<Opener>;
+    /// Whether `activation` may have the tools mounted now. A provider of
+    /// one exclusive resource (an MCP-backed browser attached to one
+    /// browser) claims it here for the first activation and answers
+    /// `false` to the others: their tools are masked (not mounted) until
+    /// the holder's mount ends, when the seat asks again (SEAT-9).
+    fn admit(&self, activation: &ActivationId) -> bool {
+        let _ = activation;
+        true
+    }
+
     /// The activation's tools were withdrawn and its resources closed:
     /// remove what the mount itself made (a working directory).
     fn unmounted(&self, activation: &ActivationId) {

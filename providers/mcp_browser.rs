@@ -18,6 +18,7 @@
 //! and CrUX lookups are turned off.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::messages::config::{ServerConfig, TransportConfig};
@@ -105,6 +106,10 @@ pub struct McpBrowserConfig {
     /// Where each activation's working directory is made (default: the
     /// temp dir).
     pub work_root: PathBuf,
+    /// `attach`: the CDP endpoint of a browser started elsewhere; the
+    /// server connects to it (`--cdp-endpoint` / `--browserUrl`) and one
+    /// activation at a time has it (SEAT-9). `None`: launch.
+    pub attach: Option<String>,
 }
 
 impl McpBrowserConfig {
@@ -120,6 +125,7 @@ impl McpBrowserConfig {
             startup_timeout: Duration::from_secs(30),
             tool_call_timeout: Duration::from_secs(60),
             work_root: std::env::temp_dir(),
+            attach: None,
         }
     }
 }
@@ -128,6 +134,8 @@ impl McpBrowserConfig {
 #[derive(Debug, Clone)]
 pub struct McpBrowser {
     config: McpBrowserConfig,
+    /// `attach`: the one activation whose server is mounted.
+    owner: Arc<super::Exclusive>,
 }
 
 impl McpBrowser {
@@ -167,7 +175,14 @@ impl McpBrowser {
                 ));
             }
         }
-        Ok(Self { config })
+        if let Some(endpoint) = &config.attach {
+            crate::messages::trust::validate_endpoint(&endpoint.replacen("ws://", "http://", 1))
+                .map_err(|e| format!("[providers.{}] cdp_endpoint: {e}", config.name))?;
+        }
+        Ok(Self {
+            config,
+            owner: Arc::new(super::Exclusive::new("the attached browser")),
+        })
     }
 
     /// One activation's working directory.
@@ -180,8 +195,6 @@ impl McpBrowser {
     /// The command line of one activation's server.
     fn command(&self) -> Result<Launch, String> {
         let c = &self.config;
-        let chrome = super::browser_native::chromium_for(c.executable.as_deref())?;
-        let chrome = chrome.display().to_string();
         let (program, mut args) = match &c.package_dir {
             Some(dir) => {
                 let entry = dir
@@ -199,8 +212,24 @@ impl McpBrowser {
             ),
         };
         let mut env = Vec::new();
-        match c.kind {
-            McpBrowserKind::Playwright => {
+        let chrome = match &c.attach {
+            Some(_) => String::new(),
+            None => super::browser_native::chromium_for(c.executable.as_deref())?
+                .display()
+                .to_string(),
+        };
+        match (c.kind, &c.attach) {
+            (McpBrowserKind::Playwright, Some(endpoint)) => {
+                args.push("--cdp-endpoint".into());
+                args.push(endpoint.clone());
+            }
+            (McpBrowserKind::DevTools, Some(endpoint)) => {
+                args.push(format!("--browserUrl={endpoint}"));
+                args.extend(["--no-usage-statistics", "--no-performance-crux"].map(str::to_owned));
+                env.push(("CHROME_DEVTOOLS_MCP_NO_USAGE_STATISTICS".into(), "1".into()));
+                env.push(("CHROME_DEVTOOLS_MCP_NO_UPDATE_CHECKS".into(), "1".into()));
+            }
+            (McpBrowserKind::Playwright, None) => {
                 args.extend(
                     [
                         "--headless",
@@ -212,7 +241,7 @@ impl McpBrowser {
                 );
                 args.push(chrome);
             }
-            McpBrowserKind::DevTools => {
+            (McpBrowserKind::DevTools, None) => {
                 args.extend(["--headless", "--isolated", "--executablePath"].map(str::to_owned));
                 args.push(chrome);
                 args.extend(
@@ -284,7 +313,12 @@ impl SeatProvider for McpBrowser {
         Ok(server)
     }
 
+    fn admit(&self, activation: &ActivationId) -> bool {
+        self.config.attach.is_none() || self.owner.claim(activation).is_ok()
+    }
+
     fn unmounted(&self, activation: &ActivationId) {
+        self.owner.release(activation);
         let work = self.work_dir(activation);
         if let Err(e) = std::fs::remove_dir_all(&work)
             && e.kind() != std::io::ErrorKind::NotFound

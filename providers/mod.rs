@@ -206,6 +206,9 @@ fn browser_from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProv
                 c.version = v.clone();
             }
             c.package_dir = raw.package_dir.clone();
+            if raw.mode.as_deref() == Some("attach") {
+                c.attach = raw.cdp_endpoint.clone();
+            }
             c.executable = raw.executable.clone();
             if let Some(t) = raw.trust {
                 c.trust = t;

@@ -262,7 +262,12 @@ async fn mount(st: &mut SeatState, activation: &ActivationId) -> Result<Option<S
     let (Some(holder), Some(m)) = (&st.holder, st.activations.get_mut(activation)) else {
         return Ok(None);
     };
-    if st.releasing {
+    if st.releasing || m.server.is_some() {
+        return Ok(m.server.clone());
+    }
+    // SEAT-9: masked while another activation holds the provider's one
+    // resource; asked again when that mount ends.
+    if !holder.provider.admit(activation) {
         return Ok(None);
     }
     let _ = holder.sessions.cast(SessionsMsg::Live {
@@ -339,10 +344,27 @@ async fn close(st: &mut SeatState, activation: &ActivationId) -> ShutdownReport 
     let Some(mut m) = st.activations.remove(activation) else {
         return ShutdownReport::default();
     };
+    let was_mounted = m.server.is_some();
     let mut report = unmount(&mut m).await;
     if let Some(h) = &st.holder {
         report.absorb(dispose(&h.sessions, activation).await);
-        h.provider.unmounted(activation);
+        if was_mounted {
+            h.provider.unmounted(activation);
+        }
+    }
+    // A masked activation may have the tools now.
+    if was_mounted {
+        let waiting: Vec<ActivationId> = st
+            .activations
+            .iter()
+            .filter(|(_, m)| m.server.is_none())
+            .map(|(a, _)| a.clone())
+            .collect();
+        for a in waiting {
+            if let Err(e) = mount(st, &a).await {
+                tracing::warn!(seat = %st.kind, activation = %a, "{e}");
+            }
+        }
     }
     report
 }
@@ -354,6 +376,12 @@ async fn release(st: &mut SeatState) -> Result<ShutdownReport, SeatError> {
     };
     st.releasing = true;
     let mut report = ShutdownReport::default();
+    let mounted_before: Vec<ActivationId> = st
+        .activations
+        .iter()
+        .filter(|(_, m)| m.server.is_some())
+        .map(|(a, _)| a.clone())
+        .collect();
     // 1. The tools leave every registry first: no new action starts.
     let unmounts = st.activations.values_mut().map(unmount);
     for r in futures::future::join_all(unmounts).await {
@@ -366,7 +394,7 @@ async fn release(st: &mut SeatState) -> Result<ShutdownReport, SeatError> {
     for r in futures::future::join_all(disposals).await {
         report.absorb(r);
     }
-    for a in st.activations.keys() {
+    for a in mounted_before.iter() {
         holder.provider.unmounted(a);
     }
     // Also what an earlier failed close (of an activation that ended

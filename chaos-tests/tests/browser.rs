@@ -917,3 +917,77 @@ async fn in_attach_mode_one_activation_owns_the_browser_and_the_others_see_the_t
     let err = BrowserNative::new(c).unwrap_err();
     assert!(err.contains("192.0.2.7"), "{err}");
 }
+
+/// SEAT-5/9 for an MCP-backed provider in attach mode: @playwright/mcp
+/// connected to a browser started elsewhere is mounted for one activation
+/// at a time; the other's tools are masked (not mounted) until the first
+/// ends; the browser survives the runtime.
+#[tokio::test]
+async fn an_attached_playwright_server_is_mounted_for_one_activation_at_a_time() {
+    use mcpvisor::providers::mcp_browser::{McpBrowser, McpBrowserConfig, McpBrowserKind};
+    let Some(chrome) = chromium() else { return };
+    let Some(peers) = mcpvisor_chaos::browser_peers_dir() else {
+        return;
+    };
+    let site = site().await;
+    let external = External::start(&chrome).await;
+    let work = std::env::temp_dir().join(format!("mva-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut c = McpBrowserConfig::new("browser", McpBrowserKind::Playwright);
+    c.package_dir = Some(peers);
+    c.trust = TrustMode::Always;
+    c.attach = Some(external.endpoint.clone());
+    c.work_root = work.clone();
+    let rt = Runtime::builder()
+        .provider(Arc::new(McpBrowser::new(c).unwrap()))
+        .start()
+        .await
+        .unwrap();
+    let (a, b) = (Scope::Agent("a".into()), Scope::Agent("b".into()));
+    let act_a = rt.open_activation(a.clone()).await.unwrap();
+    let act_b = rt.open_activation(b.clone()).await.unwrap();
+    assert_eq!(act_a.mounted().len(), 1);
+    assert!(
+        act_b.mounted().is_empty(),
+        "both activations got the attached browser"
+    );
+    assert!(rt.tools(&b).is_empty());
+    let url = format!("http://{}/", site.addr);
+    let nav = rt
+        .call(
+            &a,
+            "mcp__browser__browser_navigate",
+            Some(json!({"url": url})),
+            Default::default(),
+        )
+        .await;
+    assert!(nav.is_ok(), "{}", nav.projection);
+    act_a.close().await.unwrap();
+    // `b` is mounted now, and drives the same browser.
+    wait_tools(&rt, &b, |n| n > 0).await;
+    rt.wait_ready(&b, "browser", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let snap = rt
+        .call(
+            &b,
+            "mcp__browser__browser_snapshot",
+            None,
+            Default::default(),
+        )
+        .await;
+    assert!(snap.is_ok(), "{}", snap.projection);
+    drop(act_b);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    assert!(
+        process_alive(external.child.id()),
+        "the attached browser was killed"
+    );
+    let left: Vec<_> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "working directories left: {left:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
