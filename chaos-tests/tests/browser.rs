@@ -157,6 +157,18 @@ struct Batch {
 
 impl Batch {
     fn start(tag: &str, toml: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with(tag, toml, env, &[], &[])
+    }
+
+    /// With `extra` arguments to `call --batch`, and `files` (name, text)
+    /// written beside the config.
+    fn start_with(
+        tag: &str,
+        toml: &str,
+        env: &[(&str, &str)],
+        extra: &[&str],
+        files: &[(&str, &str)],
+    ) -> Self {
         let dir = unique_temp_path(tag);
         // Short: Chromium's socket under it must fit a Unix socket path.
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -165,10 +177,14 @@ impl Batch {
         std::fs::create_dir_all(&tmp).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("mcpvisor.toml"), toml).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
         let bin = ensure_mcpvisor_built().unwrap();
         let mut child = tokio::process::Command::new(bin)
             .args(["call", "--batch", "-", "--images", "--attachments"])
             .arg(dir.join("shots"))
+            .args(extra)
             .current_dir(&dir)
             .env("TMPDIR", &tmp)
             .envs(env.iter().copied())
@@ -990,4 +1006,83 @@ async fn an_attached_playwright_server_is_mounted_for_one_activation_at_a_time()
         .collect();
     assert!(left.is_empty(), "working directories left: {left:?}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The provider's tools go through the call pipeline like any server's:
+/// trust (`ask` by default: with no one to ask and no `--yes`, refused
+/// before any browser starts), then the PreToolUse hooks (a deny never
+/// reaches the browser); `status` shows the seat, its holder and the run's
+/// activation.
+#[tokio::test]
+async fn provider_tools_pass_trust_and_hooks_and_the_seat_shows_in_status() {
+    let Some(_) = chromium() else { return };
+    let site = site().await;
+    let toml = "[providers.browser]\nkind = \"browser-native\"\n[hooks]\nclaude = \"cc.json\"\n";
+    let deny = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no browsing there"}}'"#;
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "mcp__browser__navigate", "hooks": [
+        {"type": "command", "command": deny}]}]}})
+    .to_string();
+    let files = [("cc.json", hooks.as_str())];
+    // Trust `ask`, nobody to ask: refused, and no browser was started.
+    let mut asked = Batch::start_with("browser-trust", toml, &[], &[], &files);
+    let snap = asked.step(json!({"name": "mcp__browser__snapshot"})).await;
+    assert_ne!(snap["outcome"], "ok", "{snap}");
+    assert!(
+        processes_with_arg(&asked.tmp.display().to_string()).is_empty(),
+        "a refused call started a browser"
+    );
+    assert_eq!(asked.finish().await, Some(1));
+    // --yes: the hook still denies navigate; other tools run.
+    let mut yes = Batch::start_with("browser-hooks", toml, &[], &["--yes"], &files);
+    let url = format!("http://{}/", site.addr);
+    let nav = yes
+        .step(json!({"name": "mcp__browser__navigate", "args": {"url": url}}))
+        .await;
+    assert_eq!(nav["outcome"], "denied_by_hook", "{nav}");
+    assert!(
+        nav["projection"]
+            .as_str()
+            .unwrap()
+            .contains("no browsing there"),
+        "{nav}"
+    );
+    let snap = yes.step(json!({"name": "mcp__browser__snapshot"})).await;
+    assert_eq!(snap["outcome"], "ok", "{snap}");
+    assert!(
+        snap["projection"].as_str().unwrap().contains("about:blank"),
+        "the denied navigate reached the browser: {snap}"
+    );
+    assert_eq!(yes.finish().await, Some(1));
+    // status: the seat, its holder and kind, the run's one activation.
+    let dir = unique_temp_path("browser-status");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mcpvisor.toml"),
+        "[providers.browser]\nkind = \"browser-native\"\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(ensure_mcpvisor_built().unwrap())
+        .args(["--json", "status"])
+        .current_dir(&dir)
+        .output()
+        .await
+        .unwrap();
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seat = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["seat"] == "browser_use")
+        .unwrap_or_else(|| panic!("no browser_use seat in {all}"));
+    assert_eq!(seat["holder"], "browser");
+    assert_eq!(seat["kind"], "browser-native");
+    assert_eq!(seat["activations"].as_array().unwrap().len(), 1, "{seat}");
+    let server = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["server"] == "browser")
+        .unwrap_or_else(|| panic!("no browser server in {all}"));
+    assert_eq!(server["state"], "ready", "{server}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
