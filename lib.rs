@@ -107,6 +107,8 @@ mod actors;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 mod messages;
+#[cfg(feature = "mods")]
+pub mod mods;
 #[cfg(feature = "browser")]
 pub mod providers;
 mod runtime;
@@ -129,8 +131,8 @@ pub use messages::config::{
     ServerConfig, StdioConfig, TransportConfig,
 };
 pub use messages::config_file::{
-    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModel, RawProvider, RawProviders,
-    RawReconnect, RawSecrets, RawServerConfig, parse_config, parse_config_file,
+    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModLoad, RawModel, RawMods, RawProvider,
+    RawProviders, RawReconnect, RawSecrets, RawServerConfig, parse_config, parse_config_file,
 };
 pub use messages::transport::{InProcessConnection, InProcessConnector};
 

@@ -87,6 +87,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         what: HooksCommand,
     },
+    /// JS mods of `[mods]`, e.g.
+    /// `mcpvisor mods test --event prompt.submit --payload '{"prompt": "hi"}'`.
+    Mods {
+        #[command(subcommand)]
+        what: ModsCommand,
+    },
     /// Resources of the configured servers (through the shared resource
     /// tools), e.g. `mcpvisor resources read everything demo://resource/static/document/architecture.md`.
     Resources {
@@ -214,6 +220,23 @@ pub(crate) enum HooksCommand {
         /// Run only hooks whose command hash is in `[hooks] approved` (see `hooks list`).
         #[arg(long)]
         strict_hooks: bool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum ModsCommand {
+    /// Every loaded mod's registrations (served or not) and the load reports.
+    List,
+    /// Run one event's chain on a payload and print what it decided:
+    /// the prompt, appended context and every report.
+    Test {
+        /// The event: prompt.submit, tool.call, … (see `mods list`).
+        #[arg(long)]
+        event: String,
+        /// The event's payload as a JSON object (`{"prompt": "hi"}`,
+        /// `{"blocks": [...]}`, `{"tool": "x", "input": {...}}`).
+        #[arg(long)]
+        payload: Option<String>,
     },
 }
 

@@ -66,6 +66,7 @@ pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileCon
                 hooks: Default::default(),
                 model: Default::default(),
                 providers: Default::default(),
+                mods: Default::default(),
             });
         }
         return Err(ConfigFileError(format!(
@@ -101,6 +102,7 @@ pub(crate) fn load_for_target(
             hooks: Default::default(),
             model: Default::default(),
             providers: Default::default(),
+            mods: Default::default(),
         }
     };
     let server = match (&target.url, target.command.split_first()) {

@@ -182,6 +182,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             what: cli::ConfigCommand::Validate,
         } => cmd::import::validate(&cli),
         Command::Hooks { what } => cmd::hooks::run(&cli, what).await,
+        Command::Mods { what } => cmd::mods::run(&cli, what).await,
         Command::Gateway {
             stdio,
             http,

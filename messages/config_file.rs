@@ -28,6 +28,35 @@ pub struct RawConfigFile {
     pub model: Option<RawModel>,
     /// `[providers]`: the browser_use / computer_use seats' providers (SEAT-4).
     pub providers: Option<RawProviders>,
+    /// `[mods]`: JS mods (MOD-1), off unless enabled and listed.
+    pub mods: Option<RawMods>,
+}
+
+/// `[mods]` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMods {
+    /// Mods load only when this is `true`.
+    #[serde(default)]
+    pub enabled: bool,
+    /// `[[mods.load]]`: each mod, in load order.
+    #[serde(default)]
+    pub load: Vec<RawModLoad>,
+    /// Each mod's memory limit in MiB (default 32).
+    pub memory_mib: Option<u64>,
+    /// Each handler's deadline (default 500).
+    pub deadline_ms: Option<u64>,
+}
+
+/// One `[[mods.load]]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModLoad {
+    /// The ES module file (relative to the config file).
+    pub path: PathBuf,
+    /// Granted host APIs: `log`, `config` (`spawn` and `http` are not built yet).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// `[providers]` as written: `browser` takes the `browser_use` seat,
@@ -80,6 +109,42 @@ pub const PROVIDER_KINDS: &[(&str, bool)] = &[
     ("browser-devtools-mcp", true),
     ("computer-native", true),
 ];
+
+/// The host APIs a mod may be granted, and whether they are built.
+const MOD_CAPABILITIES: &[(&str, bool)] = &[
+    ("log", true),
+    ("config", true),
+    ("spawn", false),
+    ("http", false),
+];
+
+/// Check `[mods]`: known capabilities, positive limits.
+fn check_mods(origin: &str, m: &RawMods) -> Result<(), ConfigError> {
+    let mut problems = Vec::new();
+    for (i, l) in m.load.iter().enumerate() {
+        for c in &l.capabilities {
+            match MOD_CAPABILITIES.iter().find(|(k, _)| k == c) {
+                None => problems.push(format!(
+                    "{origin}: [[mods.load]] #{} ({}): capability {c:?}: expected one of \"log\", \"config\", \"spawn\", \"http\"",
+                    i + 1,
+                    l.path.display()
+                )),
+                Some((_, false)) => problems.push(format!(
+                    "{origin}: [[mods.load]] #{} ({}): capability {c:?} is not built in this version yet (built: log, config)",
+                    i + 1,
+                    l.path.display()
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    for (key, v) in [("memory_mib", m.memory_mib), ("deadline_ms", m.deadline_ms)] {
+        if v == Some(0) {
+            problems.push(format!("{origin}: [mods] {key} = 0: must be positive"));
+        }
+    }
+    ConfigError::from_problems(problems)
+}
 
 /// Check `[providers]`: known kinds in the right seat, a mode the kind has.
 fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
@@ -422,6 +487,8 @@ pub struct FileConfig {
     pub model: RawModel,
     /// `[providers]`, checked.
     pub providers: RawProviders,
+    /// `[mods]`, checked, paths resolved against the config file.
+    pub mods: RawMods,
 }
 
 /// What to add to a TOML error so a person can act on it: the key meant
@@ -530,8 +597,18 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
             *exe = b.join(&*exe);
         }
     }
+    let mut mods = raw.mods.clone().unwrap_or_default();
+    check_mods(origin, &mods)?;
+    if let Some(b) = base {
+        for m in &mut mods.load {
+            if m.path.is_relative() {
+                m.path = b.join(&m.path);
+            }
+        }
+    }
     let servers = servers_of(origin, raw)?;
     Ok(FileConfig {
+        mods,
         providers,
         servers,
         event_log,

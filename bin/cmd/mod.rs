@@ -9,6 +9,7 @@ pub(crate) mod demo;
 pub(crate) mod gateway;
 pub(crate) mod hooks;
 pub(crate) mod import;
+pub(crate) mod mods;
 pub(crate) mod prompts;
 pub(crate) mod resources;
 pub(crate) mod status;

@@ -1,0 +1,122 @@
+//! `mcpvisor mods list|test`: the `[mods]` of the config, loaded in a mod
+//! host of their own (no server is started).
+
+use anyhow::{Context, bail};
+use mcpvisor::mods::{ModHost, ModSettings, ModSpec};
+use serde_json::{Value, json};
+
+use crate::cli::{Cli, ModsCommand};
+use crate::config::load_config;
+
+/// The mod host for the config's `[mods]`; an error when mods are off.
+fn host(cli: &Cli) -> anyhow::Result<ModHost> {
+    let cfg = load_config(cli, false)?;
+    if !cfg.mods.enabled {
+        bail!("mods are off: set [mods] enabled = true and list each mod in [[mods.load]]");
+    }
+    let specs = cfg
+        .mods
+        .load
+        .iter()
+        .map(|l| ModSpec {
+            path: l.path.clone(),
+            capabilities: l.capabilities.clone(),
+        })
+        .collect();
+    let mut settings = ModSettings::new(specs);
+    if let Some(mib) = cfg.mods.memory_mib {
+        settings.memory_limit = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = cfg.mods.deadline_ms {
+        settings.deadline = std::time::Duration::from_millis(ms);
+    }
+    // What `options.host.config()` shows a mod: the server names, not secrets.
+    settings.config = json!({
+        "servers": cfg.servers.iter().map(|s| s.server_name.clone()).collect::<Vec<_>>(),
+    });
+    ModHost::start(settings).map_err(anyhow::Error::msg)
+}
+
+/// Run `mods list` or `mods test`.
+pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
+    let host = host(cli)?;
+    match what {
+        ModsCommand::List => {
+            let (regs, reports) = tokio::task::spawn_blocking(move || {
+                let listed = host.list();
+                host.shutdown();
+                listed
+            })
+            .await
+            .context("the mod host failed")?;
+            if cli.json {
+                println!("{}", json!({"registrations": regs, "reports": reports}));
+            } else {
+                for r in &regs {
+                    println!(
+                        "{:<24} {:<16} {}{}",
+                        r.mod_name,
+                        r.event,
+                        if r.served { "served" } else { "not served yet" },
+                        if r.catch { ", with catch" } else { "" }
+                    );
+                }
+                for r in &reports {
+                    eprintln!("{}: {}: {}", r.mod_name, r.kind, r.message);
+                }
+            }
+            let load_failed = reports.iter().any(|r| r.kind == "load_error");
+            Ok(u8::from(load_failed))
+        }
+        ModsCommand::Test { event, payload } => {
+            let payload: Value = match payload {
+                None => json!({}),
+                Some(p) => serde_json::from_str(p)
+                    .with_context(|| format!("--payload is not valid JSON: {p}"))?,
+            };
+            if !payload.is_object() {
+                bail!("--payload must be a JSON object");
+            }
+            let event = event.clone();
+            let (outcome, load_reports) = tokio::task::spawn_blocking(move || {
+                let (_, load) = host.list();
+                let out = host.run(&event, payload);
+                host.shutdown();
+                (out, load)
+            })
+            .await
+            .context("the mod host failed")?;
+            let mut reports = load_reports;
+            reports.extend(outcome.reports.iter().cloned());
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({
+                        "event": outcome.event,
+                        "prompt": outcome.prompt,
+                        "context": outcome.context,
+                        "payload": outcome.payload,
+                        "ran": outcome.ran,
+                        "stopped_by": outcome.stopped_by,
+                        "reports": reports,
+                    })
+                );
+            } else {
+                if let Some(p) = &outcome.prompt {
+                    println!("prompt: {p}");
+                }
+                for c in &outcome.context {
+                    println!("context: {c}");
+                }
+                println!("ran: {}", outcome.ran.join(", "));
+                if let Some(s) = &outcome.stopped_by {
+                    println!("stopped by: {s}");
+                }
+                for r in &reports {
+                    eprintln!("{}: {}: {}", r.mod_name, r.kind, r.message);
+                }
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! JS mods (MOD-1..4, MOD-6) through `mcpvisor mods list|test --json`,
+//! with real mods in JS files run by the embedded engine: load order and
+//! registration order across two mods, `next()` and `catch`, a handler
+//! that loops forever (stopped at its deadline, the chain goes on), one
+//! that allocates without bound (stopped by the memory limit, the mod
+//! disabled), a prompt rewrite that keeps an image block in place, a
+//! tool-input rewrite (reported, ignored), an ungranted host API, a mod
+//! that does not load (file, line, message; the others still load), an
+//! unknown event, and mods that are off.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use mcpvisor_chaos::{ConfigDir, ensure_mcpvisor_built};
+use serde_json::{Value, json};
+
+/// A config dir with `mods` (file name, source) listed in order, each
+/// with its capabilities.
+fn dir_with(mods: &[(&str, &str, &[&str])], extra: &str) -> ConfigDir {
+    let mut toml = format!("[mods]\nenabled = true\ndeadline_ms = 300\nmemory_mib = 16\n{extra}");
+    for (name, _, caps) in mods {
+        toml.push_str(&format!(
+            "[[mods.load]]\npath = \"mods/{name}\"\ncapabilities = {caps:?}\n"
+        ));
+    }
+    let dir = ConfigDir::new("mods", &toml).unwrap();
+    std::fs::create_dir_all(dir.dir.join("mods")).unwrap();
+    for (name, src, _) in mods {
+        std::fs::write(dir.dir.join("mods").join(name), src).unwrap();
+    }
+    dir
+}
+
+async fn mcpvisor(cwd: &Path, args: &[&str]) -> std::process::Output {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(ensure_mcpvisor_built().unwrap())
+            .args(args)
+            .current_dir(cwd)
+            .env_remove("MCPVISOR_CONFIG")
+            .output(),
+    )
+    .await
+    .expect("mcpvisor finished in time")
+    .unwrap()
+}
+
+async fn test_event(dir: &ConfigDir, event: &str, payload: Value) -> Value {
+    let p = payload.to_string();
+    let out = mcpvisor(
+        &dir.dir,
+        &["--json", "mods", "test", "--event", event, "--payload", &p],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn reports(v: &Value, kind: &str) -> Vec<String> {
+    v["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == kind)
+        .map(|r| {
+            format!(
+                "{}: {}",
+                r["mod"].as_str().unwrap(),
+                r["message"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+const FIRST: &str = r#"
+export function register(on) {
+  on("prompt.submit", (e, next) => { e.context.push("first-a sees " + e.prompt); e.prompt = e.prompt + " [a]"; next(); });
+  on("prompt.submit", (e, next) => { e.context.push("first-b"); e.prompt = e.prompt + " [b]"; next(); });
+}
+"#;
+
+const SECOND: &str = r#"
+export function register(on) {
+  on("prompt.submit", (e, next) => { e.context.push("second sees " + e.prompt); next(); });
+  on("prompt.submit", (e, next) => { throw new Error("handled here"); }, { catch: (err, e, next) => { e.context.push("caught " + err.message); next(); } });
+  on("prompt.submit", (e) => { e.context.push("decides"); });
+  on("prompt.submit", (e, next) => { e.context.push("never runs"); next(); });
+}
+"#;
+
+/// MOD-3: mod load order, then registration order; `next()` continues,
+/// `catch` handles a throw, and a handler that returns without `next()`
+/// ends the chain. MOD-4: the rewritten prompt keeps the image block in
+/// its place.
+#[tokio::test]
+async fn chains_run_in_load_then_registration_order_and_a_rewrite_keeps_the_image_in_place() {
+    let dir = dir_with(&[("first.js", FIRST, &[]), ("second.js", SECOND, &[])], "");
+    let payload = json!({"blocks": [
+        {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+        {"type": "text", "text": "hi"}
+    ]});
+    let v = test_event(&dir, "prompt.submit", payload).await;
+    assert_eq!(v["prompt"], "hi [a] [b]", "{v}");
+    assert_eq!(
+        v["context"],
+        json!([
+            "first-a sees hi",
+            "first-b",
+            "second sees hi [a] [b]",
+            "caught handled here",
+            "decides"
+        ]),
+        "{v}"
+    );
+    assert_eq!(
+        v["ran"],
+        json!([
+            "first.js#0",
+            "first.js#1",
+            "second.js#0",
+            "second.js#1",
+            "second.js#2"
+        ])
+    );
+    assert_eq!(v["stopped_by"], "second.js#2");
+    let blocks = v["payload"]["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(blocks[0]["type"], "image", "the image moved: {blocks:?}");
+    assert_eq!(blocks[0]["data"], "AAAA");
+    assert_eq!(blocks[1], json!({"type": "text", "text": "hi [a] [b]"}));
+    assert!(reports(&v, "throw").is_empty(), "{v}");
+    assert_eq!(reports(&v, "caught").len(), 1, "{v}");
+}
+
+const RUNAWAY: &str = r#"
+export function register(on) {
+  on("prompt.submit", () => { while (true) {} });
+  on("prompt.submit", (e, next) => { throw new Error("boom"); });
+  on("prompt.submit", async (e, next) => { await new Promise(() => {}); });
+  on("prompt.submit", (e, next) => { e.context.push("runaway survived"); next(); });
+}
+"#;
+
+const HOG: &str = r#"
+export function register(on) {
+  on("prompt.submit", (e, next) => { const a = []; while (true) a.push(new Array(100000).fill(7)); });
+  on("prompt.submit", (e, next) => { e.context.push("hog's second handler"); next(); });
+}
+"#;
+
+const LAST: &str = r#"
+export function register(on) {
+  on("prompt.submit", (e, next) => { e.context.push("last ran"); next(); });
+}
+"#;
+
+/// MOD-3: a handler that loops forever is stopped at its deadline, a
+/// throw and a promise that never settles are reported, and the chain goes
+/// on each time; a mod that allocates without bound is stopped by its
+/// memory limit and disabled, and the host serves the others.
+#[tokio::test]
+async fn a_runaway_loop_a_throw_and_a_memory_hog_are_reported_and_the_chain_goes_on() {
+    let dir = dir_with(
+        &[
+            ("runaway.js", RUNAWAY, &[]),
+            ("hog.js", HOG, &[]),
+            ("last.js", LAST, &[]),
+        ],
+        "",
+    );
+    let started = std::time::Instant::now();
+    let v = test_event(&dir, "prompt.submit", json!({"prompt": "go"})).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let timeouts = reports(&v, "timeout");
+    assert_eq!(timeouts.len(), 2, "the loop and the pending promise: {v}");
+    assert!(
+        timeouts[0].starts_with("runaway.js: runaway.js#0 did not finish within 300 ms"),
+        "{timeouts:?}"
+    );
+    assert!(
+        reports(&v, "throw").iter().any(|t| t.contains("boom")),
+        "{v}"
+    );
+    let memory = reports(&v, "memory");
+    assert_eq!(memory.len(), 1, "{v}");
+    assert!(
+        memory[0].starts_with("hog.js: hog.js#0 exceeded the memory limit"),
+        "{memory:?}"
+    );
+    // The hog is disabled: its second handler does not run; the others do.
+    assert_eq!(v["context"], json!(["runaway survived", "last ran"]), "{v}");
+}
+
+const TOOLY: &str = r#"
+export function register(on, options) {
+  on("tool.call", (e, next) => { e.input = { path: "/etc/shadow" }; e.context.push("saw " + e.tool); next(); });
+}
+"#;
+
+const NOSY: &str = r#"
+export function register(on, options) {
+  on("prompt.submit", (e, next) => {
+    try { options.host.config(); e.context.push("config granted?!"); }
+    catch (err) { e.context.push("refused: " + err.message); }
+    options.host.log("nosy logged");
+    next();
+  });
+}
+"#;
+
+/// MOD-4: a tool-input rewrite is reported and ignored. MOD-6: an
+/// ungranted host API throws a clear error inside the mod; a granted one
+/// works.
+#[tokio::test]
+async fn a_tool_input_rewrite_is_refused_and_an_ungranted_host_api_throws() {
+    let dir = dir_with(&[("tooly.js", TOOLY, &[]), ("nosy.js", NOSY, &["log"])], "");
+    let v = test_event(
+        &dir,
+        "tool.call",
+        json!({"tool": "mcp__fs__read", "input": {"path": "/tmp/x"}}),
+    )
+    .await;
+    assert_eq!(
+        v["payload"]["input"],
+        json!({"path": "/tmp/x"}),
+        "the input changed: {v}"
+    );
+    assert_eq!(reports(&v, "refused_rewrite").len(), 1, "{v}");
+    assert!(reports(&v, "refused_rewrite")[0].contains("tool-input rewrite is not supported"));
+    assert_eq!(v["context"], json!(["saw mcp__fs__read"]));
+    let v = test_event(&dir, "prompt.submit", json!({"prompt": "hi"})).await;
+    let ctx = v["context"][0].as_str().unwrap();
+    assert!(
+        ctx.starts_with("refused: the host API config was not granted"),
+        "{ctx}"
+    );
+    assert!(
+        reports(&v, "log")
+            .iter()
+            .any(|l| l == "nosy.js: nosy logged"),
+        "{v}"
+    );
+}
+
+const BROKEN: &str =
+    "export function register(on) {\n  on(\"prompt.submit\", (e, next) => {\n  }\n";
+
+const UNKNOWN: &str = r#"
+export function register(on) { on("prompt.sumbit", () => {}); }
+"#;
+
+const LATER: &str = r#"
+export function register(on) {
+  on("session.end", () => {});
+  on("prompt.submit", (e, next) => { e.context.push("later loaded"); next(); });
+}
+"#;
+
+/// MOD-1 and MOD-2: a mod with a syntax error is reported with its file
+/// and line, one registering for an unknown event fails to load, and the
+/// others still load; a known but unserved event is accepted and reported.
+/// Mods that are off are not loaded at all.
+#[tokio::test]
+async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
+    let dir = dir_with(
+        &[
+            ("broken.js", BROKEN, &[]),
+            ("unknown.js", UNKNOWN, &[]),
+            ("later.js", LATER, &[]),
+        ],
+        "",
+    );
+    let out = mcpvisor(&dir.dir, &["--json", "mods", "list"]).await;
+    assert_eq!(out.status.code(), Some(1), "a load error is exit 1");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = reports(&v, "load_error");
+    assert_eq!(errors.len(), 2, "{v}");
+    assert!(
+        errors[0].contains("broken.js") && errors[0].contains("broken.js:4"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("unknown event \"prompt.sumbit\""),
+        "{errors:?}"
+    );
+    let regs = v["registrations"].as_array().unwrap();
+    assert_eq!(regs.len(), 2, "{v}");
+    assert_eq!(regs[0]["event"], "session.end");
+    assert_eq!(regs[0]["served"], false);
+    assert_eq!(regs[1]["served"], true);
+    assert!(reports(&v, "unserved")[0].contains("session.end"), "{v}");
+    let run = test_event(&dir, "prompt.submit", json!({"prompt": "x"})).await;
+    assert_eq!(run["context"], json!(["later loaded"]));
+
+    let off = ConfigDir::new(
+        "mods-off",
+        "[mods]\nenabled = false\n[[mods.load]]\npath = \"x.js\"\n",
+    )
+    .unwrap();
+    let out = mcpvisor(&off.dir, &["mods", "list"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mods are off"));
+    let bad = ConfigDir::new(
+        "mods-caps",
+        "[mods]\nenabled = true\n[[mods.load]]\npath = \"x.js\"\ncapabilities = [\"spawn\", \"root\"]\n",
+    )
+    .unwrap();
+    let out = mcpvisor(&bad.dir, &["mods", "list"]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("capability \"spawn\" is not built"), "{err}");
+    assert!(
+        err.contains("capability \"root\": expected one of"),
+        "{err}"
+    );
+}

@@ -1,0 +1,823 @@
+//! JS mods (MOD-1..6), feature `mods`: trusted host extensions in an
+//! embedded QuickJS engine (rquickjs). Mods are trusted code of the host,
+//! NOT an OS sandbox: a mod runs with the host's privileges, limited only by
+//! its memory limit, its deadline per handler, and the host APIs it was
+//! granted.
+//!
+//! - **Loading (MOD-1).** Only with `[mods] enabled = true`, and only the
+//!   files listed in `[[mods.load]]`, in order. A mod is an ES module that
+//!   exports `register(on, options)`. A mod that fails to load is reported
+//!   with its file, line and message; the others still load.
+//! - **The host.** [`ModHost`] owns the engines: one QuickJS runtime per mod
+//!   (its own memory limit), all on one dedicated thread (the engine is not
+//!   `Send`), driven through a channel. Dropping the host (or
+//!   [`ModHost::shutdown`]) lets the in-flight chain finish, then drops the
+//!   engines.
+//! - **Chains (MOD-3).** Handlers run in mod load order, then registration
+//!   order. Each gets `(event, next)`; calling `next()` continues the chain,
+//!   and returning without it ends the chain there (that handler decided).
+//!   A handler may be registered with `{ catch(error, event, next) }`. A
+//!   throw or a timeout is reported, and the chain continues as if `next()`
+//!   had been called. Each handler has a deadline: the engine's interrupt
+//!   stops a loop, and a promise that does not settle in time is abandoned.
+//!   A mod that exceeds its memory limit, or times out three times, is
+//!   reported and disabled; the host serves the others.
+//! - **Events (MOD-2).** All eight events are accepted in registrations.
+//!   `prompt.submit` and `tool.call` are run by `ModHost::run`. An unknown
+//!   event is an error of the mod's registration.
+//! - **Rewrites (MOD-4).** `event.prompt` of a `prompt.submit` may be
+//!   assigned. That rewrites the prompt's text, and its non-text blocks stay
+//!   in place. Strings pushed to `event.context` are appended context.
+//!   A changed `event.input` of a `tool.call` is reported and ignored.
+//! - **Host APIs (MOD-6).** `options.host.log(msg)` (capability `log`) and
+//!   `options.host.config()` (capability `config`). An ungranted API throws
+//!   inside the mod. `spawn` and `fetch` are not built yet: config refuses
+//!   those capabilities.
+//!
+//! Chains run on the host's thread, so a host call never re-enters a chain,
+//! and no host API raises an event. That is the recursion rule (MOD-5),
+//! here trivially kept.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rquickjs::{CatchResultExt, CaughtError, Context, Function, Module, Object, Runtime as Engine};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// The events mods can register for (MOD-2).
+pub const EVENTS: &[&str] = &[
+    "session.start",
+    "session.end",
+    "prompt.submit",
+    "turn.start",
+    "turn.complete",
+    "tool.call",
+    "command.run",
+    "ui.render",
+];
+
+/// The events [`ModHost::run`] serves (the others are accepted but
+/// reported as unserved).
+pub const SERVED: &[&str] = &["prompt.submit", "tool.call"];
+
+/// The host APIs a mod can be granted (MOD-6); `spawn` and `http` are not
+/// built yet.
+pub const CAPABILITIES: &[&str] = &["log", "config"];
+
+/// One mod to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModSpec {
+    /// The ES module file.
+    pub path: PathBuf,
+    /// Granted host APIs (`log`, `config`).
+    pub capabilities: Vec<String>,
+}
+
+/// The mod host's settings.
+#[derive(Debug, Clone)]
+pub struct ModSettings {
+    /// The mods, in load order.
+    pub mods: Vec<ModSpec>,
+    /// Each mod's memory limit (bytes).
+    pub memory_limit: usize,
+    /// Each handler's deadline.
+    pub deadline: Duration,
+    /// What `options.host.config()` returns (a JSON value).
+    pub config: Value,
+}
+
+impl ModSettings {
+    /// Defaults (32 MiB, 500 ms) for these mods.
+    pub fn new(mods: Vec<ModSpec>) -> Self {
+        Self {
+            mods,
+            memory_limit: 32 << 20,
+            deadline: Duration::from_millis(500),
+            config: Value::Null,
+        }
+    }
+}
+
+/// Something a mod did that the host reports (MOD-1..4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModReport {
+    /// The mod (its file name).
+    #[serde(rename = "mod")]
+    pub mod_name: String,
+    /// `load_error`, `timeout`, `throw`, `memory`, `disabled`, `unserved`,
+    /// `refused_rewrite`, `log`.
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// One registration, as `mods list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Registration {
+    /// The mod.
+    #[serde(rename = "mod")]
+    pub mod_name: String,
+    /// The event.
+    pub event: String,
+    /// Whether the host serves that event.
+    pub served: bool,
+    /// Registered with a `catch` handler.
+    pub catch: bool,
+}
+
+/// What a chain decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChainOutcome {
+    /// The event.
+    pub event: String,
+    /// The event payload after the chain (for `prompt.submit`, with the
+    /// rewritten `prompt` and `blocks`).
+    pub payload: Value,
+    /// `prompt.submit`: the prompt text after the chain.
+    pub prompt: Option<String>,
+    /// Appended context strings, in order.
+    pub context: Vec<String>,
+    /// The handlers that ran, as `mod#index`.
+    pub ran: Vec<String>,
+    /// Whether a handler ended the chain without `next()`.
+    pub stopped_by: Option<String>,
+    /// Timeouts, throws, unserved events, refused rewrites, logs.
+    pub reports: Vec<ModReport>,
+}
+
+/// The JS side of the chain: `on` collects registrations (checking the
+/// event name); `__mcpvisor_run` runs handler `i` on an event (JSON in,
+/// JSON out), through its `catch` when it throws.
+const PRELUDE: &str = r#"
+globalThis.__mcpvisor = { handlers: [], known: __KNOWN__, pending: null };
+globalThis.__mcpvisor_on = function (event, handler, opts) {
+  if (typeof event !== "string" || !__mcpvisor.known.includes(event)) {
+    throw new Error("unknown event " + JSON.stringify(event) + " (known: " + __mcpvisor.known.join(", ") + ")");
+  }
+  if (typeof handler !== "function") throw new Error("the handler of " + event + " is not a function");
+  const c = opts && typeof opts.catch === "function" ? opts.catch : null;
+  __mcpvisor.handlers.push({ event, handler, catch: c });
+};
+globalThis.__mcpvisor_list = function () {
+  return JSON.stringify(__mcpvisor.handlers.map((h) => ({ event: h.event, catch: h.catch !== null })));
+};
+globalThis.__mcpvisor_run = function (i, json) {
+  const h = __mcpvisor.handlers[i];
+  const ev = JSON.parse(json);
+  if (!Array.isArray(ev.context)) ev.context = [];
+  const st = { continued: false, threw: null, caught: null, done: true };
+  const next = () => { st.continued = true; };
+  const fail = (e) => {
+    const text = String(e && e.message !== undefined ? e.message : e);
+    if (h.catch) {
+      st.caught = text;
+      try { h.catch(e, ev, next); } catch (e2) { st.threw = String(e2 && e2.message !== undefined ? e2.message : e2); st.continued = true; }
+    } else {
+      st.threw = text;
+      st.continued = true;
+    }
+  };
+  try {
+    const r = h.handler(ev, next);
+    if (r && typeof r.then === "function") {
+      st.done = false;
+      r.then(() => { st.done = true; }, (e) => { fail(e); st.done = true; });
+    }
+  } catch (e) {
+    fail(e);
+  }
+  __mcpvisor.pending = { ev, st };
+  return __mcpvisor_collect();
+};
+globalThis.__mcpvisor_collect = function () {
+  const p = __mcpvisor.pending;
+  return JSON.stringify({ ev: p.ev, st: p.st });
+};
+"#;
+
+/// A handler's result, from `__mcpvisor_collect`.
+#[derive(Debug, serde::Deserialize)]
+struct Ran {
+    ev: Value,
+    st: RanState,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct RanState {
+    continued: bool,
+    threw: Option<String>,
+    caught: Option<String>,
+    done: bool,
+}
+
+/// One loaded mod: its engine, context and registrations.
+struct Loaded {
+    name: String,
+    engine: Engine,
+    ctx: Context,
+    /// (event, has catch), by registration index.
+    handlers: Vec<(String, bool)>,
+    deadline_at: Arc<AtomicU64>,
+    epoch: Instant,
+    timeouts: u32,
+    disabled: Option<String>,
+}
+
+/// Requests to the mod host's thread.
+enum Req {
+    List(std::sync::mpsc::Sender<(Vec<Registration>, Vec<ModReport>)>),
+    Run {
+        event: String,
+        payload: Value,
+        reply: std::sync::mpsc::Sender<ChainOutcome>,
+    },
+}
+
+/// The mod host: the engines on their own thread (see the module docs).
+pub struct ModHost {
+    tx: Option<std::sync::mpsc::Sender<Req>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ModHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModHost").finish_non_exhaustive()
+    }
+}
+
+impl ModHost {
+    /// Load the mods (on the host's thread) and start serving. Load errors
+    /// are in [`ModHost::list`]'s reports, never fatal.
+    pub fn start(settings: ModSettings) -> Result<Self, String> {
+        let (tx, rx) = std::sync::mpsc::channel::<Req>();
+        let thread = std::thread::Builder::new()
+            .name("mcpvisor-mods".into())
+            .spawn(move || serve(settings, rx))
+            .map_err(|e| format!("cannot start the mod host's thread: {e}"))?;
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Every registration and the reports so far (load errors, unserved
+    /// registrations).
+    pub fn list(&self) -> (Vec<Registration>, Vec<ModReport>) {
+        let (reply, rx) = std::sync::mpsc::channel();
+        if let Some(tx) = &self.tx
+            && tx.send(Req::List(reply)).is_ok()
+        {
+            return rx.recv().unwrap_or_default();
+        }
+        (Vec::new(), Vec::new())
+    }
+
+    /// Run `event`'s chain on `payload` (blocking; call it from a blocking
+    /// context, e.g. `tokio::task::spawn_blocking`).
+    pub fn run(&self, event: &str, payload: Value) -> ChainOutcome {
+        let (reply, rx) = std::sync::mpsc::channel();
+        let sent = self.tx.as_ref().is_some_and(|tx| {
+            tx.send(Req::Run {
+                event: event.to_owned(),
+                payload: payload.clone(),
+                reply,
+            })
+            .is_ok()
+        });
+        let gone = || ChainOutcome {
+            event: event.to_owned(),
+            prompt: payload
+                .get("prompt")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            payload: payload.clone(),
+            context: Vec::new(),
+            ran: Vec::new(),
+            stopped_by: None,
+            reports: vec![ModReport {
+                mod_name: "host".into(),
+                kind: "disabled".into(),
+                message: "the mod host has stopped".into(),
+            }],
+        };
+        if !sent {
+            return gone();
+        }
+        rx.recv().unwrap_or_else(|_| gone())
+    }
+
+    /// Let the in-flight chain finish, then drop the engines.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ModHost {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn report(name: &str, kind: &str, message: impl Into<String>) -> ModReport {
+    ModReport {
+        mod_name: name.to_owned(),
+        kind: kind.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The host's thread: load, then serve requests until the channel closes.
+fn serve(settings: ModSettings, rx: std::sync::mpsc::Receiver<Req>) {
+    let mut reports = Vec::new();
+    let mut mods = Vec::new();
+    for spec in &settings.mods {
+        match load(spec, &settings, &mut reports) {
+            Ok(m) => mods.push(m),
+            Err(e) => reports.push(report(&mod_name(spec), "load_error", e)),
+        }
+    }
+    while let Ok(req) = rx.recv() {
+        match req {
+            Req::List(reply) => {
+                let regs = mods
+                    .iter()
+                    .flat_map(|m| {
+                        m.handlers.iter().map(|(event, catch)| Registration {
+                            mod_name: m.name.clone(),
+                            event: event.clone(),
+                            served: SERVED.contains(&event.as_str()),
+                            catch: *catch,
+                        })
+                    })
+                    .collect();
+                let _ = reply.send((regs, reports.clone()));
+            }
+            Req::Run {
+                event,
+                payload,
+                reply,
+            } => {
+                // A bug of the engine's binding must not take every mod down
+                // with the thread: the request gets a report instead.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_chain(&mut mods, &settings, &event, payload.clone())
+                }));
+                let out = ran.unwrap_or_else(|_| ChainOutcome {
+                    event: event.clone(),
+                    prompt: None,
+                    payload,
+                    context: Vec::new(),
+                    ran: Vec::new(),
+                    stopped_by: None,
+                    reports: vec![report(
+                        "host",
+                        "host_error",
+                        "the chain failed inside the mod host (a panic); the mods stay loaded",
+                    )],
+                });
+                let _ = reply.send(out);
+            }
+        }
+    }
+}
+
+fn mod_name(spec: &ModSpec) -> String {
+    spec.path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| spec.path.display().to_string())
+}
+
+/// The text of an error caught from the engine.
+fn caught(e: CaughtError<'_>) -> String {
+    match e {
+        CaughtError::Exception(ex) => {
+            let msg = ex.message().unwrap_or_default();
+            match ex.stack() {
+                Some(stack) if !stack.trim().is_empty() => {
+                    format!("{msg} ({})", stack.lines().next().unwrap_or("").trim())
+                }
+                _ => msg,
+            }
+        }
+        CaughtError::Value(v) => format!("{v:?}"),
+        CaughtError::Error(e) => e.to_string(),
+    }
+}
+
+fn load(
+    spec: &ModSpec,
+    settings: &ModSettings,
+    reports: &mut Vec<ModReport>,
+) -> Result<Loaded, String> {
+    let name = mod_name(spec);
+    let file = spec.path.display().to_string();
+    let src =
+        std::fs::read_to_string(&spec.path).map_err(|e| format!("{file}: cannot read it: {e}"))?;
+    let engine = Engine::new().map_err(|e| format!("{file}: no JS engine: {e}"))?;
+    engine.set_memory_limit(settings.memory_limit);
+    engine.set_max_stack_size(512 << 10);
+    let epoch = Instant::now();
+    let deadline_at = Arc::new(AtomicU64::new(u64::MAX));
+    let cell = deadline_at.clone();
+    engine.set_interrupt_handler(Some(Box::new(move || {
+        u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+            > cell.load(Ordering::Relaxed)
+    })));
+    let ctx = Context::full(&engine).map_err(|e| format!("{file}: no JS context: {e}"))?;
+    let known = serde_json::to_string(EVENTS).unwrap_or_else(|_| "[]".into());
+    let granted = spec.capabilities.clone();
+    let config = settings.config.to_string();
+    let mut logs: Vec<String> = Vec::new();
+    let handlers = ctx.with(|ctx| -> Result<Vec<(String, bool)>, String> {
+        ctx.eval::<(), _>(PRELUDE.replace("__KNOWN__", &known))
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: the prelude failed: {}", caught(e)))?;
+        // options.host: each API throws unless granted (MOD-6).
+        let host = format!(
+            r#"(() => {{
+  const granted = {granted};
+  const gate = (cap, f) => (...a) => {{
+    if (!granted.includes(cap)) throw new Error("the host API " + cap + " was not granted to this mod (capabilities = [\"" + cap + "\"] in its [[mods.load]] entry)");
+    return f(...a);
+  }};
+  globalThis.__mcpvisor_logs = [];
+  return {{
+    log: gate("log", (m) => {{ __mcpvisor_logs.push(String(m)); }}),
+    config: gate("config", () => JSON.parse({config:?})),
+    spawn: gate("spawn", () => {{ throw new Error("spawn is not built yet"); }}),
+    fetch: gate("http", () => {{ throw new Error("fetch is not built yet"); }}),
+  }};
+}})()"#,
+            granted = serde_json::to_string(&granted).unwrap_or_else(|_| "[]".into()),
+        );
+        let host: Object<'_> = ctx
+            .eval(host)
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: the host API failed: {}", caught(e)))?;
+        let module = Module::declare(ctx.clone(), file.clone(), src.clone())
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: {}", caught(e)))?;
+        let (module, promise) = module
+            .eval()
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: {}", caught(e)))?;
+        promise
+            .finish::<()>()
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: {}", caught(e)))?;
+        let register: Function<'_> = module
+            .get("register")
+            .catch(&ctx)
+            .map_err(|_| format!("{file}: the module exports no register(on, options) function"))?;
+        let on: Function<'_> = ctx
+            .globals()
+            .get("__mcpvisor_on")
+            .map_err(|e| format!("{file}: {e}"))?;
+        let options = Object::new(ctx.clone()).map_err(|e| format!("{file}: {e}"))?;
+        options.set("host", host).map_err(|e| format!("{file}: {e}"))?;
+        register
+            .call::<_, rquickjs::Value<'_>>((on, options))
+            .catch(&ctx)
+            .map_err(|e| format!("{file}: register failed: {}", caught(e)))?;
+        let list: Function<'_> = ctx
+            .globals()
+            .get("__mcpvisor_list")
+            .map_err(|e| format!("{file}: {e}"))?;
+        let listed: String = list.call(()).map_err(|e| format!("{file}: {e}"))?;
+        logs = take_logs(&ctx);
+        let parsed: Vec<Value> = serde_json::from_str(&listed).unwrap_or_default();
+        Ok(parsed
+            .iter()
+            .map(|h| {
+                (
+                    h["event"].as_str().unwrap_or_default().to_owned(),
+                    h["catch"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect())
+    })?;
+    for l in logs {
+        reports.push(report(&name, "log", l));
+    }
+    for (event, _) in &handlers {
+        if !SERVED.contains(&event.as_str()) {
+            reports.push(report(
+                &name,
+                "unserved",
+                format!(
+                    "registered for {event}, which this host does not raise yet (served: {})",
+                    SERVED.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(Loaded {
+        name,
+        engine,
+        ctx,
+        handlers,
+        deadline_at,
+        epoch,
+        timeouts: 0,
+        disabled: None,
+    })
+}
+
+fn take_logs(ctx: &rquickjs::Ctx<'_>) -> Vec<String> {
+    let logs: String = ctx
+        .eval("JSON.stringify(globalThis.__mcpvisor_logs || []); ")
+        .unwrap_or_default();
+    let _ = ctx.eval::<(), _>("globalThis.__mcpvisor_logs = [];");
+    serde_json::from_str(&logs).unwrap_or_default()
+}
+
+/// A timed-out or failed handler's classification.
+enum Failure {
+    Timeout,
+    Memory(String),
+    Throw(String),
+}
+
+/// Run one handler of `m` on `ev`, within the deadline.
+fn run_handler(
+    m: &Loaded,
+    index: usize,
+    ev: &Value,
+    deadline: Duration,
+) -> (Result<Ran, Failure>, Vec<String>) {
+    let now = u64::try_from(m.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let limit = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+    m.deadline_at
+        .store(now.saturating_add(limit), Ordering::Relaxed);
+    let started = Instant::now();
+    let classify = |msg: String| {
+        if started.elapsed() >= deadline || msg.contains("interrupted") {
+            Failure::Timeout
+        } else if msg.contains("out of memory") || msg.contains("memory") && msg.contains("alloc") {
+            Failure::Memory(msg)
+        } else {
+            Failure::Throw(msg)
+        }
+    };
+    let result = (|| -> (Result<Ran, Failure>, Vec<String>) {
+        let first = m.ctx.with(|ctx| {
+            let f: Function<'_> = ctx
+                .globals()
+                .get("__mcpvisor_run")
+                .map_err(|e| e.to_string())?;
+            f.call::<_, String>((index, ev.to_string()))
+                .catch(&ctx)
+                .map_err(caught)
+        });
+        let mut out = match first {
+            Ok(s) => s,
+            Err(e) => return (Err(classify(e)), m.ctx.with(|ctx| take_logs(&ctx))),
+        };
+        // A promise: run its jobs (outside `with`: the engine is not
+        // borrowed then) until it settles or the deadline passes.
+        loop {
+            let logs = || m.ctx.with(|ctx| take_logs(&ctx));
+            let ran: Option<Ran> = serde_json::from_str(&out).ok();
+            match ran {
+                Some(r) if r.st.done => return (Ok(r), logs()),
+                Some(_) if started.elapsed() >= deadline => return (Err(Failure::Timeout), logs()),
+                Some(_) => {}
+                None => {
+                    return (
+                        Err(Failure::Throw(format!(
+                            "the handler's result is not readable: {out}"
+                        ))),
+                        logs(),
+                    );
+                }
+            }
+            match m.engine.execute_pending_job() {
+                Ok(true) => {}
+                // Nothing left to run and not settled: it waits on
+                // something that will never come.
+                Ok(false) => return (Err(Failure::Timeout), logs()),
+                Err(_) => return (Err(classify("a promise job failed".into())), logs()),
+            }
+            let collected = m.ctx.with(|ctx| {
+                ctx.globals()
+                    .get::<_, Function<'_>>("__mcpvisor_collect")
+                    .and_then(|f| f.call::<_, String>(()))
+                    .map_err(|e| e.to_string())
+            });
+            out = match collected {
+                Ok(s) => s,
+                Err(e) => return (Err(classify(e)), logs()),
+            };
+        }
+    })();
+    m.deadline_at.store(u64::MAX, Ordering::Relaxed);
+    result
+}
+
+/// The text of a prompt's text blocks.
+fn prompt_text(payload: &Value) -> Option<String> {
+    if let Some(p) = payload.get("prompt").and_then(Value::as_str) {
+        return Some(p.to_owned());
+    }
+    let blocks = payload.get("blocks")?.as_array()?;
+    Some(
+        blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// Put the rewritten text into `payload`: `prompt`, and in `blocks` the
+/// first text block (the other text blocks go; non-text blocks stay where
+/// they were, MOD-4).
+fn rewrite_prompt(payload: &mut Value, text: &str) {
+    if let Some(o) = payload.as_object_mut() {
+        o.insert("prompt".into(), Value::String(text.to_owned()));
+    }
+    let Some(blocks) = payload.get_mut("blocks").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let mut placed = false;
+    blocks.retain_mut(|b| {
+        if b["type"] != "text" {
+            return true;
+        }
+        if placed {
+            return false;
+        }
+        placed = true;
+        b["text"] = Value::String(text.to_owned());
+        true
+    });
+    if !placed {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+}
+
+fn run_chain(
+    mods: &mut [Loaded],
+    settings: &ModSettings,
+    event: &str,
+    payload: Value,
+) -> ChainOutcome {
+    let mut out = ChainOutcome {
+        event: event.to_owned(),
+        prompt: None,
+        payload: payload.clone(),
+        context: Vec::new(),
+        ran: Vec::new(),
+        stopped_by: None,
+        reports: Vec::new(),
+    };
+    if !EVENTS.contains(&event) {
+        out.reports.push(report(
+            "host",
+            "unknown_event",
+            format!("unknown event {event:?} (known: {})", EVENTS.join(", ")),
+        ));
+        return out;
+    }
+    let mut ev = payload.clone();
+    let prompt = if event == "prompt.submit" {
+        prompt_text(&payload)
+    } else {
+        None
+    };
+    if let (Some(p), Some(o)) = (&prompt, ev.as_object_mut()) {
+        o.insert("prompt".into(), Value::String(p.clone()));
+    }
+    if let Some(o) = ev.as_object_mut() {
+        o.insert("event".into(), Value::String(event.to_owned()));
+        o.insert("context".into(), json!([]));
+    }
+    let input_before = ev.get("input").cloned();
+    'chain: for m in mods.iter_mut() {
+        if m.disabled.is_some() {
+            continue;
+        }
+        for index in 0..m.handlers.len() {
+            if m.handlers[index].0 != event {
+                continue;
+            }
+            let who = format!("{}#{index}", m.name);
+            out.ran.push(who.clone());
+            let (result, logs) = run_handler(m, index, &ev, settings.deadline);
+            for l in logs {
+                out.reports.push(report(&m.name, "log", l));
+            }
+            match result {
+                Ok(ran) => {
+                    if let Some(c) = &ran.st.caught {
+                        out.reports.push(report(
+                            &m.name,
+                            "caught",
+                            format!("{who} threw {c:?}; its catch handled it"),
+                        ));
+                    }
+                    if let Some(t) = &ran.st.threw {
+                        if t.contains("out of memory") {
+                            out.reports.push(report(&m.name, "memory", format!("{who} exceeded the memory limit ({} bytes): {t}; the mod is disabled", settings.memory_limit)));
+                            m.disabled = Some("exceeded its memory limit".into());
+                            continue 'chain;
+                        }
+                        out.reports.push(report(
+                            &m.name,
+                            "throw",
+                            format!("{who} threw: {t}; the chain went on"),
+                        ));
+                    }
+                    // A tool's input is not rewritable (MOD-4).
+                    if event == "tool.call" && ran.ev.get("input").cloned() != input_before {
+                        out.reports.push(report(&m.name, "refused_rewrite", format!("{who} changed the tool input: tool-input rewrite is not supported, the input is unchanged")));
+                    }
+                    let mut next_ev = ran.ev;
+                    if let (Some(o), Some(i)) = (next_ev.as_object_mut(), &input_before) {
+                        o.insert("input".into(), i.clone());
+                    }
+                    ev = next_ev;
+                    if !ran.st.continued {
+                        out.stopped_by = Some(who);
+                        break 'chain;
+                    }
+                }
+                Err(Failure::Timeout) => {
+                    m.timeouts += 1;
+                    out.reports.push(report(
+                        &m.name,
+                        "timeout",
+                        format!(
+                            "{who} did not finish within {} ms; the chain went on",
+                            settings.deadline.as_millis()
+                        ),
+                    ));
+                    if m.timeouts >= 3 {
+                        m.disabled = Some("timed out three times".into());
+                        out.reports.push(report(
+                            &m.name,
+                            "disabled",
+                            format!("{} timed out three times: disabled", m.name),
+                        ));
+                        continue 'chain;
+                    }
+                }
+                Err(Failure::Memory(e)) => {
+                    out.reports.push(report(
+                        &m.name,
+                        "memory",
+                        format!(
+                            "{who} exceeded the memory limit ({} bytes): {e}; the mod is disabled",
+                            settings.memory_limit
+                        ),
+                    ));
+                    m.disabled = Some("exceeded its memory limit".into());
+                    continue 'chain;
+                }
+                Err(Failure::Throw(e)) => {
+                    out.reports.push(report(
+                        &m.name,
+                        "throw",
+                        format!("{who} threw: {e}; the chain went on"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(ctx) = ev.get("context").and_then(Value::as_array) {
+        out.context = ctx
+            .iter()
+            .map(|c| {
+                c.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| c.to_string())
+            })
+            .collect();
+    }
+    let mut payload = payload;
+    if event == "prompt.submit" {
+        let text = ev
+            .get("prompt")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or(prompt);
+        if let Some(t) = &text {
+            rewrite_prompt(&mut payload, t);
+        }
+        out.prompt = text;
+    }
+    out.payload = payload;
+    out
+}
