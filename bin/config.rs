@@ -173,6 +173,10 @@ pub(crate) fn base_builder(
     if let Some(store) = secret_store(cfg)? {
         b = b.secrets(store);
     }
+    // JS mods (MOD-1): only when enabled, only the listed ones.
+    if cfg.mods.enabled {
+        b = b.mods(mod_settings(cfg));
+    }
     // The providers' seats; the command's one run is one activation.
     let tables = [
         ("browser", &cfg.providers.browser),
@@ -194,6 +198,31 @@ pub(crate) fn base_builder(
         b = b.activate(mcpvisor::Scope::Global);
     }
     Ok(b)
+}
+
+/// The mod host's settings from `[mods]` (MOD-1): the listed mods, the
+/// limits, and what `options.host.config()` shows (server names only).
+pub(crate) fn mod_settings(cfg: &FileConfig) -> mcpvisor::mods::ModSettings {
+    let specs = cfg
+        .mods
+        .load
+        .iter()
+        .map(|l| mcpvisor::mods::ModSpec {
+            path: l.path.clone(),
+            capabilities: l.capabilities.clone(),
+        })
+        .collect();
+    let mut settings = mcpvisor::mods::ModSettings::new(specs);
+    if let Some(mib) = cfg.mods.memory_mib {
+        settings.memory_limit = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = cfg.mods.deadline_ms {
+        settings.deadline = std::time::Duration::from_millis(ms);
+    }
+    settings.config = serde_json::json!({
+        "servers": cfg.servers.iter().map(|s| s.server_name.clone()).collect::<Vec<_>>(),
+    });
+    settings
 }
 
 /// The names of the config's providers (`[providers.browser]` …): each

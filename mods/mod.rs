@@ -59,9 +59,10 @@ pub const EVENTS: &[&str] = &[
     "ui.render",
 ];
 
-/// The events [`ModHost::run`] serves (the others are accepted but
-/// reported as unserved).
-pub const SERVED: &[&str] = &["prompt.submit", "tool.call"];
+/// The events the runtime raises: `turn.start`, `prompt.submit` and
+/// `turn.complete` in `Runtime::turn`, `tool.call` in the call pipeline
+/// (the others are accepted, and reported as unserved).
+pub const SERVED: &[&str] = &["prompt.submit", "tool.call", "turn.start", "turn.complete"];
 
 /// The host APIs a mod can be granted (MOD-6); `spawn` and `http` are not
 /// built yet.

@@ -31,6 +31,8 @@ pub struct RuntimeBuilder {
     seed: Option<u64>,
     providers: Vec<Arc<dyn crate::messages::seat::SeatProvider>>,
     activate: Vec<Scope>,
+    #[cfg(feature = "mods")]
+    mods: Option<crate::mods::ModSettings>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -62,6 +64,14 @@ impl RuntimeBuilder {
     /// [`Runtime::open_activation`].
     pub fn activate(mut self, scope: Scope) -> Self {
         self.activate.push(scope);
+        self
+    }
+
+    /// Load these JS mods (MOD-1): the turn raises `turn.start`,
+    /// `prompt.submit` and `turn.complete`, and every call `tool.call`.
+    #[cfg(feature = "mods")]
+    pub fn mods(mut self, settings: crate::mods::ModSettings) -> Self {
+        self.mods = Some(settings);
         self
     }
 
@@ -247,6 +257,34 @@ impl RuntimeBuilder {
                 approval_timeout,
             }) as Arc<dyn CallPolicy>
         });
+        #[cfg(feature = "mods")]
+        let mods = match self.mods {
+            Some(settings) => match crate::mods::ModHost::start(settings) {
+                Ok(h) => Some(Arc::new(h)),
+                Err(e) => {
+                    root.kill();
+                    return Err(RuntimeError::Start(e));
+                }
+            },
+            None => None,
+        };
+        #[allow(unused_mut)]
+        let mut policies = self.policies;
+        // `tool.call` (MOD-2): a link of the chain, when a mod listens.
+        #[cfg(feature = "mods")]
+        if let Some(host) = &mods {
+            let h = host.clone();
+            let listens = tokio::task::spawn_blocking(move || {
+                h.list().0.iter().any(|r| r.event == "tool.call")
+            })
+            .await
+            .unwrap_or(false);
+            if listens {
+                policies.push(Arc::new(crate::runtime::policies::mods::ModsPolicy {
+                    host: host.clone(),
+                }));
+            }
+        }
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 root,
@@ -257,7 +295,7 @@ impl RuntimeBuilder {
                 trust_gate,
                 hooks,
                 hooks_policy,
-                policies: self.policies,
+                policies,
                 attachments: self.attachments,
                 limits: self.limits,
                 tag,
@@ -267,6 +305,8 @@ impl RuntimeBuilder {
                 activations: Mutex::new(HashMap::new()),
                 activation_ids: std::sync::atomic::AtomicU64::new(1),
                 held_activations: Mutex::new(Vec::new()),
+                #[cfg(feature = "mods")]
+                mods,
                 shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         };

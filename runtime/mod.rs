@@ -139,6 +139,9 @@ struct Inner {
     activation_ids: std::sync::atomic::AtomicU64,
     /// Activations opened by the builder (`activate`), held until shutdown.
     held_activations: Mutex<Vec<Activation>>,
+    /// The JS mods' host (MOD-1), when mods are enabled.
+    #[cfg(feature = "mods")]
+    mods: Option<Arc<crate::mods::ModHost>>,
     /// A shutdown completed: a later one finds the root gone, and that is
     /// not a failure.
     shut_down: std::sync::atomic::AtomicBool,
@@ -510,6 +513,12 @@ impl Runtime {
         }
         out.sort_by(|a, b| (&a.scope, &a.server).cmp(&(&b.scope, &b.server)));
         out
+    }
+
+    /// The JS mods' host, when the builder was given mods (MOD-1).
+    #[cfg(feature = "mods")]
+    pub fn mods(&self) -> Option<Arc<crate::mods::ModHost>> {
+        self.inner.mods.clone()
     }
 
     /// The hook engine: run the extension points the runtime does not run

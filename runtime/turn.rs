@@ -253,6 +253,34 @@ impl Runtime {
         request: TurnRequest,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> TurnOutcome {
+        #[cfg(feature = "mods")]
+        let (request, mods) = {
+            let mut request = request;
+            let mods = self.inner.mods.clone();
+            if let Some(host) = &mods {
+                mod_prompt(host, &mut request, events.as_ref()).await;
+            }
+            (request, mods)
+        };
+        let outcome = self.turn_inner(request, events.clone()).await;
+        #[cfg(feature = "mods")]
+        if let Some(host) = mods {
+            let payload = serde_json::json!({
+                "text": outcome.text,
+                "rounds": outcome.rounds,
+                "error": outcome.error.as_ref().map(|e| e.to_string()),
+            });
+            let out = run_mods(&host, "turn.complete", payload).await;
+            emit_mod_reports(events.as_ref(), "turn.complete", &out);
+        }
+        outcome
+    }
+
+    async fn turn_inner(
+        &self,
+        request: TurnRequest,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> TurnOutcome {
         let emit = |e: TurnEvent| {
             if let Some(tx) = &events {
                 let _ = tx.send(e);
@@ -645,6 +673,96 @@ fn http_error_message(body: &str) -> String {
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| openai::clip(body.trim()))
+}
+
+/// A mods chain on the mod host's thread.
+#[cfg(feature = "mods")]
+async fn run_mods(
+    host: &std::sync::Arc<crate::mods::ModHost>,
+    event: &'static str,
+    payload: Value,
+) -> crate::mods::ChainOutcome {
+    let h = host.clone();
+    let p = payload.clone();
+    match tokio::task::spawn_blocking(move || h.run(event, p)).await {
+        Ok(out) => out,
+        Err(e) => crate::mods::ChainOutcome {
+            event: event.to_owned(),
+            payload,
+            prompt: None,
+            context: Vec::new(),
+            ran: Vec::new(),
+            stopped_by: None,
+            reports: vec![crate::mods::ModReport {
+                mod_name: "host".into(),
+                kind: "host_error".into(),
+                message: format!("the mod chain's task failed: {e}"),
+            }],
+        },
+    }
+}
+
+/// Every report of a chain as a `Hook` event (`mods:<event>`).
+#[cfg(feature = "mods")]
+fn emit_mod_reports(
+    events: Option<&mpsc::UnboundedSender<TurnEvent>>,
+    event: &str,
+    out: &crate::mods::ChainOutcome,
+) {
+    let Some(tx) = events else { return };
+    for r in &out.reports {
+        let _ = tx.send(TurnEvent::Hook {
+            hook_event: format!("mods:{event}"),
+            verdict: r.kind.clone(),
+            text: format!("{}: {}", r.mod_name, r.message),
+        });
+    }
+}
+
+/// MOD-2/4 at their real points: `turn.start` (observers), then
+/// `prompt.submit` on the direct human prompt: its rewritten text replaces
+/// the prompt, and appended context follows it.
+#[cfg(feature = "mods")]
+async fn mod_prompt(
+    host: &std::sync::Arc<crate::mods::ModHost>,
+    request: &mut TurnRequest,
+    events: Option<&mpsc::UnboundedSender<TurnEvent>>,
+) {
+    let start = run_mods(
+        host,
+        "turn.start",
+        serde_json::json!({"prompt": request.prompt}),
+    )
+    .await;
+    emit_mod_reports(events, "turn.start", &start);
+    let out = run_mods(
+        host,
+        "prompt.submit",
+        serde_json::json!({"prompt": request.prompt}),
+    )
+    .await;
+    emit_mod_reports(events, "prompt.submit", &out);
+    if let Some(text) = out.prompt.filter(|p| *p != request.prompt) {
+        if let Some(tx) = events {
+            let _ = tx.send(TurnEvent::Hook {
+                hook_event: "mods:prompt.submit".into(),
+                verdict: "rewrite".into(),
+                text: text.clone(),
+            });
+        }
+        request.prompt = text;
+    }
+    if !out.context.is_empty() {
+        let context = out.context.join("\n\n");
+        if let Some(tx) = events {
+            let _ = tx.send(TurnEvent::Hook {
+                hook_event: "mods:prompt.submit".into(),
+                verdict: "context".into(),
+                text: context.clone(),
+            });
+        }
+        request.prompt = format!("{}\n\n{context}", request.prompt);
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! host of their own (no server is started).
 
 use anyhow::{Context, bail};
-use mcpvisor::mods::{ModHost, ModSettings, ModSpec};
+use mcpvisor::mods::ModHost;
 use serde_json::{Value, json};
 
 use crate::cli::{Cli, ModsCommand};
@@ -14,26 +14,7 @@ fn host(cli: &Cli) -> anyhow::Result<ModHost> {
     if !cfg.mods.enabled {
         bail!("mods are off: set [mods] enabled = true and list each mod in [[mods.load]]");
     }
-    let specs = cfg
-        .mods
-        .load
-        .iter()
-        .map(|l| ModSpec {
-            path: l.path.clone(),
-            capabilities: l.capabilities.clone(),
-        })
-        .collect();
-    let mut settings = ModSettings::new(specs);
-    if let Some(mib) = cfg.mods.memory_mib {
-        settings.memory_limit = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-    }
-    if let Some(ms) = cfg.mods.deadline_ms {
-        settings.deadline = std::time::Duration::from_millis(ms);
-    }
-    // What `options.host.config()` shows a mod: the server names, not secrets.
-    settings.config = json!({
-        "servers": cfg.servers.iter().map(|s| s.server_name.clone()).collect::<Vec<_>>(),
-    });
+    let settings = crate::config::mod_settings(&cfg);
     ModHost::start(settings).map_err(anyhow::Error::msg)
 }
 

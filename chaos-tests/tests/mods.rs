@@ -326,3 +326,95 @@ async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
         "{err}"
     );
 }
+
+const AT_POINTS: &str = r#"
+export function register(on) {
+  on("turn.start", (e, next) => { next(); });
+  on("prompt.submit", (e, next) => { e.prompt = e.prompt.replace("please", "PLEASE"); e.context.push("mod context"); next(); });
+  on("tool.call", (e, next) => { e.context.push("the mod saw " + e.raw_name); e.input = { message: "rewritten" }; next(); });
+  on("turn.complete", (e, next) => { next(); });
+}
+"#;
+
+/// MOD-2 at the real points: `Runtime::turn` raises `prompt.submit` on the
+/// direct human prompt (the model gets the rewritten text and the appended
+/// context), and the call pipeline raises `tool.call` (its context reaches
+/// the model's view of the result; the server gets the original input).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turn_and_the_call_pipeline_raise_the_mod_events_at_their_points() {
+    use mcpvisor::mods::{ModSettings, ModSpec};
+    use mcpvisor_chaos::model::{ScriptedModel, openai_text, openai_tool_calls};
+    let dir = dir_with(&[("points.js", AT_POINTS, &[])], "");
+    let log = mcpvisor_chaos::RequestLog::new("mods-points");
+    let rt = mcpvisor::Runtime::builder()
+        .mods(ModSettings::new(vec![ModSpec {
+            path: dir.dir.join("mods/points.js"),
+            capabilities: vec![],
+        }]))
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(
+        mcpvisor::Scope::Global,
+        mcpvisor_chaos::fault_server_config("s", log.args()).trusted(),
+    )
+    .await
+    .unwrap();
+    rt.wait_ready(&mcpvisor::Scope::Global, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let model = ScriptedModel::start(vec![
+        openai_tool_calls(&[("c1", "mcp__s__echo", r#"{"message":"original"}"#)]),
+        openai_text("done"),
+    ])
+    .await
+    .unwrap();
+    let route = mcpvisor::ModelRoute::new(
+        mcpvisor::Provider::OpenAi,
+        format!("{}/v1", model.base_url()),
+        "m",
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = rt
+        .turn(
+            mcpvisor::TurnRequest::new(mcpvisor::Scope::Global, route, "echo this please"),
+            Some(tx),
+        )
+        .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let reqs = model.requests();
+    assert_eq!(
+        reqs[0].body["messages"][0]["content"],
+        "echo this PLEASE\n\nmod context"
+    );
+    let tool_msg = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert!(
+        tool_msg["content"].to_string().contains("the mod saw echo"),
+        "{tool_msg}"
+    );
+    assert!(
+        log.text().contains(r#"{"message":"original"}"#),
+        "{}",
+        log.text()
+    );
+    assert!(!log.text().contains("rewritten"), "{}", log.text());
+    let mut saw_rewrite = false;
+    while let Ok(e) = rx.try_recv() {
+        if let mcpvisor::TurnEvent::Hook {
+            hook_event,
+            verdict,
+            ..
+        } = e
+        {
+            saw_rewrite |= hook_event == "mods:prompt.submit" && verdict == "rewrite";
+        }
+    }
+    assert!(saw_rewrite, "no rewrite event");
+    rt.shutdown(Duration::from_secs(10)).await;
+}

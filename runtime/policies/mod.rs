@@ -3,4 +3,6 @@
 //! `CallPolicy`s after these.
 
 pub mod hooks;
+#[cfg(feature = "mods")]
+pub mod mods;
 pub mod trust;
