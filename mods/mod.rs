@@ -239,8 +239,8 @@ enum Req {
 
 /// The mod host: the engines on their own thread (see the module docs).
 pub struct ModHost {
-    tx: Option<std::sync::mpsc::Sender<Req>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<Req>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for ModHost {
@@ -259,8 +259,8 @@ impl ModHost {
             .spawn(move || serve(settings, rx))
             .map_err(|e| format!("cannot start the mod host's thread: {e}"))?;
         Ok(Self {
-            tx: Some(tx),
-            thread: Some(thread),
+            tx: std::sync::Mutex::new(Some(tx)),
+            thread: std::sync::Mutex::new(Some(thread)),
         })
     }
 
@@ -268,9 +268,7 @@ impl ModHost {
     /// registrations).
     pub fn list(&self) -> (Vec<Registration>, Vec<ModReport>) {
         let (reply, rx) = std::sync::mpsc::channel();
-        if let Some(tx) = &self.tx
-            && tx.send(Req::List(reply)).is_ok()
-        {
+        if self.send(Req::List(reply)) {
             return rx.recv().unwrap_or_default();
         }
         (Vec::new(), Vec::new())
@@ -280,13 +278,10 @@ impl ModHost {
     /// context, e.g. `tokio::task::spawn_blocking`).
     pub fn run(&self, event: &str, payload: Value) -> ChainOutcome {
         let (reply, rx) = std::sync::mpsc::channel();
-        let sent = self.tx.as_ref().is_some_and(|tx| {
-            tx.send(Req::Run {
-                event: event.to_owned(),
-                payload: payload.clone(),
-                reply,
-            })
-            .is_ok()
+        let sent = self.send(Req::Run {
+            event: event.to_owned(),
+            payload: payload.clone(),
+            reply,
         });
         let gone = || ChainOutcome {
             event: event.to_owned(),
@@ -310,14 +305,24 @@ impl ModHost {
         rx.recv().unwrap_or_else(|_| gone())
     }
 
+    fn send(&self, req: Req) -> bool {
+        let tx = self.tx.lock().ok().and_then(|t| t.clone());
+        tx.is_some_and(|tx| tx.send(req).is_ok())
+    }
+
     /// Let the in-flight chain finish, then drop the engines.
-    pub fn shutdown(mut self) {
+    pub fn shutdown(self) {
         self.stop();
     }
 
-    fn stop(&mut self) {
-        drop(self.tx.take());
-        if let Some(t) = self.thread.take() {
+    /// [`Self::shutdown`] through a shared handle (the runtime's shutdown):
+    /// later chains get a "stopped" report. Blocking.
+    pub fn stop(&self) {
+        if let Ok(mut tx) = self.tx.lock() {
+            drop(tx.take());
+        }
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }

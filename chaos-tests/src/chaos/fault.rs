@@ -149,6 +149,31 @@ pub enum Fault {
     /// Chromium exits. The run drives the browser (navigate, snapshot), and
     /// the shutdown must still kill and reap it, and report it reaped.
     BrowserWontDie,
+    /// Issue 16: a JS mod's `tool.call` handler loops forever on the
+    /// trigger call (stopped at its deadline; the call goes on).
+    ModHang,
+    /// A mod's `tool.call` handler throws on the trigger call.
+    ModThrow,
+    /// A mod's `tool.call` handler allocates without bound on the trigger
+    /// call (stopped by the memory limit; the mod is disabled).
+    ModMemory,
+}
+
+/// The echo message on which the mod faults' handlers misbehave.
+pub(super) const MOD_TRIGGER: &str = "mod-trigger";
+
+/// The mod a mod fault installs (its `tool.call` handler misbehaves only
+/// on the trigger call), or `None`.
+pub(super) fn mod_source(fault: &Fault) -> Option<String> {
+    let body = match fault {
+        Fault::ModHang => "while (true) {}",
+        Fault::ModThrow => "throw new Error(\"chaos mod\");",
+        Fault::ModMemory => "const a = []; while (true) a.push(new Array(100000).fill(7));",
+        _ => return None,
+    };
+    Some(format!(
+        "export function register(on) {{\n  on(\"tool.call\", (e, next) => {{\n    if (e.input && e.input.message === \"{MOD_TRIGGER}\") {{ {body} }}\n    next();\n  }});\n}}\n"
+    ))
 }
 
 /// What a model fault's turn must end with: its `TurnError` kind and a
@@ -204,6 +229,9 @@ impl Fault {
             Self::DaemonizedGrandchild => "daemonized_grandchild",
             Self::ModelStall => "model_stall",
             Self::BrowserWontDie => "browser_wont_die",
+            Self::ModHang => "mod_hang",
+            Self::ModThrow => "mod_throw",
+            Self::ModMemory => "mod_memory",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -295,6 +323,7 @@ impl Fault {
             Self::LargeArgs { .. } | Self::SupervisorPanic => Vec::new(),
             Self::ModelStall | Self::ModelCutStream | Self::ModelGarbageSse => Vec::new(),
             Self::BrowserWontDie => Vec::new(),
+            Self::ModHang | Self::ModThrow | Self::ModMemory => Vec::new(),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -313,6 +342,9 @@ impl Fault {
     pub(super) fn trigger_args(&self) -> serde_json::Value {
         match self {
             Self::StdinFreeze => serde_json::json!({"message": "freeze"}),
+            Self::ModHang | Self::ModThrow | Self::ModMemory => {
+                serde_json::json!({"message": MOD_TRIGGER})
+            }
             _ => serde_json::json!({}),
         }
     }
@@ -370,7 +402,11 @@ impl Fault {
             | Self::ModelCutStream
             | Self::ModelGarbageSse
             // The browser is beside the server, which answers every call.
-            | Self::BrowserWontDie => true,
+            | Self::BrowserWontDie
+            // A mod never stops a call: its handler's failure is reported.
+            | Self::ModHang
+            | Self::ModThrow
+            | Self::ModMemory => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -395,6 +431,7 @@ impl Fault {
             Self::HangOnCall | Self::HttpStall | Self::StdinFreeze => "timeout",
             Self::CrashMidCall | Self::OverlongLine => "transport_lost_during_call",
             Self::HookHang => "ok",
+            Self::ModHang | Self::ModThrow | Self::ModMemory => "ok",
             Self::InvalidResult | Self::DeepJson => "invalid_result",
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
@@ -440,6 +477,10 @@ impl Fault {
             // HOOK-3: the hung hook was killed at its 1 s timeout; the call
             // went on (fail open) with a note saying so.
             Self::HookHang => Some("timed out after 1000 ms"),
+            // MOD-3: reported in the call's notes; the call went on.
+            Self::ModHang => Some("did not finish within 200 ms"),
+            Self::ModThrow => Some("threw: chaos mod"),
+            Self::ModMemory => Some("exceeded the memory limit"),
             _ => None,
         }
     }
@@ -505,6 +546,7 @@ impl Fault {
             | Self::ModelCutStream
             | Self::ModelGarbageSse
             | Self::BrowserWontDie => Effects::NONE,
+            Self::ModHang | Self::ModThrow | Self::ModMemory => Effects::trigger("echo"),
             Self::SecretEcho => Effects::trigger("is_error"),
             Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),
             Self::CrashMidCall => Effects::trigger("crash"),

@@ -138,6 +138,10 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("model_garbage_sse", |_| vec![Fault::ModelGarbageSse]),
         // Issue 11: a provider's browser whose process group will not die.
         ("browser_wont_die", |_| vec![Fault::BrowserWontDie]),
+        // Issue 16: a mod that hangs, throws, or blows its memory up.
+        ("mod_hang", |_| vec![Fault::ModHang]),
+        ("mod_throw", |_| vec![Fault::ModThrow]),
+        ("mod_memory", |_| vec![Fault::ModMemory]),
     ];
     table
         .into_iter()

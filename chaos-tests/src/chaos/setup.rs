@@ -66,6 +66,26 @@ pub(super) async fn setup<'a>(
         builder = builder.break_for_chaos(opts.breaks);
     }
     let mut problems: Vec<String> = Vec::new();
+    for fault in &sc.faults {
+        if let Some(src) = super::fault::mod_source(fault) {
+            let file = ids.browser_dir.join(format!("{}.js", fault.name()));
+            let written =
+                std::fs::create_dir_all(&ids.browser_dir).and_then(|()| std::fs::write(&file, src));
+            match written {
+                Ok(()) => {
+                    let mut settings =
+                        mcpvisor::mods::ModSettings::new(vec![mcpvisor::mods::ModSpec {
+                            path: file,
+                            capabilities: Vec::new(),
+                        }]);
+                    settings.deadline = Duration::from_millis(200);
+                    settings.memory_limit = 16 << 20;
+                    builder = builder.mods(settings);
+                }
+                Err(e) => problems.push(format!("cannot write the mod {}: {e}", file.display())),
+            }
+        }
+    }
     if sc.has_browser() {
         match stubborn_browser(&ids) {
             Ok(p) => builder = builder.provider(p).activate(Scope::Global),
