@@ -54,7 +54,7 @@ pub struct RawMods {
 pub struct RawModLoad {
     /// The ES module file (relative to the config file).
     pub path: PathBuf,
-    /// Granted host APIs: `log`, `config` (`spawn` and `http` are not built yet).
+    /// Granted host APIs: `log`, `config`, `spawn`, `http`.
     #[serde(default)]
     pub capabilities: Vec<String>,
 }
@@ -114,8 +114,8 @@ pub const PROVIDER_KINDS: &[(&str, bool)] = &[
 const MOD_CAPABILITIES: &[(&str, bool)] = &[
     ("log", true),
     ("config", true),
-    ("spawn", false),
-    ("http", false),
+    ("spawn", true),
+    ("http", true),
 ];
 
 /// Check `[mods]`: known capabilities, positive limits.

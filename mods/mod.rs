@@ -64,9 +64,8 @@ pub const EVENTS: &[&str] = &[
 /// (the others are accepted, and reported as unserved).
 pub const SERVED: &[&str] = &["prompt.submit", "tool.call", "turn.start", "turn.complete"];
 
-/// The host APIs a mod can be granted (MOD-6); `spawn` and `http` are not
-/// built yet.
-pub const CAPABILITIES: &[&str] = &["log", "config"];
+/// The host APIs a mod can be granted (MOD-6).
+pub const CAPABILITIES: &[&str] = &["log", "config", "spawn", "http"];
 
 /// One mod to load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +87,9 @@ pub struct ModSettings {
     pub deadline: Duration,
     /// What `options.host.config()` returns (a JSON value).
     pub config: Value,
+    /// `MCPVISOR_TAG` of the processes mods spawn (the runtime's shutdown
+    /// finds by it whatever left its group, RECO-7).
+    pub process_tag: Option<String>,
 }
 
 impl ModSettings {
@@ -98,6 +100,7 @@ impl ModSettings {
             memory_limit: 32 << 20,
             deadline: Duration::from_millis(500),
             config: Value::Null,
+            process_tag: None,
         }
     }
 }
@@ -254,9 +257,12 @@ impl ModHost {
     /// are in [`ModHost::list`]'s reports, never fatal.
     pub fn start(settings: ModSettings) -> Result<Self, String> {
         let (tx, rx) = std::sync::mpsc::channel::<Req>();
+        // `spawn` and `fetch` run their I/O on the caller's tokio runtime
+        // (the process-group owner's reaper is a tokio task).
+        let io = tokio::runtime::Handle::try_current().ok();
         let thread = std::thread::Builder::new()
             .name("mcpvisor-mods".into())
-            .spawn(move || serve(settings, rx))
+            .spawn(move || serve(settings, rx, io))
             .map_err(|e| format!("cannot start the mod host's thread: {e}"))?;
         Ok(Self {
             tx: std::sync::Mutex::new(Some(tx)),
@@ -343,11 +349,15 @@ fn report(name: &str, kind: &str, message: impl Into<String>) -> ModReport {
 }
 
 /// The host's thread: load, then serve requests until the channel closes.
-fn serve(settings: ModSettings, rx: std::sync::mpsc::Receiver<Req>) {
+fn serve(
+    settings: ModSettings,
+    rx: std::sync::mpsc::Receiver<Req>,
+    io: Option<tokio::runtime::Handle>,
+) {
     let mut reports = Vec::new();
     let mut mods = Vec::new();
     for spec in &settings.mods {
-        match load(spec, &settings, &mut reports) {
+        match load(spec, &settings, &mut reports, io.clone()) {
             Ok(m) => mods.push(m),
             Err(e) => reports.push(report(&mod_name(spec), "load_error", e)),
         }
@@ -425,6 +435,7 @@ fn load(
     spec: &ModSpec,
     settings: &ModSettings,
     reports: &mut Vec<ModReport>,
+    io: Option<tokio::runtime::Handle>,
 ) -> Result<Loaded, String> {
     let name = mod_name(spec);
     let file = spec.path.display().to_string();
@@ -461,12 +472,41 @@ fn load(
   return {{
     log: gate("log", (m) => {{ __mcpvisor_logs.push(String(m)); }}),
     config: gate("config", () => JSON.parse({config:?})),
-    spawn: gate("spawn", () => {{ throw new Error("spawn is not built yet"); }}),
-    fetch: gate("http", () => {{ throw new Error("fetch is not built yet"); }}),
+    spawn: gate("spawn", (cmd, args) => {{
+      const r = JSON.parse(__mcpvisor_spawn(String(cmd), JSON.stringify(args || [])));
+      if (r.error) throw new Error(r.error);
+      return r;
+    }}),
+    fetch: gate("http", (url, init) => {{
+      const r = JSON.parse(__mcpvisor_fetch(String(url), JSON.stringify(init || {{}})));
+      if (r.error) throw new Error(r.error);
+      return r;
+    }}),
   }};
 }})()"#,
             granted = serde_json::to_string(&granted).unwrap_or_else(|_| "[]".into()),
         );
+        // The Rust side of spawn and fetch: JSON in, JSON out; each bounded
+        // by what is left of the running handler's deadline.
+        let left = {
+            let cell = deadline_at.clone();
+            move || {
+                let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Duration::from_millis(cell.load(Ordering::Relaxed).saturating_sub(now).min(60_000))
+            }
+        };
+        let (io1, left1, tag) = (io.clone(), left.clone(), settings.process_tag.clone());
+        let spawn = Function::new(ctx.clone(), move |cmd: String, args: String| -> String {
+            host_spawn(io1.as_ref(), &cmd, &args, left1(), tag.as_deref()).to_string()
+        })
+        .map_err(|e| format!("{file}: {e}"))?;
+        ctx.globals().set("__mcpvisor_spawn", spawn).map_err(|e| format!("{file}: {e}"))?;
+        let (io2, left2) = (io.clone(), left.clone());
+        let fetch = Function::new(ctx.clone(), move |url: String, init: String| -> String {
+            host_fetch(io2.as_ref(), &url, &init, left2()).to_string()
+        })
+        .map_err(|e| format!("{file}: {e}"))?;
+        ctx.globals().set("__mcpvisor_fetch", fetch).map_err(|e| format!("{file}: {e}"))?;
         let host: Object<'_> = ctx
             .eval(host)
             .catch(&ctx)
@@ -537,6 +577,125 @@ fn load(
         epoch,
         timeouts: 0,
         disabled: None,
+    })
+}
+
+/// The output a spawned process may leave, per stream.
+const SPAWN_OUTPUT: u64 = 64 << 10;
+
+/// `host.spawn(cmd, args)`: the process runs in a group of its own through
+/// the runtime's process-group owner, and is reaped before this returns;
+/// one still running at the handler's deadline is killed and reaped.
+fn host_spawn(
+    io: Option<&tokio::runtime::Handle>,
+    cmd: &str,
+    args: &str,
+    limit: Duration,
+    tag: Option<&str>,
+) -> Value {
+    let Some(io) = io else {
+        return json!({"error": "spawn needs the runtime's tokio runtime (the mod host was started outside one)"});
+    };
+    if limit.is_zero() {
+        return json!({"error": format!("spawn {cmd:?}: the handler's deadline has passed")});
+    }
+    let args: Vec<String> = match serde_json::from_str::<Vec<Value>>(args) {
+        Ok(a) => a
+            .into_iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .collect(),
+        Err(e) => return json!({"error": format!("spawn's args must be an array of strings: {e}")}),
+    };
+    io.block_on(async move {
+        use tokio::io::AsyncReadExt as _;
+        let mut command = tokio::process::Command::new(cmd);
+        command.args(&args);
+        if let Some(tag) = tag {
+            command.env(crate::actors::process::TAG_VAR, tag);
+        }
+        let (mut group, pipes) = match crate::actors::process::ProcessGroup::spawn(&mut command) {
+            Ok(g) => g,
+            Err(e) => return json!({"error": format!("cannot spawn {cmd:?}: {e}")}),
+        };
+        drop(pipes.stdin);
+        let mut stdout = pipes.stdout;
+        let mut stderr = pipes.stderr;
+        let out = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut stdout).take(SPAWN_OUTPUT).read_to_end(&mut buf).await;
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        let err = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut stderr).take(SPAWN_OUTPUT).read_to_end(&mut buf).await;
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        match group.wait(Some(limit)).await {
+            Some(exit) => json!({
+                "code": exit.code(),
+                "stdout": out.await.unwrap_or_default(),
+                "stderr": err.await.unwrap_or_default(),
+            }),
+            None => {
+                let pid = group.pid();
+                group.kill_and_reap().await;
+                json!({"error": format!(
+                    "{cmd:?} (pid {pid}) still ran at the handler's deadline ({} ms): killed and reaped",
+                    limit.as_millis()
+                )})
+            }
+        }
+    })
+}
+
+/// `host.fetch(url, init)`: an HTTP request to an endpoint that passes the
+/// one endpoint validator (TRUST-3), bounded by the handler's deadline.
+fn host_fetch(
+    io: Option<&tokio::runtime::Handle>,
+    url: &str,
+    init: &str,
+    limit: Duration,
+) -> Value {
+    if let Err(e) = crate::messages::trust::validate_endpoint(url) {
+        return json!({"error": e.to_string()});
+    }
+    let Some(io) = io else {
+        return json!({"error": "fetch needs the runtime's tokio runtime (the mod host was started outside one)"});
+    };
+    if limit.is_zero() {
+        return json!({"error": format!("fetch {url}: the handler's deadline has passed")});
+    }
+    let init: Value = serde_json::from_str(init).unwrap_or(Value::Null);
+    let method = init["method"].as_str().unwrap_or("GET").to_uppercase();
+    let body = init["body"].as_str().map(str::to_owned);
+    let url = url.to_owned();
+    io.block_on(async move {
+        let client = match reqwest::Client::builder().timeout(limit).build() {
+            Ok(c) => c,
+            Err(e) => return json!({"error": format!("no HTTP client: {e}")}),
+        };
+        let method = match reqwest::Method::from_bytes(method.as_bytes()) {
+            Ok(m) => m,
+            Err(_) => return json!({"error": format!("unknown method {method:?}")}),
+        };
+        let mut req = client.request(method, &url);
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        match req.send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                match r.text().await {
+                    Ok(text) => json!({"status": status, "body": text}),
+                    Err(e) => json!({"error": format!("{url}: the body could not be read: {e}")}),
+                }
+            }
+            Err(e) => json!({"error": format!("{url}: {e}")}),
+        }
     })
 }
 

@@ -259,7 +259,13 @@ impl RuntimeBuilder {
         });
         #[cfg(feature = "mods")]
         let mods = match self.mods {
-            Some(settings) => match crate::mods::ModHost::start(settings) {
+            Some(mut settings) => match crate::mods::ModHost::start({
+                // RECO-7: what mods spawn carries the runtime's tag.
+                settings
+                    .process_tag
+                    .get_or_insert_with(|| format!("{tag}/mods"));
+                settings
+            }) {
                 Ok(h) => Some(Arc::new(h)),
                 Err(e) => {
                     root.kill();

@@ -320,7 +320,10 @@ async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
     let out = mcpvisor(&bad.dir, &["mods", "list"]).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("capability \"spawn\" is not built"), "{err}");
+    assert!(
+        !err.contains("capability \"spawn\""),
+        "spawn is a capability: {err}"
+    );
     assert!(
         err.contains("capability \"root\": expected one of"),
         "{err}"
@@ -417,4 +420,58 @@ async fn the_turn_and_the_call_pipeline_raise_the_mod_events_at_their_points() {
     }
     assert!(saw_rewrite, "no rewrite event");
     rt.shutdown(Duration::from_secs(10)).await;
+}
+
+const SPAWNER: &str = r#"
+export function register(on, options) {
+  on("prompt.submit", (e, next) => {
+    const r = options.host.spawn("sh", ["-c", "echo from-$0", "child"]);
+    e.context.push("code " + r.code + " out " + r.stdout.trim());
+    const page = options.host.fetch(__URL__);
+    e.context.push("fetched " + page.status + " " + page.body);
+    try { options.host.fetch("http://192.0.2.9/x"); } catch (err) { e.context.push("remote: " + err.message); }
+    // Last: it uses up the handler's deadline.
+    try { options.host.spawn("sleep", ["31.7"]); } catch (err) { e.context.push("sleep: " + err.message); }
+    next();
+  });
+}
+"#;
+
+/// MOD-6: `spawn` runs through the process-group owner and is reaped; a
+/// spawned process that outlives its handler's deadline is killed and
+/// reaped (none is left); `fetch` reaches a loopback server and is refused
+/// off loopback over plain HTTP (TRUST-3).
+#[tokio::test]
+async fn spawn_is_reaped_even_past_the_deadline_and_fetch_passes_the_endpoint_rule() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/page", axum::routing::get(|| async { "hello mod" }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let src = SPAWNER.replace("__URL__", &format!("{:?}", format!("http://{addr}/page")));
+    let dir = dir_with(&[("spawner.js", &src, &["spawn", "http"])], "");
+    let v = test_event(&dir, "prompt.submit", json!({"prompt": "x"})).await;
+    let ctx: Vec<String> = v["context"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ctx.len(), 4, "{v}");
+    assert_eq!(ctx[0], "code 0 out from-child", "{v}");
+    assert_eq!(ctx[1], "fetched 200 hello mod", "{ctx:?}");
+    assert!(
+        ctx[2].starts_with("remote: ") && ctx[2].contains("192.0.2.9"),
+        "{ctx:?}"
+    );
+    assert!(
+        ctx[3].starts_with("sleep: \"sleep\"") && ctx[3].contains("killed and reaped"),
+        "{ctx:?}"
+    );
+    let left = mcpvisor_chaos::processes_with_arg("31.7");
+    assert!(
+        left.is_empty(),
+        "the spawned sleep is still running: {left:?}"
+    );
 }
