@@ -86,10 +86,13 @@
 //!     ├── EventLog                   tier 0 (when configured): started first, stopped last
 //!     ├── HooksSupervisor            tier 1; drained on shutdown
 //!     │   └── HookRun                one per running hook; owns its process group
-//!     └── ScopeSupervisor(scope)     tier 2; one per scope
-//!         ├── ToolRegistry(scope)    publishes generation-stamped snapshots
-//!         └── ServerSupervisor(srv)  budget, close barrier, idle stop; 3 restarts / 5 s each
-//!             └── Connection(gen)    one rmcp session; owns the process group
+//!     ├── ModHostActor               tier 1 (feature `mods`); drains the JS engines
+//!     ├── ScopeSupervisor(scope)     tier 2; one per scope
+//!     │   ├── ToolRegistry(scope)    publishes generation-stamped snapshots
+//!     │   └── ServerSupervisor(srv)  budget, close barrier, idle stop; 3 restarts / 5 s each
+//!     │       └── Connection(gen)    one rmcp session; owns the process group
+//!     └── Seat(browser_use|computer_use)  tier 3; one provider each
+//!         └── SessionResources       each activation's browser or desktop
 //! ```
 //!
 //! Calls do not pass through actors: a call resolves its tool in the scope's

@@ -4,6 +4,8 @@ pub mod connection;
 pub mod event_log;
 pub mod hook_run;
 pub mod http;
+#[cfg(feature = "mods")]
+pub mod mod_host;
 pub mod process;
 pub mod registry;
 pub mod sessions;

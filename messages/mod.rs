@@ -12,6 +12,8 @@ pub mod hooks;
 pub mod images;
 pub mod import;
 pub mod model;
+#[cfg(feature = "mods")]
+pub mod mods;
 pub mod naming;
 pub mod projection;
 #[cfg(test)]

@@ -206,6 +206,21 @@ impl RuntimeBuilder {
             .secrets
             .clone()
             .unwrap_or_else(|| Arc::new(crate::runtime::stores::secrets::EnvSecretStore));
+        // RECO-7: every process this runtime starts carries it (TAG_VAR).
+        let tag = format!("{:016x}", rand::random::<u64>());
+        #[cfg(feature = "mods")]
+        let mods = match self.mods {
+            Some(mut settings) => {
+                // RECO-7: what mods spawn carries the runtime's tag.
+                settings
+                    .process_tag
+                    .get_or_insert_with(|| format!("{tag}/mods"));
+                Some(Arc::new(
+                    crate::mods::ModHost::start(settings).map_err(RuntimeError::Start)?,
+                ))
+            }
+            None => None,
+        };
         let args = RootArgs {
             events: events.clone(),
             chaos: self.chaos,
@@ -215,6 +230,8 @@ impl RuntimeBuilder {
             },
             event_log: self.event_log,
             seed: self.seed.unwrap_or_else(rand::random),
+            #[cfg(feature = "mods")]
+            mods: mods.clone(),
         };
         let (root, task) = RootSupervisor::start(args)
             .await
@@ -239,8 +256,6 @@ impl RuntimeBuilder {
                 });
             }
         };
-        // RECO-7: every process this runtime starts carries it (TAG_VAR).
-        let tag = format!("{:016x}", rand::random::<u64>());
         let hooks = Arc::new(crate::runtime::hooks::HookEngine::start(
             self.hooks,
             hooks_supervisor,
@@ -257,23 +272,6 @@ impl RuntimeBuilder {
                 approval_timeout,
             }) as Arc<dyn CallPolicy>
         });
-        #[cfg(feature = "mods")]
-        let mods = match self.mods {
-            Some(mut settings) => match crate::mods::ModHost::start({
-                // RECO-7: what mods spawn carries the runtime's tag.
-                settings
-                    .process_tag
-                    .get_or_insert_with(|| format!("{tag}/mods"));
-                settings
-            }) {
-                Ok(h) => Some(Arc::new(h)),
-                Err(e) => {
-                    root.kill();
-                    return Err(RuntimeError::Start(e));
-                }
-            },
-            None => None,
-        };
         #[allow(unused_mut)]
         let mut policies = self.policies;
         // `tool.call` (MOD-2): a link of the chain, when a mod listens.

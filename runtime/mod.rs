@@ -570,18 +570,6 @@ impl Runtime {
             },
         };
         report.hook_runs_aborted = hook_runs_aborted;
-        // The mods' engines: the in-flight chain finishes, then they go.
-        #[cfg(feature = "mods")]
-        if let Some(host) = self.inner.mods.clone() {
-            let left = deadline.saturating_sub(started.elapsed());
-            let stopped =
-                tokio::time::timeout(left, tokio::task::spawn_blocking(move || host.stop())).await;
-            if stopped.is_err() {
-                report
-                    .unconfirmed
-                    .push("the mod host did not finish its chain in time".into());
-            }
-        }
         // RECO-7: what left its server's or hook's process group is found by
         // this runtime's tag, killed, and reported.
         let escaped = crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true);

@@ -56,6 +56,9 @@ use crate::messages::tree::{EventLogMsg, HooksMsg, RootMsg, ScopeHandle, ScopeMs
 const SCOPE_REPORT: Duration = Duration::from_secs(SHUTDOWN_DEADLINE.as_secs() + 5);
 /// How long the hooks supervisor has to stop its runs (they are killed at once).
 const HOOKS_DRAIN: Duration = Duration::from_secs(5);
+/// How long the mod host has to finish its chain and drop its engines.
+#[cfg(feature = "mods")]
+const MODS_DRAIN: Duration = Duration::from_secs(10);
 /// How long the event log has to drain and flush.
 const LOG_FLUSH: Duration = Duration::from_secs(5);
 /// How long a seat has to release its provider (every activation's
@@ -198,6 +201,9 @@ pub struct RootArgs {
     pub event_log: Option<PathBuf>,
     /// The runtime's seed (every random choice of the tree derives from it).
     pub seed: u64,
+    /// The JS mods' host, when mods are enabled (owned by a child, tier 1).
+    #[cfg(feature = "mods")]
+    pub mods: Option<Arc<crate::mods::ModHost>>,
 }
 
 /// What the root keeps of a child.
@@ -211,6 +217,9 @@ pub enum RootChild {
     Scope(ScopeHandle),
     /// A provider seat (tier 3).
     Seat(SeatKind, ActorRef<SeatMsg>),
+    /// The JS mods' host (tier 1).
+    #[cfg(feature = "mods")]
+    Mods(ActorRef<crate::messages::mods::ModsMsg>),
 }
 
 /// The root supervisor.
@@ -292,6 +301,23 @@ impl Actor for RootSupervisor {
             handle: RootChild::Hooks(hooks.clone()),
             intensity: Intensity::default(),
         });
+        #[cfg(feature = "mods")]
+        if let Some(host) = args.mods.clone() {
+            let (mods, _) = Actor::spawn_linked(
+                None,
+                crate::actors::mod_host::ModHostActor,
+                host,
+                myself.get_cell(),
+            )
+            .await
+            .map_err(|e| format!("could not start the mod host: {e}"))?;
+            children.push(Child {
+                spec: spec("mods", Restart::Temporary, 1),
+                cell: mods.get_cell(),
+                handle: RootChild::Mods(mods),
+                intensity: Intensity::default(),
+            });
+        }
         for kind in SeatKind::ALL {
             let (seat, _) = Actor::spawn_linked(None, Seat, kind, myself.get_cell())
                 .await
@@ -343,7 +369,7 @@ impl Actor for RootSupervisor {
                     st.off = !enabled;
                     let waits = st.children.iter().filter_map(|c| match &c.handle {
                         RootChild::Scope(h) => Some((c.spec.id.clone(), h.actor.clone())),
-                        RootChild::EventLog(_) | RootChild::Hooks(_) | RootChild::Seat(..) => None,
+                        _ => None,
                     });
                     let waits = waits.map(|(id, actor)| async move {
                         let asked = ask(
@@ -421,6 +447,12 @@ impl Actor for RootSupervisor {
                                     }
                                 }))
                             }
+                            #[cfg(feature = "mods")]
+                            RootChild::Mods(mods) => Some(quiesce(
+                                mods,
+                                |reply| crate::messages::mods::ModsMsg::Drain { reply },
+                                MODS_DRAIN,
+                            )),
                             RootChild::EventLog(log) => {
                                 let log = log.clone();
                                 Some(Box::pin(async move {

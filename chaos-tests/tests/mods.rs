@@ -419,7 +419,18 @@ async fn the_turn_and_the_call_pipeline_raise_the_mod_events_at_their_points() {
         }
     }
     assert!(saw_rewrite, "no rewrite event");
-    rt.shutdown(Duration::from_secs(10)).await;
+    let host = rt.mods().expect("the runtime has a mod host");
+    let report = rt.shutdown(Duration::from_secs(10)).await;
+    assert!(report.is_clean(), "{report:?}");
+    // The tree drained the host: its engines are gone.
+    let after =
+        tokio::task::spawn_blocking(move || host.run("prompt.submit", json!({"prompt": "x"})))
+            .await
+            .unwrap();
+    assert!(
+        after.reports.iter().any(|r| r.message.contains("stopped")),
+        "{after:?}"
+    );
 }
 
 const SPAWNER: &str = r#"
