@@ -59,10 +59,19 @@ pub const EVENTS: &[&str] = &[
     "ui.render",
 ];
 
-/// The events the runtime raises: `turn.start`, `prompt.submit` and
-/// `turn.complete` in `Runtime::turn`, `tool.call` in the call pipeline
-/// (the others are accepted, and reported as unserved).
-pub const SERVED: &[&str] = &["prompt.submit", "tool.call", "turn.start", "turn.complete"];
+/// The events raised at their points: `turn.start`, `prompt.submit` and
+/// `turn.complete` in `Runtime::turn`, `tool.call` in the call pipeline,
+/// `session.start` / `session.end` by the host's session (`mcpvisor chat`;
+/// an embedder raises them with `ModHost::run`). The others are accepted,
+/// and reported as unserved.
+pub const SERVED: &[&str] = &[
+    "prompt.submit",
+    "tool.call",
+    "turn.start",
+    "turn.complete",
+    "session.start",
+    "session.end",
+];
 
 /// The host APIs a mod can be granted (MOD-6).
 pub const CAPABILITIES: &[&str] = &["log", "config", "spawn", "http"];

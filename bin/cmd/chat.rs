@@ -56,12 +56,15 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     let signals = Signals::new()?;
     let builder = builder_for(&cfg, false)?;
     let runtime = start_with(builder, cfg.servers, cli.json).await?;
+    let chat = format!("chat-{}", uuid::Uuid::new_v4());
+    // MOD-2: the chat is the CLI's session.
+    mod_event(&runtime, "session.start", &chat, cli.json).await;
     let mut failed = false;
     let mut session = Session {
         cli,
         runtime: &runtime,
         route: &route,
-        chat: format!("chat-{}", uuid::Uuid::new_v4()),
+        chat: chat.clone(),
         max_rounds,
         signals,
         system: session_start(&runtime, cli.json).await,
@@ -97,8 +100,28 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
             }
         },
     }
+    mod_event(&runtime, "session.end", &chat, cli.json).await;
     let _ = finish(runtime).await;
     Ok(u8::from(failed))
+}
+
+/// Raise a session event for the mods (`session.start`, `session.end`);
+/// their reports go to stderr (or, with `--json`, as `mods` lines).
+async fn mod_event(runtime: &mcpvisor::Runtime, event: &'static str, chat: &str, json: bool) {
+    let Some(host) = runtime.mods() else {
+        return;
+    };
+    let payload = serde_json::json!({"session_id": chat, "source": "chat"});
+    let Ok(out) = tokio::task::spawn_blocking(move || host.run(event, payload)).await else {
+        return;
+    };
+    for r in &out.reports {
+        if json {
+            println!("{}", serde_json::json!({"mods": event, "report": r}));
+        } else {
+            eprintln!("mods: {event}: {}: {}: {}", r.mod_name, r.kind, r.message);
+        }
+    }
 }
 
 /// SessionStart hooks (source `startup`): their context becomes the system

@@ -486,3 +486,66 @@ async fn spawn_is_reaped_even_past_the_deadline_and_fetch_passes_the_endpoint_ru
         "the spawned sleep is still running: {left:?}"
     );
 }
+
+const SESSIONS: &str = r#"
+export function register(on, options) {
+  on("session.start", (e, next) => { options.host.log("start " + e.source); next(); });
+  on("session.end", (e, next) => { options.host.log("end " + e.session_id.slice(0, 5)); next(); });
+}
+"#;
+
+/// MOD-2: `mcpvisor chat` is the CLI's session: it raises `session.start`
+/// before the first turn and `session.end` after the last.
+#[tokio::test]
+async fn chat_raises_the_session_events() {
+    use mcpvisor_chaos::model::{ScriptedModel, openai_text};
+    let dir = dir_with(&[("sessions.js", SESSIONS, &["log"])], "");
+    let model = ScriptedModel::start(vec![openai_text("hello")])
+        .await
+        .unwrap();
+    let endpoint = format!("{}/v1", model.base_url());
+    let out = mcpvisor(
+        &dir.dir,
+        &[
+            "--json",
+            "chat",
+            "--provider",
+            "openai",
+            "--endpoint",
+            &endpoint,
+            "--model",
+            "m",
+            "--prompt",
+            "hi",
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let logs: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l["mods"].is_string())
+        .map(|l| {
+            (
+                l["mods"].as_str().unwrap().to_owned(),
+                l["report"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        logs,
+        vec![
+            ("session.start".to_owned(), "start chat".to_owned()),
+            ("session.end".to_owned(), "end chat-".to_owned())
+        ],
+        "{stdout}"
+    );
+    // The session events bracket the turn's output.
+    let first_mod = lines.iter().position(|l| l["mods"].is_string()).unwrap();
+    let last_mod = lines.iter().rposition(|l| l["mods"].is_string()).unwrap();
+    let final_line = lines.iter().position(|l| l.get("final").is_some()).unwrap();
+    assert!(first_mod < final_line && final_line < last_mod, "{stdout}");
+}
