@@ -415,6 +415,7 @@ fn leader_exit(_: u32) -> Option<std::future::Ready<()>> {
 }
 
 /// SIGKILL one process (found by a sweep, not a child of ours).
+#[cfg(feature = "browser")]
 pub fn kill_pid(pid: libc::pid_t) {
     // SAFETY: kill has no memory-safety preconditions; ESRCH is ignored.
     #[allow(unsafe_code)]
