@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::Exclusive;
 use super::snapshot::{SNAPSHOT_JS, Snapshot, check_token};
 use crate::actors::process::{CloseGraces, ProcessGroup, TAG_VAR};
-use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::config::ServerConfig;
 use crate::messages::seat::{
     ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
 };
@@ -145,20 +145,18 @@ impl SeatProvider for BrowserNative {
     fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
         let config = self.config.clone();
         let attach = self.attach.clone();
-        let connector = super::in_process_server(move || BrowserTools {
-            sessions: sessions.clone(),
-            config: config.clone(),
-            attach: attach.clone(),
-        });
-        let mut server = ServerConfig::with_transport(
-            self.config.name.clone(),
-            TransportConfig::InProcess(connector),
-        );
-        server.trust = self.config.trust;
-        server.idle_stop_after = None;
         // An action's own timeout ends it first; this covers a launch too.
-        server.tool_call_timeout = self.config.action_timeout * 2 + self.config.launch_timeout;
-        Ok(server)
+        let timeout = self.config.action_timeout * 2 + self.config.launch_timeout;
+        Ok(super::in_process_mount(
+            &self.config.name,
+            self.config.trust,
+            timeout,
+            move || BrowserTools {
+                sessions: sessions.clone(),
+                config: config.clone(),
+                attach: attach.clone(),
+            },
+        ))
     }
 
     fn opener(&self) -> Option<Opener> {

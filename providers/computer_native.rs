@@ -27,7 +27,7 @@ use x11rb::protocol::xtest::ConnectionExt as _;
 use x11rb::rust_connection::RustConnection;
 
 use super::Exclusive;
-use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::config::ServerConfig;
 use crate::messages::seat::{
     ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
 };
@@ -91,19 +91,17 @@ impl SeatProvider for ComputerNative {
     fn mount(&self, _: &ActivationId, sessions: SessionsHandle) -> Result<ServerConfig, String> {
         let config = self.config.clone();
         let owner = self.owner.clone();
-        let connector = super::in_process_server(move || DesktopTools {
-            sessions: sessions.clone(),
-            config: config.clone(),
-            owner: owner.clone(),
-        });
-        let mut server = ServerConfig::with_transport(
-            self.config.name.clone(),
-            TransportConfig::InProcess(connector),
-        );
-        server.trust = self.config.trust;
-        server.idle_stop_after = None;
-        server.tool_call_timeout = self.config.action_timeout * 2;
-        Ok(server)
+        let timeout = self.config.action_timeout * 2;
+        Ok(super::in_process_mount(
+            &self.config.name,
+            self.config.trust,
+            timeout,
+            move || DesktopTools {
+                sessions: sessions.clone(),
+                config: config.clone(),
+                owner: owner.clone(),
+            },
+        ))
     }
 
     fn opener(&self) -> Option<Opener> {

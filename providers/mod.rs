@@ -120,6 +120,28 @@ impl Exclusive {
     }
 }
 
+/// The server a native provider mounts in an activation's scope: its tools
+/// served in process by a fresh `make()` handler per connection, with the
+/// provider's trust, no idle stop, and this call timeout.
+pub(crate) fn in_process_mount<H>(
+    name: &str,
+    trust: crate::messages::trust::TrustMode,
+    call_timeout: Duration,
+    make: impl Fn() -> H + Send + Sync + 'static,
+) -> crate::messages::config::ServerConfig
+where
+    H: rmcp::ServerHandler,
+{
+    let mut server = crate::messages::config::ServerConfig::with_transport(
+        name,
+        crate::messages::config::TransportConfig::InProcess(in_process_server(make)),
+    );
+    server.trust = trust;
+    server.idle_stop_after = None;
+    server.tool_call_timeout = call_timeout;
+    server
+}
+
 /// A connector that serves a fresh `make()` handler over an in-process
 /// stream for each connection: how a provider mounts its tools as an MCP
 /// server without a process. The close is confirmed when the handler's

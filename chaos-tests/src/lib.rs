@@ -195,6 +195,26 @@ pub fn browser_peers_dir() -> Option<PathBuf> {
     ])
 }
 
+/// Wait (at most 10 s, on runtime events) until the number of tools of
+/// `scope` satisfies `f`; panics naming the count otherwise.
+pub async fn wait_tool_count(
+    runtime: &Runtime,
+    scope: &mcpvisor::Scope,
+    f: impl Fn(usize) -> bool,
+) {
+    let mut events = runtime.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f(runtime.tools(scope).len()) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the tools of {scope} stayed at {}",
+            runtime.tools(scope).len()
+        );
+        let _ = tokio::time::timeout(left, events.recv()).await;
+    }
+}
+
 /// The live processes whose process group is `pgid`.
 pub fn processes_in_group(pgid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

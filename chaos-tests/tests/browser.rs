@@ -860,20 +860,8 @@ impl Drop for External {
 
 use std::os::unix::process::CommandExt as _;
 
-/// Wait until `scope`'s tool list satisfies `f` (catalog changes arrive as
-/// events).
 async fn wait_tools(rt: &Runtime, scope: &Scope, f: impl Fn(usize) -> bool) {
-    let mut events = rt.subscribe();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !f(rt.tools(scope).len()) {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        assert!(
-            !left.is_zero(),
-            "the tools of {scope} stayed at {}",
-            rt.tools(scope).len()
-        );
-        let _ = tokio::time::timeout(left, events.recv()).await;
-    }
+    mcpvisor_chaos::wait_tool_count(rt, scope, f).await;
 }
 
 /// SEAT-9: in attach mode one live activation owns the configured browser;

@@ -353,17 +353,7 @@ async fn one_activation_owns_the_display_and_the_others_see_the_tools_masked() {
 }
 
 async fn wait_tools(rt: &Runtime, scope: &Scope, n: usize) {
-    let mut events = rt.subscribe();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while rt.tools(scope).len() != n {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        assert!(
-            !left.is_zero(),
-            "the tools of {scope} stayed at {}",
-            rt.tools(scope).len()
-        );
-        let _ = tokio::time::timeout(left, events.recv()).await;
-    }
+    mcpvisor_chaos::wait_tool_count(rt, scope, |c| c == n).await;
 }
 
 /// Where no display is configured (and there is no $DISPLAY), the seat
