@@ -263,7 +263,7 @@ export function register(on) { on("prompt.sumbit", () => {}); }
 
 const LATER: &str = r#"
 export function register(on) {
-  on("session.end", () => {});
+  on("ui.render", () => {});
   on("prompt.submit", (e, next) => { e.context.push("later loaded"); next(); });
 }
 "#;
@@ -297,10 +297,10 @@ async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
     );
     let regs = v["registrations"].as_array().unwrap();
     assert_eq!(regs.len(), 2, "{v}");
-    assert_eq!(regs[0]["event"], "session.end");
+    assert_eq!(regs[0]["event"], "ui.render");
     assert_eq!(regs[0]["served"], false);
     assert_eq!(regs[1]["served"], true);
-    assert!(reports(&v, "unserved")[0].contains("session.end"), "{v}");
+    assert!(reports(&v, "unserved")[0].contains("ui.render"), "{v}");
     let run = test_event(&dir, "prompt.submit", json!({"prompt": "x"})).await;
     assert_eq!(run["context"], json!(["later loaded"]));
 
