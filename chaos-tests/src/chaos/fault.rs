@@ -513,6 +513,15 @@ impl Fault {
     ///
     /// A paginated catalog is fetched once, page by page (SYNC-3): one
     /// request per page of the fixed tools plus the generated ones.
+    /// `large_args`: the size of the `pad` argument every echo the server
+    /// logged must carry whole (nothing cut on the way, CALL-2).
+    pub(super) fn expected_pad(&self) -> Option<usize> {
+        match self {
+            Self::LargeArgs { bytes } => usize::try_from(*bytes).ok(),
+            _ => None,
+        }
+    }
+
     pub(super) fn expected_lists(&self) -> Option<usize> {
         match self {
             Self::ListChangedStorm { .. } => Some(3),

@@ -480,6 +480,10 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 }
             }
         }
+        if let Some(bytes) = fault.expected_pad() {
+            judged = true;
+            problems.extend(pad_consequences(&run.ids.log, bytes));
+        }
         if *fault == Fault::BrowserWontDie {
             judged = true;
             problems.extend(browser_consequences(seen, tally));
@@ -500,6 +504,41 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
         return Verdict::Skip;
     }
     verdict(problems.is_empty(), || summarise(&problems))
+}
+
+/// `large_args`: every echo the server logged carries the whole `pad`
+/// (the log has each call's arguments as the server got them), and at
+/// least one reached it.
+fn pad_consequences(log: &std::path::Path, bytes: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    for line in text.lines().filter(|l| l.starts_with("tools/call ")) {
+        let Some((_, args)) = line.split_once(" echo ") else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(args) else {
+            problems.push(format!(
+                "large_args: an echo's logged arguments are not JSON ({} bytes)",
+                args.len()
+            ));
+            continue;
+        };
+        let Some(pad) = v.get("pad").and_then(|p| p.as_str()) else {
+            continue;
+        };
+        seen += 1;
+        if pad.len() != bytes {
+            problems.push(format!(
+                "large_args: the server got a pad of {} bytes, not {bytes}",
+                pad.len()
+            ));
+        }
+    }
+    if seen == 0 {
+        problems.push("large_args: no padded echo reached the server".into());
+    }
+    problems
 }
 
 /// `browser_wont_die`: the browser was driven (navigate and snapshot ended
