@@ -513,6 +513,17 @@ impl Fault {
     ///
     /// A paginated catalog is fetched once, page by page (SYNC-3): one
     /// request per page of the fixed tools plus the generated ones.
+    /// `ignore_sigterm`, alone in its scenario: the shutdown must have gone
+    /// through the whole close sequence (CONN-8: stdin EOF ignored, 1 s;
+    /// SIGTERM ignored, 1.5 s; then SIGKILL), so it takes at least this
+    /// long and reaps the server.
+    pub(super) fn expected_shutdown_at_least(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::IgnoreSigterm => Some(std::time::Duration::from_millis(2300)),
+            _ => None,
+        }
+    }
+
     /// `large_args`: the size of the `pad` argument every echo the server
     /// logged must carry whole (nothing cut on the way, CALL-2).
     pub(super) fn expected_pad(&self) -> Option<usize> {

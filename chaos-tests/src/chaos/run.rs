@@ -480,6 +480,19 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 }
             }
         }
+        if let (Some(least), [_]) = (fault.expected_shutdown_at_least(), run.sc.faults.as_slice()) {
+            judged = true;
+            if seen.took < least {
+                problems.push(format!(
+                    "{}: the shutdown took {:?}, less than the close sequence's {least:?}: it did not wait out the stubborn server's graces (CONN-8)",
+                    fault.name(),
+                    seen.took
+                ));
+            }
+            if seen.report.processes_reaped.is_empty() {
+                problems.push(format!("{}: the shutdown reaped no process", fault.name()));
+            }
+        }
         if let Some(bytes) = fault.expected_pad() {
             judged = true;
             problems.extend(pad_consequences(&run.ids.log, bytes));
