@@ -275,14 +275,12 @@ fn on_opened(
             }
             // An opening nobody waits for any more: close what it made.
             if let Ok(r) = result {
-                let me = myself.clone();
                 tokio::spawn(async move {
                     r.interrupt();
                     let report = r.close().await;
                     if !report.is_clean() {
                         tracing::error!(%activation, unconfirmed = ?report.unconfirmed, "a late session resource did not close");
                     }
-                    drop(me);
                 });
             }
         }
@@ -424,7 +422,7 @@ impl crate::messages::seat::SessionsHandle {
         };
         if !report.is_clean() {
             return Err(SeatError::StillOpen {
-                seat: crate::messages::seat::SeatKind::BrowserUse,
+                seat: self.seat,
                 open: report.unconfirmed,
             });
         }

@@ -160,6 +160,8 @@ pub struct SessionsHandle {
     pub(crate) actor: ractor::ActorRef<SessionsMsg>,
     /// The activation it acts for.
     pub activation: ActivationId,
+    /// The seat whose provider it serves (in errors).
+    pub seat: SeatKind,
 }
 
 impl fmt::Debug for SessionsHandle {

@@ -236,7 +236,8 @@ struct Loaded {
     deadline_at: Arc<AtomicU64>,
     epoch: Instant,
     timeouts: u32,
-    disabled: Option<String>,
+    /// Stopped serving (memory, timeouts); the reason is in its report.
+    disabled: bool,
 }
 
 /// Requests to the mod host's thread.
@@ -585,7 +586,7 @@ fn load(
         deadline_at,
         epoch,
         timeouts: 0,
-        disabled: None,
+        disabled: false,
     })
 }
 
@@ -880,7 +881,7 @@ fn run_chain(
     }
     let input_before = ev.get("input").cloned();
     'chain: for m in mods.iter_mut() {
-        if m.disabled.is_some() {
+        if m.disabled {
             continue;
         }
         for index in 0..m.handlers.len() {
@@ -905,7 +906,7 @@ fn run_chain(
                     if let Some(t) = &ran.st.threw {
                         if t.contains("out of memory") {
                             out.reports.push(report(&m.name, "memory", format!("{who} exceeded the memory limit ({} bytes): {t}; the mod is disabled", settings.memory_limit)));
-                            m.disabled = Some("exceeded its memory limit".into());
+                            m.disabled = true;
                             continue 'chain;
                         }
                         out.reports.push(report(
@@ -939,7 +940,7 @@ fn run_chain(
                         ),
                     ));
                     if m.timeouts >= 3 {
-                        m.disabled = Some("timed out three times".into());
+                        m.disabled = true;
                         out.reports.push(report(
                             &m.name,
                             "disabled",
@@ -957,7 +958,7 @@ fn run_chain(
                             settings.memory_limit
                         ),
                     ));
-                    m.disabled = Some("exceeded its memory limit".into());
+                    m.disabled = true;
                     continue 'chain;
                 }
                 Err(Failure::Throw(e)) => {

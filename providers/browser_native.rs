@@ -21,8 +21,8 @@ use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -605,6 +605,10 @@ impl BrowserSession {
         action: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, ActionError> {
         tokio::select! {
+            // The stops first: an action never starts after one of them.
+            biased;
+            () = self.cancel.cancelled() => Err(ActionError::Failed(format!("{what} was interrupted: the activation ended"))),
+            () = cancel.cancelled() => Err(ActionError::Failed(format!("{what} was cancelled by the caller"))),
             r = tokio::time::timeout(self.timeout, action) => match r {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => {
@@ -620,8 +624,6 @@ impl BrowserSession {
                 ))),
             },
             () = exited(self.reaped.clone()) => Err(self.crashed(what)),
-            _ = self.cancel.cancelled() => Err(ActionError::Failed(format!("{what} was interrupted: the activation ended"))),
-            _ = cancel.cancelled() => Err(ActionError::Failed(format!("{what} was cancelled by the caller"))),
         }
     }
 
@@ -669,17 +671,8 @@ struct BrowserTools {
     attach: Option<Arc<Exclusive>>,
 }
 
-fn tool(name: &str, description: &str, schema: Value) -> Tool {
-    let schema = schema.as_object().cloned().unwrap_or_default();
-    Tool::new(
-        name.to_owned(),
-        format!("{description} {GUIDANCE}"),
-        Arc::new(schema),
-    )
-}
-
-fn object(props: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Tool {
+    super::tool(name, description, GUIDANCE, props, required)
 }
 
 impl BrowserTools {
@@ -688,50 +681,52 @@ impl BrowserTools {
             tool(
                 "navigate",
                 "Open a URL in this activation's browser (a fresh headless Chromium, started on first use). Returns the page's title and URL; tokens of earlier snapshots become stale.",
-                object(
-                    json!({"url": {"type": "string", "description": "http(s), file, data or about URL"}}),
-                    &["url"],
-                ),
+                json!({"url": {"type": "string", "description": "http(s), file, data or about URL"}}),
+                &["url"],
             ),
             tool(
                 "snapshot",
                 "List the page's interactable elements, each with a token (like g3e17) next to its role and name, and the page's text. A new snapshot makes every earlier token stale.",
-                object(json!({}), &[]),
+                json!({}),
+                &[],
             ),
             tool(
                 "click",
                 "Click the element with this token from the latest snapshot.",
-                object(json!({"token": {"type": "string"}}), &["token"]),
+                json!({"token": {"type": "string"}}),
+                &["token"],
             ),
             tool(
                 "type",
                 "Focus the element with this token from the latest snapshot and type the text into it.",
-                object(
-                    json!({"token": {"type": "string"}, "text": {"type": "string"}}),
-                    &["token", "text"],
-                ),
+                json!({"token": {"type": "string"}, "text": {"type": "string"}}),
+                &["token", "text"],
             ),
             tool(
                 "press",
                 "Press a key (Enter, Tab, Escape, ArrowDown, Backspace, a letter…) in the focused element.",
-                object(json!({"key": {"type": "string"}}), &["key"]),
+                json!({"key": {"type": "string"}}),
+                &["key"],
             ),
             tool(
                 "screenshot",
                 "A PNG screenshot of the page's viewport.",
-                object(json!({}), &[]),
+                json!({}),
+                &[],
             ),
             tool(
                 "close",
                 "Close this activation's browser (its process is reaped); the next navigate starts a new one with a fresh profile.",
-                object(json!({}), &[]),
+                json!({}),
+                &[],
             ),
         ];
         if self.config.evaluate {
             tools.push(tool(
                 "evaluate",
                 "Evaluate a JavaScript expression in the page and return its JSON value.",
-                object(json!({"expression": {"type": "string"}}), &["expression"]),
+                json!({"expression": {"type": "string"}}),
+                &["expression"],
             ));
         }
         tools
@@ -820,8 +815,14 @@ impl BrowserSession {
                 .ok_or_else(|| format!("{name} needs the string argument {key:?}"))
         };
         let failed = ActionError::Failed;
-        // One action at a time per activation (SEAT-8).
+        // One action at a time per activation (SEAT-8); one whose caller
+        // gave up while it queued is skipped, never sent.
         let mut guard = self.live.lock().await;
+        if cancel.is_cancelled() || self.cancel.is_cancelled() {
+            return Err(failed(format!(
+                "{name} was cancelled while it waited for the activation's previous action; it was not run"
+            )));
+        }
         let Some(live) = guard.as_mut() else {
             return Err(failed(
                 "the browser was closed; the next call starts a new one".into(),
@@ -987,11 +988,9 @@ impl ServerHandler for BrowserTools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
-        let result = match self.run(&request.name, &args, &ctx.ct).await {
-            Ok(blocks) => CallToolResult::success(blocks),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
-        };
-        Ok(result.into())
+        Ok(super::tool_result(
+            self.run(&request.name, &args, &ctx.ct).await,
+        ))
     }
 }
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use futures::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -475,12 +475,7 @@ struct DesktopTools {
 }
 
 fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Tool {
-    let schema = json!({"type": "object", "properties": props, "required": required, "additionalProperties": false});
-    Tool::new(
-        name.to_owned(),
-        format!("{description} {GUIDANCE}"),
-        Arc::new(schema.as_object().cloned().unwrap_or_default()),
-    )
+    super::tool(name, description, GUIDANCE, props, required)
 }
 
 fn coord(args: &Map<String, Value>, key: &str, tool: &str) -> Result<i64, String> {
@@ -652,10 +647,6 @@ impl ServerHandler for DesktopTools {
         _: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
-        let result = match self.run(&request.name, &args).await {
-            Ok(blocks) => CallToolResult::success(blocks),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
-        };
-        Ok(result.into())
+        Ok(super::tool_result(self.run(&request.name, &args).await))
     }
 }

@@ -142,6 +142,34 @@ where
     server
 }
 
+/// A native provider's tool: an object schema with these properties (no
+/// others), and the provider's guidance after the description (SEAT-6).
+pub(crate) fn tool(
+    name: &str,
+    description: &str,
+    guidance: &str,
+    props: serde_json::Value,
+    required: &[&str],
+) -> rmcp::model::Tool {
+    let schema = serde_json::json!({"type": "object", "properties": props, "required": required, "additionalProperties": false});
+    rmcp::model::Tool::new(
+        name.to_owned(),
+        format!("{description} {guidance}"),
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    )
+}
+
+/// A native tool's result: its blocks, or its error as an `isError` text.
+pub(crate) fn tool_result(
+    result: Result<Vec<rmcp::model::ContentBlock>, String>,
+) -> rmcp::model::CallToolResponse {
+    match result {
+        Ok(blocks) => rmcp::model::CallToolResult::success(blocks),
+        Err(e) => rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(e)]),
+    }
+    .into()
+}
+
 /// A connector that serves a fresh `make()` handler over an in-process
 /// stream for each connection: how a provider mounts its tools as an MCP
 /// server without a process. The close is confirmed when the handler's

@@ -205,12 +205,14 @@ impl Activation {
         self.forget();
         let mut report = ShutdownReport::default();
         let mut open = Vec::new();
+        let mut failed_seat = None;
         // The runtime is gone: its tree, and every process in it, went with it.
         let Some(inner) = self.runtime.upgrade() else {
             return Ok(report);
         };
-        for (_, seat) in &inner.seats {
+        for (kind, seat) in &inner.seats {
             let a = self.id.clone();
+            let before = open.len();
             let closed = ask(
                 seat,
                 |reply| SeatMsg::Close {
@@ -228,14 +230,13 @@ impl Activation {
                 Err(AskError::Gone) => {}
                 Err(e) => open.push(format!("the seat {e}")),
             }
+            if open.len() > before {
+                failed_seat.get_or_insert(*kind);
+            }
         }
-        if open.is_empty() {
-            Ok(report)
-        } else {
-            Err(RuntimeError::Seat(SeatError::StillOpen {
-                seat: SeatKind::BrowserUse,
-                open,
-            }))
+        match failed_seat {
+            None => Ok(report),
+            Some(seat) => Err(RuntimeError::Seat(SeatError::StillOpen { seat, open })),
         }
     }
 

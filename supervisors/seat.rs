@@ -276,6 +276,7 @@ async fn mount(st: &mut SeatState, activation: &ActivationId) -> Result<Option<S
     let sessions = SessionsHandle {
         actor: holder.sessions.clone(),
         activation: activation.clone(),
+        seat: st.kind,
     };
     let mount_err = |reason: String| SeatError::Mount {
         provider: holder.info.name.clone(),

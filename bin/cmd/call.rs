@@ -270,13 +270,10 @@ pub(crate) async fn run(
             .filter(|s| name.starts_with(&format!("mcp__{}__", s.server_name)))
             .max_by_key(|s| s.server_name.len())
             .map(|s| s.server_name.clone());
-        let provider = ["browser", "computer"]
-            .into_iter()
-            .zip([
-                cfg.providers.browser.is_some(),
-                cfg.providers.computer.is_some(),
-            ])
-            .find(|(p, on)| *on && name.starts_with(&format!("mcp__{p}__")));
+        let providers = crate::config::provider_names(&cfg);
+        let provider = providers
+            .iter()
+            .find(|p| name.starts_with(&format!("mcp__{p}__")));
         let owner = match (owner, provider) {
             // A provider's tool: no configured server is needed.
             (None, Some(_)) => Some(String::new()),
@@ -284,12 +281,7 @@ pub(crate) async fn run(
         };
         let Some(owner) = owner else {
             let mut known: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
-            if cfg.providers.browser.is_some() {
-                known.push("browser");
-            }
-            if cfg.providers.computer.is_some() {
-                known.push("computer");
-            }
+            known.extend(providers.iter().map(String::as_str));
             bail!(
                 "{name:?} names no configured server (public names are mcp__<server>__<tool>; configured: {}); `mcpvisor tools` lists the tools",
                 if known.is_empty() {

@@ -38,25 +38,36 @@ const FORM: &str = r#"<!doctype html><html><head><title>Form page</title></head>
 struct Site {
     addr: SocketAddr,
     hung: mpsc::UnboundedReceiver<()>,
+    /// Requests of `/other` so far.
+    others: Arc<std::sync::atomic::AtomicUsize>,
+    /// Lets the hung requests answer at last.
+    release: Arc<tokio::sync::Notify>,
     _task: tokio::task::JoinHandle<()>,
 }
 
 async fn site() -> Site {
     let (tx, hung) = mpsc::unbounded_channel();
+    let others = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = others.clone();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let released = release.clone();
     let app = Router::new()
         .route("/", get(|| async { Html(FORM) }))
         .route(
             "/other",
-            get(|| async { Html("<title>Other</title><p>the other page</p>") }),
+            get(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Html("<title>Other</title><p>the other page</p>") }
+            }),
         )
         .route(
             "/hang",
             get(move || {
-                let tx = tx.clone();
+                let (tx, released) = (tx.clone(), released.clone());
                 async move {
                     let _ = tx.send(());
-                    futures::future::pending::<()>().await;
-                    Html("never")
+                    released.notified().await;
+                    Html("<title>Released</title>")
                 }
             }),
         );
@@ -68,6 +79,8 @@ async fn site() -> Site {
     Site {
         addr,
         hung,
+        others,
+        release,
         _task: task,
     }
 }
@@ -1073,4 +1086,132 @@ async fn provider_tools_pass_trust_and_hooks_and_the_seat_shows_in_status() {
         .unwrap_or_else(|| panic!("no browser server in {all}"));
     assert_eq!(server["state"], "ready", "{server}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SEAT-5: an MCP-backed provider is pinned (another installed version is
+/// refused, naming both) and starts strictly: a server that fails to start
+/// fails `open_activation` with its own words, and nothing stays mounted.
+#[tokio::test]
+async fn an_mcp_backed_provider_is_pinned_and_a_failed_start_fails_the_activation() {
+    use mcpvisor::providers::mcp_browser::{McpBrowser, McpBrowserConfig, McpBrowserKind};
+    let Some(_) = chromium() else { return };
+    let dir = unique_temp_path("mcp-strict");
+    let pkg = dir.join("node_modules/@playwright/mcp");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("package.json"), r#"{"version": "0.0.83"}"#).unwrap();
+    std::fs::write(
+        pkg.join("cli.js"),
+        "console.error('fatal: no browser for you'); process.exit(3);\n",
+    )
+    .unwrap();
+    let mut c = McpBrowserConfig::new("browser", McpBrowserKind::Playwright);
+    c.package_dir = Some(dir.clone());
+    c.trust = TrustMode::Always;
+    let mut wrong = c.clone();
+    wrong.version = "0.0.82".into();
+    let err = McpBrowser::new(wrong).unwrap_err();
+    assert!(
+        err.contains("\"0.0.83\"") && err.contains("0.0.82"),
+        "{err}"
+    );
+    let rt = Runtime::builder()
+        .provider(Arc::new(McpBrowser::new(c).unwrap()))
+        .start()
+        .await
+        .unwrap();
+    let scope = Scope::Agent("s".into());
+    let err = rt.open_activation(scope.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("no browser for you"), "{err}");
+    assert!(rt.tools(&scope).is_empty());
+    // The failed activation is gone: the scope can be activated again.
+    let again = rt.open_activation(scope.clone()).await.unwrap_err();
+    assert!(again.to_string().contains("no browser for you"), "{again}");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SEAT-8: one activation's actions run one at a time, and one whose
+/// caller gave up while it waited behind another is skipped, never run:
+/// after the first ends, the page is not where the skipped one would have
+/// taken it.
+#[tokio::test]
+async fn a_queued_action_whose_caller_gave_up_is_skipped() {
+    let Some(_) = chromium() else { return };
+    let mut site = site().await;
+    let root = unique_temp_path("browser-queue");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |_| {}))
+        .activate(Scope::Global)
+        .start()
+        .await
+        .unwrap();
+    let g = Scope::Global;
+    let first = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/", site.addr)}),
+    )
+    .await;
+    assert!(first.is_ok(), "{}", first.projection);
+    // A holds the activation's browser on a page that never answers.
+    let holding = {
+        let (rt, url) = (rt.clone(), format!("http://{}/hang", site.addr));
+        tokio::spawn(
+            async move { call(&rt, &Scope::Global, "navigate", json!({"url": url})).await },
+        )
+    };
+    site.hung.recv().await.unwrap();
+    // B queues behind it, and its caller gives up.
+    let mut events = rt.subscribe();
+    let cancel = mcpvisor::CancellationToken::new();
+    let queued = {
+        let (rt, url, cancel) = (
+            rt.clone(),
+            format!("http://{}/other", site.addr),
+            cancel.clone(),
+        );
+        tokio::spawn(async move {
+            let options = mcpvisor::CallOptions {
+                cancel: Some(cancel),
+                ..Default::default()
+            };
+            rt.call(
+                &Scope::Global,
+                "mcp__browser__navigate",
+                Some(json!({"url": url})),
+                options,
+            )
+            .await
+        })
+    };
+    loop {
+        if let Ok(mcpvisor::RuntimeEvent::CallStarted { .. }) = events.recv().await {
+            break;
+        }
+    }
+    cancel.cancel();
+    let b = queued.await.unwrap();
+    assert_eq!(b.kind, OutcomeKind::Cancelled, "{}", b.projection);
+    // A's page answers now: A ends, then B has its turn.
+    site.release.notify_waiters();
+    let a = holding.await.unwrap();
+    assert!(a.is_ok(), "{}", a.projection);
+    // C queues after where B was: once it ran, B had its turn, and the
+    // site never saw B's page.
+    let c = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/", site.addr)}),
+    )
+    .await;
+    assert!(c.is_ok(), "{}", c.projection);
+    assert_eq!(
+        site.others.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the skipped navigate ran"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    assert_nothing_left(&root).await;
 }

@@ -549,3 +549,26 @@ async fn chat_raises_the_session_events() {
     let final_line = lines.iter().position(|l| l.get("final").is_some()).unwrap();
     assert!(first_mod < final_line && final_line < last_mod, "{stdout}");
 }
+
+const SLOW: &str = r#"
+export function register(on) {
+  for (let i = 0; i < 3; i++) on("prompt.submit", (e, next) => { while (true) {} });
+  on("prompt.submit", (e, next) => { e.context.push("slow's fourth ran"); next(); });
+}
+"#;
+
+/// MOD-3: a mod that keeps timing out (three times) is reported and
+/// disabled; the host keeps serving the others.
+#[tokio::test]
+async fn a_mod_that_keeps_timing_out_is_disabled_and_the_others_still_run() {
+    let dir = dir_with(&[("slow.js", SLOW, &[]), ("last.js", LAST, &[])], "");
+    let v = test_event(&dir, "prompt.submit", json!({"prompt": "go"})).await;
+    assert_eq!(reports(&v, "timeout").len(), 3, "{v}");
+    let disabled = reports(&v, "disabled");
+    assert_eq!(
+        disabled,
+        vec!["slow.js: slow.js timed out three times: disabled".to_owned()],
+        "{v}"
+    );
+    assert_eq!(v["context"], json!(["last ran"]), "{v}");
+}
