@@ -7,7 +7,7 @@
 //
 // Prints one JSON object per step on stdout ({"step": …, …}) and exits 0
 // when every step held, 1 with {"step": "error", "message"} otherwise. The
-// Rust test (chaos-tests/tests/gateway.rs) reads the steps and checks the
+// Rust test (chaos-tests/tests/all/gateway.rs) reads the steps and checks the
 // backend's side (its request log, its processes).
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";

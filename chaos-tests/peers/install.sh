@@ -51,7 +51,7 @@ else
 fi
 
 # The official MCP conformance suite (its server scenarios run against the
-# gateway and against server-everything, chaos-tests/tests/gateway.rs). It
+# gateway and against server-everything, chaos-tests/tests/all/gateway.rs). It
 # needs Node 22; the machine's node may be older, so Node 22 comes from npm.
 CONFORMANCE_VERSION="0.1.16"
 NODE22_VERSION="22.23.5"
