@@ -224,6 +224,10 @@ pub struct CallOptions {
     /// The route (the model the result goes to) declares image capability:
     /// admissible images are saved and projected as images (CALL-7).
     pub images: bool,
+    /// The call was made by the `callTool` host API of the JS mod at this
+    /// load index: its `tool.call` event is seen only by the mods loaded
+    /// before it (MOD-5). The mod host sets it.
+    pub mod_origin: Option<usize>,
 }
 
 /// What a policy sees of a call.
@@ -243,6 +247,8 @@ pub struct PolicyCall {
     pub call_id: u64,
     /// The call's cancellation, for policies that wait (hooks).
     pub cancel: CancellationToken,
+    /// [`CallOptions::mod_origin`].
+    pub mod_origin: Option<usize>,
     /// What policies add on the way: context for the model, notes for the
     /// user, a stop request. Applied to the outcome, whatever it is.
     pub annotations: Arc<Mutex<Annotations>>,

@@ -116,6 +116,7 @@ const MOD_CAPABILITIES: &[(&str, bool)] = &[
     ("config", true),
     ("spawn", true),
     ("http", true),
+    ("tools", true),
 ];
 
 /// Check `[mods]`: known capabilities, positive limits.
@@ -125,7 +126,7 @@ fn check_mods(origin: &str, m: &RawMods) -> Result<(), ConfigError> {
         for c in &l.capabilities {
             match MOD_CAPABILITIES.iter().find(|(k, _)| k == c) {
                 None => problems.push(format!(
-                    "{origin}: [[mods.load]] #{} ({}): capability {c:?}: expected one of \"log\", \"config\", \"spawn\", \"http\"",
+                    "{origin}: [[mods.load]] #{} ({}): capability {c:?}: expected one of \"log\", \"config\", \"spawn\", \"http\", \"tools\"",
                     i + 1,
                     l.path.display()
                 )),

@@ -29,23 +29,39 @@
 //!   assigned. That rewrites the prompt's text, and its non-text blocks stay
 //!   in place. Strings pushed to `event.context` are appended context.
 //!   A changed `event.input` of a `tool.call` is reported and ignored.
-//! - **Host APIs (MOD-6).** `options.host.log(msg)` (capability `log`) and
-//!   `options.host.config()` (capability `config`). An ungranted API throws
-//!   inside the mod. `spawn` and `fetch` are not built yet: config refuses
-//!   those capabilities.
-//!
-//! Chains run on the host's thread, so a host call never re-enters a chain,
-//! and no host API raises an event. That is the recursion rule (MOD-5),
-//! here trivially kept.
+//! - **Host APIs (MOD-6).** On `options.host`, each a capability granted
+//!   per mod: `log(msg)` (`log`), `config()` (`config`), `spawn(cmd, args)`
+//!   (`spawn`: a process group of its own, reaped, killed at the handler's
+//!   deadline), `fetch(url, init)` (`http`: the endpoint validated, TRUST-3)
+//!   and `callTool(name, args, {scope})` (`tools`: a promise of the call's
+//!   outcome, through the whole call pipeline). An ungranted API throws
+//!   inside the mod.
+//! - **No recursion (MOD-5).** The one host API that raises an event is
+//!   `callTool`: its `tool.call` is seen only by the mods loaded before the
+//!   caller. The call carries its origin ([`ModToolCall::origin`], then
+//!   `CallOptions::mod_origin`); while the caller's handler awaits it, the
+//!   host's thread runs that nested chain on the mods before the caller, and
+//!   keeps every other request for after the handler.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+
 use rquickjs::{CatchResultExt, CaughtError, Context, Function, Module, Object, Runtime as Engine};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+mod calls;
+use calls::Host;
+pub use calls::{ModToolCall, ToolCaller, outcome_json};
 
 /// The events mods can register for (MOD-2).
 pub const EVENTS: &[&str] = &[
@@ -60,10 +76,11 @@ pub const EVENTS: &[&str] = &[
 ];
 
 /// The events raised at their points: `turn.start`, `prompt.submit` and
-/// `turn.complete` in `Runtime::turn`, `tool.call` in the call pipeline,
-/// `session.start` / `session.end` by the host's session (`mcpvisor chat`;
-/// an embedder raises them with `ModHost::run`). The others are accepted,
-/// and reported as unserved.
+/// `turn.complete` in `Runtime::turn`, `tool.call` in the call pipeline;
+/// `session.start` / `session.end`, `command.run` (a `/command` line) and
+/// `ui.render` (a line the host draws) by the host's session and UI
+/// (`mcpvisor chat`; an embedder raises them with `ModHost::run`). All
+/// eight are served.
 pub const SERVED: &[&str] = &[
     "prompt.submit",
     "tool.call",
@@ -71,17 +88,19 @@ pub const SERVED: &[&str] = &[
     "turn.complete",
     "session.start",
     "session.end",
+    "command.run",
+    "ui.render",
 ];
 
 /// The host APIs a mod can be granted (MOD-6).
-pub const CAPABILITIES: &[&str] = &["log", "config", "spawn", "http"];
+pub const CAPABILITIES: &[&str] = &["log", "config", "spawn", "http", "tools"];
 
 /// One mod to load.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModSpec {
     /// The ES module file.
     pub path: PathBuf,
-    /// Granted host APIs (`log`, `config`).
+    /// Granted host APIs ([`CAPABILITIES`]).
     pub capabilities: Vec<String>,
 }
 
@@ -146,8 +165,11 @@ pub struct Registration {
 pub struct ChainOutcome {
     /// The event.
     pub event: String,
-    /// The event payload after the chain (for `prompt.submit`, with the
-    /// rewritten `prompt` and `blocks`).
+    /// The event payload after the chain: for `prompt.submit` with the
+    /// rewritten `prompt` and `blocks`; for `command.run` and `ui.render`
+    /// with what the handlers set (`output`, `text`). For the other events
+    /// it is the payload as raised (a `tool.call`'s input is not
+    /// rewritable, MOD-4).
     pub payload: Value,
     /// `prompt.submit`: the prompt text after the chain.
     pub prompt: Option<String>,
@@ -165,7 +187,14 @@ pub struct ChainOutcome {
 /// event name); `__mcpvisor_run` runs handler `i` on an event (JSON in,
 /// JSON out), through its `catch` when it throws.
 const PRELUDE: &str = r#"
-globalThis.__mcpvisor = { handlers: [], known: __KNOWN__, pending: null };
+globalThis.__mcpvisor = { handlers: [], known: __KNOWN__, pending: null, calls: {} };
+globalThis.__mcpvisor_settle = function (id, json) {
+  const c = __mcpvisor.calls[id];
+  if (!c) return;
+  delete __mcpvisor.calls[id];
+  const r = JSON.parse(json);
+  if (r.refused !== undefined) c.reject(new Error(r.refused)); else c.resolve(r);
+};
 globalThis.__mcpvisor_on = function (event, handler, opts) {
   if (typeof event !== "string" || !__mcpvisor.known.includes(event)) {
     throw new Error("unknown event " + JSON.stringify(event) + " (known: " + __mcpvisor.known.join(", ") + ")");
@@ -238,22 +267,36 @@ struct Loaded {
     timeouts: u32,
     /// Stopped serving (memory, timeouts); the reason is in its report.
     disabled: bool,
+    /// Its `callTool` calls in flight, by host-wide id.
+    calls: Rc<RefCell<HashMap<u64, CancellationToken>>>,
 }
 
 /// Requests to the mod host's thread.
 enum Req {
-    List(std::sync::mpsc::Sender<(Vec<Registration>, Vec<ModReport>)>),
+    List(Sender<(Vec<Registration>, Vec<ModReport>)>),
     Run {
         event: String,
         payload: Value,
-        reply: std::sync::mpsc::Sender<ChainOutcome>,
+        /// Raised by this mod's `callTool` (MOD-5): only the mods before
+        /// it see the event.
+        origin: Option<usize>,
+        reply: Sender<ChainOutcome>,
     },
+    /// A `callTool` call ended.
+    Settled {
+        id: u64,
+        result: Value,
+    },
+    /// Serve what came before, then drop the engines.
+    Stop,
 }
 
 /// The mod host: the engines on their own thread (see the module docs).
 pub struct ModHost {
-    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<Req>>>,
+    tx: std::sync::Mutex<Option<Sender<Req>>>,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// How `callTool` reaches the runtime, once it runs.
+    caller: Arc<OnceLock<ToolCaller>>,
 }
 
 impl std::fmt::Debug for ModHost {
@@ -270,14 +313,28 @@ impl ModHost {
         // `spawn` and `fetch` run their I/O on the caller's tokio runtime
         // (the process-group owner's reaper is a tokio task).
         let io = tokio::runtime::Handle::try_current().ok();
+        let caller: Arc<OnceLock<ToolCaller>> = Arc::default();
+        let host = Host {
+            tx: tx.clone(),
+            io,
+            caller: caller.clone(),
+            ids: Arc::default(),
+        };
         let thread = std::thread::Builder::new()
             .name("mcpvisor-mods".into())
-            .spawn(move || serve(settings, rx, io))
+            .spawn(move || serve(settings, rx, host))
             .map_err(|e| format!("cannot start the mod host's thread: {e}"))?;
         Ok(Self {
             tx: std::sync::Mutex::new(Some(tx)),
             thread: std::sync::Mutex::new(Some(thread)),
+            caller,
         })
+    }
+
+    /// Give `callTool` its way to the runtime (the runtime does this once
+    /// it runs; a second caller is ignored). Until then `callTool` rejects.
+    pub fn set_caller(&self, caller: ToolCaller) {
+        let _ = self.caller.set(caller);
     }
 
     /// Every registration and the reports so far (load errors, unserved
@@ -293,10 +350,17 @@ impl ModHost {
     /// Run `event`'s chain on `payload` (blocking; call it from a blocking
     /// context, e.g. `tokio::task::spawn_blocking`).
     pub fn run(&self, event: &str, payload: Value) -> ChainOutcome {
+        self.run_from(event, payload, None)
+    }
+
+    /// [`Self::run`] for an event raised by the host API of the mod at load
+    /// index `origin` (MOD-5): only the mods loaded before it see it.
+    pub fn run_from(&self, event: &str, payload: Value, origin: Option<usize>) -> ChainOutcome {
         let (reply, rx) = std::sync::mpsc::channel();
         let sent = self.send(Req::Run {
             event: event.to_owned(),
             payload: payload.clone(),
+            origin,
             reply,
         });
         let gone = || ChainOutcome {
@@ -334,8 +398,12 @@ impl ModHost {
     /// [`Self::shutdown`] through a shared handle (the runtime's shutdown):
     /// later chains get a "stopped" report. Blocking.
     pub fn stop(&self) {
-        if let Ok(mut tx) = self.tx.lock() {
-            drop(tx.take());
+        // The engines hold senders of their own (for `callTool`'s results):
+        // the thread stops at `Stop`, not when this sender goes.
+        if let Ok(mut tx) = self.tx.lock()
+            && let Some(tx) = tx.take()
+        {
+            let _ = tx.send(Req::Stop);
         }
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = thread {
@@ -359,21 +427,28 @@ fn report(name: &str, kind: &str, message: impl Into<String>) -> ModReport {
 }
 
 /// The host's thread: load, then serve requests until the channel closes.
-fn serve(
-    settings: ModSettings,
-    rx: std::sync::mpsc::Receiver<Req>,
-    io: Option<tokio::runtime::Handle>,
-) {
+fn serve(settings: ModSettings, rx: Receiver<Req>, host: Host) {
     let mut reports = Vec::new();
     let mut mods = Vec::new();
     for spec in &settings.mods {
-        match load(spec, &settings, &mut reports, io.clone()) {
+        match load(spec, &settings, &mut reports, &host, mods.len()) {
             Ok(m) => mods.push(m),
             Err(e) => reports.push(report(&mod_name(spec), "load_error", e)),
         }
     }
-    while let Ok(req) = rx.recv() {
+    let mut deferred = VecDeque::new();
+    loop {
+        let req = match deferred.pop_front() {
+            Some(r) => r,
+            None => match rx.recv() {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+        };
         match req {
+            Req::Stop => break,
+            // The result of a call whose handler was abandoned.
+            Req::Settled { .. } => {}
             Req::List(reply) => {
                 let regs = mods
                     .iter()
@@ -391,12 +466,26 @@ fn serve(
             Req::Run {
                 event,
                 payload,
+                origin,
                 reply,
             } => {
+                // MOD-5: an event a mod's host call raised (its handler has
+                // gone since) is still seen only by the mods before it.
+                let seen = origin.map_or(mods.len(), |o| o.min(mods.len()));
+                let mut waits = Waits {
+                    rx: &rx,
+                    deferred: &mut deferred,
+                };
                 // A bug of the engine's binding must not take every mod down
                 // with the thread: the request gets a report instead.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_chain(&mut mods, &settings, &event, payload.clone())
+                    run_chain(
+                        &mut mods[..seen],
+                        &settings,
+                        &event,
+                        payload.clone(),
+                        &mut waits,
+                    )
                 }));
                 let out = ran.unwrap_or_else(|_| ChainOutcome {
                     event: event.clone(),
@@ -445,8 +534,11 @@ fn load(
     spec: &ModSpec,
     settings: &ModSettings,
     reports: &mut Vec<ModReport>,
-    io: Option<tokio::runtime::Handle>,
+    host_side: &Host,
+    index: usize,
 ) -> Result<Loaded, String> {
+    let io = host_side.io.clone();
+    let calls: Rc<RefCell<HashMap<u64, CancellationToken>>> = Rc::default();
     let name = mod_name(spec);
     let file = spec.path.display().to_string();
     let src =
@@ -492,6 +584,12 @@ fn load(
       if (r.error) throw new Error(r.error);
       return r;
     }}),
+    callTool: gate("tools", (name, args, opts) => new Promise((resolve, reject) => {{
+      const scope = opts && opts.scope !== undefined ? String(opts.scope) : "";
+      const r = JSON.parse(__mcpvisor_call_tool(String(name), JSON.stringify(args === undefined ? {{}} : args), scope));
+      if (r.refused !== undefined) {{ reject(new Error(r.refused)); return; }}
+      __mcpvisor.calls[r.id] = {{ resolve, reject }};
+    }})),
   }};
 }})()"#,
             granted = serde_json::to_string(&granted).unwrap_or_else(|_| "[]".into()),
@@ -517,6 +615,19 @@ fn load(
         })
         .map_err(|e| format!("{file}: {e}"))?;
         ctx.globals().set("__mcpvisor_fetch", fetch).map_err(|e| format!("{file}: {e}"))?;
+        let (call_host, call_list) = (host_side.clone(), calls.clone());
+        let call_tool = Function::new(
+            ctx.clone(),
+            move |name: String, args: String, scope: String| -> String {
+                call_host
+                    .call_tool(index, &call_list, &name, &args, &scope)
+                    .to_string()
+            },
+        )
+        .map_err(|e| format!("{file}: {e}"))?;
+        ctx.globals()
+            .set("__mcpvisor_call_tool", call_tool)
+            .map_err(|e| format!("{file}: {e}"))?;
         let host: Object<'_> = ctx
             .eval(host)
             .catch(&ctx)
@@ -587,6 +698,7 @@ fn load(
         epoch,
         timeouts: 0,
         disabled: false,
+        calls,
     })
 }
 
@@ -724,13 +836,25 @@ enum Failure {
     Throw(String),
 }
 
-/// Run one handler of `m` on `ev`, within the deadline.
+/// Where a handler waits for its host calls: the host's requests, and
+/// those that must wait for the running chain to end.
+struct Waits<'a> {
+    rx: &'a Receiver<Req>,
+    deferred: &'a mut VecDeque<Req>,
+}
+
+/// Run one handler of `m` (the mod after `before`) on `ev`, within the
+/// deadline. While it awaits its `callTool` calls, the chains those calls
+/// raise run on `before` (MOD-5).
 fn run_handler(
     m: &Loaded,
     index: usize,
     ev: &Value,
-    deadline: Duration,
+    before: &mut [Loaded],
+    settings: &ModSettings,
+    waits: &mut Waits<'_>,
 ) -> (Result<Ran, Failure>, Vec<String>) {
+    let deadline = settings.deadline;
     let now = u64::try_from(m.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
     let limit = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
     m.deadline_at
@@ -745,7 +869,7 @@ fn run_handler(
             Failure::Throw(msg)
         }
     };
-    let result = (|| -> (Result<Ran, Failure>, Vec<String>) {
+    let mut result = || -> (Result<Ran, Failure>, Vec<String>) {
         let first = m.ctx.with(|ctx| {
             let f: Function<'_> = ctx
                 .globals()
@@ -779,9 +903,45 @@ fn run_handler(
             }
             match m.engine.execute_pending_job() {
                 Ok(true) => {}
-                // Nothing left to run and not settled: it waits on
-                // something that will never come.
-                Ok(false) => return (Err(Failure::Timeout), logs()),
+                // Nothing left to run and not settled: it awaits its host
+                // calls, or something that will never come.
+                Ok(false) => {
+                    if m.calls.borrow().is_empty() {
+                        return (Err(Failure::Timeout), logs());
+                    }
+                    let left = deadline.saturating_sub(started.elapsed());
+                    match waits.rx.recv_timeout(left) {
+                        Ok(Req::Settled { id, result }) => {
+                            if m.calls.borrow_mut().remove(&id).is_some() {
+                                let settled = m.ctx.with(|ctx| {
+                                    ctx.globals()
+                                        .get::<_, Function<'_>>("__mcpvisor_settle")
+                                        .and_then(|f| f.call::<_, ()>((id, result.to_string())))
+                                        .map_err(|e| e.to_string())
+                                });
+                                if let Err(e) = settled {
+                                    return (Err(classify(e)), logs());
+                                }
+                            }
+                        }
+                        // The tool.call of this mod's own call: the mods
+                        // before it see it, now, on this thread.
+                        Ok(Req::Run {
+                            event,
+                            payload,
+                            origin: Some(o),
+                            reply,
+                        }) if o <= before.len() => {
+                            let out = run_chain(&mut before[..o], settings, &event, payload, waits);
+                            let _ = reply.send(out);
+                        }
+                        Ok(other) => waits.deferred.push_back(other),
+                        Err(RecvTimeoutError::Timeout) => return (Err(Failure::Timeout), logs()),
+                        Err(RecvTimeoutError::Disconnected) => {
+                            return (Err(Failure::Throw("the mod host stopped".into())), logs());
+                        }
+                    }
+                }
                 Err(_) => return (Err(classify("a promise job failed".into())), logs()),
             }
             let collected = m.ctx.with(|ctx| {
@@ -795,8 +955,20 @@ fn run_handler(
                 Err(e) => return (Err(classify(e)), logs()),
             };
         }
-    })();
+    };
+    let result = result();
     m.deadline_at.store(u64::MAX, Ordering::Relaxed);
+    // The handler is over: its calls still in flight are cancelled, and
+    // their results will find no promise.
+    let abandoned: Vec<CancellationToken> = m.calls.borrow_mut().drain().map(|(_, c)| c).collect();
+    if !abandoned.is_empty() {
+        for c in abandoned {
+            c.cancel();
+        }
+        m.ctx.with(|ctx| {
+            let _ = ctx.eval::<(), _>("__mcpvisor.calls = {};");
+        });
+    }
     result
 }
 
@@ -848,6 +1020,7 @@ fn run_chain(
     settings: &ModSettings,
     event: &str,
     payload: Value,
+    waits: &mut Waits<'_>,
 ) -> ChainOutcome {
     let mut out = ChainOutcome {
         event: event.to_owned(),
@@ -880,7 +1053,11 @@ fn run_chain(
         o.insert("context".into(), json!([]));
     }
     let input_before = ev.get("input").cloned();
-    'chain: for m in mods.iter_mut() {
+    'chain: for k in 0..mods.len() {
+        let (before, rest) = mods.split_at_mut(k);
+        let Some(m) = rest.first_mut() else {
+            break;
+        };
         if m.disabled {
             continue;
         }
@@ -890,7 +1067,7 @@ fn run_chain(
             }
             let who = format!("{}#{index}", m.name);
             out.ran.push(who.clone());
-            let (result, logs) = run_handler(m, index, &ev, settings.deadline);
+            let (result, logs) = run_handler(m, index, &ev, before, settings, waits);
             for l in logs {
                 out.reports.push(report(&m.name, "log", l));
             }
@@ -992,6 +1169,15 @@ fn run_chain(
             rewrite_prompt(&mut payload, t);
         }
         out.prompt = text;
+    }
+    // The host's own commands and drawing: the handlers' answer is the
+    // event itself (`event.output`, `event.text`).
+    if matches!(event, "command.run" | "ui.render") {
+        if let Some(o) = ev.as_object_mut() {
+            o.remove("event");
+            o.remove("context");
+        }
+        payload = ev;
     }
     out.payload = payload;
     out

@@ -314,6 +314,12 @@ impl RuntimeBuilder {
                 shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         };
+        // `callTool` (MOD-6): through this runtime's call pipeline, held
+        // weakly (the runtime owns the mod host, not the other way round).
+        #[cfg(feature = "mods")]
+        if let Some(host) = &runtime.inner.mods {
+            host.set_caller(runtime.mod_caller());
+        }
         for (scope, config) in self.servers {
             if let Err(e) = runtime.add_server(scope, config).await {
                 runtime.shutdown(DEFAULT_SHUTDOWN_DEADLINE).await;

@@ -173,6 +173,7 @@ impl Runtime {
             trust,
             call_id,
             cancel: options.cancel.clone().unwrap_or_default(),
+            mod_origin: options.mod_origin,
             annotations: Default::default(),
         };
         let annotations = call.annotations.clone();

@@ -521,6 +521,32 @@ impl Runtime {
         self.inner.mods.clone()
     }
 
+    /// `callTool`'s way into this runtime: a call through the whole
+    /// pipeline, marked with the calling mod (MOD-5), holding the runtime
+    /// weakly.
+    #[cfg(feature = "mods")]
+    fn mod_caller(&self) -> crate::mods::ToolCaller {
+        let weak = Arc::downgrade(&self.inner);
+        Arc::new(move |c: crate::mods::ModToolCall| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                let Some(inner) = weak.upgrade() else {
+                    return serde_json::json!({"refused": "the runtime has shut down"});
+                };
+                let runtime = Runtime { inner };
+                let options = crate::messages::call::CallOptions {
+                    cancel: Some(c.cancel),
+                    mod_origin: Some(c.origin),
+                    ..Default::default()
+                };
+                let out = runtime
+                    .call(&c.scope, &c.name, Some(c.arguments), options)
+                    .await;
+                crate::mods::outcome_json(&out)
+            })
+        })
+    }
+
     /// The hook engine: run the extension points the runtime does not run
     /// itself (UserPromptSubmit, Stop, SessionStart, Subagent*), list hooks.
     pub fn hooks(&self) -> Arc<self::hooks::HookEngine> {

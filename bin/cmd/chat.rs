@@ -3,8 +3,14 @@
 //! one turn (for scripts); without it, each line read from stdin is a turn.
 //! Text streams to stdout; a row per tool use goes to stderr; `--json`
 //! prints every event as a JSON line and a last `{"final": …}` line.
+//!
+//! A line that starts with `/` is a command, not a prompt (`//` sends a
+//! prompt that starts with `/`): `/exit` and `/quit` end the session, any
+//! other is raised as the mods' `command.run`. The rows drawn for tool
+//! calls, results and hooks pass through the mods' `ui.render` first.
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use mcpvisor::{ModelRoute, Provider, TurnEvent, TurnOutcome, TurnRequest};
@@ -59,6 +65,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     let chat = format!("chat-{}", uuid::Uuid::new_v4());
     // MOD-2: the chat is the CLI's session.
     mod_event(&runtime, "session.start", &chat, cli.json).await;
+    let render = renderer(&runtime).await;
     let mut failed = false;
     let mut session = Session {
         cli,
@@ -67,13 +74,19 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         chat: chat.clone(),
         max_rounds,
         signals,
-        system: session_start(&runtime, cli.json).await,
+        system: session_start(&runtime, cli.json, render.as_ref()).await,
+        render,
     };
     match flags.prompt {
-        Some(prompt) => {
-            let (f, _) = session.turn(prompt).await;
-            failed |= f;
-        }
+        Some(prompt) => match parse_line(&prompt) {
+            Line::Prompt(prompt) => {
+                let (f, _) = session.turn(prompt).await;
+                failed |= f;
+            }
+            Line::Command { name, args } => {
+                failed |= !session.command(name, args).await.1;
+            }
+        },
         None => loop {
             eprint!("> ");
             let _ = std::io::stderr().flush();
@@ -93,6 +106,15 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
             if prompt.is_empty() {
                 continue;
             }
+            let prompt = match parse_line(&prompt) {
+                Line::Prompt(p) => p,
+                Line::Command { name, args } => {
+                    if session.command(name, args).await.0 {
+                        break;
+                    }
+                    continue;
+                }
+            };
             let (f, stop) = session.turn(prompt).await;
             failed |= f;
             if stop {
@@ -105,16 +127,26 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     Ok(u8::from(failed))
 }
 
-/// Raise a session event for the mods (`session.start`, `session.end`);
-/// their reports go to stderr (or, with `--json`, as `mods` lines).
+/// Raise a session event for the mods (`session.start`, `session.end`).
 async fn mod_event(runtime: &mcpvisor::Runtime, event: &'static str, chat: &str, json: bool) {
-    let Some(host) = runtime.mods() else {
-        return;
-    };
-    let payload = serde_json::json!({"session_id": chat, "source": "chat"});
-    let Ok(out) = tokio::task::spawn_blocking(move || host.run(event, payload)).await else {
-        return;
-    };
+    if let Some(host) = runtime.mods() {
+        let payload = serde_json::json!({"session_id": chat, "source": "chat"});
+        mod_chain(&host, event, payload, json).await;
+    }
+}
+
+/// Run `event`'s chain; its reports go to stderr (or, with `--json`, as
+/// `mods` lines).
+async fn mod_chain(
+    host: &Arc<mcpvisor::mods::ModHost>,
+    event: &'static str,
+    payload: serde_json::Value,
+    json: bool,
+) -> Option<mcpvisor::mods::ChainOutcome> {
+    let host = host.clone();
+    let out = tokio::task::spawn_blocking(move || host.run(event, payload))
+        .await
+        .ok()?;
     for r in &out.reports {
         if json {
             println!("{}", serde_json::json!({"mods": event, "report": r}));
@@ -122,11 +154,50 @@ async fn mod_event(runtime: &mcpvisor::Runtime, event: &'static str, chat: &str,
             eprintln!("mods: {event}: {}: {}: {}", r.mod_name, r.kind, r.message);
         }
     }
+    Some(out)
+}
+
+/// The mod host when a mod draws (`ui.render`): only then does each row
+/// take a trip through the chain.
+async fn renderer(runtime: &mcpvisor::Runtime) -> Option<Arc<mcpvisor::mods::ModHost>> {
+    let host = runtime.mods()?;
+    let h = host.clone();
+    let draws =
+        tokio::task::spawn_blocking(move || h.list().0.iter().any(|r| r.event == "ui.render"))
+            .await
+            .unwrap_or(false);
+    draws.then_some(host)
+}
+
+/// A line read at the prompt.
+#[derive(Debug, PartialEq)]
+enum Line<'a> {
+    Prompt(String),
+    Command { name: &'a str, args: &'a str },
+}
+
+/// `/name args` is a command; `//text` is the prompt `/text`.
+fn parse_line(line: &str) -> Line<'_> {
+    match line.strip_prefix('/') {
+        Some(rest) if rest.starts_with('/') => Line::Prompt(rest.to_owned()),
+        Some(rest) if !rest.is_empty() => {
+            let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            Line::Command {
+                name,
+                args: args.trim(),
+            }
+        }
+        _ => Line::Prompt(line.to_owned()),
+    }
 }
 
 /// SessionStart hooks (source `startup`): their context becomes the system
 /// prompt of the session's turns.
-async fn session_start(runtime: &mcpvisor::Runtime, json_out: bool) -> Option<String> {
+async fn session_start(
+    runtime: &mcpvisor::Runtime,
+    json_out: bool,
+    render: Option<&Arc<mcpvisor::mods::ModHost>>,
+) -> Option<String> {
     let hooks = runtime.hooks();
     if !hooks.has(mcpvisor::HookEvent::SessionStart) {
         return None;
@@ -156,7 +227,9 @@ async fn session_start(runtime: &mcpvisor::Runtime, json_out: bool) -> Option<St
             text: context.clone(),
         },
         json_out,
-    );
+        render,
+    )
+    .await;
     Some(context)
 }
 
@@ -195,12 +268,51 @@ struct Session<'a> {
     system: Option<String>,
     max_rounds: u32,
     signals: Signals,
+    /// The mod host, when a mod handles `ui.render`.
+    render: Option<Arc<mcpvisor::mods::ModHost>>,
 }
 
 impl Session<'_> {
     /// One turn, printed as it goes: (it failed, the session must end).
     async fn turn(&mut self, prompt: String) -> (bool, bool) {
         one_turn(self, prompt).await
+    }
+
+    /// A `/command`: `/exit` and `/quit` end the session; any other is the
+    /// mods' `command.run` (`{command, args, session_id}`), whose handler
+    /// answers by setting `event.output` (printed) or by ending the chain.
+    /// (the session must end, a handler took it).
+    async fn command(&mut self, name: &str, args: &str) -> (bool, bool) {
+        let json_out = self.cli.json;
+        if matches!(name, "exit" | "quit") {
+            return (true, true);
+        }
+        let out = match self.runtime.mods() {
+            Some(host) => {
+                let payload = json!({"command": name, "args": args, "session_id": self.chat});
+                mod_chain(&host, "command.run", payload, json_out).await
+            }
+            None => None,
+        };
+        let output = out
+            .as_ref()
+            .and_then(|o| o.payload.get("output"))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
+        let taken = output.is_some() || out.as_ref().is_some_and(|o| o.stopped_by.is_some());
+        match (output, json_out) {
+            (Some(text), true) => println!("{}", json!({"command": name, "output": text})),
+            (Some(text), false) => println!("{text}"),
+            (None, _) if taken => {}
+            (None, true) => println!(
+                "{}",
+                json!({"command": name, "error": "unknown command: no mod handled it"})
+            ),
+            (None, false) => eprintln!(
+                "mcpvisor chat: unknown command /{name}: no mod handled it (built in: /exit, /quit; `//` sends a prompt that starts with /)"
+            ),
+        }
+        (false, taken)
     }
 }
 
@@ -220,6 +332,7 @@ async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
     let json_out = cli.json;
     // A spinner on the tool row while its call runs, on a terminal only.
     let spin = !json_out && std::io::stderr().is_terminal();
+    let render = session.render.clone();
     let printer = tokio::spawn(async move {
         let frames = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
         let mut running = false;
@@ -232,7 +345,7 @@ async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
                     if running {
                         eprint!("\r\x1b[2K");
                     }
-                    print_event(&e, json_out);
+                    print_event(&e, json_out, render.as_ref()).await;
                     running = spin && matches!(e, TurnEvent::ToolCall { .. });
                 }
                 _ = tick.tick(), if running => {
@@ -275,31 +388,64 @@ async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
     (outcome.error.is_some(), stop)
 }
 
-fn print_event(e: &TurnEvent, as_json: bool) {
+/// Print one turn event: streamed text to stdout, a row per tool call,
+/// result and hook to stderr, each row through the mods' `ui.render` when
+/// one draws (`{kind, text}`; a handler may replace `event.text`; what the
+/// model sees never changes). `--json` prints the events as they are.
+async fn print_event(e: &TurnEvent, as_json: bool, render: Option<&Arc<mcpvisor::mods::ModHost>>) {
     if as_json {
         if let Ok(line) = serde_json::to_string(e) {
             println!("{line}");
         }
         return;
     }
-    match e {
-        TurnEvent::Text { text } => {
-            print!("{text}");
-            let _ = std::io::stdout().flush();
+    if let TurnEvent::Text { text } = e {
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+        return;
+    }
+    let Some((kind, text)) = row(e) else {
+        return;
+    };
+    let text = match render {
+        Some(host) => {
+            let payload = json!({"kind": kind, "text": text});
+            mod_chain(host, "ui.render", payload, false)
+                .await
+                .and_then(|o| {
+                    o.payload
+                        .get("text")
+                        .and_then(|t| t.as_str())
+                        .map(str::to_owned)
+                })
+                .unwrap_or(text)
         }
+        None => text,
+    };
+    match kind {
+        "tool_call" => eprintln!("\n⏺ {text}"),
+        "tool_result" => eprintln!("  ⎿ {text}"),
+        _ => eprintln!("\n⚑ {text}"),
+    }
+}
+
+/// The row drawn for an event, `(kind, text)`: `tool_call`, `tool_result`
+/// or `hook`.
+fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
+    match e {
         TurnEvent::ToolCall {
             tool, arguments, ..
         } => {
             let args = arguments.to_string();
             let (args, _) = apply_cut(&args, 120);
-            eprintln!("\n⏺ {tool} {args}");
+            Some(("tool_call", format!("{tool} {args}")))
         }
         TurnEvent::ToolResult {
             outcome, content, ..
         } => {
             let first = content.lines().next().unwrap_or("");
             let (first, _) = apply_cut(first, 160);
-            eprintln!("  ⎿ {outcome}: {first}");
+            Some(("tool_result", format!("{outcome}: {first}")))
         }
         TurnEvent::Hook {
             hook_event,
@@ -307,9 +453,12 @@ fn print_event(e: &TurnEvent, as_json: bool) {
             text,
         } => {
             let (text, _) = apply_cut(text, 160);
-            eprintln!("\n⚑ {hook_event} hook: {verdict}: {text}");
+            Some(("hook", format!("{hook_event} hook: {verdict}: {text}")))
         }
-        TurnEvent::Round { .. } | TurnEvent::Thinking { .. } | TurnEvent::Usage { .. } => {}
+        TurnEvent::Text { .. }
+        | TurnEvent::Round { .. }
+        | TurnEvent::Thinking { .. }
+        | TurnEvent::Usage { .. } => None,
     }
 }
 
@@ -323,4 +472,33 @@ fn apply_cut(text: &str, max: usize) -> (String, bool) {
         end -= 1;
     }
     (format!("{}…", &text[..end]), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slash_line_is_a_command_and_a_double_slash_a_prompt() {
+        assert_eq!(
+            parse_line("/todo add milk"),
+            Line::Command {
+                name: "todo",
+                args: "add milk"
+            }
+        );
+        assert_eq!(
+            parse_line("/exit"),
+            Line::Command {
+                name: "exit",
+                args: ""
+            }
+        );
+        assert_eq!(
+            parse_line("//etc is a path"),
+            Line::Prompt("/etc is a path".into())
+        );
+        assert_eq!(parse_line("/"), Line::Prompt("/".into()));
+        assert_eq!(parse_line("hello /x"), Line::Prompt("hello /x".into()));
+    }
 }

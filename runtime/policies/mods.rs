@@ -25,9 +25,14 @@ impl CallPolicy for ModsPolicy {
                 "server": call.tool.server,
                 "raw_name": call.tool.raw_name,
                 "input": Value::Object(call.arguments.clone()),
+                "scope": call.scope.to_string(),
             });
             let host = self.host.clone();
-            let ran = tokio::task::spawn_blocking(move || host.run("tool.call", payload)).await;
+            // MOD-5: a mod's own call is seen only by the mods before it.
+            let origin = call.mod_origin;
+            let ran =
+                tokio::task::spawn_blocking(move || host.run_from("tool.call", payload, origin))
+                    .await;
             match ran {
                 Ok(out) => call.annotate(|a| {
                     a.context.extend(out.context);

@@ -198,6 +198,7 @@ mod tests {
             trust: TrustMode::Ask,
             call_id: 1,
             cancel: Default::default(),
+            mod_origin: None,
             annotations: Default::default(),
         }
     }

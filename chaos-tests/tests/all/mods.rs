@@ -270,8 +270,8 @@ export function register(on) {
 
 /// MOD-1 and MOD-2: a mod with a syntax error is reported with its file
 /// and line, one registering for an unknown event fails to load, and the
-/// others still load; a known but unserved event is accepted and reported.
-/// Mods that are off are not loaded at all.
+/// others still load; every known event is served. Mods that are off are
+/// not loaded at all.
 #[tokio::test]
 async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
     let dir = dir_with(
@@ -297,10 +297,11 @@ async fn a_mod_that_fails_to_load_is_reported_and_the_others_still_load() {
     );
     let regs = v["registrations"].as_array().unwrap();
     assert_eq!(regs.len(), 2, "{v}");
+    // All eight known events are served now: none is reported unserved.
     assert_eq!(regs[0]["event"], "ui.render");
-    assert_eq!(regs[0]["served"], false);
+    assert_eq!(regs[0]["served"], true);
     assert_eq!(regs[1]["served"], true);
-    assert!(reports(&v, "unserved")[0].contains("ui.render"), "{v}");
+    assert!(reports(&v, "unserved").is_empty(), "{v}");
     let run = test_event(&dir, "prompt.submit", json!({"prompt": "x"})).await;
     assert_eq!(run["context"], json!(["later loaded"]));
 
@@ -571,4 +572,195 @@ async fn a_mod_that_keeps_timing_out_is_disabled_and_the_others_still_run() {
         "{v}"
     );
     assert_eq!(v["context"], json!(["last ran"]), "{v}");
+}
+
+/// Both mods see every `tool.call`; `second` calls a tool from its
+/// `prompt.submit`, `first` from its `turn.start` (both through
+/// `callTool`, capability `tools`).
+const CALLS_FIRST: &str = r#"
+export function register(on, options) {
+  on("tool.call", (e, next) => { e.context.push("first saw " + e.input.message); next(); });
+  on("turn.start", async (e, next) => {
+    const r = await options.host.callTool("mcp__s__echo", { message: "from first" });
+    e.context.push("first got " + r.kind + " " + JSON.stringify(r.context));
+    next();
+  });
+}
+"#;
+
+const CALLS_SECOND: &str = r#"
+export function register(on, options) {
+  on("tool.call", (e, next) => { e.context.push("second saw " + e.input.message); next(); });
+  on("prompt.submit", async (e, next) => {
+    const r = await options.host.callTool("mcp__s__echo", { message: "from second" });
+    e.context.push("second got " + r.kind + " " + JSON.stringify(r.context));
+    try { await options.host.callTool("mcp__s__nosuch", {}, { scope: "team:x" }); }
+    catch (err) { e.context.push("refused: " + err.message); }
+    next();
+  });
+}
+"#;
+
+/// MOD-5: the `tool.call` a mod's own host call raises is seen only by the
+/// mods loaded before it: `second`'s call is seen by `first` alone,
+/// `first`'s by none, an agent's call by both. The calls go through the
+/// real pipeline to a real server; a bad scope rejects the promise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mods_own_tool_call_is_seen_only_by_the_mods_loaded_before_it() {
+    use mcpvisor::mods::{ModSettings, ModSpec};
+    let dir = dir_with(
+        &[
+            ("first.js", CALLS_FIRST, &["tools"]),
+            ("second.js", CALLS_SECOND, &["tools"]),
+        ],
+        "",
+    );
+    let log = mcpvisor_chaos::RequestLog::new("mods-recursion");
+    let spec = |name: &str| ModSpec {
+        path: dir.dir.join("mods").join(name),
+        capabilities: vec!["tools".into()],
+    };
+    let mut settings = ModSettings::new(vec![spec("first.js"), spec("second.js")]);
+    settings.deadline = Duration::from_secs(15);
+    let rt = mcpvisor::Runtime::builder()
+        .mods(settings)
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(
+        mcpvisor::Scope::Global,
+        mcpvisor_chaos::fault_server_config("s", log.args()).trusted(),
+    )
+    .await
+    .unwrap();
+    rt.wait_ready(&mcpvisor::Scope::Global, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let host = rt.mods().unwrap();
+    let run = |event: &'static str| {
+        let host = host.clone();
+        tokio::task::spawn_blocking(move || host.run(event, json!({"prompt": "x"})))
+    };
+    let second = run("prompt.submit").await.unwrap();
+    assert_eq!(
+        second.context,
+        vec![
+            r#"second got ok ["first saw from second"]"#.to_owned(),
+            r#"refused: callTool: unknown scope "team:x" (expected "global", "agent:ID" or "chat:ID")"#
+                .to_owned(),
+        ],
+        "{second:?}"
+    );
+    let first = run("turn.start").await.unwrap();
+    assert_eq!(
+        first.context,
+        vec!["first got ok []".to_owned()],
+        "{first:?}"
+    );
+    // An agent's call: every mod sees it.
+    let out = rt
+        .call(
+            &mcpvisor::Scope::Global,
+            "mcp__s__echo",
+            Some(json!({"message": "from the agent"})),
+            mcpvisor::CallOptions::default(),
+        )
+        .await;
+    assert!(out.is_ok(), "{out:?}");
+    for want in ["first saw from the agent", "second saw from the agent"] {
+        assert!(out.projection.contains(want), "{want:?} in {out:?}");
+    }
+    // The mods' calls reached the server, once each.
+    let text = log.text();
+    for msg in ["from first", "from second", "from the agent"] {
+        assert_eq!(text.matches(msg).count(), 1, "{msg:?} in {text}");
+    }
+    assert!(rt.shutdown(Duration::from_secs(10)).await.is_clean());
+}
+
+const HOST_UI: &str = r#"
+export function register(on) {
+  on("command.run", (e, next) => {
+    if (e.command === "todo") { e.output = "added: " + e.args; return; }
+    next();
+  });
+  on("ui.render", (e, next) => { e.text = e.kind + " drawn by the mod: " + e.text; next(); });
+}
+"#;
+
+/// MOD-2's host events in `mcpvisor chat`: a `/command` line is raised as
+/// `command.run` (a handler's `event.output` is printed, a command nobody
+/// takes is named as unknown, `/exit` ends the session), and every row the
+/// chat draws for a tool call and its result goes through `ui.render`
+/// first: the user sees the mod's text, the model never does.
+#[tokio::test]
+async fn chat_raises_command_run_for_slash_lines_and_ui_render_for_each_row() {
+    use mcpvisor_chaos::model::{ScriptedModel, openai_text, openai_tool_calls};
+    use tokio::io::AsyncWriteExt as _;
+    let server = mcpvisor_chaos::fault_server_section::<&str>("s", &[], "always");
+    let dir = dir_with(&[("host_ui.js", HOST_UI, &[])], &server);
+    let model = ScriptedModel::start(vec![
+        openai_tool_calls(&[("c1", "mcp__s__echo", r#"{"message":"hi there"}"#)]),
+        openai_text("done"),
+    ])
+    .await
+    .unwrap();
+    let endpoint = format!("{}/v1", model.base_url());
+    let mut child = tokio::process::Command::new(ensure_mcpvisor_built().unwrap())
+        .args([
+            "chat",
+            "--provider",
+            "openai",
+            "--endpoint",
+            &endpoint,
+            "--model",
+            "m",
+        ])
+        .current_dir(&dir.dir)
+        .env_remove("MCPVISOR_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"/todo add milk\n/nosuch thing\necho it\n/exit\nnever sent\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("chat finished in time")
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("added: add milk"), "{stdout}");
+    assert!(
+        stderr.contains("unknown command /nosuch: no mod handled it"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#"⏺ tool_call drawn by the mod: mcp__s__echo {"message":"hi there"}"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("⎿ tool_result drawn by the mod: ok:"),
+        "{stderr}"
+    );
+    // One turn reached the model ("echo it"): the commands never did, the
+    // line after /exit was never read as a prompt, and the model's view of
+    // the result is the server's, not the drawing.
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let body = reqs[1].body.to_string();
+    assert!(body.contains("echo it") && !body.contains("todo"), "{body}");
+    assert!(
+        !body.contains("drawn by the mod") && !body.contains("never sent"),
+        "{body}"
+    );
 }
