@@ -48,6 +48,29 @@ async fn mcpvisor(cwd: &Path, args: &[&str]) -> std::process::Output {
     .unwrap()
 }
 
+/// A runtime with these mods and a trusted fault server `s` (logging its
+/// requests to `log`), ready.
+async fn with_mods_and_server(
+    settings: mcpvisor::mods::ModSettings,
+    log: &mcpvisor_chaos::RequestLog,
+) -> mcpvisor::Runtime {
+    let rt = mcpvisor::Runtime::builder()
+        .mods(settings)
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(
+        mcpvisor::Scope::Global,
+        mcpvisor_chaos::fault_server_config("s", log.args()).trusted(),
+    )
+    .await
+    .unwrap();
+    rt.wait_ready(&mcpvisor::Scope::Global, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    rt
+}
+
 async fn test_event(dir: &ConfigDir, event: &str, payload: Value) -> Value {
     let p = payload.to_string();
     let out = mcpvisor(
@@ -350,23 +373,14 @@ async fn the_turn_and_the_call_pipeline_raise_the_mod_events_at_their_points() {
     use mcpvisor_chaos::model::{ScriptedModel, openai_text, openai_tool_calls};
     let dir = dir_with(&[("points.js", AT_POINTS, &[])], "");
     let log = mcpvisor_chaos::RequestLog::new("mods-points");
-    let rt = mcpvisor::Runtime::builder()
-        .mods(ModSettings::new(vec![ModSpec {
+    let rt = with_mods_and_server(
+        ModSettings::new(vec![ModSpec {
             path: dir.dir.join("mods/points.js"),
             capabilities: vec![],
-        }]))
-        .start()
-        .await
-        .unwrap();
-    rt.add_server(
-        mcpvisor::Scope::Global,
-        mcpvisor_chaos::fault_server_config("s", log.args()).trusted(),
+        }]),
+        &log,
     )
-    .await
-    .unwrap();
-    rt.wait_ready(&mcpvisor::Scope::Global, "s", Duration::from_secs(20))
-        .await
-        .unwrap();
+    .await;
     let model = ScriptedModel::start(vec![
         openai_tool_calls(&[("c1", "mcp__s__echo", r#"{"message":"original"}"#)]),
         openai_text("done"),
@@ -622,20 +636,7 @@ async fn a_mods_own_tool_call_is_seen_only_by_the_mods_loaded_before_it() {
     };
     let mut settings = ModSettings::new(vec![spec("first.js"), spec("second.js")]);
     settings.deadline = Duration::from_secs(15);
-    let rt = mcpvisor::Runtime::builder()
-        .mods(settings)
-        .start()
-        .await
-        .unwrap();
-    rt.add_server(
-        mcpvisor::Scope::Global,
-        mcpvisor_chaos::fault_server_config("s", log.args()).trusted(),
-    )
-    .await
-    .unwrap();
-    rt.wait_ready(&mcpvisor::Scope::Global, "s", Duration::from_secs(20))
-        .await
-        .unwrap();
+    let rt = with_mods_and_server(settings, &log).await;
     let host = rt.mods().unwrap();
     let run = |event: &'static str| {
         let host = host.clone();
