@@ -149,13 +149,37 @@ impl ClientHandler for SupervisedClient {
         params: rmcp::model::ResourceUpdatedNotificationParam,
         _: NotificationContext<RoleClient>,
     ) {
-        if let Some((scope, events)) = &self.handlers.resource_updates {
+        if let Some((scope, events)) = &self.handlers.notifications {
             let _ = events.send(crate::messages::status::RuntimeEvent::ResourceUpdated {
                 scope: scope.clone(),
                 server: self.server.clone(),
                 uri: params.uri,
             });
         }
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        // Our tokens are call ids; any other token is not ours to route.
+        let rmcp::model::NumberOrString::Number(id) = params.progress_token.0 else {
+            return;
+        };
+        let (Some((scope, events)), Ok(call_id)) =
+            (&self.handlers.notifications, u64::try_from(id))
+        else {
+            return;
+        };
+        let _ = events.send(crate::messages::status::RuntimeEvent::CallProgress {
+            scope: scope.clone(),
+            server: self.server.clone(),
+            call_id,
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        });
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
@@ -521,12 +545,14 @@ impl Actor for Connection {
                 },
             };
         let startup = cfg.startup_timeout;
+        let name = cfg.server_name.clone();
         state.connect_task = Some(tokio::spawn(async move {
             let result = match tokio::time::timeout(startup, connect).await {
                 Ok(r) => r,
                 Err(_) => Err(format!(
-                    "startup timed out after {} ms (spawn/connect through initialize and the first tools/list)",
-                    startup.as_millis()
+                    "startup timed out after {} ms (spawn/connect through initialize and the first tools/list); a server that needs longer: raise `startup_timeout_ms` in [servers.{}]",
+                    startup.as_millis(),
+                    name
                 )),
             };
             let _ = me.cast(ConnectionMsg::Established(result));

@@ -1,23 +1,47 @@
 //! A runtime for one command: start it and wait until its servers settled,
 //! then shut it down.
 
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use mcpvisor::{FileConfig, Runtime, Scope, ServerConfig, ServerState, ShutdownReport};
+use mcpvisor::{
+    FileConfig, Runtime, Scope, ServerConfig, ServerState, ServerStatus, ShutdownReport,
+};
 
 use crate::config::builder_for;
 
 /// Start a runtime with the servers of `cfg` and wait until they settled;
 /// `quiet` keeps the progress line off stderr.
 pub(crate) async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
-    start_with(builder_for(&cfg, false)?, cfg.servers, quiet).await
+    start_showing(cfg, quiet, |_, _| {}).await
+}
+
+/// [`start`], where `each` sees every server as it settles (its status), in
+/// the order they do: a command that shows servers shows the fast ones at
+/// once, not after the slowest.
+pub(crate) async fn start_showing(
+    cfg: FileConfig,
+    quiet: bool,
+    each: impl FnMut(&Runtime, &ServerStatus),
+) -> anyhow::Result<Runtime> {
+    start_each(builder_for(&cfg, false)?, cfg.servers, quiet, each).await
 }
 
 /// Start `b` with `servers` and wait until they settled.
 pub(crate) async fn start_with(
+    b: mcpvisor::RuntimeBuilder,
+    servers: Vec<ServerConfig>,
+    quiet: bool,
+) -> anyhow::Result<Runtime> {
+    start_each(b, servers, quiet, |_, _| {}).await
+}
+
+/// [`start_with`], calling `each` as each server settles.
+async fn start_each(
     mut b: mcpvisor::RuntimeBuilder,
     servers: Vec<ServerConfig>,
     quiet: bool,
+    mut each: impl FnMut(&Runtime, &ServerStatus),
 ) -> anyhow::Result<Runtime> {
     let names: Vec<String> = servers
         .iter()
@@ -51,17 +75,15 @@ pub(crate) async fn start_with(
             names.push(st.server);
         }
     }
-    if !quiet && !names.is_empty() {
-        eprint!(
-            "connecting to {} server(s): {} …",
-            names.len(),
-            names.join(", ")
-        );
-    }
-    settle(&runtime, &names, limit).await;
-    if !quiet && !names.is_empty() {
-        eprintln!(" {}", settled_summary(&runtime, &names));
-    }
+    let mut line = Progress::new(!quiet && !names.is_empty(), &names);
+    line.draw(&runtime);
+    settle_each(&runtime, &names, limit, |st| {
+        line.clear();
+        each(&runtime, st);
+        line.settled(&runtime, st);
+    })
+    .await;
+    line.finish(&runtime);
     warn_tool_trust_typos(&runtime, &trust_keys);
     Ok(runtime)
 }
@@ -118,22 +140,141 @@ pub(crate) fn settled_summary(runtime: &Runtime, names: &[String]) -> String {
     }
 }
 
+/// The progress line on stderr while servers start. On a terminal it is
+/// redrawn as each server settles ("1/3 ready · waiting for b, c"); on a
+/// pipe each settled server is appended to one line, so a log shows the
+/// order without a redraw's escapes. It always ends with the summary.
+struct Progress<'a> {
+    on: bool,
+    tty: bool,
+    names: &'a [String],
+    settled: Vec<String>,
+}
+
+impl<'a> Progress<'a> {
+    fn new(on: bool, names: &'a [String]) -> Self {
+        let tty = std::io::stderr().is_terminal();
+        Self {
+            on,
+            tty,
+            names,
+            settled: Vec::new(),
+        }
+    }
+
+    fn draw(&self, runtime: &Runtime) {
+        if !self.on {
+            return;
+        }
+        let head = format!(
+            "connecting to {} server(s): {}",
+            self.names.len(),
+            self.names.join(", ")
+        );
+        if self.tty {
+            let waiting: Vec<&str> = self
+                .names
+                .iter()
+                .filter(|n| !self.settled.contains(n))
+                .map(String::as_str)
+                .collect();
+            let mut line = format!("\r\x1b[2K{head}");
+            if !self.settled.is_empty() {
+                line.push_str(&format!(" · {}", settled_summary(runtime, &self.settled)));
+            }
+            if !waiting.is_empty() {
+                line.push_str(&format!(" · waiting for {} …", waiting.join(", ")));
+            }
+            eprint!("{line}");
+        } else if self.settled.is_empty() {
+            eprint!("{head} …");
+        }
+        let _ = std::io::stderr().flush();
+    }
+
+    /// Clear a terminal's line before other output.
+    fn clear(&self) {
+        if self.on && self.tty {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
+    fn settled(&mut self, runtime: &Runtime, st: &ServerStatus) {
+        self.settled.push(st.server.clone());
+        if !self.on {
+            return;
+        }
+        if self.tty {
+            self.draw(runtime);
+        } else {
+            let tools = runtime
+                .tools(&Scope::Global)
+                .iter()
+                .filter(|t| t.server == st.server)
+                .count();
+            match st.state {
+                ServerState::Ready => eprint!(" {} ready ({tools} tools) …", st.server),
+                _ => eprint!(" {} {} …", st.server, st.state),
+            }
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    fn finish(&self, runtime: &Runtime) {
+        if !self.on {
+            return;
+        }
+        let summary = settled_summary(runtime, self.names);
+        if self.tty {
+            let head = format!(
+                "connecting to {} server(s): {}",
+                self.names.len(),
+                self.names.join(", ")
+            );
+            eprintln!("\r\x1b[2K{head} … {summary}");
+        } else {
+            eprintln!(" {summary}");
+        }
+    }
+}
+
 /// Wait until every named server has left `connecting` for the first time
 /// (ready, failed, reconnecting, exhausted…), bounded by the longest startup timeout.
 pub(crate) async fn settle(runtime: &Runtime, names: &[String], limit: Duration) {
+    settle_each(runtime, names, limit, |_| {}).await;
+}
+
+/// [`settle`], calling `each` once per server as it settles.
+async fn settle_each(
+    runtime: &Runtime,
+    names: &[String],
+    limit: Duration,
+    mut each: impl FnMut(&ServerStatus),
+) {
     let mut events = runtime.subscribe();
     let deadline = tokio::time::Instant::now() + limit;
+    let mut done: Vec<&str> = Vec::new();
     loop {
         let statuses = runtime.status();
         // Settled: past connecting, and no re-sync a list_changed asked for
         // still running (SYNC-5) — waited for by its event, not a sleep.
-        let pending = names.iter().any(|n| {
-            statuses.iter().find(|s| &s.server == n).is_none_or(|s| {
-                (matches!(s.state, ServerState::Connecting | ServerState::Stopped)
-                    && s.error.is_none())
-                    || s.syncing
-            })
-        });
+        let mut pending = false;
+        for n in names {
+            if done.contains(&n.as_str()) {
+                continue;
+            }
+            match statuses.iter().find(|s| &s.server == n) {
+                Some(s)
+                    if !((matches!(s.state, ServerState::Connecting | ServerState::Stopped)
+                        && s.error.is_none())
+                        || s.syncing) =>
+                {
+                    done.push(n);
+                    each(s);
+                }
+                _ => pending = true,
+            }
+        }
         if !pending {
             return;
         }

@@ -67,9 +67,10 @@ pub struct ClientHandlers {
     /// Where `env_secrets` / `header_secrets` values come from; the process
     /// environment when not set.
     pub secrets: Option<Arc<dyn crate::messages::trust::SecretStore>>,
-    /// Where a server's `notifications/resources/updated` go: its scope and
-    /// the runtime's event stream (set by the scope supervisor).
-    pub resource_updates: Option<(
+    /// Where a server's `notifications/resources/updated` and
+    /// `notifications/progress` go: its scope and the runtime's event stream
+    /// (set by the scope supervisor).
+    pub notifications: Option<(
         crate::messages::config::Scope,
         tokio::sync::broadcast::Sender<crate::messages::status::RuntimeEvent>,
     )>,

@@ -182,6 +182,23 @@ pub enum RuntimeEvent {
         /// The resource's URI, as the server sent it.
         uri: String,
     },
+    /// A server reported progress on a call (`notifications/progress`).
+    /// Every call carries its `call_id` as its progress token, so the
+    /// notification names the call it belongs to.
+    CallProgress {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// The call (as in `CallStarted`).
+        call_id: u64,
+        /// The progress so far, as the server sent it.
+        progress: f64,
+        /// The total, when the server knows it.
+        total: Option<f64>,
+        /// The server's message, when it sent one.
+        message: Option<String>,
+    },
     /// A call started (before the tool is resolved and the policy chain runs).
     CallStarted {
         /// Scope.

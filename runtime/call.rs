@@ -324,12 +324,16 @@ impl Runtime {
                 scope,
                 &def,
                 &live,
-                // The after half sees the arguments only when one exists.
-                if self.has_after_half() {
-                    call.arguments.clone()
-                } else {
-                    std::mem::take(&mut call.arguments)
-                },
+                call_params(
+                    &def,
+                    // The after half sees the arguments only when one exists.
+                    if self.has_after_half() {
+                        call.arguments.clone()
+                    } else {
+                        std::mem::take(&mut call.arguments)
+                    },
+                    call.call_id,
+                ),
                 entry.config.tool_call_timeout,
                 options,
             )
@@ -372,16 +376,16 @@ impl Runtime {
         outcome
     }
 
+    /// Send `params` on `live` and turn what comes back into the outcome.
     async fn send_call(
         &self,
         scope: &Scope,
         def: &ToolDefinition,
         live: &crate::messages::registry::LiveConn,
-        arguments: Map<String, Value>,
+        params: CallToolRequestParams,
         timeout: Duration,
         options: &CallOptions,
     ) -> ToolOutcome {
-        let params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Handing the request to rmcp's service loop is inside the call's
         // deadline too: a loop stuck on a blocked transport must not hold
@@ -703,4 +707,22 @@ fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<
         )
         .for_tool(def)
     })
+}
+
+/// The `tools/call` params of `def`. The call id is the progress token: a
+/// server's `notifications/progress` becomes `RuntimeEvent::CallProgress`
+/// of this very call.
+fn call_params(
+    def: &ToolDefinition,
+    arguments: Map<String, Value>,
+    call_id: u64,
+) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
+    if let Ok(token) = i64::try_from(call_id) {
+        use rmcp::model::RequestParamsMeta as _;
+        params.set_progress_token(rmcp::model::ProgressToken(
+            rmcp::model::NumberOrString::Number(token),
+        ));
+    }
+    params
 }

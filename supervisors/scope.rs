@@ -197,7 +197,7 @@ impl Actor for ScopeSupervisor {
         args: ScopeArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut handlers = args.handlers;
-        handlers.resource_updates = Some((args.scope.clone(), args.events.clone()));
+        handlers.notifications = Some((args.scope.clone(), args.events.clone()));
         let reg_args = RegistryArgs {
             scope: args.scope.clone(),
             snapshot: args.snapshot,

@@ -145,6 +145,89 @@ async fn start_for_calls(
     Ok((runtime, attachments))
 }
 
+/// The servers' progress on this run's calls (`notifications/progress`,
+/// `RuntimeEvent::CallProgress`), shown on stderr while they run: one line
+/// redrawn on a terminal, a line per notification on a pipe.
+struct ProgressLine {
+    stop: mcpvisor::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProgressLine {
+    fn start(runtime: &mcpvisor::Runtime) -> Self {
+        use std::io::{IsTerminal as _, Write as _};
+        let mut events = runtime.subscribe();
+        let stop = mcpvisor::CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let tty = std::io::stderr().is_terminal();
+            let mut tools = std::collections::HashMap::new();
+            let mut drawn = false;
+            loop {
+                let event = tokio::select! {
+                    e = events.recv() => e,
+                    _ = stopped.cancelled() => break,
+                };
+                match event {
+                    Ok(mcpvisor::RuntimeEvent::CallStarted { tool, call_id, .. }) => {
+                        tools.insert(call_id, tool);
+                    }
+                    Ok(mcpvisor::RuntimeEvent::CallProgress {
+                        call_id,
+                        progress,
+                        total,
+                        message,
+                        ..
+                    }) => {
+                        let tool = tools.get(&call_id).map_or("a call", String::as_str);
+                        let line = progress_text(tool, progress, total, message.as_deref());
+                        if tty {
+                            eprint!("\r\x1b[2K{line}");
+                            drawn = true;
+                        } else {
+                            eprintln!("progress {line}");
+                        }
+                        let _ = std::io::stderr().flush();
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+            if drawn {
+                eprint!("\r\x1b[2K");
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stop showing (a terminal's line is cleared).
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// `tool: 3/10 step three` (`3` alone without a total; whole numbers
+/// without a fraction).
+fn progress_text(tool: &str, progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let n = |x: f64| {
+        if x.fract() == 0.0 && x.abs() < 1e15 {
+            format!("{}", x as i64)
+        } else {
+            format!("{x:.2}")
+        }
+    };
+    let mut s = format!("{tool}: {}", n(progress));
+    if let Some(t) = total {
+        s.push_str(&format!("/{}", n(t)));
+    }
+    if let Some(m) = message.filter(|m| !m.is_empty()) {
+        s.push(' ');
+        s.push_str(m);
+    }
+    s
+}
+
 fn call_options(flags: &CallFlags) -> CallOptions {
     CallOptions {
         images: flags.images,
@@ -306,7 +389,11 @@ pub(crate) async fn run(
         }
     };
     let options = call_options(&flags);
+    let progress = (!cli.json).then(|| ProgressLine::start(&runtime));
     let outcome = runtime.call(&Scope::Global, &name, args, options).await;
+    if let Some(p) = progress {
+        p.stop().await;
+    }
     let _ = finish(runtime).await;
     if cli.json {
         println!("{}", outcome_json(&outcome));

@@ -1,6 +1,11 @@
 //! `mcpvisor tools`: the public tool names of every server, or of one.
-//! Servers that are not ready are named on stderr with their error, and
-//! make the exit status 1: a listing never hides a failure.
+//! Each server's tools are printed as soon as it is ready, fast servers
+//! first, while the progress line waits for the others. Servers that are
+//! not ready are named on stderr with their error, and make the exit
+//! status 1: a listing never hides a failure. `--json` prints one array
+//! when every server has settled.
+
+use std::io::Write as _;
 
 use anyhow::bail;
 use mcpvisor::{Scope, ServerState};
@@ -8,7 +13,7 @@ use serde_json::Value;
 
 use crate::cli::Cli;
 use crate::config::load_for_target;
-use crate::lifecycle::{finish, start};
+use crate::lifecycle::{finish, start_showing};
 use crate::render::tool_json;
 
 /// Run `tools` for every server, or `only` that one; exit 1 when a server
@@ -61,7 +66,18 @@ pub(crate) async fn run(
             (!tools.is_empty()).then(|| (s.server_name.clone(), tools))
         })
         .collect();
-    let runtime = start(cfg, cli.json).await?;
+    let json_out = cli.json;
+    let runtime = start_showing(cfg, json_out, |runtime, st| {
+        if json_out || st.state != ServerState::Ready {
+            return;
+        }
+        let tools = runtime.tools(&Scope::Global);
+        for t in tools.iter().filter(|t| t.server == st.server) {
+            print_tool(t, &cfg_never);
+        }
+        let _ = std::io::stdout().flush();
+    })
+    .await?;
     let tools = runtime.tools(&Scope::Global);
     let not_ready: Vec<_> = runtime
         .status()
@@ -69,35 +85,9 @@ pub(crate) async fn run(
         .filter(|s| s.state != ServerState::Ready && s.state != ServerState::Stopped)
         .collect();
     let _ = finish(runtime).await;
-    if cli.json {
+    if json_out {
         let arr: Vec<Value> = tools.iter().map(|t| tool_json(t)).collect();
         println!("{}", Value::Array(arr));
-    } else {
-        let never: Vec<(String, Vec<String>)> = cfg_never;
-        for t in &tools {
-            let refused = never.iter().any(|(server, tools)| {
-                *server == t.server && (tools.is_empty() || tools.contains(&t.raw_name))
-            });
-            println!(
-                "{:<48} {}{}",
-                t.name,
-                if refused {
-                    "[refused: trust never] "
-                } else {
-                    ""
-                },
-                t.description
-                    .as_deref()
-                    .unwrap_or("")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-            );
-            let args = arguments(t);
-            if !args.is_empty() {
-                println!("    {}", args.join("  "));
-            }
-        }
     }
     for s in &not_ready {
         eprintln!(
@@ -120,6 +110,34 @@ pub(crate) async fn run(
         eprintln!("  (`mcpvisor check SERVER` shows one server's handshake)");
     }
     Ok(u8::from(!not_ready.is_empty()))
+}
+
+/// One tool's rows: its name, a mark when trust `never` refuses it (the
+/// server's own trust, or the tool's `tool_trust`), the first line of its
+/// description, then its arguments.
+fn print_tool(t: &mcpvisor::ToolDefinition, never: &[(String, Vec<String>)]) {
+    let refused = never.iter().any(|(server, tools)| {
+        *server == t.server && (tools.is_empty() || tools.contains(&t.raw_name))
+    });
+    println!(
+        "{:<48} {}{}",
+        t.name,
+        if refused {
+            "[refused: trust never] "
+        } else {
+            ""
+        },
+        t.description
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("")
+    );
+    let args = arguments(t);
+    if !args.is_empty() {
+        println!("    {}", args.join("  "));
+    }
 }
 
 /// Each argument of `t` as `name: type` (`name?: type` when optional).

@@ -154,6 +154,11 @@ struct Args {
     /// "daemon pid N" to stderr.
     #[arg(long)]
     daemonize: bool,
+    /// Every tools/call that carries a progress token works in N steps of
+    /// 100 ms, each announced by `notifications/progress` ("step i of N",
+    /// total N), then answers.
+    #[arg(long, value_name = "N")]
+    progress: Option<u32>,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -544,6 +549,15 @@ impl ServerHandler for FaultServer {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
                 _ = ctx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+            }
+        }
+        if let (Some(n), Some(token)) = (self.args.progress, ctx.meta.get_progress_token()) {
+            for i in 1..=n {
+                let note = rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(i))
+                    .with_total(f64::from(n))
+                    .with_message(format!("step {i} of {n}"));
+                let _ = ctx.peer.notify_progress(note).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         let args = req.arguments.unwrap_or_default();

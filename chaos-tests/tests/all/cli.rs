@@ -557,6 +557,101 @@ async fn tools_names_a_failed_server_and_exits_1_while_listing_the_good_ones() {
     assert!(!stderr.contains(" done"), "{stderr}");
 }
 
+/// Issue 14: `tools` prints each server's tools as soon as it is ready: a
+/// server that never answers `initialize` does not hold the fast one's
+/// listing back until its startup timeout; the progress line names each
+/// server as it settles, then the summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_shows_a_fast_server_at_once_while_a_hung_one_is_still_starting() {
+    let slow = fault_server_section("slow", &["--hang-on-initialize"], "always");
+    let w = workdir(
+        &[],
+        &format!(
+            "{slow}startup_timeout_ms = 8000
+[servers.slow.reconnect]
+enabled = false
+"
+        ),
+    );
+    let config = w.config().to_string_lossy().into_owned();
+    let started = std::time::Instant::now();
+    let mut child = command(&w.dir)
+        .args(["--config", &config, "tools"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(RUN_LIMIT, lines.next_line())
+        .await
+        .expect("a first line in time")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(first.starts_with("mcp__x__"), "{first}");
+    // Out before the hung server's 8 s startup timeout could have ended:
+    // a listing printed at the end comes after it, necessarily.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the listing waited for the hung server: {:?}",
+        started.elapsed()
+    );
+    let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("tools finished in time")
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(" x ready ("), "{stderr}");
+    assert!(
+        stderr.contains("1 ready, 1 not ready: slow (failed)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("startup_timeout_ms"), "{stderr}");
+}
+
+/// Issue 14: a long call's progress notifications are shown while it runs
+/// (on a pipe, a line per notification), naming the tool, step and total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_shows_the_servers_progress_while_the_call_runs() {
+    let w = workdir(&["--progress", "2"], "");
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(
+        &w.dir,
+        &[
+            "--config",
+            &config,
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+        ],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{}", describe(&out));
+    for want in [
+        "progress mcp__x__echo: 1/2 step 1 of 2",
+        "progress mcp__x__echo: 2/2 step 2 of 2",
+    ] {
+        assert!(stderr.contains(want), "{want:?} in {stderr}");
+    }
+    // `--json` keeps stdout one object: no progress lines there.
+    let out = run(
+        &w.dir,
+        &[
+            "--config",
+            &config,
+            "--json",
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(json_stdout(&out)["outcome"], "ok", "{}", describe(&out));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_for_an_unknown_server_is_an_error_naming_the_configured_ones() {
     let w = workdir(&[], "");

@@ -405,6 +405,53 @@ async fn is_error_results_are_server_errors_whose_text_reaches_the_projection() 
     finish(&runtime, &[]).await;
 }
 
+/// Issue 14: every call carries its call id as its progress token, and a
+/// server's `notifications/progress` come out as `CallProgress` events of
+/// that very call, in order, with the server's total and message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_notifications_are_events_of_the_call_they_belong_to() {
+    let (runtime, mut events, _) = start_ready("prog", &["--progress", "3"]).await;
+    let outcome = call(&runtime, "mcp__prog__echo", json!({"message": "hi"})).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let started = next_event(
+        &mut events,
+        READY,
+        |e| matches!(e, RuntimeEvent::CallStarted { tool, .. } if tool == "mcp__prog__echo"),
+    )
+    .await;
+    let Some(RuntimeEvent::CallStarted { call_id: id, .. }) = started else {
+        panic!("no CallStarted: {started:?}");
+    };
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match next_event(&mut events, READY, |e| {
+            matches!(e, RuntimeEvent::CallProgress { .. })
+        })
+        .await
+        {
+            Some(RuntimeEvent::CallProgress {
+                call_id,
+                server,
+                progress,
+                total,
+                message,
+                ..
+            }) => {
+                assert_eq!((call_id, server.as_str()), (id, "prog"));
+                seen.push((progress, total, message));
+            }
+            other => panic!("progress {} of 3 never came: {other:?}", seen.len() + 1),
+        }
+    }
+    assert_eq!(
+        seen,
+        (1..=3)
+            .map(|i| (f64::from(i), Some(3.0), Some(format!("step {i} of 3"))))
+            .collect::<Vec<_>>()
+    );
+    finish(&runtime, &[]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn structured_content_is_validated_against_the_output_schema_naming_the_failing_path() {
     // CALL-3: a kept output schema requires and validates structuredContent.
