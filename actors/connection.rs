@@ -693,14 +693,17 @@ fn start_close(state: &mut ConnectionState) {
         if let Some(w) = watcher {
             let _ = tokio::time::timeout(SERVICE_CLOSE_WAIT, w).await;
         }
+        let mut escaped = Vec::new();
         let (reaped, reaped_later) = match closer {
             Closer::Process(mut p) => {
                 let later = p.unreaped();
                 let reaped = p.close().await;
                 // RECO-7: what left the group (setsid) dies with the
-                // connection too, found by the server's tag.
+                // connection too, found by the server's tag, and goes into
+                // the shutdown report.
                 if let Some(tag) = &tag {
-                    let escaped = super::process::kill_tagged(tag, false);
+                    // The group is the server's pid (its own group leader).
+                    escaped = super::process::kill_tagged(tag, false, pid);
                     if !escaped.is_empty() {
                         tracing::warn!(
                             ?escaped,
@@ -724,6 +727,7 @@ fn start_close(state: &mut ConnectionState) {
             reaped,
             pid,
             reaped_later,
+            escaped,
         });
     });
 }

@@ -274,9 +274,11 @@ pub const TAG_VAR: &str = "MCPVISOR_TAG";
 /// SIGKILL every process but this one whose environment has [`TAG_VAR`]
 /// equal to `value` (or, with `prefix`, starting with it): the descendants
 /// that left their process group, out of reach of group signals. Returns
-/// their pids. Processes of other users, and ones that cleared their
-/// environment, are not found.
-pub fn kill_tagged(value: &str, prefix: bool) -> Vec<u32> {
+/// the pids of those that had left it: a process still in `group` (the
+/// group just killed, whose members may not have died yet) is killed
+/// again but not returned. Processes of other users, and ones that cleared
+/// their environment, are not found.
+pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -311,10 +313,20 @@ pub fn kill_tagged(value: &str, prefix: bool) -> Vec<u32> {
             unsafe {
                 libc::kill(p, libc::SIGKILL);
             }
-            killed.push(pid);
+            if group.is_none() || process_group_of(pid) != group {
+                killed.push(pid);
+            }
         }
     }
     killed
+}
+
+/// The process group of `pid` (field 5 of `/proc/PID/stat`, after the
+/// parenthesised command, which may itself hold spaces and parentheses).
+fn process_group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Of `pids`, the ones still running (not gone, not a zombie) after waiting

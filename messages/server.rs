@@ -71,6 +71,9 @@ pub enum ServerSupervisorMsg {
         /// When not confirmed and a process exists: how the supervisor can
         /// confirm it later, or kill it again (RECO-3).
         reaped_later: Option<Unreaped>,
+        /// Processes that had left the server's process group (`setsid`),
+        /// found by its tag and SIGKILLed with the close (RECO-7).
+        escaped: Vec<u32>,
     },
     /// `notifications/tools/list_changed` from connection `conn_gen` (SYNC-5).
     ToolsListChanged {

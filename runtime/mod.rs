@@ -598,13 +598,14 @@ impl Runtime {
         report.hook_runs_aborted = hook_runs_aborted;
         // RECO-7: what left its server's or hook's process group is found by
         // this runtime's tag, killed, and reported.
-        let escaped = crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true);
+        let escaped =
+            crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true, None);
         for pid in crate::actors::process::still_running(&escaped, ESCAPED_KILL_WAIT).await {
             report.unconfirmed.push(format!(
                 "process {pid} had left its process group and still runs after SIGKILL"
             ));
         }
-        report.escaped = escaped;
+        report.escaped.extend(escaped);
         let task = self.inner.root_task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let left = deadline

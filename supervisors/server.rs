@@ -346,6 +346,7 @@ struct Ended {
     reaped: bool,
     pid: Option<u32>,
     reaped_later: Option<Unreaped>,
+    escaped: Vec<u32>,
 }
 
 impl Barrier {
@@ -374,6 +375,7 @@ impl Barrier {
                             reaped: true,
                             pid: Some(pid),
                             reaped_later: None,
+                            escaped: Vec::new(),
                         });
                     }
                 });
@@ -587,6 +589,7 @@ impl Actor for ServerSupervisor {
                     reaped,
                     pid: None,
                     reaped_later: (!reaped).then_some(closed),
+                    escaped: Vec::new(),
                 });
             });
         }
@@ -620,6 +623,7 @@ impl Actor for ServerSupervisor {
                     reaped,
                     pid,
                     reaped_later,
+                    escaped,
                 } => {
                     on_connection_ended(
                         &myself,
@@ -629,6 +633,7 @@ impl Actor for ServerSupervisor {
                             reaped,
                             pid,
                             reaped_later,
+                            escaped,
                         },
                     )
                     .await
@@ -791,6 +796,7 @@ async fn on_connection_ended(
         reaped,
         pid,
         reaped_later,
+        escaped,
     } = ended;
     st.barrier.close(conn_gen);
     if reaped {
@@ -803,6 +809,7 @@ async fn on_connection_ended(
             .insert(conn_gen, Unconfirmed { pid, reaped_later });
     }
     if let Phase::Disposing { disposal, .. } = &mut st.phase {
+        disposal.report.escaped.extend(escaped);
         match (reaped, pid) {
             (true, Some(pid)) => disposal.report.processes_reaped.push(pid),
             (false, _) => disposal.report.unconfirmed.push(format!(

@@ -457,16 +457,70 @@ impl Fault {
             | Self::Http401 => Some("server_not_ready"),
             Self::DuplicateNames => Some("unknown_tool"),
             Self::Http500 => Some("transport_lost_during_call"),
+            // Hooks the call must survive: a PreToolUse hook whose
+            // backgrounded process the group kill takes (HOOK-8), and a
+            // PostToolUse hook that prints garbage and exits 3 (a
+            // non-blocking error: the result stands).
+            Self::HookGrandchild | Self::HookGarbage => Some("ok"),
             _ => None,
         }
     }
 
-    /// An outcome kind at least one workload call must end with: the call
-    /// the server died on (`crash_after_calls`: it exits when the n-th call
-    /// arrives, and every plan makes at least n calls).
-    pub(super) fn expected_in_workload(&self) -> Option<&'static str> {
+    /// Outcome kinds at least one workload call each must end with: the
+    /// call the server died on (`crash_after_calls`: it exits when the n-th
+    /// call arrives, and every plan makes at least n calls); the call
+    /// answered 404 for its lost session, then calls on the new session;
+    /// the calls after a supervisor's restart. (That the 404'd call is
+    /// never replayed is `no_double_send`'s.)
+    pub(super) fn expected_in_workload(&self) -> &'static [&'static str] {
         match self {
-            Self::CrashAfterCalls { .. } => Some("transport_lost_during_call"),
+            Self::CrashAfterCalls { .. } => &["transport_lost_during_call"],
+            Self::HttpSessionLoss { .. } => &["ok"],
+            Self::SupervisorPanic => &["ok"],
+            _ => &[],
+        }
+    }
+
+    /// How often the server must have been asked `method`, at least, over
+    /// the run (its request log): a lost HTTP session is followed by a new
+    /// session's `initialize`; a reply split around a `tools/list_changed`
+    /// still leads to the re-sync's `tools/list` (CONN-6: the client reads
+    /// on while a reply is half read).
+    pub(super) fn expected_requests_at_least(&self) -> Option<(&'static str, usize)> {
+        match self {
+            Self::HttpSessionLoss { .. } => Some(("initialize", 2)),
+            Self::SplitReplies { .. } => Some(("tools/list", 2)),
+            _ => None,
+        }
+    }
+
+    /// The least time every workload call must have taken: the delay the
+    /// server adds, waited out (a call answered sooner was not this server's
+    /// answer).
+    pub(super) fn expected_least_call_time(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::SlowResponses { ms } => Some(std::time::Duration::from_millis(*ms)),
+            _ => None,
+        }
+    }
+
+    /// Text every workload call's notes must contain: the PostToolUse hook's
+    /// exit 3 is reported to the user (Claude Code's non-blocking error).
+    pub(super) fn expected_workload_note(&self) -> Option<&'static str> {
+        match self {
+            Self::HookGarbage => Some("non-blocking status code 3"),
+            _ => None,
+        }
+    }
+
+    /// A process the server starts and names on stderr (`<prefix><pid>`):
+    /// it must be gone after the shutdown, and be in the report's `escaped`
+    /// exactly when it left the server's process group (RECO-7): the
+    /// grandchild dies with its group, the daemon is found by its tag.
+    pub(super) fn expected_gone(&self) -> Option<(&'static str, bool)> {
+        match self {
+            Self::Grandchild => Some(("grandchild pid ", false)),
+            Self::DaemonizedGrandchild => Some(("daemon pid ", true)),
             _ => None,
         }
     }

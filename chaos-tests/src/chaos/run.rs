@@ -189,6 +189,9 @@ struct Seen {
     events: Vec<(Instant, RuntimeEvent)>,
     /// Every server's status just before the shutdown, as JSON.
     last_status: String,
+    /// The hooks' backgrounded processes still alive just before the
+    /// shutdown (each hook's group kill should have taken them).
+    hook_lingerers: Vec<u32>,
 }
 
 /// Run one scenario and judge it.
@@ -219,6 +222,7 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
 /// observers.
 async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
     let last_status = serde_json::to_string(&run.runtime.status()).unwrap_or_default();
+    let hook_lingerers = crate::processes_with_arg(&run.ids.hook_tag);
     let shut_started = Instant::now();
     let report = run.runtime.shutdown(SHUTDOWN_DEADLINE).await;
     let took = shut_started.elapsed();
@@ -236,6 +240,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         excluded,
         events,
         last_status,
+        hook_lingerers,
     }
 }
 
@@ -287,7 +292,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
     invariants.insert(Invariant::NoSecretLeak, no_secret_leak(run, seen, tally));
     invariants.insert(
         Invariant::ExpectedConsequences,
-        expected_consequences(run, seen, tally),
+        expected_consequences(run, seen, tally, &orphans),
     );
     invariants.insert(
         Invariant::ShutdownWithinDeadline,
@@ -402,7 +407,7 @@ fn no_secret_leak(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
 /// expected_consequences: each fault's promise in docs/chaos.md, where it has
 /// one that is certain: the trigger's outcome kind, the text the status
 /// shows, the number of catalog fetches (SYNC-5).
-fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
+fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[String]) -> Verdict {
     let mut judged = false;
     let mut problems = Vec::new();
     for fault in &run.sc.faults {
@@ -439,13 +444,72 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
                 ));
             }
         }
-        if let Some(want) = fault.expected_in_workload() {
+        for want in fault.expected_in_workload() {
             judged = true;
             if !tally.workload_kinds.iter().any(|k| k == want) {
                 problems.push(format!(
                     "{}: no workload call ended {want}: {:?}",
                     fault.name(),
                     tally.workload_kinds
+                ));
+            }
+        }
+        if let Some(note) = fault.expected_workload_note() {
+            judged = true;
+            let missing = tally
+                .workload_notes
+                .iter()
+                .filter(|n| !n.contains(note))
+                .count();
+            if missing > 0 || tally.workload_notes.is_empty() {
+                problems.push(format!(
+                    "{}: {missing} of {} workload calls' notes do not say {note:?}",
+                    fault.name(),
+                    tally.workload_notes.len()
+                ));
+            }
+        }
+        if let Some((method, least)) = fault.expected_requests_at_least() {
+            judged = true;
+            let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
+            let got = log
+                .lines()
+                .filter(|l| l.split(' ').next() == Some(method))
+                .count();
+            if got < least {
+                problems.push(format!(
+                    "{}: the server got {got} {method} requests, fewer than {least}",
+                    fault.name()
+                ));
+            }
+        }
+        if let Some(least) = fault.expected_least_call_time() {
+            judged = true;
+            let quick = tally.workload_took.iter().filter(|t| **t < least).count();
+            if quick > 0 || tally.workload_took.is_empty() {
+                problems.push(format!(
+                    "{}: {quick} of {} workload calls ended in under the server's {least:?} delay",
+                    fault.name(),
+                    tally.workload_took.len()
+                ));
+            }
+        }
+        if let Some((prefix, escapes)) = fault.expected_gone() {
+            judged = true;
+            problems.extend(gone_consequences(
+                fault.name(),
+                seen,
+                orphans,
+                prefix,
+                escapes,
+            ));
+        }
+        if *fault == Fault::HookGrandchild {
+            judged = true;
+            if !seen.hook_lingerers.is_empty() {
+                problems.push(format!(
+                    "hook_grandchild: {:?} that hooks backgrounded still ran after their hooks ended (HOOK-8: the group kill)",
+                    seen.hook_lingerers
                 ));
             }
         }
@@ -517,6 +581,49 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
         return Verdict::Skip;
     }
     verdict(problems.is_empty(), || summarise(&problems))
+}
+
+/// `grandchild`, `daemonized_grandchild`: the process the server named on
+/// stderr (`<prefix><pid>`, in the status's stderr tail) is gone after the
+/// shutdown, and the report lists it as escaped exactly when it left the
+/// server's group. `orphans` are what no_orphans found alive after the
+/// shutdown (and has killed since).
+fn gone_consequences(
+    fault: &str,
+    seen: &Seen,
+    orphans: &[String],
+    prefix: &str,
+    escapes: bool,
+) -> Vec<String> {
+    let pid = seen.last_status.split(prefix).nth(1).and_then(|rest| {
+        rest.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<u32>()
+            .ok()
+    });
+    let Some(pid) = pid else {
+        return vec![format!(
+            "{fault}: the status's stderr tail does not name the process ({prefix:?})"
+        )];
+    };
+    let alive =
+        crate::process_alive(pid) || orphans.iter().any(|o| o.starts_with(&format!("{pid} ")));
+    let listed = seen.report.escaped.contains(&pid);
+    match (escapes, alive, listed) {
+        // An escaped process that survived is no_orphans' finding.
+        (true, true, _) | (true, false, true) | (false, false, false) => Vec::new(),
+        (true, false, false) => vec![format!(
+            "{fault}: {pid} left its group and was killed, but the report's escaped list {:?} does not say so",
+            seen.report.escaped
+        )],
+        (false, true, _) => vec![format!(
+            "{fault}: {pid} in the server's group still runs after the shutdown"
+        )],
+        (false, false, true) => vec![format!(
+            "{fault}: {pid} died with its group, yet the report lists it as escaped"
+        )],
+    }
 }
 
 /// `large_args`: every echo the server logged carries the whole `pad`

@@ -44,6 +44,10 @@ pub(super) struct Tally {
     pub(super) triggers: Vec<(&'static str, String, String)>,
     /// Each workload call's outcome kind.
     pub(super) workload_kinds: Vec<String>,
+    /// Each workload call's notes, joined.
+    pub(super) workload_notes: Vec<String>,
+    /// How long each workload call took to its outcome.
+    pub(super) workload_took: Vec<Duration>,
     /// When the runner made the server's supervisor fail (a restart starts
     /// the reconnect schedule anew, so `budget_respected` skips across it),
     /// on the runner's clock and as Unix ms (fault-server's start lines).
@@ -83,6 +87,8 @@ impl Tally {
         if let Ok(o) = &result {
             if nonce.is_some() {
                 self.workload_kinds.push(o.kind.name().to_owned());
+                self.workload_notes.push(o.notes.join("\n"));
+                self.workload_took.push(took);
             }
             if let Some(nonce) = &nonce
                 && o.kind.name() == "ok"
