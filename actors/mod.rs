@@ -1,5 +1,6 @@
 //! One file per actor, with the transport glue beside the actor that owns it.
 
+pub mod catalog_sync;
 pub mod connection;
 pub mod event_log;
 pub mod hook_run;

@@ -86,10 +86,13 @@ pub enum ServerSupervisorMsg {
         /// Connection generation.
         conn_gen: u64,
     },
-    /// A catalog re-sync of connection `conn_gen` finished phase 1 (SYNC-3).
+    /// A catalog re-sync of connection `conn_gen` finished phase 1 (SYNC-3):
+    /// from the `CatalogSync` actor number `n`.
     SyncDone {
         /// Connection generation.
         conn_gen: u64,
+        /// The sync's number: only the one running now counts (SYNC-6).
+        n: u64,
         /// All entries, or why the fetch failed.
         result: Result<Vec<Value>, String>,
     },

@@ -114,6 +114,10 @@ pub struct ServerStatus {
     /// A catalog re-sync is running or due (SYNC-5): a `tools/list_changed`
     /// arrived that the registered catalog does not reflect yet.
     pub syncing: bool,
+    /// The `CatalogSync` actor running now, by its number among the
+    /// server's re-syncs (`None` when none runs; `syncing` may still be true
+    /// while a follow-up waits for the burst to end).
+    pub catalog_sync: Option<u64>,
     /// A call woke the server (RECO-6) and waits for it: calls that find it
     /// not connected wait for the same connection instead of failing.
     pub waking: bool,
@@ -149,6 +153,7 @@ impl ServerStatus {
             stderr_tail: String::new(),
             non_json_lines: 0,
             syncing: false,
+            catalog_sync: None,
             waking: false,
             warnings: Vec::new(),
         }

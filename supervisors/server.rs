@@ -17,9 +17,9 @@
 //! | connecting     | ConnUp(g), g stale                  | drop it (SYNC-6)                             | connecting     |
 //! | connecting     | ToolsListChanged(g current)         | remember: sync once ready (SYNC-5)           | connecting     |
 //! | connecting     | connection exit                     | failure (see below)                          | backing_off …  |
-//! | ready          | ToolsListChanged(g), no sync        | start a sync task                            | ready          |
+//! | ready          | ToolsListChanged(g), no sync        | start a CatalogSync actor                    | ready          |
 //! | ready          | ToolsListChanged(g), sync running   | one follow-up sync pending (SYNC-5)          | ready          |
-//! | ready          | SyncDone(g live)                    | swap catalog (or keep, with a warning)       | ready          |
+//! | ready          | SyncDone(g live, n running)         | swap catalog (or keep, with a warning)       | ready          |
 //! | ready          | IdleCheck, idle ≥ limit             | stop the connection (not a failure)          | stopping(idle) |
 //! | ready          | connection exit                     | failures+=1 (0 first if up ≥ window, RECO-2) | backing_off    |
 //! | any live       | failure, reconnect disabled         | (on_disconnect=remove: withdraw tools)       | failed         |
@@ -55,9 +55,8 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::actors::connection::{
-    Connection, ConnectionArgs, ConnectionMsg, OpenTransports, fetch_catalog,
-};
+use crate::actors::catalog_sync::{CatalogSync, CatalogSyncArgs, CatalogSyncMsg};
+use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg, OpenTransports};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
@@ -192,6 +191,13 @@ struct Disposal {
 /// Where a server is. Each phase holds what only it has, so a live handle
 /// without a connection, a backoff timer while connected, or a connection
 /// while idle-stopped cannot be written down.
+/// The `CatalogSync` actor running for the live connection.
+#[derive(Debug)]
+struct RunningSync {
+    actor: ActorRef<CatalogSyncMsg>,
+    n: u64,
+}
+
 #[derive(Debug)]
 enum Phase {
     /// Connection `conn` is doing its handshake; `attempt` > 0 for a
@@ -202,7 +208,7 @@ enum Phase {
         conn: ConnSlot,
         live: LiveConn,
         idle: Option<Timer>,
-        sync: Option<JoinHandle<()>>,
+        sync: Option<RunningSync>,
     },
     /// The connection is being stopped on purpose.
     Stopping { conn: ConnSlot, why: StopFor },
@@ -300,8 +306,10 @@ impl Phase {
                 if let Some(t) = idle {
                     t.abort();
                 }
-                if let Some(t) = sync {
-                    t.abort();
+                // The sync is the connection's: it goes with it, mid-page
+                // or not (its post_stop aborts the fetch).
+                if let Some(s) = sync {
+                    s.actor.stop(Some("its connection ended".into()));
                 }
                 Some(conn)
             }
@@ -439,6 +447,8 @@ pub struct ServerSupervisorState {
     next_gen: u64,
     /// Current catalog generation.
     catalog_gen: u64,
+    /// Re-syncs started so far: the next `CatalogSync`'s number is one more.
+    syncs: u64,
     instructions: Option<String>,
     catalog_warnings: Vec<String>,
 }
@@ -462,6 +472,10 @@ impl ServerSupervisorState {
             Phase::Ready { conn, sync, .. } => sync.is_some() || conn.resync_pending,
             Phase::Connecting { conn, .. } => conn.resync_pending,
             _ => false,
+        };
+        self.status.catalog_sync = match &self.phase {
+            Phase::Ready { sync: Some(s), .. } => Some(s.n),
+            _ => None,
         };
         // Once ready, the waiters are being answered: nobody waits any more.
         self.status.waking = !self.waiters.is_empty() && !matches!(self.phase, Phase::Ready { .. });
@@ -564,6 +578,7 @@ impl Actor for ServerSupervisor {
             waiters: Vec::new(),
             diag: Arc::new(Diagnostics::default()),
             catalog_gen: 0,
+            syncs: 0,
             instructions: None,
             catalog_warnings: Vec::new(),
         })
@@ -639,17 +654,19 @@ impl Actor for ServerSupervisor {
                     .await
                 }
                 ServerSupervisorMsg::ToolsListChanged { conn_gen } => {
-                    on_tools_list_changed(&myself, st, conn_gen)
+                    on_tools_list_changed(&myself, st, conn_gen).await
                 }
                 ServerSupervisorMsg::ResyncDue { conn_gen } => {
                     let idle = matches!(&st.phase, Phase::Ready { live, sync: None, .. } if live.conn_gen == conn_gen);
                     if idle {
-                        sync_if_pending(&myself, st);
+                        sync_if_pending(&myself, st).await;
                     }
                 }
-                ServerSupervisorMsg::SyncDone { conn_gen, result } => {
-                    on_sync_done(&myself, st, conn_gen, result).await
-                }
+                ServerSupervisorMsg::SyncDone {
+                    conn_gen,
+                    n,
+                    result,
+                } => on_sync_done(&myself, st, conn_gen, n, result).await,
                 ServerSupervisorMsg::Reconnect { attempt } => {
                     on_reconnect(&myself, st, attempt).await
                 }
@@ -720,18 +737,38 @@ impl Actor for ServerSupervisor {
         evt: SupervisionEvent,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, reason): (ActorCell, String) = match evt {
+        let (cell, reason, failed): (ActorCell, String, bool) = match evt {
             SupervisionEvent::ActorTerminated(cell, _, reason) => (
                 cell,
                 reason.unwrap_or_else(|| "the connection stopped".into()),
+                false,
             ),
             SupervisionEvent::ActorFailed(cell, err) => {
-                (cell, format!("the connection actor failed: {err}"))
+                (cell, format!("the connection actor failed: {err}"), true)
             }
             SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
                 return Ok(());
             }
         };
+        // The running CatalogSync failed (a panic: no SyncDone comes): the
+        // catalog stays, with a warning, and a pending follow-up runs. Its
+        // normal stop is not this: supervision events overtake messages, so
+        // its SyncDone may still be in the mailbox.
+        if failed
+            && let Phase::Ready { sync, .. } = &mut st.phase
+            && sync
+                .as_ref()
+                .is_some_and(|s| s.actor.get_id() == cell.get_id())
+        {
+            *sync = None;
+            st.catalog_warnings = vec![
+                "catalog re-sync failed (its CatalogSync actor failed), previous generation kept"
+                    .into(),
+            ];
+            st.publish();
+            sync_if_pending(&myself, st).await;
+            return Ok(());
+        }
         let is_current = st.phase.conn().map(|c| c.cell.get_id()) == Some(cell.get_id());
         if is_current {
             on_connection_exit(&myself, st, reason).await;
@@ -782,7 +819,7 @@ async fn on_conn_up(
     st.answer_waiters(Ok(()));
     arm_idle(myself, st, None);
     // A list_changed during the handshake: the first catalog may be old.
-    sync_if_pending(myself, st);
+    sync_if_pending(myself, st).await;
 }
 
 /// `ConnectionEnded`: a transport confirmed its close, or could not.
@@ -836,7 +873,7 @@ async fn on_connection_ended(
 }
 
 /// `ToolsListChanged` (SYNC-5): sync now, or once after the running sync.
-fn on_tools_list_changed(
+async fn on_tools_list_changed(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
     conn_gen: u64,
@@ -851,7 +888,7 @@ fn on_tools_list_changed(
             let recent = conn.last_seen.is_some_and(|t| t.elapsed() < SYNC_QUIET);
             conn.last_seen = Some(Instant::now());
             if sync.is_none() && !conn.resync_pending && !recent {
-                start_sync(myself, st); // publishes: the status shows syncing
+                start_sync(myself, st).await; // publishes: the status shows syncing
                 return;
             }
             // SYNC-5: coalesce into one follow-up sync (also while its
@@ -866,28 +903,30 @@ fn on_tools_list_changed(
     };
     if newly_pending && idle {
         // No sync runs to end and start the follow-up: its timer does.
-        sync_if_pending(myself, st);
+        sync_if_pending(myself, st).await;
     }
     if newly_pending {
         st.publish(); // the status shows syncing
     }
 }
 
-/// `SyncDone`: phase 1 of a re-sync finished (SYNC-3); swap it in if the
-/// connection that fetched it is still the live one (SYNC-6).
+/// `SyncDone`: phase 1 of a re-sync finished (SYNC-3); swap it in if it
+/// comes from the sync running now, on the live connection (SYNC-6): a late
+/// result of an older connection or an older sync is dropped.
 async fn on_sync_done(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
     conn_gen: u64,
+    n: u64,
     result: Result<Vec<serde_json::Value>, String>,
 ) {
     let Phase::Ready { live, sync, .. } = &mut st.phase else {
         return;
     };
-    *sync = None;
-    if live.conn_gen != conn_gen {
+    if live.conn_gen != conn_gen || sync.as_ref().is_none_or(|s| s.n != n) {
         return; // SYNC-6
     }
+    *sync = None;
     match result {
         Ok(entries) => apply_catalog(st, conn_gen, entries, false).await,
         Err(e) => {
@@ -897,7 +936,7 @@ async fn on_sync_done(
             st.publish();
         }
     }
-    sync_if_pending(myself, st);
+    sync_if_pending(myself, st).await;
 }
 
 /// `Reconnect(k)`: the backoff before attempt `k` is over (RECO-1).
@@ -1254,7 +1293,7 @@ async fn apply_catalog(
 /// after the first); until then the status keeps showing `syncing`. Taken
 /// only after the catalog was published, so the status never shows a pause
 /// between two syncs.
-fn sync_if_pending(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+async fn sync_if_pending(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
     let Phase::Ready { conn, live, .. } = &mut st.phase else {
         return;
     };
@@ -1267,24 +1306,36 @@ fn sync_if_pending(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSuperv
         return;
     }
     conn.take_pending();
-    start_sync(myself, st);
+    start_sync(myself, st).await;
 }
 
-fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
-    let timeout = st.config.request_timeout;
-    let diag = st.diag.clone();
-    let Phase::Ready { live, sync, .. } = &mut st.phase else {
+/// Start `CatalogSync(conn_gen, n)`, a linked child (ADR 0011). One that
+/// cannot be started leaves the catalog as it is, with a warning.
+async fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSupervisorState) {
+    let Phase::Ready { live, .. } = &st.phase else {
         return;
     };
-    let live = live.clone();
-    let me = myself.clone();
-    *sync = Some(tokio::spawn(async move {
-        let result = fetch_catalog(&live.peer, timeout, &diag).await;
-        let _ = me.cast(ServerSupervisorMsg::SyncDone {
-            conn_gen: live.conn_gen,
-            result,
-        });
-    }));
+    let n = st.syncs + 1;
+    let args = CatalogSyncArgs {
+        conn_gen: live.conn_gen,
+        n,
+        peer: live.peer.clone(),
+        timeout: st.config.request_timeout,
+        diag: st.diag.clone(),
+        supervisor: myself.clone(),
+    };
+    let started = Actor::spawn_linked(None, CatalogSync, args, myself.get_cell()).await;
+    match started {
+        Ok((actor, _)) => {
+            st.syncs = n;
+            if let Phase::Ready { sync, .. } = &mut st.phase {
+                *sync = Some(RunningSync { actor, n });
+            }
+        }
+        Err(e) => st
+            .catalog_warnings
+            .push(format!("the catalog re-sync could not start: {e}")),
+    }
     st.publish(); // status shows syncing
 }
 

@@ -1345,12 +1345,17 @@ async fn a_sync_result_of_another_connection_generation_is_dropped() {
     let before = rt.tools(&Scope::Global);
     let live = rt.status()[0].connection_generation;
     let supervisor = rt.supervisor_of(&Scope::Global, "srv").unwrap();
-    supervisor
-        .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
-            conn_gen: live + 7,
-            result: Ok(Vec::new()),
-        })
-        .unwrap();
+    // Another connection's result, and one of this connection from a sync
+    // that is not the one running (none runs): both dropped.
+    for (conn_gen, n) in [(live + 7, 1), (live, 42)] {
+        supervisor
+            .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
+                conn_gen,
+                n,
+                result: Ok(Vec::new()),
+            })
+            .unwrap();
+    }
     // A barrier: switching an enabled server on is a no-op the supervisor
     // answers after the SyncDone it already has in its mailbox.
     rt.set_server_enabled(&Scope::Global, "srv", true)
@@ -1363,6 +1368,67 @@ async fn a_sync_result_of_another_connection_generation_is_dropped() {
         .collect();
     let names: Vec<String> = before.iter().map(|t| t.name.clone()).collect();
     assert_eq!(after, names, "the stale (empty) catalog was dropped");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+/// The children of server `srv`'s supervisor (its connection, and its
+/// CatalogSync while one runs), by actor id.
+fn children(rt: &Runtime) -> Vec<ractor::ActorId> {
+    rt.supervisor_of(&Scope::Global, "srv")
+        .map(|s| {
+            s.get_cell()
+                .get_children()
+                .iter()
+                .map(|c| c.get_id())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_killed_mid_page_goes_with_its_connection_and_reports_nothing() {
+    // Issue 17 (ADR 0011): a re-sync is a CatalogSync actor, a child of the
+    // server's supervisor, shown in the status while it runs. Its page is
+    // held; the server crashes: the sync is stopped with its connection
+    // (no longer a child), its page is never answered, and the reconnected
+    // server's catalog is the new connection's own.
+    let h = Harness::with_tool(Mode::Serve, "storm");
+    let (rt, mut events) = start(config(&h, policy(100, 1000, 3))).await;
+    let ready = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
+    let before = children(&rt);
+    let lists = h.lists();
+    let _held = h.hold_next_list();
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__storm",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.projection, "stormed", "{out:?}");
+    let syncing = wait_status(&mut events, |s| s.catalog_sync.is_some()).await;
+    assert_eq!(syncing.catalog_sync, Some(1), "{syncing:?}");
+    let during = children(&rt);
+    let sync: Vec<_> = during.iter().filter(|c| !before.contains(c)).collect();
+    assert_eq!(
+        sync.len(),
+        1,
+        "one CatalogSync child: {before:?} → {during:?}"
+    );
+    let sync = *sync[0];
+    h.crash();
+    let again = wait_status(&mut events, |s| {
+        s.state == ServerState::Ready && s.connection_generation > ready.connection_generation
+    })
+    .await;
+    assert_eq!(again.catalog_sync, None, "{again:?}");
+    assert!(
+        !children(&rt).contains(&sync),
+        "the sync outlived its connection"
+    );
+    // The held page was never answered; the new connection fetched its own.
+    assert_eq!(h.lists(), lists + 1, "only the new connection's tools/list");
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
 

@@ -1,0 +1,124 @@
+//! `CatalogSync(conn_gen, n)`: one catalog re-sync's phase 1 (SYNC-3) as a
+//! temporary actor, a child of its `ServerSupervisor` (ADR 0011).
+//!
+//! It fetches every page of `tools/list` (raw JSON, one pass) on the live
+//! connection's peer, reports `SyncDone { conn_gen, n, result }` to the
+//! supervisor, and stops. The supervisor stops it when the connection ends,
+//! on restart and on shutdown; its `post_stop` aborts a fetch still under
+//! way, so a sync killed mid-page sends nothing. Coalescing (SYNC-5) and the
+//! stale-result rule (SYNC-6) stay in the supervisor: a `SyncDone` counts
+//! only from the sync it is running now (same `conn_gen`, same `n`).
+//!
+//! The fetch runs in a task of the actor's own, not in its handler, so the
+//! actor's mailbox stays free for the stop while a page is outstanding.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rmcp::Peer;
+use rmcp::service::RoleClient;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use super::connection::fetch_catalog;
+use super::stdio::Diagnostics;
+use crate::messages::server::ServerSupervisorMsg;
+
+/// The actor.
+pub struct CatalogSync;
+
+/// What one sync needs.
+pub struct CatalogSyncArgs {
+    /// The connection it syncs.
+    pub conn_gen: u64,
+    /// Its number among the server's syncs (1, 2, …).
+    pub n: u64,
+    /// The live connection's rmcp handle.
+    pub peer: Peer<RoleClient>,
+    /// Per-request timeout of each page.
+    pub timeout: Duration,
+    /// The connection's diagnostics (task support seen on the wire).
+    pub diag: Arc<Diagnostics>,
+    /// Where the result goes.
+    pub supervisor: ActorRef<ServerSupervisorMsg>,
+}
+
+/// Its one message: the fetch ended.
+pub enum CatalogSyncMsg {
+    /// Every entry, or why the fetch failed.
+    Fetched(Result<Vec<Value>, String>),
+}
+
+/// Its state: the fetch task and where the result goes.
+pub struct CatalogSyncState {
+    conn_gen: u64,
+    n: u64,
+    supervisor: ActorRef<ServerSupervisorMsg>,
+    fetch: Option<JoinHandle<()>>,
+}
+
+impl Actor for CatalogSync {
+    type Msg = CatalogSyncMsg;
+    type State = CatalogSyncState;
+    type Arguments = CatalogSyncArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: CatalogSyncArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let CatalogSyncArgs {
+            conn_gen,
+            n,
+            peer,
+            timeout,
+            diag,
+            supervisor,
+        } = args;
+        let fetch = tokio::spawn(async move {
+            let result = fetch_catalog(&peer, timeout, &diag).await;
+            let _ = myself.cast(CatalogSyncMsg::Fetched(result));
+        });
+        Ok(CatalogSyncState {
+            conn_gen,
+            n,
+            supervisor,
+            fetch: Some(fetch),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let span = tracing::debug_span!("catalog_sync", conn_gen = st.conn_gen, n = st.n);
+        let _enter = span.enter();
+        match msg {
+            CatalogSyncMsg::Fetched(result) => {
+                st.fetch = None;
+                let _ = st.supervisor.cast(ServerSupervisorMsg::SyncDone {
+                    conn_gen: st.conn_gen,
+                    n: st.n,
+                    result,
+                });
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stopped mid-page: the fetch goes, and nothing is reported.
+        if let Some(f) = st.fetch.take() {
+            f.abort();
+        }
+        Ok(())
+    }
+}
