@@ -183,6 +183,10 @@ pub(crate) enum Command {
         /// 1k tools, start-to-ready of 1 and 10 servers.
         #[arg(long)]
         quick: bool,
+        /// Run every row K times and print each row's median ratio with its
+        /// min–max (PERF-1: a ratio is not one noisy sample).
+        #[arg(long, default_value_t = 1, value_name = "K")]
+        runs: usize,
     },
     /// The client adapter for the official MCP conformance suite:
     /// `conformance client --command "mcpvisor conformance" --scenario tools_call`.

@@ -220,6 +220,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             cmd::chat::run(&cli, flags).await
         }
         Command::Conformance { url } => cmd::conformance::run(url).await,
-        Command::Bench { calls, quick } => cmd::bench::run(*calls, *quick, cli.json).await,
+        Command::Bench { calls, quick, runs } => {
+            cmd::bench::run(*calls, *quick, *runs, cli.json).await
+        }
     }
 }

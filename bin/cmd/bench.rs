@@ -496,7 +496,95 @@ async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
 }
 
 /// Run the benchmarks and print a table (or JSON).
-pub async fn run(calls: usize, quick: bool, as_json: bool) -> anyhow::Result<u8> {
+/// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
+const RATIO_ROWS: &[(&str, &str)] = &[
+    ("tools/call p50", "/tools_call/ratio_p50"),
+    ("tools/call p99", "/tools_call/ratio_p99"),
+    ("64-way calls/s", "/tools_call/ratio_concurrent_64"),
+    ("1 MiB result", "/large_result_ms/ratio"),
+    ("gateway call p50", "/gateway_call_p50_us/ratio"),
+    ("start to ready, 1", "/start_to_ready_ms/1/ratio"),
+    ("start to ready, 10", "/start_to_ready_ms/10/ratio"),
+    ("start to ready, 100", "/start_to_ready_ms/100/ratio"),
+    ("hook overhead", "/hook_overhead_ms/ratio"),
+    ("catalog sync 1k", "/catalog_sync_ms/1k/ratio"),
+    ("catalog sync 10k", "/catalog_sync_ms/10k/ratio"),
+];
+
+/// `bench [--runs K]`: K runs one after the other, each measuring every row
+/// with its bare baseline back to back (so bare and runtime figures of a
+/// row are interleaved across runs), then, for K > 1, the median ratio of
+/// each row with its min–max. With `--json`, one object: the last run's
+/// rows at the top level (as a single run prints them), every run in
+/// `runs`, and `summary` (row → `{median, min, max, runs}`).
+pub async fn run(calls: usize, quick: bool, runs: usize, as_json: bool) -> anyhow::Result<u8> {
+    let runs = runs.max(1);
+    let mut all = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let figures = measure(calls, quick).await?;
+        if !as_json {
+            if runs > 1 {
+                println!("── run {} of {runs}", i + 1);
+            }
+            print_human(&figures);
+        }
+        all.push(figures);
+    }
+    let summary = summarize_runs(&all);
+    if as_json {
+        let mut out = all.last().cloned().unwrap_or_else(|| json!({}));
+        if let Some(o) = out.as_object_mut() {
+            o.insert("runs".into(), serde_json::Value::Array(all.clone()));
+            o.insert("summary".into(), summary);
+        }
+        println!("{out}");
+    } else if runs > 1 {
+        println!("median ratio (mcpvisor / bare) of {runs} runs, with min–max:");
+        if let Some(rows) = summary.as_object() {
+            for (label, _) in RATIO_ROWS {
+                if let Some(r) = rows.get(*label) {
+                    println!(
+                        "  {label:<22} {:>6.2}  ({:.2}–{:.2})",
+                        r["median"].as_f64().unwrap_or(f64::NAN),
+                        r["min"].as_f64().unwrap_or(f64::NAN),
+                        r["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Row → `{median, min, max, runs}` over the runs where the row has a
+/// finite ratio (a `--quick` run has no 10k or 100-server rows).
+fn summarize_runs(all: &[serde_json::Value]) -> serde_json::Value {
+    let mut rows = serde_json::Map::new();
+    for (label, pointer) in RATIO_ROWS {
+        let mut xs: Vec<f64> = all
+            .iter()
+            .filter_map(|f| f.pointer(pointer)?.as_f64())
+            .filter(|x| x.is_finite())
+            .collect();
+        if xs.is_empty() {
+            continue;
+        }
+        xs.sort_by(f64::total_cmp);
+        let median = if xs.len() % 2 == 1 {
+            xs[xs.len() / 2]
+        } else {
+            (xs[xs.len() / 2 - 1] + xs[xs.len() / 2]) / 2.0
+        };
+        rows.insert(
+            (*label).to_owned(),
+            json!({"median": median, "min": xs[0], "max": xs[xs.len() - 1], "runs": xs.len()}),
+        );
+    }
+    serde_json::Value::Object(rows)
+}
+
+/// One run of every row, as the JSON `bench --json` prints.
+async fn measure(calls: usize, quick: bool) -> anyhow::Result<serde_json::Value> {
     let calls = if quick { calls.min(200) } else { calls };
     let bare = bare_rmcp(calls).await?;
     let ours = through_runtime(calls).await?;
@@ -523,84 +611,110 @@ pub async fn run(calls: usize, quick: bool, as_json: bool) -> anyhow::Result<u8>
             )
         })
         .collect();
-    if as_json {
+    Ok(json!({
+        "calls": calls,
+        "tools_call": {
+            "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s},
+            "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s},
+            "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
+            "ratio_p99": ours.p99_us / bare.p99_us.max(1e-9),
+            "ratio_concurrent_64": ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9),
+        },
+        "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
+        "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
+        "start_to_ready_ms": ready_json,
+        "idle_connection_kib": {"runtime": idle_kib},
+        "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
+        "quick": quick,
+        "catalog_sync_ms": {
+            "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
+            "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
+        },
+    }))
+}
+
+/// One run's figures as the human table.
+fn print_human(f: &serde_json::Value) {
+    let n = |p: &str| {
+        f.pointer(p)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "tools/call echo, {} sequential calls, demo server over stdio",
+        f["calls"]
+    );
+    println!(
+        "  {:<12} {:>10} {:>10} {:>12} {:>14}",
+        "", "p50 µs", "p99 µs", "calls/s", "64-way calls/s"
+    );
+    for (label, key) in [("bare rmcp", "bare_rmcp"), ("mcpvisor", "runtime")] {
+        let at = |field: &str| n(&format!("/tools_call/{key}/{field}"));
         println!(
-            "{}",
-            json!({
-                "calls": calls,
-                "tools_call": {
-                    "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s},
-                    "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s},
-                    "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
-                },
-                "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
-                "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
-                "start_to_ready_ms": ready_json,
-                "idle_connection_kib": {"runtime": idle_kib},
-                "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
-                "quick": quick,
-                "catalog_sync_ms": {
-                    "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
-                    "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
-                },
-            })
-        );
-    } else {
-        println!("tools/call echo, {calls} sequential calls, demo server over stdio");
-        println!(
-            "  {:<12} {:>10} {:>10} {:>12} {:>14}",
-            "", "p50 µs", "p99 µs", "calls/s", "64-way calls/s"
-        );
-        for (label, l) in [("bare rmcp", &bare), ("mcpvisor", &ours)] {
-            println!(
-                "  {:<12} {:>10.1} {:>10.1} {:>12.0} {:>14.0}",
-                label, l.p50_us, l.p99_us, l.calls_per_s, l.concurrent_per_s
-            );
-        }
-        println!(
-            "  ratio p50 (mcpvisor / bare): {:.2}; 64-way throughput ratio: {:.2}",
-            ours.p50_us / bare.p50_us.max(1e-9),
-            ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9)
-        );
-        println!(
-            "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {large_bare:.1}, mcpvisor {large_ours:.1}, ratio {:.2}",
-            large_ours / large_bare.max(1e-9)
-        );
-        println!(
-            "echo through `mcpvisor gateway --stdio` vs straight to the demo server (bare rmcp client both), median µs: direct {gw_direct:.1}, gateway {gw_through:.1}, ratio {:.2}",
-            gw_through / gw_direct.max(1e-9)
-        );
-        println!("start to ready (spawn → initialize → catalog registered), ms");
-        for (n, (b, o)) in &ready {
-            println!(
-                "  {n:>4} server(s): bare rmcp {b:.1}, mcpvisor {o:.1}, ratio {:.2}",
-                o / b.max(1e-9)
-            );
-        }
-        println!("runtime-side memory per idle connection: {idle_kib:.0} KiB");
-        println!(
-            "a PreToolUse hook `true` vs a bare `sh -c true`, median ms: bare {hook_bare:.2}, mcpvisor {hook_ours:.2}, ratio {:.2}",
-            hook_ours / hook_bare.max(1e-9)
-        );
-        println!("catalog sync (spawn → initialize → all pages → registered), ms");
-        println!(
-            "  {:<12} {:>10} {:>10} {:>8}",
-            "tools", "mcpvisor", "bare rmcp", "ratio"
-        );
-        println!(
-            "  {:<12} {:>10.1} {:>10.1} {:>8.2}",
-            "1k",
-            c1k,
-            b1k,
-            c1k / b1k.max(1e-9)
-        );
-        println!(
-            "  {:<12} {:>10.1} {:>10.1} {:>8.2}",
-            "10k",
-            c10k,
-            b10k,
-            c10k / b10k.max(1e-9)
+            "  {:<12} {:>10.1} {:>10.1} {:>12.0} {:>14.0}",
+            label,
+            at("p50_us"),
+            at("p99_us"),
+            at("calls_per_s"),
+            at("concurrent_64_calls_per_s")
         );
     }
-    Ok(0)
+    println!(
+        "  ratio p50 (mcpvisor / bare): {:.2}; p99: {:.2}; 64-way throughput ratio: {:.2}",
+        n("/tools_call/ratio_p50"),
+        n("/tools_call/ratio_p99"),
+        n("/tools_call/ratio_concurrent_64")
+    );
+    println!(
+        "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {:.1}, mcpvisor {:.1}, ratio {:.2}",
+        n("/large_result_ms/bare"),
+        n("/large_result_ms/runtime"),
+        n("/large_result_ms/ratio")
+    );
+    println!(
+        "echo through `mcpvisor gateway --stdio` vs straight to the demo server (bare rmcp client both), median µs: direct {:.1}, gateway {:.1}, ratio {:.2}",
+        n("/gateway_call_p50_us/bare"),
+        n("/gateway_call_p50_us/runtime"),
+        n("/gateway_call_p50_us/ratio")
+    );
+    println!("start to ready (spawn → initialize → catalog registered), ms");
+    if let Some(rows) = f["start_to_ready_ms"].as_object() {
+        let mut rows: Vec<(u64, &serde_json::Value)> = rows
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
+            .collect();
+        rows.sort_by_key(|(k, _)| *k);
+        for (k, v) in rows {
+            println!(
+                "  {k:>4} server(s): bare rmcp {:.1}, mcpvisor {:.1}, ratio {:.2}",
+                v["bare"].as_f64().unwrap_or(f64::NAN),
+                v["runtime"].as_f64().unwrap_or(f64::NAN),
+                v["ratio"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    println!(
+        "runtime-side memory per idle connection: {:.0} KiB",
+        n("/idle_connection_kib/runtime")
+    );
+    println!(
+        "a PreToolUse hook `true` vs a bare `sh -c true`, median ms: bare {:.2}, mcpvisor {:.2}, ratio {:.2}",
+        n("/hook_overhead_ms/bare"),
+        n("/hook_overhead_ms/runtime"),
+        n("/hook_overhead_ms/ratio")
+    );
+    println!("catalog sync (spawn → initialize → all pages → registered), ms");
+    println!(
+        "  {:<12} {:>10} {:>10} {:>8}",
+        "tools", "mcpvisor", "bare rmcp", "ratio"
+    );
+    for k in ["1k", "10k"] {
+        println!(
+            "  {:<12} {:>10.1} {:>10.1} {:>8.2}",
+            k,
+            n(&format!("/catalog_sync_ms/{k}/runtime")),
+            n(&format!("/catalog_sync_ms/{k}/bare_rmcp")),
+            n(&format!("/catalog_sync_ms/{k}/ratio"))
+        );
+    }
 }
