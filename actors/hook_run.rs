@@ -163,7 +163,7 @@ fn shell_command(shell: &HookShell, command: &str) -> tokio::process::Command {
             (login, "-lc")
         }
     };
-    let mut cmd = tokio::process::Command::new(program);
+    let mut cmd = crate::actors::process::command(program);
     cmd.arg(flag).arg(command);
     cmd
 }

@@ -341,7 +341,7 @@ pub fn spawn(
         .map(|(_, v)| v.as_str());
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let exe = resolve_executable(&cfg.command, path, home.as_deref())?;
-    let mut cmd = tokio::process::Command::new(&exe);
+    let mut cmd = super::process::command(&exe);
     cmd.args(&cfg.args).env_clear().envs(env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);

@@ -734,7 +734,7 @@ fn host_spawn(
     };
     io.block_on(async move {
         use tokio::io::AsyncReadExt as _;
-        let mut command = tokio::process::Command::new(cmd);
+        let mut command = crate::actors::process::command(cmd);
         command.args(&args);
         if let Some(tag) = tag {
             command.env(crate::actors::process::TAG_VAR, tag);

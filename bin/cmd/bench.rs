@@ -495,7 +495,6 @@ async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
     Ok((bare, ours?))
 }
 
-/// Run the benchmarks and print a table (or JSON).
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
 const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p50", "/tools_call/ratio_p50"),
