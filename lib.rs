@@ -146,7 +146,7 @@ pub use messages::call::{
 };
 pub use messages::projection::ProjectionPart;
 
-pub use messages::import::{Imported, import_servers};
+pub use messages::import::{HooksFrom, Imported, import_file, import_servers};
 pub use messages::model::{Provider, Usage};
 pub use messages::naming::{closest, derive_slug, public_tool_name};
 pub use runtime::turn::{

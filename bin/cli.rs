@@ -108,6 +108,10 @@ pub(crate) enum Command {
         /// Write here instead of stdout (refused if it exists).
         #[arg(long, value_name = "FILE")]
         out: Option<std::path::PathBuf>,
+        /// Whose hooks file it is, when FILE has hooks: `claude` or
+        /// `codex` (default: guessed from the path).
+        #[arg(long, value_name = "TOOL")]
+        from: Option<String>,
     },
     /// The config file itself, e.g. `mcpvisor config validate`.
     Config {

@@ -177,7 +177,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Status { watch } => cmd::status::run(&cli, *watch).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,
         Command::Prompts { what } => cmd::prompts::run(&cli, what).await,
-        Command::Import { file, out } => cmd::import::import(&cli, file, out.as_deref()),
+        Command::Import { file, out, from } => {
+            cmd::import::import(&cli, file, out.as_deref(), from.as_deref())
+        }
         Command::Config {
             what: cli::ConfigCommand::Validate,
         } => cmd::import::validate(&cli),

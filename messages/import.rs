@@ -17,6 +17,119 @@ pub struct Imported {
     pub servers: Vec<String>,
     /// What was left out, and why (one line each).
     pub skipped: Vec<String>,
+    /// The hook commands of an imported hooks file, one line each
+    /// (`event (matcher): command`), written commented out.
+    pub hooks: Vec<String>,
+}
+
+/// Which tool a hooks file belongs to (its dialect, HOOK-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HooksFrom {
+    /// Claude Code (`settings.json`, `{"hooks": …}`).
+    Claude,
+    /// Codex (`hooks.json`).
+    Codex,
+}
+
+/// Convert the file at `origin` (its text), whatever it holds: the servers
+/// of an MCP servers config ([`import_servers`]), and the hooks of a file
+/// with a `"hooks"` object, as a commented-out `[hooks]` table pointing at
+/// `hooks_path` (the file's absolute path: `[hooks]` paths resolve against
+/// the working directory). The hooks' dialect is `from`, else guessed from
+/// the path (`.codex/` or a file named `hooks.json`: Codex; otherwise
+/// Claude Code). Nothing imported runs until the user turns it on
+/// (TRUST-5): servers arrive disabled, hooks commented out.
+pub fn import_file(
+    origin: &str,
+    hooks_path: &str,
+    text: &str,
+    from: Option<HooksFrom>,
+) -> Result<Imported, String> {
+    let json: Option<Value> = text
+        .trim_start()
+        .starts_with('{')
+        .then(|| serde_json::from_str(text).ok())
+        .flatten();
+    let has = |k: &str| {
+        json.as_ref()
+            .is_some_and(|v| v.get(k).is_some_and(Value::is_object))
+    };
+    let hooks = has("hooks");
+    if hooks && !has("mcpServers") && !has("servers") {
+        return import_hooks(origin, hooks_path, text, from);
+    }
+    let mut got = import_servers(origin, text)?;
+    if hooks {
+        let h = import_hooks(origin, hooks_path, text, from)?;
+        got.toml.push_str(&h.toml);
+        got.hooks = h.hooks;
+        got.skipped.extend(h.skipped);
+    }
+    Ok(got)
+}
+
+/// A hooks file as a commented `[hooks]` table: each command listed with
+/// its event, matcher and SHA-256 (what `--strict-hooks` approves,
+/// HOOK-12), and the table to uncomment once they have been read.
+fn import_hooks(
+    origin: &str,
+    hooks_path: &str,
+    text: &str,
+    from: Option<HooksFrom>,
+) -> Result<Imported, String> {
+    use crate::messages::hooks::Dialect;
+    use crate::messages::hooks::config::HookSet;
+    let from = from.unwrap_or_else(|| {
+        let p = hooks_path.replace('\\', "/");
+        if p.contains("/.codex/") || p.ends_with("/hooks.json") || p == "hooks.json" {
+            HooksFrom::Codex
+        } else {
+            HooksFrom::Claude
+        }
+    });
+    let (dialect, key, name) = match from {
+        HooksFrom::Claude => (Dialect::Claude, "claude", "Claude Code"),
+        HooksFrom::Codex => (Dialect::Codex, "codex", "Codex"),
+    };
+    let set = HookSet::parse(dialect, origin, text).map_err(|e| e.to_string())?;
+    let mut hooks = Vec::new();
+    let mut listing = String::new();
+    let mut hashes = Vec::new();
+    for (event, group, handler) in set.handlers() {
+        let matcher = group
+            .pattern
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|p| format!(" (matcher {p:?})"))
+            .unwrap_or_default();
+        let line = format!("{event}{matcher}: {}", handler.command);
+        listing.push_str(&format!(
+            "#   {}\n#     sha256 {}\n",
+            line.replace('\n', " "),
+            handler.hash
+        ));
+        hashes.push(format!("{:?}", handler.hash));
+        hooks.push(line);
+    }
+    let toml = format!(
+        "\n# Hooks from {origin} ({name} dialect): {} command(s). Once on, they run on\n\
+         # matching tool calls, prompts and sessions with your privileges: read each\n\
+         # one, then uncomment the table. Under `--strict-hooks` only the hashes in\n\
+         # `approved` run; it lists none until you add them (`mcpvisor hooks list`).\n\
+         {listing}\
+         # [hooks]\n\
+         # {key} = {}\n\
+         # approved = []  # e.g. [{}]\n",
+        hooks.len(),
+        quote(hooks_path),
+        hashes.first().cloned().unwrap_or_default(),
+    );
+    Ok(Imported {
+        toml,
+        servers: Vec::new(),
+        skipped: set.warnings.iter().map(|w| format!("hook: {w}")).collect(),
+        hooks,
+    })
 }
 
 /// One server, format-neutral.
@@ -101,6 +214,7 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
         toml: out,
         servers,
         skipped,
+        hooks: Vec::new(),
     })
 }
 
@@ -244,6 +358,113 @@ fn inline_table(m: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The output with its `# [hooks]` table uncommented, as a user would.
+    fn uncommented(toml: &str) -> String {
+        toml.lines()
+            .map(|l| {
+                let t = l.strip_prefix("# ").unwrap_or(l);
+                if t.starts_with("[hooks]")
+                    || t.starts_with("claude = ")
+                    || t.starts_with("codex = ")
+                {
+                    t.to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    const CLAUDE_SETTINGS: &str = r#"{
+      "$schema": "https://json.schemastore.org/claude-code-settings.json",
+      "permissions": {"allow": ["Bash(npm run lint)"]},
+      "hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./scripts/check.sh", "timeout": 30}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        "PreToolUes": [{"hooks": [{"type": "command", "command": "typo"}]}]
+      }
+    }"#;
+
+    #[test]
+    fn a_claude_settings_file_becomes_a_commented_hooks_table_with_each_command_and_hash() {
+        // Issue 15: hooks files import into [hooks]; like servers (TRUST-5)
+        // nothing imported runs until the user turns it on.
+        let got = import_file(
+            ".claude/settings.json",
+            "/home/u/p/.claude/settings.json",
+            CLAUDE_SETTINGS,
+            None,
+        )
+        .unwrap();
+        assert!(got.servers.is_empty());
+        assert_eq!(
+            got.hooks,
+            vec![
+                "PreToolUse (matcher \"Bash\"): ./scripts/check.sh".to_owned(),
+                "Stop: notify-send done".to_owned()
+            ]
+        );
+        let hash = crate::messages::hooks::config::command_hash("./scripts/check.sh");
+        assert!(
+            got.toml.contains(&format!("#     sha256 {hash}")),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.skipped.iter().any(|s| s.contains("PreToolUes")),
+            "{:?}",
+            got.skipped
+        );
+        // As written, the TOML configures no hooks at all.
+        let cfg = crate::messages::config_file::parse_config("out.toml", &got.toml).unwrap();
+        assert_eq!(cfg.hooks.claude, None);
+        // Uncommented, it points at the file, absolutely, in its dialect.
+        let cfg = crate::messages::config_file::parse_config("out.toml", &uncommented(&got.toml))
+            .unwrap();
+        assert_eq!(
+            cfg.hooks.claude.as_deref(),
+            Some(std::path::Path::new("/home/u/p/.claude/settings.json")),
+            "{}",
+            uncommented(&got.toml)
+        );
+        assert!(
+            cfg.hooks.approved.is_empty(),
+            "nothing is approved for the user"
+        );
+    }
+
+    #[test]
+    fn a_codex_hooks_file_is_told_by_its_path_or_by_from_and_servers_and_hooks_come_together() {
+        let hooks = r#"{"hooks": {"PreToolUse": [{"matcher": "shell", "hooks": [{"type": "command", "command": "guard"}]}]}}"#;
+        let got = import_file("hooks.json", "/home/u/.codex/hooks.json", hooks, None).unwrap();
+        assert!(
+            got.toml.contains("# codex = \"/home/u/.codex/hooks.json\""),
+            "{}",
+            got.toml
+        );
+        let forced = import_file("h.json", "/tmp/h.json", hooks, Some(HooksFrom::Codex)).unwrap();
+        assert!(forced.toml.contains("# codex = "), "{}", forced.toml);
+        let claude = import_file("h.json", "/tmp/h.json", hooks, None).unwrap();
+        assert!(claude.toml.contains("# claude = "), "{}", claude.toml);
+        // A settings file with servers and hooks: both, each held back.
+        let both = r#"{"mcpServers": {"fs": {"command": "npx", "args": ["fs"]}},
+                       "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "bye"}]}]}}"#;
+        let got = import_file("s.json", "/tmp/s.json", both, None).unwrap();
+        assert_eq!(got.servers, vec!["fs".to_owned()]);
+        assert_eq!(got.hooks, vec!["Stop: bye".to_owned()]);
+        let cfg = crate::messages::config_file::parse_config("out.toml", &got.toml).unwrap();
+        assert!(cfg.servers.iter().all(|s| !s.enabled));
+        assert_eq!(cfg.hooks.claude, None);
+        // Not a hooks shape at all: the hook parser's error, naming the file.
+        let bad = import_file("x.json", "/tmp/x.json", r#"{"hooks": {"Stop": 3}}"#, None);
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("x.json"))
+                || bad.as_ref().is_ok_and(|g| !g.skipped.is_empty()),
+            "{bad:?}"
+        );
+    }
 
     #[test]
     fn an_mcp_json_arrives_disabled_and_asking_and_parses_as_mcpvisor_config() {

@@ -10,13 +10,32 @@ use serde_json::json;
 use crate::cli::Cli;
 use crate::config::load_config;
 
-/// `import FILE [--out FILE]`: the TOML on stdout (or in `out`), what was
-/// imported and skipped on stderr.
-pub(crate) fn import(cli: &Cli, file: &Path, out: Option<&Path>) -> anyhow::Result<u8> {
+/// `import FILE [--out FILE] [--from claude|codex]`: the TOML on stdout (or
+/// in `out`), what was imported and skipped on stderr.
+pub(crate) fn import(
+    cli: &Cli,
+    file: &Path,
+    out: Option<&Path>,
+    from: Option<&str>,
+) -> anyhow::Result<u8> {
+    let from = match from {
+        None => None,
+        Some("claude") => Some(mcpvisor::HooksFrom::Claude),
+        Some("codex") => Some(mcpvisor::HooksFrom::Codex),
+        Some(other) => bail!("--from {other:?}: expected claude or codex"),
+    };
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let got =
-        mcpvisor::import_servers(&file.display().to_string(), &text).map_err(anyhow::Error::msg)?;
+    // `[hooks]` paths resolve against the working directory: the TOML
+    // names the file absolutely.
+    let absolute = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let got = mcpvisor::import_file(
+        &file.display().to_string(),
+        &absolute.display().to_string(),
+        &text,
+        from,
+    )
+    .map_err(anyhow::Error::msg)?;
     match out {
         Some(path) => {
             if path.exists() {
@@ -34,14 +53,25 @@ pub(crate) fn import(cli: &Cli, file: &Path, out: Option<&Path>) -> anyhow::Resu
     if cli.json {
         println!(
             "{}",
-            json!({"servers": got.servers, "skipped": got.skipped, "toml": got.toml})
+            json!({"servers": got.servers, "hooks": got.hooks, "skipped": got.skipped, "toml": got.toml})
         );
     } else {
-        eprintln!(
-            "imported {} server(s), all disabled with trust \"ask\": {}",
-            got.servers.len(),
-            got.servers.join(", ")
-        );
+        if !got.servers.is_empty() || got.hooks.is_empty() {
+            eprintln!(
+                "imported {} server(s), all disabled with trust \"ask\": {}",
+                got.servers.len(),
+                got.servers.join(", ")
+            );
+        }
+        if !got.hooks.is_empty() {
+            eprintln!(
+                "imported {} hook command(s), commented out until you have read them:",
+                got.hooks.len()
+            );
+            for h in &got.hooks {
+                eprintln!("  {h}");
+            }
+        }
         for s in &got.skipped {
             eprintln!("  skipped {s}");
         }

@@ -756,6 +756,76 @@ async fn import_writes_a_config_that_validates_with_every_server_disabled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 15: a Claude Code settings file's hooks import as a commented-out
+/// `[hooks]` table naming the file absolutely, each command listed on
+/// stderr; the written config runs no hook until uncommented, and once
+/// uncommented `hooks list` shows the command with the same hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_of_a_hooks_file_lists_each_command_and_runs_none_until_uncommented() {
+    let dir = unique_temp_path("import-hooks");
+    std::fs::create_dir_all(dir.join(".claude")).unwrap();
+    let src = dir.join(".claude/settings.json");
+    std::fs::write(
+        &src,
+        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo checked"}]}]}}"#,
+    )
+    .unwrap();
+    let out = run(&dir, &["import", &src.to_string_lossy()]).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("imported 1 hook command(s), commented out")
+            && stderr.contains("PreToolUse (matcher \"Bash\"): echo checked"),
+        "{stderr}"
+    );
+    let absolute = std::fs::canonicalize(&src).unwrap();
+    let table = format!("# claude = \"{}\"", absolute.display());
+    assert!(
+        stdout.contains("# [hooks]") && stdout.contains(&table),
+        "{stdout}"
+    );
+    let cfg = dir.join("mcpvisor.toml");
+    std::fs::write(&cfg, &stdout).unwrap();
+    let listed = run(
+        &dir,
+        &[
+            "--config",
+            &cfg.to_string_lossy(),
+            "--json",
+            "hooks",
+            "list",
+        ],
+    )
+    .await;
+    assert!(
+        !text(&listed.stdout).contains("echo checked"),
+        "a commented table configures no hook: {}",
+        text(&listed.stdout)
+    );
+    let on = stdout
+        .replace("# [hooks]", "[hooks]")
+        .replace(&table, &table[2..]);
+    std::fs::write(&cfg, on).unwrap();
+    let listed = run(
+        &dir,
+        &[
+            "--config",
+            &cfg.to_string_lossy(),
+            "--json",
+            "hooks",
+            "list",
+        ],
+    )
+    .await;
+    let hash = mcpvisor::command_hash("echo checked");
+    assert!(
+        text(&listed.stdout).contains("echo checked") && stdout.contains(&hash),
+        "{}",
+        text(&listed.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_errors_suggest_the_key_and_json_errors_are_json() {
     // Issue 14: did-you-mean for keys, words for a wrong type, another
