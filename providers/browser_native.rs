@@ -618,7 +618,7 @@ impl BrowserSession {
                     }
                     Err(ActionError::Failed(format!("{what} failed: {e}")))
                 }
-                Err(_) => Err(ActionError::Failed(format!(
+                Err(_) => Err(ActionError::TimedOut(format!(
                     "{what} did not finish within {} ms (every browser request has a timeout); whether it took effect is unknown: take a snapshot to see",
                     self.timeout.as_millis()
                 ))),
@@ -655,6 +655,8 @@ async fn exited(mut reaped: tokio::sync::watch::Receiver<bool>) {
 enum ActionError {
     /// The action failed; the browser is still there.
     Failed(String),
+    /// The action did not finish in time; the browser is still there.
+    TimedOut(String),
     /// The browser exited: the session must be replaced.
     Crashed(String),
 }
@@ -791,7 +793,7 @@ impl BrowserTools {
         let result = session.act(name, args, cancel).await;
         match result {
             Ok(blocks) => Ok(blocks),
-            Err(ActionError::Failed(e)) => Err(e),
+            Err(ActionError::Failed(e) | ActionError::TimedOut(e)) => Err(e),
             Err(ActionError::Crashed(e)) => {
                 drop(session);
                 self.replace().await;
@@ -834,14 +836,38 @@ impl BrowserSession {
                 let url = text_arg("url").map_err(failed)?;
                 check_url(&url).map_err(failed)?;
                 live.valid = None;
-                let (title, at) = self
+                let went = self
                     .guarded("navigate", cancel, async {
                         cdp(page.goto(url.as_str()).await)?;
                         let title = cdp(page.get_title().await)?.unwrap_or_default();
                         let at = cdp(page.url().await)?.unwrap_or_default();
                         Ok((title, at))
                     })
-                    .await?;
+                    .await;
+                // A page that never finishes loading holds every later
+                // navigation of the session (the client waits for the first
+                // one to end): the tab is replaced by a blank one, and the
+                // caller is told.
+                if let Err(ActionError::TimedOut(why)) = &went {
+                    let fresh = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        live.browser.new_page("about:blank"),
+                    )
+                    .await;
+                    return Err(failed(match fresh {
+                        Ok(Ok(fresh)) => {
+                            let old = std::mem::replace(&mut live.page, fresh);
+                            let _ = tokio::time::timeout(Duration::from_secs(2), old.close()).await;
+                            format!(
+                                "{why}; the tab that would not finish loading was replaced by a blank one (its page state is gone): navigate again"
+                            )
+                        }
+                        _ => format!(
+                            "{why}; replacing the tab that would not finish loading failed too"
+                        ),
+                    }));
+                }
+                let (title, at) = went?;
                 Ok(vec![ContentBlock::text(format!(
                     "navigated to {at} (title {title:?}); take a snapshot to act on it"
                 ))])

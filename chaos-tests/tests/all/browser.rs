@@ -517,6 +517,57 @@ async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
     assert_nothing_left(&root).await;
 }
 
+/// CALL-4: a navigation to a page that never answers ends at the action
+/// timeout, effects unknown, and its tab is replaced by a blank one, so the
+/// session's next actions work instead of timing out behind it.
+#[tokio::test]
+async fn a_navigation_that_never_loads_times_out_and_the_next_actions_still_work() {
+    let Some(_) = chromium() else { return };
+    let mut site = site().await;
+    let root = unique_temp_path("browser-hang");
+    let rt = Runtime::builder()
+        .provider(provider(&root, |c| {
+            c.action_timeout = Duration::from_secs(2);
+        }))
+        .activate(Scope::Global)
+        .start()
+        .await
+        .unwrap();
+    let g = Scope::Global;
+    let hung = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/hang", site.addr)}),
+    )
+    .await;
+    site.hung.recv().await.unwrap();
+    assert!(!hung.is_ok());
+    assert!(
+        hung.projection.contains("did not finish within 2000 ms")
+            && hung.projection.contains("replaced by a blank one"),
+        "{}",
+        hung.projection
+    );
+    let snap = call(&rt, &g, "snapshot", json!({})).await;
+    assert!(
+        snap.is_ok(),
+        "the page still held the session: {}",
+        snap.projection
+    );
+    let next = call(
+        &rt,
+        &g,
+        "navigate",
+        json!({"url": format!("http://{}/other", site.addr)}),
+    )
+    .await;
+    assert!(next.is_ok(), "{}", next.projection);
+    let report = rt.shutdown(Duration::from_secs(20)).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_nothing_left(&root).await;
+}
+
 /// CALL-4 / SEAT-11: a browser killed in the middle of an action ends the
 /// call at once with what happened (effects unknown), and the next call
 /// gets a new browser. The screenshot goes through CALL-7 as an image.
