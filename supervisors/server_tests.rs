@@ -423,15 +423,7 @@ async fn notifications_during_a_sync_coalesce_into_exactly_one_more_sync() {
     let ready = wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     let before = h.lists();
     let open = h.hold_next_list();
-    let out = rt
-        .call(
-            &Scope::Global,
-            "mcp__srv__storm",
-            None,
-            CallOptions::default(),
-        )
-        .await;
-    assert_eq!(out.projection, "stormed", "{out:?}");
+    storm(&rt).await;
     wait_status(&mut events, |s| s.syncing).await;
     // Let every notification reach the supervisor: the paused clock moves
     // only once every task is idle, and the held sync cannot finish.
@@ -1371,6 +1363,20 @@ async fn a_sync_result_of_another_connection_generation_is_dropped() {
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
 
+/// Call the `storm` tool: a burst of `tools/list_changed` before its
+/// answer (SYNC-5).
+async fn storm(rt: &Runtime) {
+    let out = rt
+        .call(
+            &Scope::Global,
+            "mcp__srv__storm",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.projection, "stormed", "{out:?}");
+}
+
 /// The children of server `srv`'s supervisor (its connection, and its
 /// CatalogSync while one runs), by actor id.
 fn children(rt: &Runtime) -> Vec<ractor::ActorId> {
@@ -1398,15 +1404,7 @@ async fn a_sync_killed_mid_page_goes_with_its_connection_and_reports_nothing() {
     let before = children(&rt);
     let lists = h.lists();
     let _held = h.hold_next_list();
-    let out = rt
-        .call(
-            &Scope::Global,
-            "mcp__srv__storm",
-            None,
-            CallOptions::default(),
-        )
-        .await;
-    assert_eq!(out.projection, "stormed", "{out:?}");
+    storm(&rt).await;
     let syncing = wait_status(&mut events, |s| s.catalog_sync.is_some()).await;
     assert_eq!(syncing.catalog_sync, Some(1), "{syncing:?}");
     let during = children(&rt);
