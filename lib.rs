@@ -146,9 +146,10 @@ pub use messages::call::{
 };
 pub use messages::projection::ProjectionPart;
 
+pub use actors::stdio::looks_secret;
 pub use messages::import::{HooksFrom, Imported, import_file, import_servers};
 pub use messages::model::{Provider, Usage};
-pub use messages::naming::{closest, derive_slug, public_tool_name};
+pub use messages::naming::{closest, derive_slug, public_tool_name, validate_server_name};
 pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };

@@ -282,7 +282,10 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn looks_secret(name: &str) -> bool {
+/// Whether a variable or header name looks like it holds a secret (`KEY`,
+/// `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`…): such values are
+/// never shown, and `mcpvisor add` will not write one into a config file.
+pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     [
         "KEY",

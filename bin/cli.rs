@@ -99,6 +99,53 @@ pub(crate) enum Command {
         #[command(subcommand)]
         what: ResourcesCommand,
     },
+    /// Add a server to the config file, keeping its comments and order, then
+    /// check it with a real handshake, e.g.
+    /// `mcpvisor add files -- npx -y @modelcontextprotocol/server-filesystem /tmp`.
+    Add {
+        /// The server's name (letters, digits, `_`, `-`).
+        name: String,
+        /// A streamable-HTTP server at this URL instead of a command.
+        #[arg(long)]
+        url: Option<String>,
+        /// An environment variable of the server (repeatable); a name that
+        /// looks like a secret is refused: use --env-secret.
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        /// A variable whose value is the named secret (repeatable).
+        #[arg(long = "env-secret", value_name = "K=SECRET")]
+        env_secret: Vec<String>,
+        /// An HTTP header (repeatable); secret-looking ones are refused.
+        #[arg(long = "header", value_name = "H=V")]
+        header: Vec<String>,
+        /// A header whose value is the named secret, e.g. Authorization=GH_TOKEN.
+        #[arg(long = "header-secret", value_name = "H=SECRET")]
+        header_secret: Vec<String>,
+        /// The server's working directory.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// `ask` (the default), `always` or `never`.
+        #[arg(long)]
+        trust: Option<String>,
+        /// Write it with `enabled = false` (nothing is started).
+        #[arg(long)]
+        disabled: bool,
+        /// Do not run the handshake after writing.
+        #[arg(long)]
+        no_check: bool,
+        /// `-- COMMAND ARGS…`: what to run (stdio).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Remove a server from the config file (everything else stays), e.g.
+    /// `mcpvisor remove files`.
+    Remove {
+        /// The server's name.
+        name: String,
+    },
+    /// The configured servers: name, transport, enabled, trust (nothing is
+    /// started; `status` shows live states), e.g. `mcpvisor list`.
+    List,
     /// Convert a `.mcp.json` / desktop-app `mcpServers` JSON or a Codex
     /// `config.toml` into mcpvisor TOML (servers arrive disabled, trust
     /// "ask"), e.g. `mcpvisor import ~/.codex/config.toml --out mcpvisor.toml`.

@@ -177,6 +177,36 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Status { watch } => cmd::status::run(&cli, *watch).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,
         Command::Prompts { what } => cmd::prompts::run(&cli, what).await,
+        Command::Add {
+            name,
+            url,
+            env,
+            env_secret,
+            header,
+            header_secret,
+            cwd,
+            trust,
+            disabled,
+            no_check,
+            command,
+        } => {
+            let flags = cmd::edit::AddFlags {
+                name: name.clone(),
+                url: url.clone(),
+                env: env.clone(),
+                env_secret: env_secret.clone(),
+                header: header.clone(),
+                header_secret: header_secret.clone(),
+                cwd: cwd.clone(),
+                trust: trust.clone(),
+                disabled: *disabled,
+                no_check: *no_check,
+                command: command.clone(),
+            };
+            cmd::edit::add(&cli, flags).await
+        }
+        Command::Remove { name } => cmd::edit::remove(&cli, name),
+        Command::List => cmd::edit::list(&cli),
         Command::Import { file, out, from } => {
             cmd::import::import(&cli, file, out.as_deref(), from.as_deref())
         }

@@ -6,6 +6,7 @@ pub(crate) mod chat;
 pub(crate) mod check;
 pub(crate) mod conformance;
 pub(crate) mod demo;
+pub(crate) mod edit;
 pub(crate) mod gateway;
 pub(crate) mod hooks;
 pub(crate) mod import;

@@ -826,6 +826,92 @@ async fn import_of_a_hooks_file_lists_each_command_and_runs_none_until_uncomment
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 15: `add` edits the config in place (comments and order stay),
+/// refuses a duplicate, a bad name and a secret-looking value, and runs a
+/// real handshake (a failing one keeps the entry and says how to undo it);
+/// `list` shows what is configured; `remove` takes one table out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_list_and_remove_edit_the_config_in_place() {
+    let dir = ConfigDir::new(
+        "edit",
+        "# my servers\n[servers.old]  # keep me\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let config = dir.config().to_string_lossy().into_owned();
+    let server = fault_server_path().to_string_lossy().into_owned();
+    let out = run(&dir.dir, &["--config", &config, "add", "s", "--", &server]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(text(&out.stdout).contains("ok     s"), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("10 tool(s)"),
+        "{}",
+        describe(&out)
+    );
+    let written = std::fs::read_to_string(dir.config()).unwrap();
+    assert!(
+        written.starts_with("# my servers\n[servers.old]  # keep me\n"),
+        "{written}"
+    );
+    for (args, says) in [
+        (vec!["add", "s", "--", "true"], "already configured"),
+        (vec!["add", "bad name", "--", "true"], "is invalid"),
+        (
+            vec!["add", "t", "--env", "GITHUB_TOKEN=ghp_x", "--", "true"],
+            "looks like a secret",
+        ),
+    ] {
+        let mut a = vec!["--config", config.as_str()];
+        a.extend(args);
+        let out = run(&dir.dir, &a).await;
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(
+            text(&out.stderr).contains(says),
+            "{says:?}: {}",
+            describe(&out)
+        );
+    }
+    assert!(
+        !std::fs::read_to_string(dir.config())
+            .unwrap()
+            .contains("ghp_x")
+    );
+    let out = run(
+        &dir.dir,
+        &[
+            "--config",
+            &config,
+            "add",
+            "broken",
+            "--",
+            &server,
+            "--crash-at-start",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("`mcpvisor remove broken` undoes"),
+        "{}",
+        describe(&out)
+    );
+    let listed = json_stdout(&run(&dir.dir, &["--config", &config, "--json", "list"]).await);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["broken", "old", "s"], "{listed}");
+    let out = run(&dir.dir, &["--config", &config, "remove", "broken"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let written = std::fs::read_to_string(dir.config()).unwrap();
+    assert!(
+        !written.contains("broken") && written.contains("# keep me"),
+        "{written}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_errors_suggest_the_key_and_json_errors_are_json() {
     // Issue 14: did-you-mean for keys, words for a wrong type, another

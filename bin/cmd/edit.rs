@@ -1,0 +1,288 @@
+//! `mcpvisor add | remove | list`: the commands users of `claude mcp add`
+//! and `codex mcp add` type without thinking. They edit the config file in
+//! place (`toml_edit`: comments, order and formatting of everything else
+//! stay), validate the result with the same parser every command uses
+//! before writing it, and never write a secret value: a variable or header
+//! that looks like one must be given as a secret's name.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, value};
+
+use crate::cli::Cli;
+
+/// `add`'s flags.
+pub(crate) struct AddFlags {
+    pub(crate) name: String,
+    pub(crate) url: Option<String>,
+    pub(crate) env: Vec<String>,
+    pub(crate) env_secret: Vec<String>,
+    pub(crate) header: Vec<String>,
+    pub(crate) header_secret: Vec<String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) trust: Option<String>,
+    pub(crate) disabled: bool,
+    pub(crate) no_check: bool,
+    pub(crate) command: Vec<String>,
+}
+
+/// The file these commands edit: `--config`, else `$MCPVISOR_CONFIG`, else
+/// `./mcpvisor.toml` (created by `add` when missing).
+fn target(cli: &Cli) -> PathBuf {
+    cli.config
+        .clone()
+        .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("mcpvisor.toml"))
+}
+
+fn read(path: &Path, missing_ok: bool) -> anyhow::Result<(String, DocumentMut)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let doc: DocumentMut = text
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((text, doc))
+}
+
+/// Write `doc` to `path` once mcpvisor's own parser accepts it (the error
+/// names the file's line and key; nothing is written then).
+fn write_checked(path: &Path, doc: &DocumentMut) -> anyhow::Result<()> {
+    let text = doc.to_string();
+    mcpvisor::parse_config(&path.display().to_string(), &text)?;
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `K=V` pairs of a repeated flag.
+fn pairs<'a>(flag: &str, items: &'a [String]) -> anyhow::Result<Vec<(&'a str, &'a str)>> {
+    items
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| anyhow::anyhow!("{flag} {p:?}: expected KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn inline(pairs: &[(&str, &str)]) -> InlineTable {
+    let mut t = InlineTable::new();
+    for (k, v) in pairs {
+        t.insert(*k, (*v).into());
+    }
+    t
+}
+
+/// `add NAME [--env K=V]… [--env-secret K=SECRET]… -- COMMAND ARGS…` or
+/// `add NAME --url URL [--header H=V]… [--header-secret H=SECRET]…`.
+pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
+    mcpvisor::validate_server_name(&f.name).map_err(anyhow::Error::msg)?;
+    let path = target(cli);
+    let (_, mut doc) = read(&path, true)?;
+    let servers = doc
+        .entry("servers")
+        .or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        })
+        .as_table_mut()
+        .context("`servers` in the config is not a table")?;
+    if servers.contains_key(&f.name) {
+        bail!(
+            "{}: a server named {:?} is already configured (`mcpvisor remove {}` first, or pick another name)",
+            path.display(),
+            f.name,
+            f.name
+        );
+    }
+    let mut t = Table::new();
+    let env = pairs("--env", &f.env)?;
+    let headers = pairs("--header", &f.header)?;
+    // Never a secret value in the file (TRUST-2): it must come by name.
+    for (k, _) in env.iter().chain(&headers) {
+        if mcpvisor::looks_secret(k) {
+            bail!(
+                "{k} looks like a secret: its value would be written into {}; give the secret's name instead ({} {k}=SECRET_NAME) and put the value in your secret store",
+                path.display(),
+                if env.iter().any(|(e, _)| e == k) {
+                    "--env-secret"
+                } else {
+                    "--header-secret"
+                }
+            );
+        }
+    }
+    let env_secrets = pairs("--env-secret", &f.env_secret)?;
+    let header_secrets = pairs("--header-secret", &f.header_secret)?;
+    match (&f.url, f.command.split_first()) {
+        (Some(_), Some(_)) => bail!("give either --url URL or -- COMMAND ARGS…, not both"),
+        (None, None) => bail!(
+            "nothing to run: `mcpvisor add {} -- COMMAND ARGS…` (stdio) or `mcpvisor add {} --url URL` (streamable HTTP)",
+            f.name,
+            f.name
+        ),
+        (Some(url), None) => {
+            if !env.is_empty() || !env_secrets.is_empty() || f.cwd.is_some() {
+                bail!(
+                    "--env, --env-secret and --cwd are for stdio servers (-- COMMAND), not --url"
+                );
+            }
+            t["url"] = value(url.as_str());
+            if !headers.is_empty() {
+                t["headers"] = value(inline(&headers));
+            }
+            if !header_secrets.is_empty() {
+                t["header_secrets"] = value(inline(&header_secrets));
+            }
+        }
+        (None, Some((command, args))) => {
+            if !headers.is_empty() || !header_secrets.is_empty() {
+                bail!("--header and --header-secret are for --url servers, not -- COMMAND");
+            }
+            t["command"] = value(command.as_str());
+            t["args"] = value(args.iter().map(String::as_str).collect::<Array>());
+            if let Some(cwd) = &f.cwd {
+                t["cwd"] = value(cwd.as_str());
+            }
+            if !env.is_empty() {
+                t["env"] = value(inline(&env));
+            }
+            if !env_secrets.is_empty() {
+                t["env_secrets"] = value(inline(&env_secrets));
+            }
+        }
+    }
+    if let Some(trust) = &f.trust {
+        t["trust"] = value(trust.as_str());
+    }
+    if f.disabled {
+        t["enabled"] = value(false);
+    }
+    servers.insert(&f.name, Item::Table(t));
+    write_checked(&path, &doc)?;
+    if cli.json && f.no_check {
+        println!(
+            "{}",
+            json!({"added": f.name, "config": path.display().to_string()})
+        );
+    } else if !cli.json {
+        eprintln!("added server {:?} to {}", f.name, path.display());
+    }
+    if f.no_check || f.disabled {
+        return Ok(0);
+    }
+    // Like `claude mcp add`: the entry stays whatever the handshake says.
+    // `check` reads the same file (`--config`, `$MCPVISOR_CONFIG`, or
+    // ./mcpvisor.toml, as here).
+    let code = crate::cmd::check::run(cli, Some(&f.name)).await?;
+    if code != 0 && !cli.json {
+        eprintln!(
+            "the server was added, but its check failed; `mcpvisor remove {}` undoes the add",
+            f.name
+        );
+    }
+    Ok(code)
+}
+
+/// `remove NAME`: its `[servers.NAME]` table (and subtables) goes; every
+/// other line of the file stays.
+pub(crate) fn remove(cli: &Cli, name: &str) -> anyhow::Result<u8> {
+    let path = target(cli);
+    let (_, mut doc) = read(&path, false)?;
+    let servers = doc.get_mut("servers").and_then(Item::as_table_mut);
+    let known: Vec<String> = servers
+        .as_ref()
+        .map(|s| s.iter().map(|(k, _)| k.to_owned()).collect())
+        .unwrap_or_default();
+    let removed = servers.and_then(|s| s.remove(name)).is_some();
+    if !removed {
+        let hint = mcpvisor::closest(name, known.iter().map(String::as_str))
+            .map(|c| format!(" (did you mean {c:?}?)"))
+            .unwrap_or_default();
+        bail!(
+            "{}: no server named {name:?}{hint}; configured: {}",
+            path.display(),
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        );
+    }
+    write_checked(&path, &doc)?;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"removed": name, "config": path.display().to_string()})
+        );
+    } else {
+        eprintln!("removed server {name:?} from {}", path.display());
+    }
+    Ok(0)
+}
+
+/// `list`: every configured server, without starting any (`status` shows
+/// live states, `check` does a handshake).
+pub(crate) fn list(cli: &Cli) -> anyhow::Result<u8> {
+    let cfg = crate::config::load_config(cli, false)?;
+    let rows: Vec<_> = cfg
+        .servers
+        .iter()
+        .map(|s| {
+            let transport = match &s.transport {
+                mcpvisor::TransportConfig::Stdio(st) => {
+                    let mut line = st.command.clone();
+                    for a in &st.args {
+                        line.push(' ');
+                        line.push_str(a);
+                    }
+                    ("stdio", line)
+                }
+                mcpvisor::TransportConfig::StreamableHttp(h) => ("http", h.url.to_string()),
+                _ => ("in-process", String::new()),
+            };
+            (s, transport)
+        })
+        .collect();
+    if cli.json {
+        let arr: Vec<_> = rows
+            .iter()
+            .map(|(s, (kind, target))| {
+                json!({"name": s.server_name, "transport": kind, "target": target, "enabled": s.enabled, "trust": trust_name(s.trust)})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(arr));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        eprintln!("no servers configured (`mcpvisor add NAME -- COMMAND ARGS…` adds one)");
+        return Ok(0);
+    }
+    println!(
+        "{:<20} {:<6} {:<8} {:<7} TARGET",
+        "NAME", "KIND", "ENABLED", "TRUST"
+    );
+    for (s, (kind, target)) in &rows {
+        println!(
+            "{:<20} {:<6} {:<8} {:<7} {target}",
+            s.server_name,
+            kind,
+            if s.enabled { "yes" } else { "no" },
+            trust_name(s.trust)
+        );
+    }
+    Ok(0)
+}
+
+fn trust_name(t: mcpvisor::TrustMode) -> &'static str {
+    match t {
+        mcpvisor::TrustMode::Ask => "ask",
+        mcpvisor::TrustMode::Always => "always",
+        mcpvisor::TrustMode::Never => "never",
+    }
+}
