@@ -159,6 +159,11 @@ pub(crate) enum Command {
         /// `codex` (default: guessed from the path).
         #[arg(long, value_name = "TOOL")]
         from: Option<String>,
+        /// Move the secret values found (API keys in `env`, Authorization
+        /// headers) into this secret file (mode 0600), which the written
+        /// config then names in `[secrets] file`.
+        #[arg(long, value_name = "FILE")]
+        secrets_file: Option<std::path::PathBuf>,
     },
     /// The config file itself, e.g. `mcpvisor config validate`.
     Config {

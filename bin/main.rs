@@ -207,9 +207,18 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Remove { name } => cmd::edit::remove(&cli, name),
         Command::List => cmd::edit::list(&cli),
-        Command::Import { file, out, from } => {
-            cmd::import::import(&cli, file, out.as_deref(), from.as_deref())
-        }
+        Command::Import {
+            file,
+            out,
+            from,
+            secrets_file,
+        } => cmd::import::import(
+            &cli,
+            file,
+            out.as_deref(),
+            from.as_deref(),
+            secrets_file.as_deref(),
+        ),
         Command::Config {
             what: cli::ConfigCommand::Validate,
         } => cmd::import::validate(&cli),

@@ -20,6 +20,80 @@ pub struct Imported {
     /// The hook commands of an imported hooks file, one line each
     /// (`event (matcher): command`), written commented out.
     pub hooks: Vec<String>,
+    /// Secret values found in the source (an `env` value or a header whose
+    /// name looks secret, an `Authorization` header): the TOML names each
+    /// by its secret name, never by value (TRUST-2).
+    pub secrets: Vec<FoundSecret>,
+}
+
+/// A secret found in a source config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundSecret {
+    /// The (imported) server name.
+    pub server: String,
+    /// `env` or `header`.
+    pub field: &'static str,
+    /// The variable or header.
+    pub key: String,
+    /// The secret name the TOML holds (`env_secrets` / `header_secrets`).
+    pub secret_name: String,
+    /// The value to store under that name; `None` when the source already
+    /// referred to a variable (`${VAR}`): its name is the secret's.
+    pub value: Option<String>,
+}
+
+/// `${VAR}` or `${VAR:-default}`, the whole value: `VAR`.
+fn variable_reference(v: &str) -> Option<&str> {
+    let inner = v.strip_prefix("${")?.strip_suffix('}')?;
+    let name = inner.split_once(":-").map_or(inner, |(n, _)| n);
+    (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(name)
+}
+
+/// The secret name a value of `server`'s `key` is stored under: both in
+/// capitals, `_` for anything else (`fs`, `API_KEY` → `FS_API_KEY`).
+fn secret_name(server: &str, key: &str) -> String {
+    format!("{server}_{key}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Split `map` into what may be written as it is and what is a secret
+/// (`is_secret(key)`): the secrets go to `found`, by name.
+fn split_secrets(
+    server: &str,
+    field: &'static str,
+    map: &BTreeMap<String, String>,
+    is_secret: impl Fn(&str) -> bool,
+    found: &mut Vec<FoundSecret>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let (mut plain, mut named) = (BTreeMap::new(), BTreeMap::new());
+    for (k, v) in map {
+        if !is_secret(k) {
+            plain.insert(k.clone(), v.clone());
+            continue;
+        }
+        let (name, value) = match variable_reference(v) {
+            Some(var) => (var.to_owned(), None),
+            None => (secret_name(server, k), Some(v.clone())),
+        };
+        named.insert(k.clone(), name.clone());
+        found.push(FoundSecret {
+            server: server.to_owned(),
+            field,
+            key: k.clone(),
+            secret_name: name,
+            value,
+        });
+    }
+    (plain, named)
 }
 
 /// Which tool a hooks file belongs to (its dialect, HOOK-1).
@@ -129,6 +203,7 @@ fn import_hooks(
         servers: Vec::new(),
         skipped: set.warnings.iter().map(|w| format!("hook: {w}")).collect(),
         hooks,
+        secrets: Vec::new(),
     })
 }
 
@@ -159,11 +234,13 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
         "# Imported from {origin} by `mcpvisor import`.\n\
          # Every server arrives disabled, with trust \"ask\": review each one, then\n\
          # set `enabled = true` (and `trust = \"always\"` only for servers you trust).\n\
-         # Move secret values out of `env` and `headers`: put them in [secrets] and\n\
-         # name them in `env_secrets` / `header_secrets` (docs/security.md).\n"
+         # Secret values (an `env` or header name that looks secret, Authorization)\n\
+         # are not in this file: `env_secrets` / `header_secrets` name them\n\
+         # (docs/security.md).\n"
     );
     let mut servers = Vec::new();
     let mut skipped = Vec::new();
+    let mut secrets = Vec::new();
     for (original, entry) in entries {
         let name = match crate::messages::naming::validate_server_name(&original) {
             Ok(()) => original.clone(),
@@ -192,13 +269,35 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
             if let Some(cwd) = &entry.cwd {
                 out.push_str(&format!("cwd = {}\n", quote(cwd)));
             }
-            if !entry.env.is_empty() {
-                out.push_str(&format!("env = {}\n", inline_table(&entry.env)));
+            let (env, named) = split_secrets(
+                &name,
+                "env",
+                &entry.env,
+                crate::actors::stdio::looks_secret,
+                &mut secrets,
+            );
+            if !env.is_empty() {
+                out.push_str(&format!("env = {}\n", inline_table(&env)));
+            }
+            if !named.is_empty() {
+                out.push_str(&format!("env_secrets = {}\n", inline_table(&named)));
             }
         } else if let Some(u) = &entry.url {
             out.push_str(&format!("url = {}\n", quote(u)));
-            if !entry.headers.is_empty() {
-                out.push_str(&format!("headers = {}\n", inline_table(&entry.headers)));
+            let (headers, named) = split_secrets(
+                &name,
+                "header",
+                &entry.headers,
+                |h| {
+                    h.eq_ignore_ascii_case("authorization") || crate::actors::stdio::looks_secret(h)
+                },
+                &mut secrets,
+            );
+            if !headers.is_empty() {
+                out.push_str(&format!("headers = {}\n", inline_table(&headers)));
+            }
+            if !named.is_empty() {
+                out.push_str(&format!("header_secrets = {}\n", inline_table(&named)));
             }
         }
         if let Some(ms) = entry.startup_timeout_ms {
@@ -215,6 +314,7 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
         servers,
         skipped,
         hooks: Vec::new(),
+        secrets,
     })
 }
 
@@ -358,6 +458,63 @@ fn inline_table(m: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_values_never_reach_the_toml_and_references_keep_their_variable() {
+        // Issue 15 / TRUST-2: an env value or a header whose name looks
+        // secret (and Authorization) is named, not written; `${VAR}` keeps
+        // its variable as the secret's name; the rest is written as it is.
+        let json = r#"{"mcpServers": {
+            "gh": {"command": "gh-mcp", "env": {"GITHUB_TOKEN": "ghp_live", "DEBUG": "1", "API_KEY": "${MY_KEY:-none}"}},
+            "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer sk_live", "X-Tenant": "acme"}}
+        }}"#;
+        let got = import_servers(".mcp.json", json).unwrap();
+        for leaked in ["ghp_live", "sk_live", "MY_KEY:-none"] {
+            assert!(!got.toml.contains(leaked), "{leaked} in:\n{}", got.toml);
+        }
+        let found: Vec<(&str, &str, &str, Option<&str>)> = got
+            .secrets
+            .iter()
+            .map(|s| {
+                (
+                    s.server.as_str(),
+                    s.key.as_str(),
+                    s.secret_name.as_str(),
+                    s.value.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("gh", "API_KEY", "MY_KEY", None),
+                ("gh", "GITHUB_TOKEN", "GH_GITHUB_TOKEN", Some("ghp_live")),
+                (
+                    "web",
+                    "Authorization",
+                    "WEB_AUTHORIZATION",
+                    Some("Bearer sk_live")
+                ),
+            ]
+        );
+        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        let gh = cfg.servers.iter().find(|s| s.server_name == "gh").unwrap();
+        let crate::messages::config::TransportConfig::Stdio(st) = &gh.transport else {
+            panic!("stdio")
+        };
+        assert_eq!(st.env.get("DEBUG").map(String::as_str), Some("1"));
+        assert!(!st.env.contains_key("GITHUB_TOKEN"));
+        assert!(
+            got.toml.contains("env_secrets = ") && got.toml.contains("\"GH_GITHUB_TOKEN\""),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml.contains("header_secrets") && got.toml.contains("X-Tenant"),
+            "{}",
+            got.toml
+        );
+    }
 
     /// The output with its `# [hooks]` table uncommented, as a user would.
     fn uncommented(toml: &str) -> String {

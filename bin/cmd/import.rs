@@ -17,6 +17,7 @@ pub(crate) fn import(
     file: &Path,
     out: Option<&Path>,
     from: Option<&str>,
+    secrets_file: Option<&Path>,
 ) -> anyhow::Result<u8> {
     let from = match from {
         None => None,
@@ -36,6 +37,31 @@ pub(crate) fn import(
         from,
     )
     .map_err(anyhow::Error::msg)?;
+    let mut got = got;
+    if let Some(path) = out.filter(|p| p.exists()) {
+        bail!(
+            "{} exists: import does not overwrite a config (choose another --out, or merge by hand)",
+            path.display()
+        );
+    }
+    // The values go to the secret file, never into the TOML (TRUST-2).
+    let mut moved = Vec::new();
+    if let Some(path) = secrets_file {
+        let store = mcpvisor::FileSecretStore::open(path)
+            .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
+        for s in got.secrets.iter().filter(|s| s.value.is_some()) {
+            let value = mcpvisor::Secret::new(s.value.clone().unwrap_or_default());
+            store
+                .set(&s.secret_name, &value)
+                .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
+            moved.push(s.secret_name.clone());
+        }
+        let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        got.toml.push_str(&format!(
+            "\n[secrets]\nfile = {}\n",
+            toml::Value::String(absolute.display().to_string())
+        ));
+    }
     match out {
         Some(path) => {
             if path.exists() {
@@ -53,7 +79,17 @@ pub(crate) fn import(
     if cli.json {
         println!(
             "{}",
-            json!({"servers": got.servers, "hooks": got.hooks, "skipped": got.skipped, "toml": got.toml})
+            json!({
+                "servers": got.servers,
+                "hooks": got.hooks,
+                "skipped": got.skipped,
+                "secrets": got.secrets.iter().map(|s| json!({
+                    "server": s.server, "field": s.field, "key": s.key,
+                    "secret": s.secret_name, "moved": moved.contains(&s.secret_name),
+                    "referenced": s.value.is_none(),
+                })).collect::<Vec<_>>(),
+                "toml": got.toml,
+            })
         );
     } else {
         if !got.servers.is_empty() || got.hooks.is_empty() {
@@ -74,6 +110,25 @@ pub(crate) fn import(
         }
         for s in &got.skipped {
             eprintln!("  skipped {s}");
+        }
+        for s in &got.secrets {
+            let what = format!("server {}: {} {}", s.server, s.field, s.key);
+            match (&s.value, moved.contains(&s.secret_name)) {
+                (None, _) => eprintln!(
+                    "  {what}: reads the secret {} (the variable the source referred to)",
+                    s.secret_name
+                ),
+                (Some(_), true) => {
+                    eprintln!(
+                        "  {what}: its value moved into the secret file as {}",
+                        s.secret_name
+                    )
+                }
+                (Some(_), false) => eprintln!(
+                    "  {what}: its value was NOT imported; store it as the secret {} (an environment variable of that name, or rerun with --secrets-file FILE)",
+                    s.secret_name
+                ),
+            }
         }
     }
     Ok(0)

@@ -756,6 +756,70 @@ async fn import_writes_a_config_that_validates_with_every_server_disabled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 15 / TRUST-2: with `--secrets-file`, the secret values an import
+/// finds go into that file (mode 0600) under generated names, the config
+/// names them and the file, and no value is in the config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_moves_secret_values_into_the_secret_file_never_into_the_config() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = unique_temp_path("import-secrets");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(".mcp.json");
+    std::fs::write(
+        &src,
+        r#"{"mcpServers": {"gh": {"command": "true", "env": {"GITHUB_TOKEN": "ghp_secret_value", "LOG": "1"}}}}"#,
+    )
+    .unwrap();
+    let (cfg, secrets) = (dir.join("mcpvisor.toml"), dir.join("secrets.toml"));
+    let out = run(
+        &dir,
+        &[
+            "import",
+            &src.to_string_lossy(),
+            "--out",
+            &cfg.to_string_lossy(),
+            "--secrets-file",
+            &secrets.to_string_lossy(),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr)
+            .contains("env GITHUB_TOKEN: its value moved into the secret file as GH_GITHUB_TOKEN"),
+        "{}",
+        describe(&out)
+    );
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    assert!(!written.contains("ghp_secret_value"), "{written}");
+    assert!(
+        written.contains("GH_GITHUB_TOKEN") && written.contains("[secrets]"),
+        "{written}"
+    );
+    let stored = std::fs::read_to_string(&secrets).unwrap();
+    assert!(
+        stored.contains("GH_GITHUB_TOKEN = \"ghp_secret_value\""),
+        "{stored}"
+    );
+    let mode = std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let valid = run(
+        &dir,
+        &["--config", &cfg.to_string_lossy(), "config", "validate"],
+    )
+    .await;
+    assert_eq!(valid.status.code(), Some(0), "{}", describe(&valid));
+    // Without a secret file the value is left out, and the user is told.
+    let out = run(&dir, &["import", &src.to_string_lossy()]).await;
+    assert!(!text(&out.stdout).contains("ghp_secret_value"));
+    assert!(
+        text(&out.stderr).contains("was NOT imported"),
+        "{}",
+        describe(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 15: a Claude Code settings file's hooks import as a commented-out
 /// `[hooks]` table naming the file absolutely, each command listed on
 /// stderr; the written config runs no hook until uncommented, and once
