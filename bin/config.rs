@@ -44,7 +44,7 @@ pub(crate) fn is_config_error(e: &anyhow::Error) -> bool {
 }
 
 /// The config file: `--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`.
-fn config_path(cli: &Cli) -> PathBuf {
+pub(crate) fn config_path(cli: &Cli) -> PathBuf {
     cli.config
         .clone()
         .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))

@@ -28,13 +28,11 @@ pub(crate) struct AddFlags {
     pub(crate) command: Vec<String>,
 }
 
-/// The file these commands edit: `--config`, else `$MCPVISOR_CONFIG`, else
-/// `./mcpvisor.toml` (created by `add` when missing).
+/// The file these commands edit: the one every command reads
+/// (`--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`), created
+/// by `add` when missing.
 fn target(cli: &Cli) -> PathBuf {
-    cli.config
-        .clone()
-        .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("mcpvisor.toml"))
+    crate::config::config_path(cli)
 }
 
 fn read(path: &Path, missing_ok: bool) -> anyhow::Result<(String, DocumentMut)> {
