@@ -276,8 +276,38 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
                 crate::actors::stdio::looks_secret,
                 &mut secrets,
             );
+            // `KEY = "${KEY}"` passes the runtime's own variable through (a
+            // default, `${KEY:-x}`, would be lost: that one is flagged);
+            // mcpvisor expands no other `${…}`: the user is told.
+            let mut env = env;
+            let mut passthrough = Vec::new();
+            env.retain(|k, v| {
+                let same = *v == format!("${{{k}}}");
+                if same {
+                    passthrough.push(quote(k));
+                }
+                !same
+            });
+            for (k, v) in &env {
+                if v.contains("${") {
+                    out.push_str(&format!(
+                        "# {k}: mcpvisor does not expand ${{…}}: the value is kept literally; set it here\n"
+                    ));
+                }
+            }
+            if entry
+                .args
+                .iter()
+                .chain(entry.command.iter())
+                .any(|a| a.contains("${"))
+            {
+                out.push_str("# the command line holds ${…}, which mcpvisor does not expand: write the values in\n");
+            }
             if !env.is_empty() {
                 out.push_str(&format!("env = {}\n", inline_table(&env)));
+            }
+            if !passthrough.is_empty() {
+                out.push_str(&format!("env_passthrough = [{}]\n", passthrough.join(", ")));
             }
             if !named.is_empty() {
                 out.push_str(&format!("env_secrets = {}\n", inline_table(&named)));
@@ -458,6 +488,30 @@ fn inline_table(m: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_variable_passed_as_itself_is_passed_through_and_other_references_are_flagged() {
+        let json = r#"{"mcpServers": {"x": {"command": "srv", "args": ["--root", "${HOME}/data"],
+            "env": {"LANGUAGE": "${LANGUAGE}", "MODE": "${MODE:-fast}", "PLAIN": "1"}}}}"#;
+        let got = import_servers(".mcp.json", json).unwrap();
+        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        let crate::messages::config::TransportConfig::Stdio(st) = &cfg.servers[0].transport else {
+            panic!("stdio")
+        };
+        assert_eq!(st.env_passthrough, vec!["LANGUAGE".to_owned()]);
+        assert!(!st.env.contains_key("LANGUAGE"));
+        assert_eq!(st.env.get("PLAIN").map(String::as_str), Some("1"));
+        assert!(
+            got.toml.contains("# MODE: mcpvisor does not expand"),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml.contains("the command line holds ${…}"),
+            "{}",
+            got.toml
+        );
+    }
 
     #[test]
     fn secret_values_never_reach_the_toml_and_references_keep_their_variable() {
