@@ -162,15 +162,19 @@ impl<'a> Progress<'a> {
         }
     }
 
+    fn head(&self) -> String {
+        format!(
+            "connecting to {} server(s): {}",
+            self.names.len(),
+            self.names.join(", ")
+        )
+    }
+
     fn draw(&self, runtime: &Runtime) {
         if !self.on {
             return;
         }
-        let head = format!(
-            "connecting to {} server(s): {}",
-            self.names.len(),
-            self.names.join(", ")
-        );
+        let head = self.head();
         if self.tty {
             let waiting: Vec<&str> = self
                 .names
@@ -226,12 +230,7 @@ impl<'a> Progress<'a> {
         }
         let summary = settled_summary(runtime, self.names);
         if self.tty {
-            let head = format!(
-                "connecting to {} server(s): {}",
-                self.names.len(),
-                self.names.join(", ")
-            );
-            eprintln!("\r\x1b[2K{head} … {summary}");
+            eprintln!("\r\x1b[2K{} … {summary}", self.head());
         } else {
             eprintln!(" {summary}");
         }

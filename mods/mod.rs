@@ -22,9 +22,12 @@
 //!   stops a loop, and a promise that does not settle in time is abandoned.
 //!   A mod that exceeds its memory limit, or times out three times, is
 //!   reported and disabled; the host serves the others.
-//! - **Events (MOD-2).** All eight events are accepted in registrations.
-//!   `prompt.submit` and `tool.call` are run by `ModHost::run`. An unknown
-//!   event is an error of the mod's registration.
+//! - **Events (MOD-2).** All eight events are accepted in registrations,
+//!   and all eight are raised at their points ([`SERVED`]): the turn's and
+//!   the call pipeline's by the runtime, the session's, `command.run` and
+//!   `ui.render` by the host's session (`mcpvisor chat`), each through
+//!   [`ModHost::run`]. An unknown event is an error of the mod's
+//!   registration.
 //! - **Rewrites (MOD-4).** `event.prompt` of a `prompt.submit` may be
 //!   assigned. That rewrites the prompt's text, and its non-text blocks stay
 //!   in place. Strings pushed to `event.context` are appended context.

@@ -35,16 +35,14 @@ fn target(cli: &Cli) -> PathBuf {
     crate::config::config_path(cli)
 }
 
-fn read(path: &Path, missing_ok: bool) -> anyhow::Result<(String, DocumentMut)> {
+fn read(path: &Path, missing_ok: bool) -> anyhow::Result<DocumentMut> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => bail!("cannot read {}: {e}", path.display()),
     };
-    let doc: DocumentMut = text
-        .parse()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok((text, doc))
+    text.parse()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Write `doc` to `path` once mcpvisor's own parser accepts it (the error
@@ -80,7 +78,7 @@ fn inline(pairs: &[(&str, &str)]) -> InlineTable {
 pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
     mcpvisor::validate_server_name(&f.name).map_err(anyhow::Error::msg)?;
     let path = target(cli);
-    let (_, mut doc) = read(&path, true)?;
+    let mut doc = read(&path, true)?;
     let servers = doc
         .entry("servers")
         .or_insert_with(|| {
@@ -191,7 +189,7 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
 /// other line of the file stays.
 pub(crate) fn remove(cli: &Cli, name: &str) -> anyhow::Result<u8> {
     let path = target(cli);
-    let (_, mut doc) = read(&path, false)?;
+    let mut doc = read(&path, false)?;
     let servers = doc.get_mut("servers").and_then(Item::as_table_mut);
     let known: Vec<String> = servers
         .as_ref()
