@@ -1415,6 +1415,26 @@ async fn a_sync_killed_mid_page_goes_with_its_connection_and_reports_nothing() {
         "one CatalogSync child: {before:?} → {during:?}"
     );
     let sync = *sync[0];
+    // SYNC-6: a result of the live connection that is not from the sync
+    // running now (another n) is dropped, even while that sync runs.
+    let tools = rt.tools(&Scope::Global).len();
+    rt.supervisor_of(&Scope::Global, "srv")
+        .unwrap()
+        .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
+            conn_gen: syncing.connection_generation,
+            n: 7,
+            result: Ok(Vec::new()),
+        })
+        .unwrap();
+    rt.set_server_enabled(&Scope::Global, "srv", true)
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.tools(&Scope::Global).len(),
+        tools,
+        "a stale sync's catalog"
+    );
+    assert_eq!(rt.status()[0].catalog_sync, Some(1));
     h.crash();
     let again = wait_status(&mut events, |s| {
         s.state == ServerState::Ready && s.connection_generation > ready.connection_generation
