@@ -141,8 +141,8 @@ pub use messages::transport::{InProcessConnection, InProcessConnector};
 
 // Calls, outcomes and the policy chain.
 pub use messages::call::{
-    Annotations, CallOptions, CallPolicy, ModelEdit, OutcomeKind, PolicyCall, PolicyVerdict,
-    ToolDefinition, ToolOutcome,
+    Annotations, CallOptions, CallPolicy, ModelEdit, OUTCOME_META, OutcomeKind, PolicyCall,
+    PolicyVerdict, SIDE_EFFECTS_META, SideEffects, ToolDefinition, ToolOutcome,
 };
 pub use messages::projection::ProjectionPart;
 

@@ -35,6 +35,7 @@ pub(crate) fn status_json(s: &ServerStatus) -> Value {
 pub(crate) fn outcome_json(o: &mcpvisor::ToolOutcome) -> Value {
     json!({
         "outcome": o.kind.name(),
+        "side_effects": o.side_effects.name(),
         "projection": o.projection,
         "canonical": o.canonical,
         "error": o.error,

@@ -2,7 +2,7 @@
 
 use rmcp::model::{CallToolResult, ContentBlock as Content};
 
-use crate::messages::call::{ModelEdit, OutcomeKind, ToolOutcome};
+use crate::messages::call::{ModelEdit, OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, ToolOutcome};
 
 /// The client's result for `outcome`:
 /// - `ok` and `server_error` (the server's own `isError`): the backend's
@@ -13,7 +13,25 @@ use crate::messages::call::{ModelEdit, OutcomeKind, ToolOutcome};
 /// - every other kind: `isError` with the runtime's honest text (TRUST-6);
 ///   a trust refusal because nobody could be asked also says how to allow
 ///   the server.
-pub(super) fn to_call_result(mut outcome: ToolOutcome) -> CallToolResult {
+///
+/// Every failure's `_meta` names its kind and its side effects
+/// ([`OUTCOME_META`], [`SIDE_EFFECTS_META`]), so that a client can tell a
+/// call that never ran from one whose effect is unknown (SEAT-11).
+pub(super) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
+    let failed = (!outcome.is_ok()).then_some((outcome.kind, outcome.side_effects));
+    let mut result = backend_or_runtime_result(outcome);
+    if let Some((kind, side_effects)) = failed {
+        let meta = result
+            .meta
+            .get_or_insert_with(|| rmcp::model::MetaObject(serde_json::Map::new()));
+        meta.0.insert(OUTCOME_META.into(), kind.name().into());
+        meta.0
+            .insert(SIDE_EFFECTS_META.into(), side_effects.name().into());
+    }
+    result
+}
+
+fn backend_or_runtime_result(mut outcome: ToolOutcome) -> CallToolResult {
     // The canonical value is moved into the result, not copied (a large
     // result is materialised once).
     let backend = match (outcome.kind, outcome.canonical.take()) {
@@ -55,4 +73,49 @@ pub(super) fn to_call_result(mut outcome: ToolOutcome) -> CallToolResult {
         result.is_error = Some(true);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(r: &CallToolResult, key: &str) -> Option<String> {
+        r.meta
+            .as_ref()
+            .and_then(|m| m.0.get(key))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn a_failure_names_its_kind_and_side_effects_and_a_success_carries_neither() {
+        // SEAT-11: a client can tell a call that never ran from one whose
+        // effect is unknown.
+        let refused = to_call_result(ToolOutcome::failure(OutcomeKind::RefusedByTrust, "no"));
+        assert_eq!(refused.is_error, Some(true));
+        assert_eq!(
+            meta(&refused, OUTCOME_META).as_deref(),
+            Some("refused_by_trust")
+        );
+        assert_eq!(meta(&refused, SIDE_EFFECTS_META).as_deref(), Some("none"));
+        let lost = to_call_result(ToolOutcome::failure(
+            OutcomeKind::TransportLostDuringCall,
+            "gone",
+        ));
+        assert_eq!(meta(&lost, SIDE_EFFECTS_META).as_deref(), Some("unknown"));
+        // The backend's own error result keeps its content and gets the keys.
+        let mut backend = ToolOutcome::failure(OutcomeKind::ServerError, "isError");
+        backend.canonical =
+            Some(json!({"content": [{"type": "text", "text": "disk full"}], "isError": true}));
+        let backend = to_call_result(backend);
+        assert_eq!(backend.content.len(), 1);
+        assert_eq!(
+            meta(&backend, OUTCOME_META).as_deref(),
+            Some("server_error")
+        );
+        let mut ok = ToolOutcome::failure(OutcomeKind::Ok, "");
+        ok.canonical = Some(json!({"content": []}));
+        assert!(to_call_result(ok).meta.is_none());
+    }
 }

@@ -94,11 +94,102 @@ impl OutcomeKind {
     }
 }
 
+impl OutcomeKind {
+    /// The kind of this snake_case name (the inverse of [`OutcomeKind::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        ALL_KINDS.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// What an outcome of this kind says of the call's side effects when
+    /// nothing more specific is known (SEAT-11, CALL-5): a call stopped
+    /// before it was sent did nothing; one lost, timed out or cancelled
+    /// after it was sent, or answered with an error, may have; one whose
+    /// result came back ran to its end.
+    pub fn side_effects(self) -> SideEffects {
+        match self {
+            Self::RefusedByTrust
+            | Self::DeniedByHook
+            | Self::UnknownTool
+            | Self::StaleGeneration
+            | Self::ServerNotReady
+            | Self::TaskSupportRequired
+            | Self::InvalidArguments => SideEffects::None,
+            Self::Timeout | Self::Cancelled | Self::TransportLostDuringCall | Self::ServerError => {
+                SideEffects::Unknown
+            }
+            Self::Ok | Self::InvalidResult | Self::OutputSchemaViolation => SideEffects::Applied,
+        }
+    }
+}
+
+const ALL_KINDS: [OutcomeKind; 14] = [
+    OutcomeKind::Ok,
+    OutcomeKind::RefusedByTrust,
+    OutcomeKind::DeniedByHook,
+    OutcomeKind::UnknownTool,
+    OutcomeKind::StaleGeneration,
+    OutcomeKind::ServerNotReady,
+    OutcomeKind::TaskSupportRequired,
+    OutcomeKind::InvalidArguments,
+    OutcomeKind::Timeout,
+    OutcomeKind::Cancelled,
+    OutcomeKind::TransportLostDuringCall,
+    OutcomeKind::ServerError,
+    OutcomeKind::InvalidResult,
+    OutcomeKind::OutputSchemaViolation,
+];
+
+/// Whether a call's side effects took place (SEAT-11, CALL-5): what a host
+/// may assume before it retries a call or reconciles its effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffects {
+    /// The tool did not act: the call was stopped before it was sent, or
+    /// the tool says it refused before doing anything.
+    None,
+    /// It may or may not have taken effect (a timeout, a cancellation or a
+    /// lost transport after sending; an error the tool reported).
+    Unknown,
+    /// The tool ran to its end: its result came back (valid or not).
+    Applied,
+}
+
+impl SideEffects {
+    /// snake_case name, as in `--json` output and the `_meta` key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Unknown => "unknown",
+            Self::Applied => "applied",
+        }
+    }
+
+    /// The value of this name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::None, Self::Unknown, Self::Applied]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// The `_meta` key under which a tool's error result states its side
+/// effects (`"none"`, `"unknown"`, `"applied"`); any server may set it.
+pub const SIDE_EFFECTS_META: &str = "io.mcpvisor/sideEffects";
+
+/// The `_meta` key under which an in-process server (a native provider,
+/// an embedder's own) names the CALL-4 kind of its error result: one of
+/// `invalid_arguments`, `timeout`, `cancelled`,
+/// `transport_lost_during_call`, `server_error`. Ignored from any other
+/// server, and on a result that is not an error.
+pub const OUTCOME_META: &str = "io.mcpvisor/outcome";
+
 /// The result of `Runtime::call`: exactly one per call (CALL-4, CALL-6).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolOutcome {
     /// What happened.
     pub kind: OutcomeKind,
+    /// Whether the call's side effects took place (SEAT-11).
+    pub side_effects: SideEffects,
     /// The failure detail, for every kind but `Ok`.
     pub error: Option<String>,
     /// What the model sees as text: the projection of the result (admitted
@@ -150,6 +241,7 @@ impl ToolOutcome {
         let projection = format!("Tool call failed ({}): {error}", kind.name());
         Self {
             kind,
+            side_effects: kind.side_effects(),
             parts: vec![ProjectionPart::Text {
                 text: projection.clone(),
             }],
@@ -165,6 +257,12 @@ impl ToolOutcome {
             stop: None,
             model_edits: Vec::new(),
         }
+    }
+
+    /// The call was never sent: it had no side effects.
+    pub(crate) fn not_sent(mut self) -> Self {
+        self.side_effects = SideEffects::None;
+        self
     }
 
     /// Add text the model sees after the result (hook context and feedback).

@@ -30,9 +30,10 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
-use super::Exclusive;
 use super::snapshot::{SNAPSHOT_JS, Snapshot, check_token};
+use super::{Exclusive, ToolFailure};
 use crate::actors::process::{CloseGraces, ProcessGroup, TAG_VAR};
+use crate::messages::call::OutcomeKind;
 use crate::messages::config::ServerConfig;
 use crate::messages::seat::{
     ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
@@ -602,23 +603,23 @@ impl BrowserSession {
         &self,
         what: &str,
         cancel: &CancellationToken,
-        action: impl std::future::Future<Output = Result<T, String>>,
-    ) -> Result<T, ActionError> {
+        action: impl std::future::Future<Output = Result<T, ToolFailure>>,
+    ) -> Result<T, ToolFailure> {
         tokio::select! {
             // The stops first: an action never starts after one of them.
             biased;
-            () = self.cancel.cancelled() => Err(ActionError::Failed(format!("{what} was interrupted: the activation ended"))),
-            () = cancel.cancelled() => Err(ActionError::Failed(format!("{what} was cancelled by the caller"))),
+            () = self.cancel.cancelled() => Err(ToolFailure::cancelled(format!("{what} was interrupted: the activation ended; whether it took effect is unknown"))),
+            () = cancel.cancelled() => Err(ToolFailure::cancelled(format!("{what} was cancelled by the caller; whether it took effect is unknown"))),
             r = tokio::time::timeout(self.timeout, action) => match r {
                 Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => {
+                Ok(Err(f)) => {
                     // A failed request of a browser that is dying: say so.
                     if tokio::time::timeout(Duration::from_millis(300), exited(self.reaped.clone())).await.is_ok() {
                         return Err(self.crashed(what));
                     }
-                    Err(ActionError::Failed(format!("{what} failed: {e}")))
+                    Err(ToolFailure { text: format!("{what} failed: {}", f.text), ..f })
                 }
-                Err(_) => Err(ActionError::TimedOut(format!(
+                Err(_) => Err(ToolFailure::timed_out(format!(
                     "{what} did not finish within {} ms (every browser request has a timeout); whether it took effect is unknown: take a snapshot to see",
                     self.timeout.as_millis()
                 ))),
@@ -627,14 +628,14 @@ impl BrowserSession {
         }
     }
 
-    fn crashed(&self, what: &str) -> ActionError {
+    fn crashed(&self, what: &str) -> ToolFailure {
         if self.attached.is_some() {
-            return ActionError::Crashed(format!(
+            return ToolFailure::lost(format!(
                 "the attached browser's connection ended during {what}; whether {what} took effect is unknown; the next call connects again"
             ));
         }
         let tail = self.stderr_tail();
-        ActionError::Crashed(format!(
+        ToolFailure::lost(format!(
             "the browser exited during {what}; whether {what} took effect is unknown; the next call starts a new browser (its state is not restored){}",
             if tail.is_empty() {
                 String::new()
@@ -650,19 +651,9 @@ async fn exited(mut reaped: tokio::sync::watch::Receiver<bool>) {
     let _ = reaped.wait_for(|b| *b).await;
 }
 
-/// Why an action failed.
-#[derive(Debug)]
-enum ActionError {
-    /// The action failed; the browser is still there.
-    Failed(String),
-    /// The action did not finish in time; the browser is still there.
-    TimedOut(String),
-    /// The browser exited: the session must be replaced.
-    Crashed(String),
-}
-
-fn cdp<T>(r: Result<T, chromiumoxide::error::CdpError>) -> Result<T, String> {
-    r.map_err(|e| e.to_string())
+/// A CDP request's error: the action failed part way (effect unknown).
+fn cdp<T>(r: Result<T, chromiumoxide::error::CdpError>) -> Result<T, ToolFailure> {
+    r.map_err(|e| ToolFailure::failed(e.to_string()))
 }
 
 /// The tools of one activation: an MCP server over an in-process stream.
@@ -766,14 +757,20 @@ impl BrowserTools {
         name: &str,
         args: &serde_json::Map<String, Value>,
         cancel: &CancellationToken,
-    ) -> Result<Vec<ContentBlock>, String> {
+    ) -> Result<Vec<ContentBlock>, ToolFailure> {
         // Arguments are checked before a browser is started.
         let known = self.tools().iter().any(|t| t.name == name);
         if !known {
-            return Err(format!("no tool {name:?} in this provider"));
+            return Err(ToolFailure::refused(format!(
+                "no tool {name:?} in this provider"
+            )));
         }
         if name == "close" {
-            let had = self.sessions.reset().await.map_err(|e| e.to_string())?;
+            let had = self
+                .sessions
+                .reset()
+                .await
+                .map_err(|e| ToolFailure::failed(e.to_string()))?;
             return Ok(vec![ContentBlock::text(
                 if had.processes_reaped.is_empty() {
                     "no browser was open".to_owned()
@@ -789,85 +786,96 @@ impl BrowserTools {
                 },
             )]);
         }
-        let session = self.session().await?;
+        let session = self.session().await.map_err(ToolFailure::not_done)?;
         let result = session.act(name, args, cancel).await;
-        match result {
-            Ok(blocks) => Ok(blocks),
-            Err(ActionError::Failed(e) | ActionError::TimedOut(e)) => Err(e),
-            Err(ActionError::Crashed(e)) => {
-                drop(session);
-                self.replace().await;
-                Err(e)
-            }
+        if let Err(f) = &result
+            && f.kind == OutcomeKind::TransportLostDuringCall
+        {
+            // The browser is gone: the next call starts a new one.
+            drop(session);
+            self.replace().await;
         }
+        result
     }
 }
 
 impl BrowserSession {
+    /// Run one action of this activation (SEAT-8: one at a time; one whose
+    /// caller gave up while it queued is skipped, never sent). A tab that
+    /// does not answer within the timeout (a page that never finishes
+    /// loading holds every later action of the session) is replaced by a
+    /// blank one, and the caller is told.
     async fn act(
         &self,
         name: &str,
         args: &serde_json::Map<String, Value>,
         cancel: &CancellationToken,
-    ) -> Result<Vec<ContentBlock>, ActionError> {
-        let text_arg = |key: &str| -> Result<String, String> {
-            args.get(key)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| format!("{name} needs the string argument {key:?}"))
-        };
-        let failed = ActionError::Failed;
-        // One action at a time per activation (SEAT-8); one whose caller
-        // gave up while it queued is skipped, never sent.
+    ) -> Result<Vec<ContentBlock>, ToolFailure> {
         let mut guard = self.live.lock().await;
         if cancel.is_cancelled() || self.cancel.is_cancelled() {
-            return Err(failed(format!(
+            return Err(ToolFailure::skipped(format!(
                 "{name} was cancelled while it waited for the activation's previous action; it was not run"
             )));
         }
         let Some(live) = guard.as_mut() else {
-            return Err(failed(
-                "the browser was closed; the next call starts a new one".into(),
+            return Err(ToolFailure::not_done(
+                "the browser was closed; the next call starts a new one",
             ));
+        };
+        let result = self.act_on(live, name, args, cancel).await;
+        match result {
+            Err(f) if f.kind == OutcomeKind::Timeout => Err(self.replace_tab(live, f).await),
+            other => other,
+        }
+    }
+
+    /// Replace the tab that timed out by a blank one; `why` says so.
+    async fn replace_tab(&self, live: &mut Live, why: ToolFailure) -> ToolFailure {
+        live.valid = None;
+        let fresh =
+            tokio::time::timeout(Duration::from_secs(5), live.browser.new_page("about:blank"))
+                .await;
+        match fresh {
+            Ok(Ok(fresh)) => {
+                let old = std::mem::replace(&mut live.page, fresh);
+                let _ = tokio::time::timeout(Duration::from_secs(2), old.close()).await;
+                why.and(
+                    "; the tab that did not answer was replaced by a blank one (its page state is gone): navigate again",
+                )
+            }
+            _ => why.and("; replacing the tab that did not answer failed too"),
+        }
+    }
+
+    async fn act_on(
+        &self,
+        live: &mut Live,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<ContentBlock>, ToolFailure> {
+        let text_arg = |key: &str| -> Result<String, ToolFailure> {
+            args.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    ToolFailure::refused(format!("{name} needs the string argument {key:?}"))
+                })
         };
         let page = live.page.clone();
         match name {
             "navigate" => {
-                let url = text_arg("url").map_err(failed)?;
-                check_url(&url).map_err(failed)?;
+                let url = text_arg("url")?;
+                check_url(&url).map_err(ToolFailure::refused)?;
                 live.valid = None;
-                let went = self
+                let (title, at) = self
                     .guarded("navigate", cancel, async {
                         cdp(page.goto(url.as_str()).await)?;
                         let title = cdp(page.get_title().await)?.unwrap_or_default();
                         let at = cdp(page.url().await)?.unwrap_or_default();
                         Ok((title, at))
                     })
-                    .await;
-                // A page that never finishes loading holds every later
-                // navigation of the session (the client waits for the first
-                // one to end): the tab is replaced by a blank one, and the
-                // caller is told.
-                if let Err(ActionError::TimedOut(why)) = &went {
-                    let fresh = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        live.browser.new_page("about:blank"),
-                    )
-                    .await;
-                    return Err(failed(match fresh {
-                        Ok(Ok(fresh)) => {
-                            let old = std::mem::replace(&mut live.page, fresh);
-                            let _ = tokio::time::timeout(Duration::from_secs(2), old.close()).await;
-                            format!(
-                                "{why}; the tab that would not finish loading was replaced by a blank one (its page state is gone): navigate again"
-                            )
-                        }
-                        _ => format!(
-                            "{why}; replacing the tab that would not finish loading failed too"
-                        ),
-                    }));
-                }
-                let (title, at) = went?;
+                    .await?;
                 Ok(vec![ContentBlock::text(format!(
                     "navigated to {at} (title {title:?}); take a snapshot to act on it"
                 ))])
@@ -880,26 +888,29 @@ impl BrowserSession {
                     .guarded("snapshot", cancel, async {
                         cdp(page.evaluate(script.as_str()).await)?
                             .into_value::<String>()
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| ToolFailure::failed(e.to_string()))
                     })
                     .await?;
-                let snap: Snapshot = serde_json::from_str(&raw)
-                    .map_err(|e| failed(format!("the snapshot script returned bad JSON: {e}")))?;
+                let snap: Snapshot = serde_json::from_str(&raw).map_err(|e| {
+                    ToolFailure::failed(format!("the snapshot script returned bad JSON: {e}"))
+                })?;
                 live.valid = Some(generation);
                 Ok(vec![ContentBlock::text(snap.render(generation))])
             }
             "click" | "type" => {
-                let token = text_arg("token").map_err(failed)?;
+                let token = text_arg("token")?;
                 let text = if name == "type" {
-                    Some(text_arg("text").map_err(failed)?)
+                    Some(text_arg("text")?)
                 } else {
                     None
                 };
-                check_token(&token, live.valid).map_err(|e| failed(e.to_string()))?;
+                check_token(&token, live.valid).map_err(|e| ToolFailure::refused(e.to_string()))?;
                 let selector = format!("[data-mcpvisor-token=\"{token}\"]");
                 self.guarded(name, cancel, async {
                     let el = page.find_element(selector.as_str()).await.map_err(|_| {
-                        format!("element {token} is no longer on the page; take a new snapshot")
+                        ToolFailure::not_done(format!(
+                            "element {token} is no longer on the page; take a new snapshot"
+                        ))
                     })?;
                     cdp(el.click().await)?;
                     if let Some(text) = &text {
@@ -919,7 +930,7 @@ impl BrowserSession {
                 })])
             }
             "press" => {
-                let key = text_arg("key").map_err(failed)?;
+                let key = text_arg("key")?;
                 self.guarded("press", cancel, async {
                     let el = match page.find_element(":focus").await {
                         Ok(el) => el,
@@ -946,7 +957,7 @@ impl BrowserSession {
                 Ok(vec![ContentBlock::image(data, "image/png")])
             }
             "evaluate" => {
-                let expression = text_arg("expression").map_err(failed)?;
+                let expression = text_arg("expression")?;
                 let value: Value = self
                     .guarded("evaluate", cancel, async {
                         let r = cdp(page.evaluate(expression.as_str()).await)?;
@@ -955,7 +966,9 @@ impl BrowserSession {
                     .await?;
                 Ok(vec![ContentBlock::text(value.to_string())])
             }
-            other => Err(failed(format!("no tool {other:?} in this provider"))),
+            other => Err(ToolFailure::refused(format!(
+                "no tool {other:?} in this provider"
+            ))),
         }
     }
 }

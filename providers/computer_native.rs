@@ -26,7 +26,7 @@ use x11rb::protocol::xproto::{self, ConnectionExt as _};
 use x11rb::protocol::xtest::ConnectionExt as _;
 use x11rb::rust_connection::RustConnection;
 
-use super::Exclusive;
+use super::{Exclusive, ToolFailure};
 use crate::messages::config::ServerConfig;
 use crate::messages::seat::{
     ActivationId, Opener, ProviderInfo, SeatKind, SeatProvider, SessionResource, SessionsHandle,
@@ -206,15 +206,15 @@ impl Desktop {
         Ok(())
     }
 
-    fn check_point(&self, x: i64, y: i64) -> Result<(i16, i16), String> {
+    fn check_point(&self, x: i64, y: i64) -> Result<(i16, i16), ToolFailure> {
         if x < 0 || y < 0 || x >= i64::from(self.width) || y >= i64::from(self.height) {
-            return Err(format!(
+            return Err(ToolFailure::refused(format!(
                 "({x}, {y}) is off the screen, which is {}x{} (0..{}, 0..{})",
                 self.width,
                 self.height,
                 self.width - 1,
                 self.height - 1
-            ));
+            )));
         }
         Ok((x as i16, y as i16))
     }
@@ -268,30 +268,35 @@ impl Desktop {
             .ok_or_else(|| "the display has no Shift key".to_owned())
     }
 
-    fn type_text(&self, text: &str) -> Result<usize, String> {
+    fn type_text(&self, text: &str) -> Result<usize, ToolFailure> {
         // Every character is checked before any is typed.
         let mut plan = Vec::new();
         for c in text.chars() {
             let keysym = char_keysym(c);
             let key = self.keycode(keysym).ok_or_else(|| {
-                format!("cannot type {c:?}: no key of this display's keyboard map makes it")
+                ToolFailure::refused(format!(
+                    "cannot type {c:?}: no key of this display's keyboard map makes it; nothing was typed"
+                ))
             })?;
             plan.push(key);
         }
-        let shift = self.shift()?;
-        for key in &plan {
-            if key.1 {
-                self.tap(&[shift, *key])?;
-            } else {
-                self.tap(&[*key])?;
+        let typed = || -> Result<(), String> {
+            let shift = self.shift()?;
+            for key in &plan {
+                if key.1 {
+                    self.tap(&[shift, *key])?;
+                } else {
+                    self.tap(&[*key])?;
+                }
             }
-        }
-        self.sync()?;
+            self.sync()
+        };
+        typed().map_err(ToolFailure::failed)?;
         Ok(plan.len())
     }
 
     /// `Return`, `ctrl+a`, `shift+Tab`, `a`…
-    fn key(&self, combo: &str) -> Result<(), String> {
+    fn key(&self, combo: &str) -> Result<(), ToolFailure> {
         let mut keys = Vec::new();
         for part in combo.split('+').map(str::trim) {
             let keysym = named_keysym(part)
@@ -303,17 +308,20 @@ impl Desktop {
                     }
                 })
                 .ok_or_else(|| {
-                    format!(
+                    ToolFailure::refused(format!(
                         "unknown key {part:?} (names: Return, Tab, Escape, BackSpace, Delete, Home, End, Page_Up, Page_Down, Left, Right, Up, Down, F1..F12, space, ctrl, shift, alt, super, or one character)"
-                    )
+                    ))
                 })?;
-            let key = self
-                .keycode(keysym)
-                .ok_or_else(|| format!("no key of this display's keyboard map makes {part:?}"))?;
+            let key = self.keycode(keysym).ok_or_else(|| {
+                ToolFailure::refused(format!(
+                    "no key of this display's keyboard map makes {part:?}"
+                ))
+            })?;
             keys.push(key);
         }
-        self.tap(&keys)?;
-        self.sync()
+        self.tap(&keys)
+            .and_then(|()| self.sync())
+            .map_err(ToolFailure::failed)
     }
 
     /// The root window as a PNG.
@@ -442,26 +450,29 @@ impl DesktopSession {
     async fn run<T: Send + 'static>(
         &self,
         what: &str,
-        action: impl FnOnce(&Desktop) -> Result<T, String> + Send + 'static,
-    ) -> Result<T, String> {
+        action: impl FnOnce(&Desktop) -> Result<T, ToolFailure> + Send + 'static,
+    ) -> Result<T, ToolFailure> {
         let desktop = self
             .desktop
             .lock()
             .ok()
             .and_then(|d| d.clone())
-            .ok_or_else(|| "the desktop session was closed".to_owned())?;
+            .ok_or_else(|| ToolFailure::not_done("the desktop session was closed"))?;
         match tokio::time::timeout(
             self.timeout,
             tokio::task::spawn_blocking(move || action(&desktop)),
         )
         .await
         {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => Err(format!("{what} failed: {e}")),
-            Err(_) => Err(format!(
+            Ok(Ok(r)) => r.map_err(|f| ToolFailure {
+                text: format!("{what} failed: {}", f.text),
+                ..f
+            }),
+            Ok(Err(e)) => Err(ToolFailure::failed(format!("{what} failed: {e}"))),
+            Err(_) => Err(ToolFailure::timed_out(format!(
                 "{what} did not finish within {} ms; whether it took effect is unknown: take a screenshot to see",
                 self.timeout.as_millis()
-            )),
+            ))),
         }
     }
 }
@@ -478,10 +489,10 @@ fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Tool 
     super::tool(name, description, GUIDANCE, props, required)
 }
 
-fn coord(args: &Map<String, Value>, key: &str, tool: &str) -> Result<i64, String> {
+fn coord(args: &Map<String, Value>, key: &str, tool: &str) -> Result<i64, ToolFailure> {
     args.get(key)
         .and_then(Value::as_i64)
-        .ok_or_else(|| format!("{tool} needs the integer argument {key:?}"))
+        .ok_or_else(|| ToolFailure::refused(format!("{tool} needs the integer argument {key:?}")))
 }
 
 impl DesktopTools {
@@ -527,15 +538,19 @@ impl DesktopTools {
         &self,
         name: &str,
         args: &Map<String, Value>,
-    ) -> Result<Vec<ContentBlock>, String> {
+    ) -> Result<Vec<ContentBlock>, ToolFailure> {
         if !Self::tools().iter().any(|t| t.name == name) {
-            return Err(format!("no tool {name:?} in this provider"));
+            return Err(ToolFailure::refused(format!(
+                "no tool {name:?} in this provider"
+            )));
         }
-        let text_arg = |key: &str| -> Result<String, String> {
+        let text_arg = |key: &str| -> Result<String, ToolFailure> {
             args.get(key)
                 .and_then(Value::as_str)
                 .map(str::to_owned)
-                .ok_or_else(|| format!("{name} needs the string argument {key:?}"))
+                .ok_or_else(|| {
+                    ToolFailure::refused(format!("{name} needs the string argument {key:?}"))
+                })
         };
         // Arguments are checked before the display is claimed.
         let (x, y) = match name {
@@ -546,7 +561,11 @@ impl DesktopTools {
             None | Some("left") => 1,
             Some("middle") => 2,
             Some("right") => 3,
-            Some(b) => return Err(format!("button {b:?}: expected left, middle or right")),
+            Some(b) => {
+                return Err(ToolFailure::refused(format!(
+                    "button {b:?}: expected left, middle or right"
+                )));
+            }
         };
         let text = match name {
             "type" => Some(text_arg("text")?),
@@ -557,14 +576,18 @@ impl DesktopTools {
             .sessions
             .acquire(self.config.action_timeout + Duration::from_secs(2))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ToolFailure::not_done(e.to_string()))?;
         let session = resource
             .as_any()
             .downcast::<DesktopSession>()
-            .map_err(|_| "the session resource is not a desktop".to_owned())?;
+            .map_err(|_| ToolFailure::not_done("the session resource is not a desktop"))?;
         match name {
             "screenshot" => {
-                let png = session.run("screenshot", |d| d.screenshot()).await?;
+                let png = session
+                    .run("screenshot", |d| {
+                        d.screenshot().map_err(ToolFailure::failed)
+                    })
+                    .await?;
                 let data = base64::engine::general_purpose::STANDARD.encode(&png);
                 Ok(vec![ContentBlock::image(data, "image/png")])
             }
@@ -572,8 +595,9 @@ impl DesktopTools {
                 session
                     .run("mouse_move", move |d| {
                         let (x, y) = d.check_point(x, y)?;
-                        d.move_to(x, y)?;
-                        d.sync()
+                        d.move_to(x, y)
+                            .and_then(|()| d.sync())
+                            .map_err(ToolFailure::failed)
                     })
                     .await?;
                 Ok(vec![ContentBlock::text(format!(
@@ -584,7 +608,7 @@ impl DesktopTools {
                 session
                     .run("click", move |d| {
                         let (x, y) = d.check_point(x, y)?;
-                        d.click(x, y, button)
+                        d.click(x, y, button).map_err(ToolFailure::failed)
                     })
                     .await?;
                 Ok(vec![ContentBlock::text(format!(

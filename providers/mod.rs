@@ -19,6 +19,7 @@ mod snapshot;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::messages::call::{OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, SideEffects};
 use crate::messages::seat::ActivationId;
 
 use crate::messages::config_file::RawProvider;
@@ -159,13 +160,87 @@ pub(crate) fn tool(
     )
 }
 
-/// A native tool's result: its blocks, or its error as an `isError` text.
+/// How a native tool failed, in the call taxonomy (CALL-4, SEAT-11): the
+/// outcome kind the runtime reports and whether the action took effect.
+/// Carried to the call pipeline in the error result's `_meta`
+/// ([`OUTCOME_META`], [`SIDE_EFFECTS_META`]).
+#[derive(Debug)]
+pub(crate) struct ToolFailure {
+    pub(crate) kind: OutcomeKind,
+    side_effects: SideEffects,
+    pub(crate) text: String,
+}
+
+impl ToolFailure {
+    fn new(kind: OutcomeKind, side_effects: SideEffects, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            side_effects,
+            text: text.into(),
+        }
+    }
+
+    /// Refused before acting (a bad argument, a stale token): nothing was done.
+    pub(crate) fn refused(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::InvalidArguments, SideEffects::None, text)
+    }
+
+    /// The caller gave up before the action started: it was not run.
+    pub(crate) fn skipped(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::Cancelled, SideEffects::None, text)
+    }
+
+    /// Cancelled or interrupted while it ran: whether it took effect is unknown.
+    pub(crate) fn cancelled(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::Cancelled, SideEffects::Unknown, text)
+    }
+
+    /// Not finished within its timeout: whether it took effect is unknown.
+    pub(crate) fn timed_out(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::Timeout, SideEffects::Unknown, text)
+    }
+
+    /// The browser or display went away during the action.
+    pub(crate) fn lost(text: impl Into<String>) -> Self {
+        Self::new(
+            OutcomeKind::TransportLostDuringCall,
+            SideEffects::Unknown,
+            text,
+        )
+    }
+
+    /// The action could not start (no session, the element is gone):
+    /// a tool error with nothing done.
+    pub(crate) fn not_done(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::ServerError, SideEffects::None, text)
+    }
+
+    /// The action failed part way: a tool error, effect unknown.
+    pub(crate) fn failed(text: impl Into<String>) -> Self {
+        Self::new(OutcomeKind::ServerError, SideEffects::Unknown, text)
+    }
+
+    /// This failure with `more` after its text.
+    pub(crate) fn and(mut self, more: &str) -> Self {
+        self.text.push_str(more);
+        self
+    }
+}
+
+/// A native tool's result: its blocks, or its error as an `isError` text
+/// whose `_meta` names its kind and side effects.
 pub(crate) fn tool_result(
-    result: Result<Vec<rmcp::model::ContentBlock>, String>,
+    result: Result<Vec<rmcp::model::ContentBlock>, ToolFailure>,
 ) -> rmcp::model::CallToolResponse {
     match result {
         Ok(blocks) => rmcp::model::CallToolResult::success(blocks),
-        Err(e) => rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(e)]),
+        Err(f) => {
+            let mut meta = serde_json::Map::new();
+            meta.insert(OUTCOME_META.into(), f.kind.name().into());
+            meta.insert(SIDE_EFFECTS_META.into(), f.side_effects.name().into());
+            rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(f.text)])
+                .with_meta(Some(rmcp::model::MetaObject(meta)))
+        }
     }
     .into()
 }

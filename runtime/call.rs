@@ -221,6 +221,7 @@ impl Runtime {
                         OutcomeKind::Cancelled,
                         "the call was cancelled before it was sent",
                     )
+                    .not_sent()
                     .for_tool(&def);
                 }
                 PolicyVerdict::Deny { kind, reason } => {
@@ -235,6 +236,7 @@ impl Runtime {
                 OutcomeKind::Cancelled,
                 "the call was cancelled before it was sent",
             )
+            .not_sent()
             .for_tool(&def);
         }
         if let Some(op) = resource_op {
@@ -334,7 +336,7 @@ impl Runtime {
                     },
                     call.call_id,
                 ),
-                entry.config.tool_call_timeout,
+                entry,
                 options,
             )
             .await
@@ -383,9 +385,10 @@ impl Runtime {
         def: &ToolDefinition,
         live: &crate::messages::registry::LiveConn,
         params: CallToolRequestParams,
-        timeout: Duration,
+        entry: &ServerEntry,
         options: &CallOptions,
     ) -> ToolOutcome {
+        let timeout = entry.config.tool_call_timeout;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Handing the request to rmcp's service loop is inside the call's
         // deadline too: a loop stuck on a blocked transport must not hold
@@ -522,6 +525,10 @@ impl Runtime {
             images: options.images,
             store: self.inner.attachments.as_ref(),
             limits: self.inner.limits,
+            in_process: matches!(
+                entry.config.transport,
+                crate::messages::config::TransportConfig::InProcess(_)
+            ),
         };
         judge_result(&ctx, canonical).await
     }

@@ -134,6 +134,7 @@ impl Runtime {
         );
         ToolOutcome {
             kind: OutcomeKind::Ok,
+            side_effects: OutcomeKind::Ok.side_effects(),
             error: None,
             parts: vec![crate::messages::projection::ProjectionPart::Text {
                 text: projection.clone(),

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::messages::budget::{ResultLimits, budget_parts};
-use crate::messages::call::{OutcomeKind, ToolDefinition, ToolOutcome};
+use crate::messages::call::{
+    OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, SideEffects, ToolDefinition, ToolOutcome,
+};
 use crate::messages::images::{AdmittedImage, AttachmentStore, check_images};
 use crate::messages::projection::{
     ImageRender, ProjectionPart, RAW_KEPT, check_call_tool_result, is_error, parts_to_text,
@@ -27,6 +29,9 @@ pub(crate) struct ResultContext<'a> {
     pub store: Option<&'a Arc<dyn AttachmentStore>>,
     /// Byte limits.
     pub limits: ResultLimits,
+    /// The server is in process (the runtime's or the embedder's own
+    /// code): its error results may name their CALL-4 kind.
+    pub in_process: bool,
 }
 
 /// Validate, project and budget one received result.
@@ -36,11 +41,22 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         o.canonical = Some(canonical);
         return o;
     }
+    // Read before the metadata is dropped: what an error result says of
+    // its kind and its side effects (SEAT-11).
+    let declared = declared_failure(&canonical, ctx.in_process);
     if let Value::Object(m) = &mut canonical {
         // CALL-3: content and structuredContent (and isError), no transport metadata.
         m.retain(|k, _| matches!(k.as_str(), "content" | "structuredContent" | "isError"));
     }
-    let (kind, error) = classify(ctx.def, &canonical);
+    let (mut kind, mut error) = classify(ctx.def, &canonical);
+    let mut side_effects = kind.side_effects();
+    if kind == OutcomeKind::ServerError {
+        if let Some(k) = declared.kind.filter(|k| *k != OutcomeKind::ServerError) {
+            kind = k;
+            error = Some(format!("the tool reported {}", k.name()));
+        }
+        side_effects = declared.side_effects.unwrap_or(kind.side_effects());
+    }
     let (renders, images) = admit_images(ctx, &canonical).await;
     let max = ctx.limits.max_result_bytes;
     let (parts, skipped) = project_parts_within(&canonical, &renders, max);
@@ -59,6 +75,7 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
     let canonical = spill_if_oversized(ctx, canonical).await;
     ToolOutcome {
         kind,
+        side_effects,
         error,
         projection,
         parts,
@@ -71,6 +88,36 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         notes: Vec::new(),
         stop: None,
         model_edits: Vec::new(),
+    }
+}
+
+/// What an error result's `_meta` says of itself.
+struct Declared {
+    kind: Option<OutcomeKind>,
+    side_effects: Option<SideEffects>,
+}
+
+/// The kind (in-process servers only, and only the kinds a tool can cause)
+/// and the side effects an error result names in its `_meta`.
+fn declared_failure(canonical: &Value, in_process: bool) -> Declared {
+    let meta = canonical.get("_meta");
+    let named = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
+    let kind = named(OUTCOME_META)
+        .filter(|_| in_process)
+        .and_then(OutcomeKind::from_name)
+        .filter(|k| {
+            matches!(
+                k,
+                OutcomeKind::InvalidArguments
+                    | OutcomeKind::Timeout
+                    | OutcomeKind::Cancelled
+                    | OutcomeKind::TransportLostDuringCall
+                    | OutcomeKind::ServerError
+            )
+        });
+    Declared {
+        kind,
+        side_effects: named(SIDE_EFFECTS_META).and_then(SideEffects::from_name),
     }
 }
 
@@ -300,8 +347,64 @@ mod tests {
                 max_result_bytes: max,
                 ..ResultLimits::default()
             },
+            in_process: false,
         };
         judge_result(&ctx, v).await
+    }
+
+    async fn judge_from(v: Value, in_process: bool) -> ToolOutcome {
+        let d = def();
+        let ctx = ResultContext {
+            def: &d,
+            images: false,
+            store: None,
+            limits: ResultLimits::default(),
+            in_process,
+        };
+        judge_result(&ctx, v).await
+    }
+
+    #[tokio::test]
+    async fn an_error_result_states_its_side_effects_and_only_an_in_process_server_its_kind() {
+        // SEAT-11, CALL-4: a provider's stale token is invalid arguments
+        // with no side effect; a remote server cannot relabel its errors.
+        let stale = json!({
+            "content": [{"type": "text", "text": "token g1e2 is stale"}],
+            "isError": true,
+            "_meta": {OUTCOME_META: "invalid_arguments", SIDE_EFFECTS_META: "none"}
+        });
+        let own = judge_from(stale.clone(), true).await;
+        assert_eq!(own.kind, OutcomeKind::InvalidArguments);
+        assert_eq!(own.side_effects, SideEffects::None);
+        assert!(
+            own.projection.contains("g1e2 is stale"),
+            "{}",
+            own.projection
+        );
+        assert!(
+            own.canonical
+                .as_ref()
+                .is_some_and(|c| c.get("_meta").is_none()),
+            "no transport metadata in the canonical value (CALL-3)"
+        );
+        let remote = judge_from(stale, false).await;
+        assert_eq!(remote.kind, OutcomeKind::ServerError);
+        assert_eq!(
+            remote.side_effects,
+            SideEffects::None,
+            "any server may say what it did"
+        );
+        // A kind a tool cannot cause is ignored, even in process.
+        let forged = json!({"content": [], "isError": true, "_meta": {OUTCOME_META: "ok"}});
+        let forged = judge_from(forged, true).await;
+        assert_eq!(forged.kind, OutcomeKind::ServerError);
+        assert_eq!(forged.side_effects, SideEffects::Unknown);
+        // A success is a success whatever its metadata says.
+        let fine =
+            json!({"content": [], "_meta": {OUTCOME_META: "timeout", SIDE_EFFECTS_META: "none"}});
+        let fine = judge_from(fine, true).await;
+        assert_eq!(fine.kind, OutcomeKind::Ok);
+        assert_eq!(fine.side_effects, SideEffects::Applied);
     }
 
     #[tokio::test]
@@ -414,6 +517,7 @@ mod tests {
                 canonical_hard_cap_bytes: 50,
                 ..ResultLimits::default()
             },
+            in_process: false,
         };
         let o = judge_result(
             &ctx,

@@ -436,8 +436,10 @@ async fn a_pipe_drives_navigate_snapshot_type_click_screenshot_through_call_batc
     assert!(text2.contains("hi Ada"), "the click did not run: {text2}");
     assert!(text2.contains("snapshot g2"), "{text2}");
     // The first snapshot's token is stale now.
+    // CALL-4 / SEAT-11: refused before acting, so nothing happened.
     let stale = step(json!({"name": "mcp__browser__click", "args": {"token": greet}})).await;
-    assert_ne!(stale["outcome"], "ok", "{stale}");
+    assert_eq!(stale["outcome"], "invalid_arguments", "{stale}");
+    assert_eq!(stale["side_effects"], "none", "{stale}");
     let why = stale["projection"].as_str().unwrap();
     assert!(
         why.contains("stale") && why.contains("take a new snapshot"),
@@ -542,7 +544,8 @@ async fn a_navigation_that_never_loads_times_out_and_the_next_actions_still_work
     )
     .await;
     site.hung.recv().await.unwrap();
-    assert!(!hung.is_ok());
+    assert_eq!(hung.kind, OutcomeKind::Timeout, "{}", hung.projection);
+    assert_eq!(hung.side_effects, mcpvisor::SideEffects::Unknown);
     assert!(
         hung.projection.contains("did not finish within 2000 ms")
             && hung.projection.contains("replaced by a blank one"),
@@ -607,8 +610,13 @@ async fn a_browser_killed_mid_action_fails_that_call_and_the_next_gets_a_new_bro
         libc::kill(old[0] as i32, libc::SIGKILL);
     }
     let out = hanging.await.unwrap();
-    assert!(!out.is_ok());
-    assert_eq!(out.kind, OutcomeKind::ServerError, "{}", out.projection);
+    assert_eq!(
+        out.kind,
+        OutcomeKind::TransportLostDuringCall,
+        "{}",
+        out.projection
+    );
+    assert_eq!(out.side_effects, mcpvisor::SideEffects::Unknown);
     assert!(
         out.projection
             .contains("the browser exited during navigate"),
@@ -641,6 +649,7 @@ async fn a_browser_killed_mid_action_fails_that_call_and_the_next_gets_a_new_bro
         )
         .await;
     assert!(shot.is_ok(), "{}", shot.projection);
+    assert_eq!(shot.side_effects, mcpvisor::SideEffects::Applied);
     // Without an image-capable route the model sees a placeholder, never
     // the base64 (CALL-7).
     assert!(shot.projection.contains("image/png"), "{}", shot.projection);

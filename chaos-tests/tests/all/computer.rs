@@ -302,14 +302,17 @@ async fn screenshots_pointer_clicks_and_keys_really_happen_on_the_display() {
     assert!(key.is_ok(), "{}", key.projection);
     assert_eq!(probe.key_presses(1).await, vec![0xff0d]);
 
+    // CALL-4 / SEAT-11: refused before anything was sent to the display.
     let off = call(&rt, &g, "click", json!({"x": 700, "y": 10})).await;
-    assert!(!off.is_ok());
+    assert_eq!(off.kind, mcpvisor::OutcomeKind::InvalidArguments);
+    assert_eq!(off.side_effects, mcpvisor::SideEffects::None);
     assert!(
         off.projection.contains("off the screen, which is 640x480"),
         "{}",
         off.projection
     );
     let bad = call(&rt, &g, "key", json!({"key": "Hyper_Z"})).await;
+    assert_eq!(bad.kind, mcpvisor::OutcomeKind::InvalidArguments);
     assert!(
         bad.projection.contains("unknown key \"Hyper_Z\""),
         "{}",
