@@ -112,6 +112,8 @@ pub mod gateway;
 mod messages;
 #[cfg(feature = "mods")]
 pub mod mods;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 #[cfg(feature = "browser")]
 pub mod providers;
 mod runtime;
@@ -130,8 +132,8 @@ pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 // Configuration: validated types, and the TOML layer the binary reads.
 pub use messages::config::ChaosSwitches;
 pub use messages::config::{
-    ConfigError, HttpConfig, OnDisconnect, OversizedInstructions, ReconnectPolicy, Scope,
-    ServerConfig, StdioConfig, TransportConfig,
+    ConfigError, HttpConfig, OAuthConfig, OAuthGrant, OnDisconnect, OversizedInstructions,
+    ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
 };
 pub use messages::config_file::{
     FileConfig, RawConfigFile, RawEvents, RawHooks, RawModLoad, RawModel, RawMods, RawProvider,
@@ -178,7 +180,7 @@ pub use messages::trust::{
 };
 #[cfg(all(feature = "keyring", target_os = "linux"))]
 pub use runtime::stores::secrets::KeyringSecretStore;
-pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore};
+pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore, MemorySecretStore};
 
 // Client capabilities a server may use (CONN-11).
 pub use messages::capabilities::{

@@ -505,17 +505,19 @@ impl Actor for Connection {
                             "the session is gone; a new connection opens a new one".into(),
                         ));
                     }));
-                    let replay = args.chaos.replay_expired_sessions;
-                    match super::http::transport(
-                        http_cfg,
+                    let parts = super::http::HttpParts {
                         secret_headers,
-                        diag.clone(),
+                        diag: diag.clone(),
                         session_lost,
-                        replay,
-                    ) {
-                        Ok(t) => Box::pin(handshake(handler, t, cfg.clone(), diag.clone(), None)),
-                        Err(e) => Box::pin(futures::future::ready(Err(e))),
-                    }
+                        replay_for_chaos: args.chaos.replay_expired_sessions,
+                        server: cfg.server_name.clone(),
+                        secrets: args.handlers.secrets.clone(),
+                    };
+                    let (http_cfg, cfg, diag) = (http_cfg.clone(), cfg.clone(), diag.clone());
+                    Box::pin(async move {
+                        let t = super::http::connect(&http_cfg, parts).await?;
+                        handshake(handler, t, cfg, diag, None).await
+                    })
                 }
                 (TransportConfig::InProcess(factory), Ok(_)) => match (factory.0)() {
                     Ok(conn) => {

@@ -41,14 +41,78 @@ use crate::messages::config::HttpConfig;
 /// Reconnects of the standalone SSE stream before rmcp gives up on it.
 const SSE_RETRIES: usize = 8;
 
-/// Build the transport for one connection attempt.
-pub fn transport(
+/// What one connection attempt is built from.
+pub struct HttpParts {
+    /// `header_secrets` values, fetched.
+    pub secret_headers: Vec<(String, crate::messages::trust::Secret)>,
+    /// The connection's diagnostics.
+    pub diag: Arc<Diagnostics>,
+    /// Cancelled when the server answers 404 for the held session.
+    pub session_lost: CancellationToken,
+    /// Test-only: rmcp's replay of an expired session's request.
+    pub replay_for_chaos: bool,
+    /// The server's name (for the OAuth hints).
+    pub server: String,
+    /// Where OAuth tokens are kept (CONN-13), when a store is installed.
+    #[cfg_attr(not(feature = "oauth"), allow(dead_code))]
+    pub secrets: Option<Arc<dyn crate::messages::trust::SecretStore>>,
+}
+
+/// Build the transport for one connection attempt: with `[oauth]`, the
+/// stored token is sent and refreshed (CONN-13).
+pub async fn connect(
     cfg: &HttpConfig,
-    secret_headers: Vec<(String, crate::messages::trust::Secret)>,
-    diag: Arc<Diagnostics>,
-    session_lost: CancellationToken,
-    replay_for_chaos: bool,
+    parts: HttpParts,
 ) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
+    if cfg.oauth.is_none() {
+        return transport(cfg, parts, None);
+    }
+    #[cfg(feature = "oauth")]
+    {
+        let Some(store) = parts.secrets.clone() else {
+            return Err(format!(
+                "server {} uses OAuth, which keeps its tokens in the secret store, but none is installed: configure [secrets]",
+                parts.server
+            ));
+        };
+        let machine = cfg.oauth.as_ref().map(|o| o.grant)
+            == Some(crate::messages::config::OAuthGrant::ClientCredentials);
+        if machine {
+            // A machine client needs nobody: a fresh token at every connect.
+            let nobody = crate::oauth::HeadlessAuthorization::default();
+            let ask = crate::oauth::LoginRequest::default();
+            crate::oauth::login(&parts.server, cfg, store.clone(), &nobody, &ask).await?;
+        }
+        let (manager, _stored) = crate::oauth::manager(&parts.server, &cfg.url, store).await?;
+        // Without a stored token the requests go out unauthenticated: a
+        // server that wants one answers 401, and the error says to log in.
+        transport(cfg, parts, Some(manager))
+    }
+    #[cfg(not(feature = "oauth"))]
+    Err(format!(
+        "server {}: [servers.{}.oauth] needs mcpvisor built with the `oauth` feature",
+        parts.server, parts.server
+    ))
+}
+
+#[cfg(feature = "oauth")]
+type Manager = rmcp::transport::auth::AuthorizationManager;
+#[cfg(not(feature = "oauth"))]
+type Manager = std::convert::Infallible;
+
+fn transport(
+    cfg: &HttpConfig,
+    parts: HttpParts,
+    manager: Option<Manager>,
+) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
+    let HttpParts {
+        secret_headers,
+        diag,
+        session_lost,
+        replay_for_chaos,
+        server,
+        secrets: _,
+    } = parts;
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
     crate::messages::trust::validate_endpoint(&cfg.url).map_err(|e| e.to_string())?;
     let mut headers = HashMap::new();
@@ -79,7 +143,15 @@ pub fn transport(
     retry.max_times = Some(SSE_RETRIES);
     retry.max_delay = Some(Duration::from_secs(10));
     config.retry_config = Arc::new(retry);
-    let no_credentials = cfg.headers.is_empty() && secret_headers.is_empty();
+    let no_credentials = cfg.headers.is_empty() && secret_headers.is_empty() && manager.is_none();
+    let oauth_server = cfg.oauth.as_ref().map(|_| server);
+    let inner = match manager {
+        None => Inner::Plain(inner),
+        #[cfg(feature = "oauth")]
+        Some(m) => Inner::Auth(rmcp::transport::auth::AuthClient::new(inner, m)),
+        #[cfg(not(feature = "oauth"))]
+        Some(never) => match never {},
+    };
     Ok(StreamableHttpClientTransport::with_client(
         TappedClient {
             inner,
@@ -87,6 +159,7 @@ pub fn transport(
             session_lost,
             replay_for_chaos,
             no_credentials,
+            oauth_server,
         },
         config,
     ))
@@ -150,10 +223,29 @@ fn unexpected_response(text: &str) -> String {
     )
 }
 
+/// The client under the taps: plain, or sending an OAuth token (CONN-13).
+#[derive(Clone, Debug)]
+enum Inner {
+    Plain(reqwest::Client),
+    #[cfg(feature = "oauth")]
+    Auth(rmcp::transport::auth::AuthClient<reqwest::Client>),
+}
+
+/// Call the same method on whichever client is under the taps.
+macro_rules! on_inner {
+    ($self:expr, $c:ident => $call:expr) => {
+        match &$self.inner {
+            Inner::Plain($c) => $call,
+            #[cfg(feature = "oauth")]
+            Inner::Auth($c) => $call,
+        }
+    };
+}
+
 /// rmcp's reqwest client with the taps described in the module docs.
 #[derive(Clone, Debug)]
 pub struct TappedClient {
-    inner: reqwest::Client,
+    inner: Inner,
     diag: Arc<Diagnostics>,
     /// Cancelled when the server answers 404 for the held session.
     session_lost: CancellationToken,
@@ -161,6 +253,8 @@ pub struct TappedClient {
     replay_for_chaos: bool,
     /// No header was configured at all: a 401 then means none were sent.
     no_credentials: bool,
+    /// The server's name when it uses OAuth: a 401 then says to log in.
+    oauth_server: Option<String>,
 }
 
 impl TappedClient {
@@ -181,12 +275,33 @@ impl TappedClient {
             };
             if let Some(status) = status {
                 let mut why = format!("the server rejected the credentials (HTTP {status})");
-                if self.no_credentials {
+                if let Some(server) = &self.oauth_server {
+                    why = match e {
+                        StreamableHttpError::InsufficientScope(s) => format!(
+                            "the server requires more authorization (HTTP 403 insufficient_scope{}): run `mcpvisor auth login {server}`{}",
+                            s.required_scope
+                                .as_deref()
+                                .map(|r| format!(", scope \"{r}\""))
+                                .unwrap_or_default(),
+                            s.required_scope
+                                .as_deref()
+                                .map(|r| format!(" --scope \"{r}\""))
+                                .unwrap_or_default(),
+                        ),
+                        _ => format!(
+                            "authorization required (HTTP {status}): run `mcpvisor auth login {server}`"
+                        ),
+                    };
+                } else if self.no_credentials {
                     why.push_str(
-                        ": none were sent; add `headers`, or `header_secrets` naming a secret of [secrets], to the server's section (OAuth is not supported yet)",
+                        ": none were sent; add `headers`, or `header_secrets` naming a secret of [secrets], to the server's section, or an `[servers.<name>.oauth]` table for OAuth",
                     );
                 }
                 self.diag.set_fatal(why);
+            }
+            #[cfg(feature = "oauth")]
+            if let (StreamableHttpError::Auth(a), Some(server)) = (e, &self.oauth_server) {
+                self.diag.set_fatal(crate::oauth::describe(server, a));
             }
             if let StreamableHttpError::Client(re) = e {
                 self.diag.set_fatal(reqwest_cause(re));
@@ -256,8 +371,7 @@ impl StreamableHttpClient for TappedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let r = self
-            .inner
+        let r = on_inner!(self, c => c
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -266,7 +380,7 @@ impl StreamableHttpClient for TappedClient {
                 custom_headers,
                 limits,
             )
-            .await;
+            .await);
         match self.note_error(r)? {
             StreamableHttpPostResponse::Sse(stream, session) => Ok(
                 StreamableHttpPostResponse::Sse(self.tap_stream(stream), session),
@@ -282,9 +396,9 @@ impl StreamableHttpClient for TappedClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.inner
+        on_inner!(self, c => c
             .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
+            .await)
     }
 
     async fn get_stream(
@@ -295,10 +409,9 @@ impl StreamableHttpClient for TappedClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        let r = self
-            .inner
+        let r = on_inner!(self, c => c
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await;
+            .await);
         self.note_error(r)
     }
 
@@ -311,8 +424,7 @@ impl StreamableHttpClient for TappedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        let r = self
-            .inner
+        let r = on_inner!(self, c => c
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -321,7 +433,7 @@ impl StreamableHttpClient for TappedClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await;
+            .await);
         self.note_error(r)
     }
 }

@@ -244,6 +244,11 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1, value_name = "K")]
         runs: usize,
     },
+    /// OAuth for streamable-HTTP servers (CONN-13): `auth login|logout|status NAME`.
+    Auth {
+        #[command(subcommand)]
+        what: AuthCommand,
+    },
     /// The client adapter for the official MCP conformance suite:
     /// `conformance client --command "mcpvisor conformance" --scenario tools_call`.
     Conformance {
@@ -256,6 +261,33 @@ pub(crate) enum Command {
         /// Extra generated tools.
         #[arg(long, default_value_t = 0)]
         tools: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum AuthCommand {
+    /// Authorize mcpvisor for a server with `[servers.NAME.oauth]`: prints
+    /// the authorization URL (and opens a browser when one is there), takes
+    /// the redirect on 127.0.0.1, keeps the tokens in the secret store.
+    Login {
+        /// The server's name.
+        server: String,
+        /// Ask for these scopes (space-separated) instead of the configured ones.
+        #[arg(long)]
+        scope: Option<String>,
+        /// Only print the URL; never start a browser.
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Forget a server's tokens and client registration.
+    Logout {
+        /// The server's name.
+        server: String,
+    },
+    /// Whether a server's tokens are stored, its client id, scopes and expiry.
+    Status {
+        /// The server's name.
+        server: String,
     },
 }
 

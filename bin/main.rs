@@ -261,6 +261,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             cmd::chat::run(&cli, flags).await
         }
         Command::Conformance { url } => cmd::conformance::run(url).await,
+        Command::Auth { what } => cmd::auth::run(&cli, what).await,
         Command::Bench { calls, quick, runs } => {
             cmd::bench::run(*calls, *quick, *runs, cli.json).await
         }

@@ -193,6 +193,51 @@ pub struct HttpConfig {
     pub ping_timeout: Duration,
     /// Consecutive ping/transport failures that end the connection.
     pub ping_failure_threshold: u32,
+    /// OAuth 2.1 authorization (CONN-13): `Some` sends the access token
+    /// kept in the secret store (`mcpvisor auth login` obtains it), and
+    /// refreshes it.
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// How a streamable-HTTP server's authorization is obtained (CONN-13):
+/// `[servers.<name>.oauth]`. Every field is optional; with none, the
+/// authorization server is discovered and the client registers itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// A client id registered with the authorization server out of band
+    /// (then no registration is made).
+    pub client_id: Option<String>,
+    /// The secret-store name of that client's secret (TRUST-2: never the value).
+    pub client_secret: Option<String>,
+    /// An https URL of this client's Client ID Metadata Document, used as
+    /// the client id where the authorization server supports it.
+    pub client_metadata_url: Option<String>,
+    /// The scopes to ask for; empty: the challenge's, else all the
+    /// server's `scopes_supported`, else none.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The name a dynamic registration gives (default `mcpvisor`).
+    pub client_name: Option<String>,
+    /// The 127.0.0.1 port of the login's redirect listener (default: any free one).
+    pub redirect_port: Option<u16>,
+    /// How tokens are obtained: `authorization_code` (default: a person
+    /// authorizes, `mcpvisor auth login`) or `client_credentials` (a
+    /// machine client with `client_id` and `client_secret`: the connection
+    /// obtains its token itself, no login).
+    #[serde(default)]
+    pub grant: OAuthGrant,
+}
+
+/// The OAuth grant a server's tokens come from (CONN-13).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// Authorization code with PKCE: a person authorizes once.
+    #[default]
+    AuthorizationCode,
+    /// Client credentials (the MCP extension SEP-1046): no person involved.
+    ClientCredentials,
 }
 
 /// The transport of a server instance.
@@ -310,6 +355,7 @@ impl ServerConfig {
                 ping_interval: Duration::from_millis(DEFAULT_PING_INTERVAL_MS),
                 ping_timeout: Duration::from_millis(DEFAULT_PING_TIMEOUT_MS),
                 ping_failure_threshold: DEFAULT_PING_FAILURE_THRESHOLD,
+                oauth: None,
             }),
         )
     }

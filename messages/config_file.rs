@@ -336,6 +336,8 @@ pub struct RawServerConfig {
     pub on_disconnect: Option<OnDisconnect>,
     /// `[servers.<name>.reconnect]`.
     pub reconnect: Option<RawReconnect>,
+    /// `[servers.<name>.oauth]` (CONN-13).
+    pub oauth: Option<crate::messages::config::OAuthConfig>,
 }
 
 /// `[servers.<name>.reconnect]` as written.
@@ -365,6 +367,9 @@ impl ServerConfig {
                     problems.push(format!(
                         "{prefix}.headers and header_secrets apply only to url servers"
                     ));
+                }
+                if raw.oauth.is_some() {
+                    problems.push(format!("{prefix}.oauth applies only to url servers"));
                 }
                 TransportConfig::Stdio(StdioConfig {
                     command,
@@ -398,6 +403,22 @@ impl ServerConfig {
                     ping_failure_threshold: raw
                         .ping_failure_threshold
                         .unwrap_or(DEFAULT_PING_FAILURE_THRESHOLD),
+                    oauth: raw.oauth.inspect(|o| {
+                        if o.grant == crate::messages::config::OAuthGrant::ClientCredentials
+                            && (o.client_id.is_none() || o.client_secret.is_none())
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth: grant = \"client_credentials\" needs client_id and client_secret (a secret name)"
+                            ));
+                        }
+                        if let Some(u) = &o.client_metadata_url
+                            && !u.starts_with("https://")
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth.client_metadata_url must be an https URL, got {u:?}"
+                            ));
+                        }
+                    }),
                 })
             }
             (Some(_), Some(_)) => {

@@ -34,6 +34,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// `name` cannot be written: the store is read-only.
+    pub fn read_only(name: &str) -> Self {
+        Self::Unusable(format!(
+            "{name} cannot be stored: this secret store is read-only (configure `[secrets] file` or the keyring)"
+        ))
+    }
+
     /// An I/O failure on `path`.
     pub fn io(
         action: &'static str,

@@ -249,6 +249,19 @@ pub trait SecretStore: Send + Sync + 'static {
     /// The value of `name`, or why it cannot be had (the error must not
     /// contain a value).
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>>;
+
+    /// Keep `value` under `name`, replacing an earlier one: where OAuth
+    /// tokens go (CONN-13). A store that cannot be written (the default)
+    /// says so.
+    fn put<'a>(&'a self, name: &'a str, value: Secret) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = value;
+        Box::pin(async move { Err(StoreError::read_only(name)) })
+    }
+
+    /// Forget `name` (nothing to forget is not an error).
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { Err(StoreError::read_only(name)) })
+    }
 }
 
 #[cfg(test)]

@@ -501,6 +501,16 @@ impl Runtime {
                     )
                     .await;
             }
+            // 401/403 on this request (CONN-13): the server refused it
+            // before running it.
+            Err(e) if e.auth_challenge().is_some() => {
+                let challenge = e.auth_challenge().unwrap_or_default();
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerError,
+                    authorization_refused(&def.server, challenge),
+                )
+                .not_sent();
+            }
             Err(e) if live.peer.is_transport_closed() => {
                 return self
                     .lost(scope, def, live.conn_gen, e.to_string(), true)
@@ -576,6 +586,25 @@ impl Runtime {
                 format!("server \"{}\": {cause}", def.server),
             )
         }
+    }
+}
+
+/// The text of a call the server refused for its authorization: what
+/// scope it wants, and how to get it.
+fn authorization_refused(server: &str, challenge: &str) -> String {
+    let scope = challenge
+        .split_once("scope=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(s, _)| s.to_owned());
+    if challenge.contains("insufficient_scope") {
+        let scope = scope.unwrap_or_default();
+        format!(
+            "the server requires more authorization for this call (HTTP 403 insufficient_scope, scope \"{scope}\"); nothing was executed: run `mcpvisor auth login {server} --scope \"{scope}\"`, then call again"
+        )
+    } else {
+        format!(
+            "the server requires authorization for this call (HTTP 401); nothing was executed: run `mcpvisor auth login {server}`, then call again"
+        )
     }
 }
 

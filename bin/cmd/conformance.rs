@@ -3,8 +3,11 @@
 //! It reads `MCP_CONFORMANCE_SCENARIO` and does what the scenario asks,
 //! through the runtime (supervised connection, trust off for the suite's
 //! server, elicitation answered with the schema's defaults). The OAuth
-//! scenarios (`auth/*`) are not supported yet: the adapter says so and
-//! exits 1.
+//! scenarios (`auth/*`) log in with `mcpvisor::oauth::login` through a
+//! headless authorization (the suite's authorization servers redirect at
+//! once), keep the tokens in a memory secret store, and run the server
+//! through the runtime with `[oauth]`; a refusal for lack of scope logs in
+//! again with the scope the server names, at most 3 logins in all.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +20,7 @@ use serde_json::json;
 pub(crate) async fn run(url: &str) -> anyhow::Result<u8> {
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     if scenario.starts_with("auth/") {
-        eprintln!("mcpvisor conformance: {scenario}: OAuth (CONN-13) is not supported yet");
-        return Ok(1);
+        return auth(url, &scenario).await;
     }
     let mut cfg = ServerConfig::http("suite", url).trusted();
     cfg.reconnect.enabled = false;
@@ -59,4 +61,127 @@ pub(crate) async fn run(url: &str) -> anyhow::Result<u8> {
         bail!("the shutdown did not confirm: {:?}", report.unconfirmed);
     }
     Ok(u8::from(failed))
+}
+
+/// The client id the suite expects where its authorization server takes
+/// Client ID Metadata Documents (`auth/basic-cimd`).
+const CIMD_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+/// Logins one scenario may make (the first, and the step-ups: CONN-13's 3).
+const MAX_LOGINS: usize = 3;
+
+/// An `auth/*` scenario: log in, run the server through the runtime, call
+/// its tools; log in again with the scope a refusal names.
+async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
+    use mcpvisor::oauth::{HeadlessAuthorization, LoginRequest, login};
+    let context: serde_json::Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or_default();
+    let text = |key: &str| context.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    let store: Arc<dyn mcpvisor::SecretStore> = Arc::new(mcpvisor::MemorySecretStore::new());
+    let mut oauth = mcpvisor::OAuthConfig {
+        grant: if scenario.starts_with("auth/client-credentials") {
+            mcpvisor::OAuthGrant::ClientCredentials
+        } else {
+            mcpvisor::OAuthGrant::AuthorizationCode
+        },
+        client_id: text("client_id"),
+        client_metadata_url: Some(CIMD_URL.into()),
+        client_name: Some("mcpvisor-conformance".into()),
+        ..Default::default()
+    };
+    if let Some(secret) = text("client_secret") {
+        store
+            .put("suite_client_secret", mcpvisor::Secret::new(secret))
+            .await?;
+        oauth.client_secret = Some("suite_client_secret".into());
+    }
+    let mut cfg = ServerConfig::http("suite", url).trusted();
+    cfg.reconnect.enabled = false;
+    cfg.startup_timeout = Duration::from_secs(15);
+    cfg.idle_stop_after = None;
+    let mcpvisor::TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        bail!("not an HTTP server config");
+    };
+    http.oauth = Some(oauth);
+    let http = http.clone();
+    let ui = HeadlessAuthorization::default();
+    let mut logins = 0;
+    let mut request = LoginRequest::default();
+    let runtime = Runtime::builder()
+        .elicitation(Arc::new(AcceptSchemaDefaults))
+        .secrets(store.clone())
+        .start()
+        .await?;
+    let mut failed = false;
+    let mut added = false;
+    'run: loop {
+        logins += 1;
+        match login("suite", &http, store.clone(), &ui, &request).await {
+            Ok(a) => eprintln!(
+                "mcpvisor conformance: {scenario}: authorized as {} (scopes {:?})",
+                a.client_id, a.scopes
+            ),
+            Err(e) => {
+                eprintln!("mcpvisor conformance: {scenario}: {e}");
+                failed = true;
+                break;
+            }
+        }
+        if added {
+            runtime.restart_server(&Scope::Global, "suite").await?;
+        } else {
+            runtime.add_server(Scope::Global, cfg.clone()).await?;
+            added = true;
+        }
+        if let Err(e) = runtime
+            .wait_ready(&Scope::Global, "suite", Duration::from_secs(20))
+            .await
+        {
+            eprintln!("mcpvisor conformance: {scenario}: {e}");
+            failed = true;
+            break;
+        }
+        for tool in runtime.tools(&Scope::Global) {
+            let outcome = runtime
+                .call(
+                    &Scope::Global,
+                    &tool.name,
+                    Some(json!({})),
+                    CallOptions::default(),
+                )
+                .await;
+            println!(
+                "{}: {} {}",
+                tool.raw_name,
+                outcome.kind.name(),
+                outcome.projection
+            );
+            if let Some(scope) = wanted_scope(&outcome.projection) {
+                if logins >= MAX_LOGINS {
+                    eprintln!(
+                        "mcpvisor conformance: {scenario}: still refused after {logins} logins; giving up"
+                    );
+                    failed = true;
+                    break 'run;
+                }
+                request.scopes = scope.split_whitespace().map(str::to_owned).collect();
+                continue 'run;
+            }
+            failed |= !outcome.is_ok();
+        }
+        break;
+    }
+    let report = runtime.shutdown(Duration::from_secs(10)).await;
+    if !report.is_clean() {
+        bail!("the shutdown did not confirm: {:?}", report.unconfirmed);
+    }
+    Ok(u8::from(failed))
+}
+
+/// The scope a call refused for lack of it names (`runtime::call`'s text).
+fn wanted_scope(projection: &str) -> Option<String> {
+    let (_, rest) = projection.split_once("insufficient_scope, scope \"")?;
+    rest.split_once('"').map(|(s, _)| s.to_owned())
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand of `mcpvisor`; each has a `run`.
 
+pub(crate) mod auth;
 pub(crate) mod bench;
 pub(crate) mod call;
 pub(crate) mod chat;

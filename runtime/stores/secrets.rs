@@ -61,7 +61,20 @@ impl FileSecretStore {
     pub fn set(&self, name: &str, value: &Secret) -> Result<(), StoreError> {
         let mut all = self.read_all()?;
         all.insert(name.to_owned(), value.expose().to_owned());
-        let text = toml::to_string(&all)
+        self.write_all(&all)
+    }
+
+    /// Remove a value (rewrites the file; nothing to remove is fine).
+    pub fn delete(&self, name: &str) -> Result<(), StoreError> {
+        let mut all = self.read_all()?;
+        if all.remove(name).is_none() {
+            return Ok(());
+        }
+        self.write_all(&all)
+    }
+
+    fn write_all(&self, all: &BTreeMap<String, String>) -> Result<(), StoreError> {
+        let text = toml::to_string(all)
             .map_err(|e| StoreError::Unusable(format!("cannot encode the secret file: {e}")))?;
         // A fresh file (an old or planted one is removed first), so the mode
         // below is the mode it gets.
@@ -110,6 +123,55 @@ impl SecretStore for FileSecretStore {
                     place: self.path.display().to_string(),
                 })
         })
+    }
+
+    fn put<'a>(&'a self, name: &'a str, value: Secret) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.set(name, &value) })
+    }
+
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.delete(name) })
+    }
+}
+
+/// Secrets kept in memory only, for this runtime's life: for tests, and
+/// for an embedder that keeps OAuth tokens per process (the conformance
+/// adapter does).
+#[derive(Debug, Default)]
+pub struct MemorySecretStore {
+    values: std::sync::Mutex<BTreeMap<String, Secret>>,
+}
+
+impl MemorySecretStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl SecretStore for MemorySecretStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, StoreError>> {
+        let found = self.values.lock().ok().and_then(|v| v.get(name).cloned());
+        Box::pin(async move {
+            found.ok_or_else(|| StoreError::Missing {
+                name: name.to_owned(),
+                place: "memory".into(),
+            })
+        })
+    }
+
+    fn put<'a>(&'a self, name: &'a str, value: Secret) -> BoxFuture<'a, Result<(), StoreError>> {
+        if let Ok(mut v) = self.values.lock() {
+            v.insert(name.to_owned(), value);
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        if let Ok(mut v) = self.values.lock() {
+            v.remove(name);
+        }
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -189,6 +251,20 @@ impl SecretStore for KeyringSecretStore {
                     self.service
                 ))
             })
+        })
+    }
+
+    fn put<'a>(&'a self, name: &'a str, value: Secret) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.set(name, &value) })
+    }
+
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            // Nothing stored is nothing to remove.
+            if self.get(name).await.is_err() {
+                return Ok(());
+            }
+            self.delete(name)
         })
     }
 }

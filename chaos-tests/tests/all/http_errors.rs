@@ -62,6 +62,58 @@ async fn a_401_with_a_challenge_says_the_server_rejected_the_credentials() {
     task.abort();
 }
 
+/// The first error of a server with `[oauth]` at `url`, with or without
+/// a secret store to keep its tokens in.
+async fn first_oauth_error(url: &str, store: bool) -> String {
+    let mut cfg = ServerConfig::http("remote", url);
+    cfg.reconnect.enabled = false;
+    cfg.startup_timeout = Duration::from_secs(10);
+    if let mcpvisor::TransportConfig::StreamableHttp(h) = &mut cfg.transport {
+        h.oauth = Some(mcpvisor::OAuthConfig::default());
+    }
+    let mut builder = Runtime::builder();
+    if store {
+        builder = builder.secrets(std::sync::Arc::new(mcpvisor::MemorySecretStore::new()));
+    }
+    let runtime = builder.start().await.unwrap();
+    runtime.add_server(Scope::Global, cfg).await.unwrap();
+    let err = runtime
+        .wait_ready(&Scope::Global, "remote", Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
+    err.to_string()
+}
+
+#[tokio::test]
+async fn an_oauth_server_not_logged_in_says_to_log_in() {
+    // CONN-13: with no stored token the request goes out unauthenticated;
+    // the 401 names the command that fixes it.
+    let (url, task) = endpoint(|| async {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                "Bearer resource_metadata=\"http://127.0.0.1:1/.well-known/oauth-protected-resource\"",
+            )],
+            "log in",
+        )
+            .into_response()
+    })
+    .await;
+    let err = first_oauth_error(&url, true).await;
+    assert!(
+        err.contains("authorization required (HTTP 401)")
+            && err.contains("mcpvisor auth login remote"),
+        "{err}"
+    );
+    // The default store (the environment) cannot keep tokens, but the
+    // server is still asked, and says the same.
+    let err = first_oauth_error(&url, false).await;
+    assert!(err.contains("mcpvisor auth login remote"), "{err}");
+    task.abort();
+}
+
 #[tokio::test]
 async fn a_plain_403_says_the_server_rejected_the_credentials() {
     let (url, task) =

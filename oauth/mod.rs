@@ -1,0 +1,503 @@
+//! OAuth 2.1 for streamable-HTTP servers (CONN-13), feature `oauth`.
+//!
+//! rmcp's `auth` does the protocol: discovery (the 401 challenge's
+//! `resource_metadata`, the protected-resource and authorization-server
+//! well-knowns), client registration (pre-registered, a Client ID Metadata
+//! Document, dynamic registration, in that order), PKCE S256, the RFC 8707
+//! `resource` parameter, scope selection, the resource-mismatch refusal,
+//! and refresh with rotation. This module adds what is mcpvisor's:
+//!
+//! - tokens and client registrations live in the runtime's
+//!   [`SecretStore`], under [`credentials_name`] (`oauth.<server>`), as
+//!   JSON that only a [`crate::Secret`] ever holds;
+//! - the interactive step is an [`AuthorizationUi`]: the binary's prints
+//!   the URL, opens a browser when one is there, and takes the redirect on
+//!   a 127.0.0.1 listener; [`HeadlessAuthorization`] follows an
+//!   authorization server that redirects at once (tests, the conformance
+//!   suite);
+//! - [`login`] probes the server for its challenge first, so discovery
+//!   starts where the server points, and refuses an authorization endpoint
+//!   that is neither https nor loopback (TRUST-3);
+//! - a connection with `[servers.<name>.oauth]` sends the stored token and
+//!   refreshes it (`actors/http.rs`); without one it asks the server
+//!   unauthenticated, and a 401 says to run `mcpvisor auth login <name>`.
+//!   A 403 `insufficient_scope` on a call ends that call (nothing was
+//!   executed) naming the scope to log in with: the runtime never opens an
+//!   authorization by itself in the middle of a call.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, ClientCredentialsConfig, CredentialStore, OAuthState, StoredCredentials,
+};
+use serde_json::Value;
+
+use crate::messages::config::{HttpConfig, OAuthGrant};
+use crate::messages::store::StoreError;
+use crate::messages::trust::{Secret, SecretStore, validate_endpoint};
+
+/// The secret-store name of `server`'s OAuth credentials.
+pub fn credentials_name(server: &str) -> String {
+    format!("oauth.{server}")
+}
+
+/// Where the interactive step of a login happens.
+pub trait AuthorizationUi: Send + Sync {
+    /// The redirect URI the authorization server is to send the user back
+    /// to (asked once per login, before the authorization URL exists).
+    fn redirect_uri(&self) -> BoxFuture<'_, Result<String, String>>;
+
+    /// Let the user authorize at `url` (for `server`); resolve with the URL
+    /// the authorization server redirected to, `code` and `state` in it.
+    fn authorize<'a>(
+        &'a self,
+        server: &'a str,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>>;
+}
+
+/// An [`AuthorizationUi`] for an authorization server that redirects at
+/// once (no login page): it asks for the authorization URL without
+/// following the redirect and takes the code from `Location`.
+#[derive(Debug, Clone)]
+pub struct HeadlessAuthorization {
+    redirect_uri: String,
+}
+
+impl HeadlessAuthorization {
+    /// With this redirect URI (never dialled: the redirect is read, not followed).
+    pub fn new(redirect_uri: impl Into<String>) -> Self {
+        Self {
+            redirect_uri: redirect_uri.into(),
+        }
+    }
+}
+
+impl Default for HeadlessAuthorization {
+    fn default() -> Self {
+        Self::new("http://localhost:3000/callback")
+    }
+}
+
+impl AuthorizationUi for HeadlessAuthorization {
+    fn redirect_uri(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async move { Ok(self.redirect_uri.clone()) })
+    }
+
+    fn authorize<'a>(
+        &'a self,
+        _server: &'a str,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let reply = client
+                .get(url)
+                .send()
+                .await
+                .map_err(|e| format!("the authorization endpoint did not answer: {e}"))?;
+            reply
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    format!(
+                        "the authorization endpoint answered HTTP {} without a redirect: it needs a person (use `mcpvisor auth login`)",
+                        reply.status().as_u16()
+                    )
+                })
+        })
+    }
+}
+
+/// rmcp's credential store on a [`SecretStore`] entry.
+pub(crate) struct SecretCredentials {
+    store: Arc<dyn SecretStore>,
+    name: String,
+}
+
+impl SecretCredentials {
+    pub(crate) fn new(store: Arc<dyn SecretStore>, server: &str) -> Self {
+        Self {
+            store,
+            name: credentials_name(server),
+        }
+    }
+}
+
+fn store_error(e: impl std::fmt::Display) -> AuthError {
+    AuthError::CredentialStoreError(e.to_string())
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for SecretCredentials {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        match self.store.get(&self.name).await {
+            Ok(secret) => serde_json::from_str(secret.expose())
+                .map(Some)
+                .map_err(|_| {
+                    store_error(format!(
+                        "the stored OAuth credentials {} are not readable; log in again",
+                        self.name
+                    ))
+                }),
+            Err(StoreError::Missing { .. } | StoreError::EnvNotSet(_)) => Ok(None),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let json = serde_json::to_string(&credentials).map_err(store_error)?;
+        self.store
+            .put(&self.name, Secret::new(json))
+            .await
+            .map_err(store_error)
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.store.remove(&self.name).await.map_err(store_error)
+    }
+}
+
+/// An authorization manager for `server` at `url` whose tokens come from
+/// (and rotated ones go to) `store`; `Ok(false)` with it when nothing is
+/// stored yet.
+pub(crate) async fn manager(
+    server: &str,
+    url: &str,
+    store: Arc<dyn SecretStore>,
+) -> Result<(AuthorizationManager, bool), String> {
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|e| describe(server, &e))?;
+    manager.set_credential_store(SecretCredentials::new(store, server));
+    let stored = match manager.initialize_from_store().await {
+        Err(mismatch @ AuthError::AuthorizationServerMismatch { .. }) => {
+            let legacy = legacy_metadata(url)
+                .await
+                .ok_or_else(|| describe(server, &mismatch))?;
+            manager.set_metadata(legacy);
+            manager.initialize_from_store().await
+        }
+        other => other,
+    }
+    .map_err(|e| describe(server, &e))?;
+    Ok((manager, stored))
+}
+
+/// The authorization-server metadata of a 2025-03-26 server: at its own
+/// origin's `/.well-known/oauth-authorization-server`, accepted although
+/// its `issuer` names a path (RFC 8414 would put that document elsewhere)
+/// only when the issuer is of the same origin as the MCP server, and every
+/// endpoint in it is https or loopback (TRUST-3).
+async fn legacy_metadata(url: &str) -> Option<AuthorizationMetadata> {
+    let base = url::Url::parse(url).ok()?;
+    let at = base.join("/.well-known/oauth-authorization-server").ok()?;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(15))
+        .build()
+        .ok()?;
+    let reply = client.get(at).send().await.ok()?;
+    if !reply.status().is_success() {
+        return None;
+    }
+    let metadata: AuthorizationMetadata = reply.json().await.ok()?;
+    let issuer = url::Url::parse(metadata.issuer.as_deref()?).ok()?;
+    let same_origin = issuer.origin() == base.origin();
+    let endpoints_ok = [&metadata.authorization_endpoint, &metadata.token_endpoint]
+        .into_iter()
+        .chain(metadata.registration_endpoint.as_ref())
+        .all(|e| validate_endpoint(e).is_ok());
+    (same_origin && endpoints_ok).then_some(metadata)
+}
+
+/// What a login asks for beyond the server's `[oauth]` table.
+#[derive(Debug, Clone, Default)]
+pub struct LoginRequest {
+    /// Scopes to ask for instead of the configured ones (a step-up).
+    pub scopes: Vec<String>,
+}
+
+/// What a login obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    /// The client id used (registered now, pre-registered, or a metadata URL).
+    pub client_id: String,
+    /// The scopes granted (as the token response says, else as asked).
+    pub scopes: Vec<String>,
+    /// Seconds the access token is valid for, when the server said.
+    pub expires_in: Option<u64>,
+    /// Whether a refresh token came with it.
+    pub refreshable: bool,
+}
+
+/// Authorize mcpvisor for `server` (CONN-13): discover, register, let the
+/// user authorize through `ui`, exchange the code, and keep the tokens in
+/// `store` (the connection then uses them).
+pub async fn login(
+    server: &str,
+    http: &HttpConfig,
+    store: Arc<dyn SecretStore>,
+    ui: &dyn AuthorizationUi,
+    request: &LoginRequest,
+) -> Result<Authorized, String> {
+    validate_endpoint(&http.url).map_err(|e| e.to_string())?;
+    let oauth = http.oauth.clone().unwrap_or_default();
+    let scopes = if request.scopes.is_empty() {
+        &oauth.scopes
+    } else {
+        &request.scopes
+    };
+    let client_secret = match &oauth.client_secret {
+        Some(name) => Some(store.get(name).await.map_err(|e| {
+            format!("server {server}: the client secret {name} could not be had: {e}")
+        })?),
+        None => None,
+    };
+    let mut manager = AuthorizationManager::new(http.url.as_str())
+        .await
+        .map_err(|e| describe(server, &e))?;
+    manager.set_credential_store(SecretCredentials::new(store.clone(), server));
+    let mut state = OAuthState::Unauthorized(manager);
+    if oauth.grant == OAuthGrant::ClientCredentials {
+        let (Some(client_id), Some(secret)) = (&oauth.client_id, &client_secret) else {
+            return Err(format!(
+                "server {server}: grant = \"client_credentials\" needs client_id and client_secret"
+            ));
+        };
+        state
+            .authenticate_client_credentials(ClientCredentialsConfig::ClientSecret {
+                client_id: client_id.clone(),
+                client_secret: secret.expose().to_owned(),
+                scopes: scopes.clone(),
+                // RFC 8707: the token is for this server.
+                resource: Some(http.url.clone()),
+            })
+            .await
+            .map_err(|e| describe(server, &e))?;
+        return stored_summary(server, store, scopes).await;
+    }
+    let challenge = probe(&http.url).await;
+    let redirect = ui.redirect_uri().await?;
+    let mut ask = AuthorizationRequest::new(redirect)
+        .with_client_name(oauth.client_name.as_deref().unwrap_or("mcpvisor"));
+    if let Some(id) = &oauth.client_id {
+        ask = ask.with_preregistered_client(id.clone());
+        if let Some(secret) = &client_secret {
+            ask = ask.with_client_secret(secret.expose().to_owned());
+        }
+    }
+    if let Some(url) = &oauth.client_metadata_url {
+        ask = ask.with_client_metadata_url(url.clone());
+    }
+    if !scopes.is_empty() {
+        ask = ask.with_scopes(scopes.iter().cloned());
+    }
+    if let Some(challenge) = challenge {
+        ask = ask.with_challenge(challenge);
+    }
+    match state.start_authorization(ask.clone()).await {
+        Ok(()) => {}
+        // A 2025-03-26 server: its metadata at its own root (see
+        // `legacy_metadata`); the state is back to unauthorized.
+        Err(AuthError::AuthorizationServerMismatch { .. }) => {
+            let OAuthState::Unauthorized(mut manager) = state else {
+                return Err(format!("server {server}: OAuth: the login state was lost"));
+            };
+            let legacy = legacy_metadata(&http.url).await.ok_or_else(|| {
+                format!("server {server}: OAuth: the authorization server's issuer does not match where its metadata was found")
+            })?;
+            manager.set_metadata(legacy);
+            let session = AuthorizationSession::new(manager, ask)
+                .await
+                .map_err(|(_, e)| describe(server, &e))?;
+            state = OAuthState::Session(session);
+        }
+        Err(e) => return Err(describe(server, &e)),
+    }
+    let url = state
+        .get_authorization_url()
+        .await
+        .map_err(|e| describe(server, &e))?;
+    // TRUST-3: the user's browser (or the headless client) is sent only to
+    // an https or loopback authorization endpoint.
+    validate_endpoint(&url)
+        .map_err(|e| format!("server {server}: the authorization endpoint is refused: {e}"))?;
+    let back = ui.authorize(server, &url).await?;
+    state
+        .handle_callback_url(&back)
+        .await
+        .map_err(|e| describe(server, &e))?;
+    stored_summary(server, store, scopes).await
+}
+
+async fn stored_summary(
+    server: &str,
+    store: Arc<dyn SecretStore>,
+    asked: &[String],
+) -> Result<Authorized, String> {
+    let stored = SecretCredentials::new(store, server)
+        .load()
+        .await
+        .map_err(|e| describe(server, &e))?
+        .ok_or_else(|| format!("server {server}: the login kept no token"))?;
+    Ok(summarize(&stored, asked))
+}
+
+fn summarize(stored: &StoredCredentials, asked: &[String]) -> Authorized {
+    let token = stored
+        .token_response
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or(Value::Null);
+    let mut scopes = stored.granted_scopes.clone();
+    if scopes.is_empty() {
+        scopes = token
+            .get("scope")
+            .and_then(Value::as_str)
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_else(|| asked.to_vec());
+    }
+    Authorized {
+        client_id: stored.client_id.clone(),
+        scopes,
+        expires_in: token.get("expires_in").and_then(Value::as_u64),
+        refreshable: token.get("refresh_token").is_some_and(|r| !r.is_null()),
+    }
+}
+
+/// What is stored for `server`: `None` when it never logged in (or logged out).
+pub async fn status(
+    server: &str,
+    store: Arc<dyn SecretStore>,
+) -> Result<Option<Authorized>, String> {
+    let stored = SecretCredentials::new(store, server)
+        .load()
+        .await
+        .map_err(|e| describe(server, &e))?;
+    Ok(stored
+        .filter(|s| s.token_response.is_some())
+        .map(|s| summarize(&s, &[])))
+}
+
+/// Forget `server`'s tokens and registration.
+pub async fn logout(server: &str, store: Arc<dyn SecretStore>) -> Result<(), String> {
+    store
+        .remove(&credentials_name(server))
+        .await
+        .map_err(|e| format!("server {server}: {e}"))
+}
+
+/// The server's `WWW-Authenticate` challenge to an unauthenticated
+/// `initialize`, when it answers 401 or 403 with one.
+async fn probe(url: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(15))
+        .build()
+        .ok()?;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "mcpvisor", "version": env!("CARGO_PKG_VERSION")}}
+    });
+    let reply = client
+        .post(url)
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .ok()?;
+    if !matches!(reply.status().as_u16(), 401 | 403) {
+        return None;
+    }
+    reply
+        .headers()
+        .get(http::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// An rmcp authorization error in words, naming the server.
+pub(crate) fn describe(server: &str, e: &AuthError) -> String {
+    let why = match e {
+        AuthError::AuthorizationRequired => {
+            "authorization required: run `mcpvisor auth login` for it".to_owned()
+        }
+        AuthError::TokenRefreshRejected(_) | AuthError::TokenExpired => {
+            "the stored authorization expired or was revoked: run `mcpvisor auth login` for it again"
+                .to_owned()
+        }
+        AuthError::ProtectedResourceMetadataInvalid { .. } => format!(
+            "the server's protected-resource metadata is refused ({e}): it does not name this server as its resource"
+        ),
+        other => other.to_string(),
+    };
+    format!("server {server}: OAuth: {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemorySecretStore;
+
+    #[tokio::test]
+    async fn credentials_round_trip_through_the_secret_store_and_logout_forgets_them() {
+        // CONN-13 / TRUST-2: the tokens are one secret-store entry.
+        let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+        let creds = SecretCredentials::new(store.clone(), "notes");
+        assert!(creds.load().await.unwrap().is_none());
+        let token: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(
+            serde_json::json!({"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1", "scope": "a b"}),
+        )
+        .unwrap();
+        creds
+            .save(StoredCredentials::new(
+                "client-7".into(),
+                Some(token),
+                vec![],
+                Some(1),
+            ))
+            .await
+            .unwrap();
+        let stored = store.get("oauth.notes").await.unwrap();
+        assert!(stored.expose().contains("at-1"));
+        assert!(!format!("{stored:?}").contains("at-1"), "a Secret redacts");
+        let seen = status("notes", store.clone()).await.unwrap().unwrap();
+        assert_eq!(
+            seen,
+            Authorized {
+                client_id: "client-7".into(),
+                scopes: vec!["a".into(), "b".into()],
+                expires_in: Some(3600),
+                refreshable: true,
+            }
+        );
+        logout("notes", store.clone()).await.unwrap();
+        assert!(status("notes", store).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_entry_is_an_error_that_says_to_log_in_again() {
+        let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+        store
+            .put("oauth.notes", Secret::new("not json"))
+            .await
+            .unwrap();
+        let e = status("notes", store).await.unwrap_err();
+        assert!(
+            e.contains("not readable") && e.contains("log in again"),
+            "{e}"
+        );
+        assert!(!e.contains("not json"), "the value is never quoted: {e}");
+    }
+}
