@@ -79,9 +79,20 @@ pub async fn connect(
             == Some(crate::messages::config::OAuthGrant::ClientCredentials);
         if machine {
             // A machine client needs nobody: a fresh token at every connect.
-            let nobody = crate::oauth::HeadlessAuthorization::default();
-            let ask = crate::oauth::LoginRequest::default();
-            crate::oauth::login(&parts.server, cfg, store.clone(), &nobody, &ask).await?;
+            // rmcp's client-credentials future is not Send (it holds the
+            // JWT signer across an await), so it runs on a blocking thread
+            // of this runtime.
+            let (server, cfg, store) = (parts.server.clone(), cfg.clone(), store.clone());
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                handle.block_on(async move {
+                    let nobody = crate::oauth::HeadlessAuthorization::default();
+                    let ask = crate::oauth::LoginRequest::default();
+                    crate::oauth::login(&server, &cfg, store, &nobody, &ask).await
+                })
+            })
+            .await
+            .map_err(|e| format!("server {}: the token request failed: {e}", parts.server))??;
         }
         let (manager, _stored) = crate::oauth::manager(&parts.server, &cfg.url, store).await?;
         // Without a stored token the requests go out unauthenticated: a

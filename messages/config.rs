@@ -223,10 +223,17 @@ pub struct OAuthConfig {
     pub redirect_port: Option<u16>,
     /// How tokens are obtained: `authorization_code` (default: a person
     /// authorizes, `mcpvisor auth login`) or `client_credentials` (a
-    /// machine client with `client_id` and `client_secret`: the connection
-    /// obtains its token itself, no login).
+    /// machine client with `client_id` and `client_secret` or
+    /// `client_assertion_key`: the connection obtains its token itself, no
+    /// login).
     #[serde(default)]
     pub grant: OAuthGrant,
+    /// `client_credentials` with `private_key_jwt`: the secret-store name of
+    /// the client's PEM private key (RSA or EC), which signs the assertion.
+    pub client_assertion_key: Option<String>,
+    /// The assertion's algorithm: `ES256` (default), `ES384`, `RS256`,
+    /// `RS384`, `RS512`.
+    pub signing_algorithm: Option<String>,
 }
 
 /// The OAuth grant a server's tokens come from (CONN-13).

@@ -405,10 +405,18 @@ impl ServerConfig {
                         .unwrap_or(DEFAULT_PING_FAILURE_THRESHOLD),
                     oauth: raw.oauth.inspect(|o| {
                         if o.grant == crate::messages::config::OAuthGrant::ClientCredentials
-                            && (o.client_id.is_none() || o.client_secret.is_none())
+                            && (o.client_id.is_none()
+                                || (o.client_secret.is_none() && o.client_assertion_key.is_none()))
                         {
                             problems.push(format!(
-                                "{prefix}.oauth: grant = \"client_credentials\" needs client_id and client_secret (a secret name)"
+                                "{prefix}.oauth: grant = \"client_credentials\" needs client_id, and client_secret or client_assertion_key (secret names)"
+                            ));
+                        }
+                        if let Some(a) = &o.signing_algorithm
+                            && !["ES256", "ES384", "RS256", "RS384", "RS512"].contains(&a.as_str())
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth.signing_algorithm = {a:?}: expected ES256, ES384, RS256, RS384 or RS512"
                             ));
                         }
                         if let Some(u) = &o.client_metadata_url
@@ -697,6 +705,46 @@ fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, Con
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oauth_table_is_checked_where_it_is_written() {
+        // CONN-13: an empty table is enough; its mistakes say where.
+        let cfg = parse_config(
+            "m.toml",
+            "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\n",
+        )
+        .unwrap();
+        match &cfg.servers[0].transport {
+            TransportConfig::StreamableHttp(h) => {
+                assert_eq!(
+                    h.oauth,
+                    Some(crate::messages::config::OAuthConfig::default())
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = |text: &str| parse_config("m.toml", text).unwrap_err().to_string();
+        let e = bad("[servers.n]\ncommand = \"x\"\n[servers.n.oauth]\n");
+        assert!(
+            e.contains("servers.n.oauth applies only to url servers"),
+            "{e}"
+        );
+        let e = bad(
+            "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"client_credentials\"\n",
+        );
+        assert!(e.contains("needs client_id"), "{e}");
+        let e = bad(
+            "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\nclient_metadata_url = \"http://x/m.json\"\nsigning_algorithm = \"HS256\"\n",
+        );
+        assert!(
+            e.contains("must be an https URL") && e.contains("expected ES256"),
+            "{e}"
+        );
+        let e = bad(
+            "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\nclient_sercet = \"S\"\n",
+        );
+        assert!(e.contains("client_sercet"), "{e}");
+    }
 
     #[test]
     fn a_relative_command_and_cwd_resolve_against_the_config_files_directory() {

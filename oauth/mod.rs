@@ -30,7 +30,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rmcp::transport::auth::{
     AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
-    AuthorizationSession, ClientCredentialsConfig, CredentialStore, OAuthState, StoredCredentials,
+    AuthorizationSession, ClientCredentialsConfig, CredentialStore, JwtSigningAlgorithm,
+    OAuthState, StoredCredentials,
 };
 use serde_json::Value;
 
@@ -268,19 +269,44 @@ pub async fn login(
     manager.set_credential_store(SecretCredentials::new(store.clone(), server));
     let mut state = OAuthState::Unauthorized(manager);
     if oauth.grant == OAuthGrant::ClientCredentials {
-        let (Some(client_id), Some(secret)) = (&oauth.client_id, &client_secret) else {
+        let Some(client_id) = oauth.client_id.clone() else {
             return Err(format!(
-                "server {server}: grant = \"client_credentials\" needs client_id and client_secret"
+                "server {server}: grant = \"client_credentials\" needs client_id"
             ));
         };
-        state
-            .authenticate_client_credentials(ClientCredentialsConfig::ClientSecret {
-                client_id: client_id.clone(),
+        // RFC 8707: the token is for this server.
+        let resource = Some(http.url.clone());
+        let config = match (&oauth.client_assertion_key, &client_secret) {
+            (Some(key_name), _) => {
+                let key = store.get(key_name).await.map_err(|e| {
+                    format!(
+                        "server {server}: the client assertion key {key_name} could not be had: {e}"
+                    )
+                })?;
+                ClientCredentialsConfig::PrivateKeyJwt {
+                    client_id,
+                    signing_key: key.expose().as_bytes().to_vec(),
+                    signing_algorithm: signing_algorithm(oauth.signing_algorithm.as_deref())
+                        .map_err(|e| format!("server {server}: {e}"))?,
+                    token_endpoint_audience: None,
+                    scopes: scopes.clone(),
+                    resource,
+                }
+            }
+            (None, Some(secret)) => ClientCredentialsConfig::ClientSecret {
+                client_id,
                 client_secret: secret.expose().to_owned(),
                 scopes: scopes.clone(),
-                // RFC 8707: the token is for this server.
-                resource: Some(http.url.clone()),
-            })
+                resource,
+            },
+            (None, None) => {
+                return Err(format!(
+                    "server {server}: grant = \"client_credentials\" needs client_secret or client_assertion_key"
+                ));
+            }
+        };
+        state
+            .authenticate_client_credentials(config)
             .await
             .map_err(|e| describe(server, &e))?;
         return stored_summary(server, store, scopes).await;
@@ -372,6 +398,22 @@ fn summarize(stored: &StoredCredentials, asked: &[String]) -> Authorized {
         expires_in: token.get("expires_in").and_then(Value::as_u64),
         refreshable: token.get("refresh_token").is_some_and(|r| !r.is_null()),
     }
+}
+
+/// The `private_key_jwt` algorithm of this name (ES256 when unset).
+fn signing_algorithm(name: Option<&str>) -> Result<JwtSigningAlgorithm, String> {
+    Ok(match name.unwrap_or("ES256") {
+        "ES256" => JwtSigningAlgorithm::ES256,
+        "ES384" => JwtSigningAlgorithm::ES384,
+        "RS256" => JwtSigningAlgorithm::RS256,
+        "RS384" => JwtSigningAlgorithm::RS384,
+        "RS512" => JwtSigningAlgorithm::RS512,
+        other => {
+            return Err(format!(
+                "signing_algorithm = {other:?}: expected ES256, ES384, RS256, RS384 or RS512"
+            ));
+        }
+    })
 }
 
 /// What is stored for `server`: `None` when it never logged in (or logged out).

@@ -91,6 +91,13 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
         client_name: Some("mcpvisor-conformance".into()),
         ..Default::default()
     };
+    if let Some(pem) = text("private_key_pem") {
+        store
+            .put("suite_client_key", mcpvisor::Secret::new(pem))
+            .await?;
+        oauth.client_assertion_key = Some("suite_client_key".into());
+        oauth.signing_algorithm = text("signing_algorithm");
+    }
     if let Some(secret) = text("client_secret") {
         store
             .put("suite_client_secret", mcpvisor::Secret::new(secret))
