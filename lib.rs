@@ -149,7 +149,10 @@ pub use messages::call::{
 pub use messages::projection::ProjectionPart;
 
 pub use actors::stdio::looks_secret;
-pub use messages::import::{FoundSecret, HooksFrom, Imported, import_file, import_servers};
+pub use messages::import::{
+    FoundSecret, HooksFrom, Imported, import_file, import_file_beside, import_servers,
+    import_servers_beside,
+};
 pub use messages::model::{Provider, Usage};
 pub use messages::naming::{closest, derive_slug, public_tool_name, validate_server_name};
 pub use runtime::turn::{

@@ -130,6 +130,11 @@ pub(crate) enum Command {
         /// Write it with `enabled = false` (nothing is started).
         #[arg(long)]
         disabled: bool,
+        /// Where to write it: `project` (./mcpvisor.toml) or `user`
+        /// (~/.config/mcpvisor/mcpvisor.toml, read when there is no
+        /// ./mcpvisor.toml); default: the config every command reads.
+        #[arg(long, value_parser = ["project", "user"])]
+        scope: Option<String>,
         /// Do not run the handshake after writing.
         #[arg(long)]
         no_check: bool,
@@ -142,6 +147,10 @@ pub(crate) enum Command {
     Remove {
         /// The server's name.
         name: String,
+        /// `project` (./mcpvisor.toml) or `user` (~/.config/mcpvisor/mcpvisor.toml);
+        /// default: the config every command reads.
+        #[arg(long, value_parser = ["project", "user"])]
+        scope: Option<String>,
     },
     /// The configured servers: name, transport, enabled, trust (nothing is
     /// started; `status` shows live states), e.g. `mcpvisor list`.
@@ -150,11 +159,17 @@ pub(crate) enum Command {
     /// `config.toml` into mcpvisor TOML (servers arrive disabled, trust
     /// "ask"), e.g. `mcpvisor import ~/.codex/config.toml --out mcpvisor.toml`.
     Import {
-        /// The file to convert.
-        file: std::path::PathBuf,
-        /// Write here instead of stdout (refused if it exists).
+        /// The files to convert (a server name taken by an earlier file, or
+        /// by the config merged into, is left out and reported).
+        #[arg(required = true, num_args = 1..)]
+        file: Vec<std::path::PathBuf>,
+        /// Write here instead of stdout (refused if it exists, unless --merge).
         #[arg(long, value_name = "FILE")]
         out: Option<std::path::PathBuf>,
+        /// Add to the existing config at --out: its text stays as it is, the
+        /// imported servers are appended, and one already there is left out.
+        #[arg(long, requires = "out")]
+        merge: bool,
         /// Whose hooks file it is, when FILE has hooks: `claude` or
         /// `codex` (default: guessed from the path).
         #[arg(long, value_name = "TOOL")]

@@ -43,19 +43,52 @@ pub(crate) fn is_config_error(e: &anyhow::Error) -> bool {
         || e.downcast_ref::<ConfigFileError>().is_some()
 }
 
-/// The config file: `--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`.
+/// The config file: `--config`, else `$MCPVISOR_CONFIG`, else
+/// `./mcpvisor.toml`, else the user's (`add --scope user` writes it), else
+/// `./mcpvisor.toml` (missing).
 pub(crate) fn config_path(cli: &Cli) -> PathBuf {
+    let project = PathBuf::from("mcpvisor.toml");
     cli.config
         .clone()
         .or_else(|| std::env::var_os("MCPVISOR_CONFIG").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("mcpvisor.toml"))
+        .or_else(|| {
+            (!project.exists())
+                .then(user_config_path)
+                .flatten()
+                .filter(|p| p.exists())
+        })
+        .unwrap_or(project)
+}
+
+/// The user's config: `$XDG_CONFIG_HOME/mcpvisor/mcpvisor.toml`, else
+/// `~/.config/mcpvisor/mcpvisor.toml`.
+pub(crate) fn user_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".config"))
+        })?;
+    Some(base.join("mcpvisor").join("mcpvisor.toml"))
 }
 
 /// Load the servers. With no config file anywhere, `check`/`status` fall back
 /// to the demo server (BIN-4).
 pub(crate) fn load_config(cli: &Cli, allow_demo: bool) -> anyhow::Result<FileConfig> {
-    let path = config_path(cli);
-    let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
+    load_config_at(cli, None, allow_demo)
+}
+
+/// [`load_config`] of `at` instead of the usual file, when given.
+pub(crate) fn load_config_at(
+    cli: &Cli,
+    at: Option<&std::path::Path>,
+    allow_demo: bool,
+) -> anyhow::Result<FileConfig> {
+    let path = at.map_or_else(|| config_path(cli), std::path::Path::to_path_buf);
+    let explicit =
+        at.is_some() || cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
     if !path.exists() {
         if allow_demo && !explicit {
             return Ok(FileConfig {

@@ -188,6 +188,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             trust,
             disabled,
             no_check,
+            scope,
             command,
         } => {
             let flags = cmd::edit::AddFlags {
@@ -201,21 +202,24 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 trust: trust.clone(),
                 disabled: *disabled,
                 no_check: *no_check,
+                scope: scope.clone(),
                 command: command.clone(),
             };
             cmd::edit::add(&cli, flags).await
         }
-        Command::Remove { name } => cmd::edit::remove(&cli, name),
+        Command::Remove { name, scope } => cmd::edit::remove(&cli, name, scope.as_deref()),
         Command::List => cmd::edit::list(&cli),
         Command::Import {
             file,
             out,
+            merge,
             from,
             secrets_file,
         } => cmd::import::import(
             &cli,
             file,
             out.as_deref(),
+            *merge,
             from.as_deref(),
             secrets_file.as_deref(),
         ),

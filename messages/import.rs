@@ -119,6 +119,18 @@ pub fn import_file(
     text: &str,
     from: Option<HooksFrom>,
 ) -> Result<Imported, String> {
+    import_file_beside(origin, hooks_path, text, from, &[])
+}
+
+/// [`import_file`], leaving out the servers named in `existing` (see
+/// [`import_servers_beside`]).
+pub fn import_file_beside(
+    origin: &str,
+    hooks_path: &str,
+    text: &str,
+    from: Option<HooksFrom>,
+    existing: &[String],
+) -> Result<Imported, String> {
     let json: Option<Value> = text
         .trim_start()
         .starts_with('{')
@@ -132,7 +144,7 @@ pub fn import_file(
     if hooks && !has("mcpServers") && !has("servers") {
         return import_hooks(origin, hooks_path, text, from);
     }
-    let mut got = import_servers(origin, text)?;
+    let mut got = import_servers_beside(origin, text, existing)?;
     if hooks {
         let h = import_hooks(origin, hooks_path, text, from)?;
         got.toml.push_str(&h.toml);
@@ -218,13 +230,71 @@ struct Entry {
     headers: BTreeMap<String, String>,
     startup_timeout_ms: Option<u64>,
     tool_call_timeout_ms: Option<u64>,
+    /// Variables of the runtime passed through (Codex `env_vars`).
+    passthrough: Vec<String>,
+    /// Header → the variable its value comes from (Codex `env_http_headers`).
+    header_vars: BTreeMap<String, String>,
+    /// Tools refused (Codex `disabled_tools`).
+    refused_tools: Vec<String>,
     notes: Vec<String>,
 }
 
+/// The keys of a `mcpServers` entry mcpvisor reads.
+const JSON_KEYS: [&str; 9] = [
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "serverUrl",
+    "headers",
+    "disabled",
+];
+
+/// The keys of a Codex `[mcp_servers.*]` table mcpvisor reads.
+const CODEX_KEYS: [&str; 15] = [
+    "command",
+    "args",
+    "env",
+    "env_vars",
+    "cwd",
+    "url",
+    "bearer_token_env_var",
+    "http_headers",
+    "env_http_headers",
+    "startup_timeout_sec",
+    "startup_timeout_ms",
+    "tool_timeout_sec",
+    "enabled",
+    "enabled_tools",
+    "disabled_tools",
+];
+
+/// A note for every key of `keys` that is not in `known`: nothing is
+/// dropped silently.
+fn unsupported<'a>(keys: impl Iterator<Item = &'a String>, known: &[&str]) -> Vec<String> {
+    keys.filter(|k| !known.contains(&k.as_str()))
+        .map(|k| format!("`{k}` is not supported by mcpvisor: left out"))
+        .collect()
+}
+
 /// Convert the config at `origin` (its text): JSON with `mcpServers` or
-/// `servers`, or TOML with `mcp_servers`. An error says what the file is
-/// not.
+/// `servers` (and `~/.claude.json`'s per-project `projects.*.mcpServers`),
+/// or TOML with `mcp_servers`. An error says what the file is not.
 pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
+    import_servers_beside(origin, text, &[])
+}
+
+/// [`import_servers`], leaving out the servers named in `existing` (those
+/// of the config merged into, or of a file imported before): each is
+/// reported in `skipped`. Two servers of the same name within this file
+/// (two projects of `~/.claude.json`) are both kept, the second renamed.
+pub fn import_servers_beside(
+    origin: &str,
+    text: &str,
+    existing: &[String],
+) -> Result<Imported, String> {
     let entries = if text.trim_start().starts_with('{') {
         from_json(origin, text)?
     } else {
@@ -242,21 +312,42 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
     let mut skipped = Vec::new();
     let mut secrets = Vec::new();
     for (original, entry) in entries {
-        let name = match crate::messages::naming::validate_server_name(&original) {
-            Ok(()) => original.clone(),
-            Err(_) => crate::messages::naming::derive_slug(
+        let valid = crate::messages::naming::validate_server_name(&original).is_ok();
+        let mut name = if valid {
+            original.clone()
+        } else {
+            crate::messages::naming::derive_slug(
                 &original,
                 |n| servers.iter().any(|s: &String| s == n),
                 || "0".into(),
-            ),
+            )
         };
+        if existing.contains(&name) {
+            skipped.push(format!(
+                "{original}: a server of that name is already configured; left as it is"
+            ));
+            continue;
+        }
+        let mut renamed =
+            (!valid).then(|| format!("# was {original:?} (not a valid server_name)\n"));
+        if servers.contains(&name) {
+            let base = name.clone();
+            let mut n = 2;
+            while servers.contains(&name) || existing.contains(&name) {
+                name = format!("{base}-{n}");
+                n += 1;
+            }
+            renamed = Some(format!(
+                "# was {original:?} (an earlier server of this file has that name)\n"
+            ));
+        }
         if entry.command.is_none() && entry.url.is_none() {
             skipped.push(format!("{original}: {}", entry.notes.join("; ")));
             continue;
         }
         out.push('\n');
-        if name != original {
-            out.push_str(&format!("# was {original:?} (not a valid server_name)\n"));
+        if let Some(r) = &renamed {
+            out.push_str(r);
         }
         for n in &entry.notes {
             out.push_str(&format!("# {n}\n"));
@@ -306,6 +397,7 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
             if !env.is_empty() {
                 out.push_str(&format!("env = {}\n", inline_table(&env)));
             }
+            passthrough.extend(entry.passthrough.iter().map(|v| quote(v)));
             if !passthrough.is_empty() {
                 out.push_str(&format!("env_passthrough = [{}]\n", passthrough.join(", ")));
             }
@@ -314,7 +406,7 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
             }
         } else if let Some(u) = &entry.url {
             out.push_str(&format!("url = {}\n", quote(u)));
-            let (headers, named) = split_secrets(
+            let (headers, mut named) = split_secrets(
                 &name,
                 "header",
                 &entry.headers,
@@ -323,6 +415,18 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
                 },
                 &mut secrets,
             );
+            // Codex `env_http_headers`: the value is a variable's; the
+            // secret of that name (the default store reads variables).
+            for (header, var) in &entry.header_vars {
+                named.insert(header.clone(), var.clone());
+                secrets.push(FoundSecret {
+                    server: name.clone(),
+                    field: "header",
+                    key: header.clone(),
+                    secret_name: var.clone(),
+                    value: None,
+                });
+            }
             if !headers.is_empty() {
                 out.push_str(&format!("headers = {}\n", inline_table(&headers)));
             }
@@ -335,6 +439,14 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
         }
         if let Some(ms) = entry.tool_call_timeout_ms {
             out.push_str(&format!("tool_call_timeout_ms = {ms}\n"));
+        }
+        if !entry.refused_tools.is_empty() {
+            let never: BTreeMap<String, String> = entry
+                .refused_tools
+                .iter()
+                .map(|t| (t.clone(), "never".to_owned()))
+                .collect();
+            out.push_str(&format!("tool_trust = {}\n", inline_table(&never)));
         }
         out.push_str("enabled = false\ntrust = \"ask\"\n");
         servers.push(name);
@@ -351,43 +463,85 @@ pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
 fn from_json(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
     let v: Value =
         serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
-    let table = v
+    let top = v
         .get("mcpServers")
         .or_else(|| v.get("servers"))
+        .and_then(Value::as_object);
+    // `~/.claude.json`: the user's servers at the top, each project's
+    // under `projects.<path>.mcpServers`.
+    let projects: Vec<(&String, &serde_json::Map<String, Value>)> = v
+        .get("projects")
         .and_then(Value::as_object)
-        .ok_or_else(|| {
-            format!("{origin}: no `mcpServers` (or `servers`) object: not an MCP servers config")
-        })?;
+        .map(|p| {
+            p.iter()
+                .filter_map(|(path, proj)| {
+                    proj.get("mcpServers")
+                        .and_then(Value::as_object)
+                        .filter(|m| !m.is_empty())
+                        .map(|m| (path, m))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if top.is_none() && projects.is_empty() {
+        return Err(format!(
+            "{origin}: no `mcpServers` (or `servers`) object: not an MCP servers config"
+        ));
+    }
     let mut out = Vec::new();
-    for (name, s) in table {
-        let mut e = Entry::default();
-        let kind = s.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind == "sse" {
-            e.notes.push(
-                "the legacy HTTP+SSE transport is not supported (streamable HTTP only)".into(),
-            );
+    let sections = top
+        .into_iter()
+        .map(|t| (None, t))
+        .chain(projects.into_iter().map(|(p, t)| (Some(p), t)));
+    for (project, table) in sections {
+        for (name, s) in table {
+            let mut e = json_entry(s);
+            if let Some(p) = project {
+                e.notes.insert(0, format!("from the project {p}"));
+            }
             out.push((name.clone(), e));
-            continue;
         }
-        e.command = s.get("command").and_then(Value::as_str).map(str::to_owned);
-        e.url = s
-            .get("url")
-            .or_else(|| s.get("serverUrl"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        e.args = strings(s.get("args"));
-        e.env = string_map(s.get("env"));
-        e.headers = string_map(s.get("headers"));
-        e.cwd = s.get("cwd").and_then(Value::as_str).map(str::to_owned);
-        if e.command.is_none() && e.url.is_none() {
-            e.notes.push("neither `command` nor `url`".into());
-        }
-        if s.get("disabled").and_then(Value::as_bool) == Some(true) {
-            e.notes.push("it was disabled in the source".into());
-        }
-        out.push((name.clone(), e));
     }
     Ok(out)
+}
+
+/// One `mcpServers` entry.
+fn json_entry(s: &Value) -> Entry {
+    let mut e = Entry::default();
+    let kind = s.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind == "sse" {
+        e.notes
+            .push("the legacy HTTP+SSE transport is not supported (streamable HTTP only)".into());
+        return e;
+    }
+    if !matches!(
+        kind,
+        "" | "stdio" | "http" | "streamable-http" | "streamableHttp"
+    ) {
+        e.notes.push(format!(
+            "`type` = {kind:?} is not a transport mcpvisor knows"
+        ));
+    }
+    if let Some(o) = s.as_object() {
+        e.notes.extend(unsupported(o.keys(), &JSON_KEYS));
+    }
+    e.command = s.get("command").and_then(Value::as_str).map(str::to_owned);
+    e.url = s
+        .get("url")
+        .or_else(|| s.get("serverUrl"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    e.args = strings(s.get("args"));
+    e.env = string_map(s.get("env"));
+    e.headers = string_map(s.get("headers"));
+    e.cwd = s.get("cwd").and_then(Value::as_str).map(str::to_owned);
+    if e.command.is_none() && e.url.is_none() {
+        e.notes.push("neither `command` nor `url`".into());
+    }
+    if s.get("disabled").and_then(Value::as_bool) == Some(true) {
+        e.notes.push("it was disabled in the source".into());
+    }
+    e
 }
 
 fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
@@ -425,6 +579,28 @@ fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> 
         };
         e.env = map("env");
         e.headers = map("http_headers");
+        e.header_vars = map("env_http_headers");
+        let list = |k: &str| -> Vec<String> {
+            get(k)
+                .and_then(toml::Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        e.passthrough = list("env_vars");
+        e.refused_tools = list("disabled_tools");
+        let allowed = list("enabled_tools");
+        if !allowed.is_empty() {
+            e.notes.push(format!(
+                "enabled_tools = {allowed:?}: mcpvisor has no allowlist; every other tool of the server is listed too: refuse them with tool_trust = {{ NAME = \"never\" }}"
+            ));
+        }
+        if let Some(t) = s.as_table() {
+            e.notes.extend(unsupported(t.keys(), &CODEX_KEYS));
+        }
         e.cwd = get("cwd").and_then(toml::Value::as_str).map(str::to_owned);
         let secs = |k: &str| {
             get(k).and_then(|v| {
@@ -433,7 +609,10 @@ fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> 
                     .map(|s| (s * 1000.0) as u64)
             })
         };
-        e.startup_timeout_ms = secs("startup_timeout_sec");
+        e.startup_timeout_ms = get("startup_timeout_ms")
+            .and_then(toml::Value::as_integer)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .or_else(|| secs("startup_timeout_sec"));
         e.tool_call_timeout_ms = secs("tool_timeout_sec");
         if let Some(var) = get("bearer_token_env_var").and_then(toml::Value::as_str) {
             e.notes.push(format!(
@@ -700,6 +879,95 @@ mod tests {
             assert_eq!(s.trust, crate::messages::trust::TrustMode::Ask);
         }
         assert!(got.toml.contains("# was \"My Files!\""), "{}", got.toml);
+    }
+
+    #[test]
+    fn a_claude_json_brings_the_users_and_every_projects_servers_and_names_each_origin() {
+        // Issue 15: `~/.claude.json` keeps per-project servers under
+        // `projects.<path>.mcpServers`; two of the same name are both kept.
+        let json = r#"{
+  "numStartups": 12,
+  "mcpServers": {"notes": {"type": "http", "url": "https://notes.example/mcp"}},
+  "projects": {
+    "/home/u/a": {"mcpServers": {"fs": {"command": "npx", "args": ["-y", "fs-server", "/home/u/a"]}}},
+    "/home/u/b": {"mcpServers": {"fs": {"command": "npx", "args": ["-y", "fs-server", "/home/u/b"], "envFile": ".env"}}},
+    "/home/u/c": {"allowedTools": []}
+  }
+}"#;
+        let got = import_servers("/home/u/.claude.json", json).unwrap();
+        assert_eq!(got.servers, ["notes", "fs", "fs-2"]);
+        assert!(
+            got.toml.contains("# from the project /home/u/a"),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml
+                .contains("# was \"fs\" (an earlier server of this file has that name)"),
+            "{}",
+            got.toml
+        );
+        assert!(
+            got.toml
+                .contains("# `envFile` is not supported by mcpvisor: left out"),
+            "nothing is dropped silently: {}",
+            got.toml
+        );
+        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        // Beside a config that already has `notes`: that one is left out.
+        let beside = import_servers_beside("c.json", json, &["notes".to_owned()]).unwrap();
+        assert_eq!(beside.servers, ["fs", "fs-2"]);
+        assert!(
+            beside
+                .skipped
+                .iter()
+                .any(|s| s.contains("notes") && s.contains("already configured")),
+            "{:?}",
+            beside.skipped
+        );
+    }
+
+    #[test]
+    fn codex_env_vars_header_variables_and_tool_lists_are_carried_or_named() {
+        // Issue 15: env_vars, env_http_headers, disabled_tools,
+        // enabled_tools, startup_timeout_ms, and an unknown key.
+        let codex = r#"
+[mcp_servers.gh]
+command = "gh-mcp"
+env_vars = ["GH_HOST"]
+startup_timeout_ms = 7000
+disabled_tools = ["delete_repo"]
+enabled_tools = ["list_issues"]
+experimental_flag = true
+[mcp_servers.api]
+url = "https://api.example/mcp"
+env_http_headers = { "X-Api-Key" = "API_KEY_VAR" }
+"#;
+        let got = import_servers("config.toml", codex).unwrap();
+        let t = &got.toml;
+        assert!(t.contains("env_passthrough = [\"GH_HOST\"]"), "{t}");
+        assert!(t.contains("startup_timeout_ms = 7000"), "{t}");
+        assert!(
+            t.contains("tool_trust = { \"delete_repo\" = \"never\" }"),
+            "{t}"
+        );
+        assert!(
+            t.contains("enabled_tools = [\"list_issues\"]: mcpvisor has no allowlist"),
+            "{t}"
+        );
+        assert!(t.contains("`experimental_flag` is not supported"), "{t}");
+        assert!(
+            t.contains("header_secrets = { \"X-Api-Key\" = \"API_KEY_VAR\" }"),
+            "{t}"
+        );
+        assert!(
+            got.secrets
+                .iter()
+                .any(|s| s.secret_name == "API_KEY_VAR" && s.value.is_none()),
+            "{:?}",
+            got.secrets
+        );
+        crate::messages::config_file::parse_config("imported", t).unwrap();
     }
 
     #[test]

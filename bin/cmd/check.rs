@@ -6,13 +6,21 @@ use mcpvisor::ServerState;
 use serde_json::Value;
 
 use crate::cli::Cli;
-use crate::config::load_config;
 use crate::lifecycle::{finish, start};
 use crate::render::{indent, status_json};
 
 /// Run `check` for every server, or `only` that one.
 pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    let mut cfg = load_config(cli, true)?;
+    run_at(cli, None, only).await
+}
+
+/// [`run`] on the config at `at` instead of the usual file, when given.
+pub(crate) async fn run_at(
+    cli: &Cli,
+    at: Option<&std::path::Path>,
+    only: Option<&str>,
+) -> anyhow::Result<u8> {
+    let mut cfg = crate::config::load_config_at(cli, at, true)?;
     let servers = &mut cfg.servers;
     if let Some(name) = only {
         servers.retain(|s| s.server_name == name);

@@ -25,14 +25,30 @@ pub(crate) struct AddFlags {
     pub(crate) trust: Option<String>,
     pub(crate) disabled: bool,
     pub(crate) no_check: bool,
+    pub(crate) scope: Option<String>,
     pub(crate) command: Vec<String>,
 }
 
 /// The file these commands edit: the one every command reads
-/// (`--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`), created
-/// by `add` when missing.
-fn target(cli: &Cli) -> PathBuf {
-    crate::config::config_path(cli)
+/// (`--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`, else the
+/// user's), or the one `scope` names; created by `add` when missing.
+fn target(cli: &Cli, scope: Option<&str>) -> anyhow::Result<PathBuf> {
+    match scope {
+        None => Ok(crate::config::config_path(cli)),
+        Some(_) if cli.config.is_some() => {
+            bail!("--scope and --config both say which file to edit: give one")
+        }
+        Some("user") => {
+            let path = crate::config::user_config_path()
+                .context("--scope user: neither XDG_CONFIG_HOME nor HOME is set")?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            Ok(path)
+        }
+        Some(_) => Ok(PathBuf::from("mcpvisor.toml")),
+    }
 }
 
 fn read(path: &Path, missing_ok: bool) -> anyhow::Result<DocumentMut> {
@@ -77,7 +93,7 @@ fn inline(pairs: &[(&str, &str)]) -> InlineTable {
 /// `add NAME --url URL [--header H=V]… [--header-secret H=SECRET]…`.
 pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
     mcpvisor::validate_server_name(&f.name).map_err(anyhow::Error::msg)?;
-    let path = target(cli);
+    let path = target(cli, f.scope.as_deref())?;
     let mut doc = read(&path, true)?;
     let servers = doc
         .entry("servers")
@@ -175,7 +191,7 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
     // Like `claude mcp add`: the entry stays whatever the handshake says.
     // `check` reads the same file (`--config`, `$MCPVISOR_CONFIG`, or
     // ./mcpvisor.toml, as here).
-    let code = crate::cmd::check::run(cli, Some(&f.name)).await?;
+    let code = crate::cmd::check::run_at(cli, Some(&path), Some(&f.name)).await?;
     if code != 0 && !cli.json {
         eprintln!(
             "the server was added, but its check failed; `mcpvisor remove {}` undoes the add",
@@ -187,8 +203,8 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
 
 /// `remove NAME`: its `[servers.NAME]` table (and subtables) goes; every
 /// other line of the file stays.
-pub(crate) fn remove(cli: &Cli, name: &str) -> anyhow::Result<u8> {
-    let path = target(cli);
+pub(crate) fn remove(cli: &Cli, name: &str, scope: Option<&str>) -> anyhow::Result<u8> {
+    let path = target(cli, scope)?;
     let mut doc = read(&path, false)?;
     let servers = doc.get_mut("servers").and_then(Item::as_table_mut);
     let known: Vec<String> = servers
@@ -245,11 +261,21 @@ pub(crate) fn list(cli: &Cli) -> anyhow::Result<u8> {
             (s, transport)
         })
         .collect();
+    // The last known state of each server: what the event log (OBS-2)
+    // recorded before the last run shut it down.
+    let last = cfg
+        .event_log
+        .as_deref()
+        .map(last_states)
+        .unwrap_or_default();
     if cli.json {
         let arr: Vec<_> = rows
             .iter()
             .map(|(s, (kind, target))| {
-                json!({"name": s.server_name, "transport": kind, "target": target, "enabled": s.enabled, "trust": trust_name(s.trust)})
+                let known = last.get(&s.server_name).map(|l| {
+                    json!({"state": l.state, "error": l.error, "ts_ms": l.ts_ms})
+                });
+                json!({"name": s.server_name, "transport": kind, "target": target, "enabled": s.enabled, "trust": trust_name(s.trust), "last_state": known})
             })
             .collect();
         println!("{}", serde_json::Value::Array(arr));
@@ -260,19 +286,91 @@ pub(crate) fn list(cli: &Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     println!(
-        "{:<20} {:<6} {:<8} {:<7} TARGET",
-        "NAME", "KIND", "ENABLED", "TRUST"
+        "{:<20} {:<6} {:<8} {:<7} {:<22} TARGET",
+        "NAME", "KIND", "ENABLED", "TRUST", "LAST KNOWN"
     );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     for (s, (kind, target)) in &rows {
+        let known = last
+            .get(&s.server_name)
+            .map(|l| format!("{} {}", l.state, ago(now.saturating_sub(l.ts_ms))))
+            .unwrap_or_else(|| "-".into());
         println!(
-            "{:<20} {:<6} {:<8} {:<7} {target}",
+            "{:<20} {:<6} {:<8} {:<7} {known:<22} {target}",
             s.server_name,
             kind,
             if s.enabled { "yes" } else { "no" },
             trust_name(s.trust)
         );
+        if let Some(e) = last.get(&s.server_name).and_then(|l| l.error.as_deref()) {
+            println!("{:<20} last error: {e}", "");
+        }
+    }
+    if cfg.event_log.is_none() {
+        eprintln!(
+            "(LAST KNOWN needs an event log: set `[events] log = \"…\"` and the states of each run are kept)"
+        );
     }
     Ok(0)
+}
+
+/// A server's last recorded state.
+struct LastState {
+    state: String,
+    error: Option<String>,
+    ts_ms: u64,
+}
+
+/// The last state other than `stopped` (every run ends by stopping its
+/// servers) of each server in the event log at `path`; a missing or
+/// unreadable log, or a bad line, is no state.
+fn last_states(path: &std::path::Path) -> std::collections::HashMap<String, LastState> {
+    use std::io::BufRead as _;
+    let mut last = std::collections::HashMap::new();
+    let Ok(file) = std::fs::File::open(path) else {
+        return last;
+    };
+    for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let text = |k: &str| v.get(k).and_then(serde_json::Value::as_str);
+        if text("event") != Some("server_status") {
+            continue;
+        }
+        let (Some(server), Some(state)) = (text("server"), text("state")) else {
+            continue;
+        };
+        if state == "stopped" {
+            continue;
+        }
+        last.insert(
+            server.to_owned(),
+            LastState {
+                state: state.to_owned(),
+                error: text("error").map(str::to_owned),
+                ts_ms: v
+                    .get("ts_ms")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+            },
+        );
+    }
+    last
+}
+
+/// `ms` as "just now", "5 min ago", "3 h ago", "2 d ago".
+fn ago(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => "just now".into(),
+        60..3600 => format!("{} min ago", s / 60),
+        3600..86_400 => format!("{} h ago", s / 3600),
+        _ => format!("{} d ago", s / 86_400),
+    }
 }
 
 fn trust_name(t: mcpvisor::TrustMode) -> &'static str {

@@ -2,7 +2,7 @@
 //! already have, as mcpvisor TOML; and a check of the config that starts
 //! nothing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -10,12 +10,13 @@ use serde_json::json;
 use crate::cli::Cli;
 use crate::config::load_config;
 
-/// `import FILE [--out FILE] [--from claude|codex]`: the TOML on stdout (or
-/// in `out`), what was imported and skipped on stderr.
+/// `import FILE… [--out FILE [--merge]] [--from claude|codex]`: the TOML on
+/// stdout (or in `out`), what was imported and skipped on stderr.
 pub(crate) fn import(
     cli: &Cli,
-    file: &Path,
+    files: &[PathBuf],
     out: Option<&Path>,
+    merge: bool,
     from: Option<&str>,
     secrets_file: Option<&Path>,
 ) -> anyhow::Result<u8> {
@@ -25,30 +26,84 @@ pub(crate) fn import(
         Some("codex") => Some(mcpvisor::HooksFrom::Codex),
         Some(other) => bail!("--from {other:?}: expected claude or codex"),
     };
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    // `[hooks]` paths resolve against the working directory: the TOML
-    // names the file absolutely.
-    let absolute = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
-    let got = mcpvisor::import_file(
-        &file.display().to_string(),
-        &absolute.display().to_string(),
-        &text,
-        from,
-    )
-    .map_err(anyhow::Error::msg)?;
-    let mut got = got;
-    if let Some(path) = out.filter(|p| p.exists()) {
-        bail!(
-            "{} exists: import does not overwrite a config (choose another --out, or merge by hand)",
+    // The config merged into: its text stays, its servers are not imported again.
+    let target = match out.filter(|p| p.exists()) {
+        Some(path) if merge => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        ),
+        Some(path) => bail!(
+            "{} exists: import does not overwrite a config (choose another --out, or add --merge to add to it)",
             path.display()
-        );
+        ),
+        None => None,
+    };
+    let target_table: Option<toml::Table> = match &target {
+        Some(text) => Some(toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not valid TOML, nothing merged: {e}",
+                out.map(|p| p.display().to_string()).unwrap_or_default()
+            )
+        })?),
+        None => None,
+    };
+    let mut taken: Vec<String> = target_table
+        .as_ref()
+        .and_then(|t| t.get("servers"))
+        .and_then(toml::Value::as_table)
+        .map(|s| s.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut got = mcpvisor::Imported {
+        toml: String::new(),
+        servers: Vec::new(),
+        skipped: Vec::new(),
+        hooks: Vec::new(),
+        secrets: Vec::new(),
+    };
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        // `[hooks]` paths resolve against the working directory: the TOML
+        // names the file absolutely.
+        let absolute = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        let one = mcpvisor::import_file_beside(
+            &file.display().to_string(),
+            &absolute.display().to_string(),
+            &text,
+            from,
+            &taken,
+        )
+        .map_err(anyhow::Error::msg)?;
+        if !got.toml.is_empty() {
+            got.toml.push('\n');
+        }
+        got.toml.push_str(&one.toml);
+        taken.extend(one.servers.iter().cloned());
+        got.servers.extend(one.servers);
+        got.skipped.extend(one.skipped);
+        got.hooks.extend(one.hooks);
+        got.secrets.extend(one.secrets);
     }
     // The values go to the secret file, never into the TOML (TRUST-2).
     let mut moved = Vec::new();
     if let Some(path) = secrets_file {
         let store = mcpvisor::FileSecretStore::open(path)
             .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
+        let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let named = target_table
+            .as_ref()
+            .and_then(|t| t.get("secrets"))
+            .and_then(|s| s.get("file"))
+            .and_then(toml::Value::as_str)
+            .map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| PathBuf::from(f)));
+        if let Some(named) = &named
+            && named != &absolute
+        {
+            bail!(
+                "the config merged into reads its secrets from {}: pass that file as --secrets-file",
+                named.display()
+            );
+        }
         for s in got.secrets.iter().filter(|s| s.value.is_some()) {
             let value = mcpvisor::Secret::new(s.value.clone().unwrap_or_default());
             store
@@ -56,25 +111,33 @@ pub(crate) fn import(
                 .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
             moved.push(s.secret_name.clone());
         }
-        let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        got.toml.push_str(&format!(
-            "\n[secrets]\nfile = {}\n",
-            toml::Value::String(absolute.display().to_string())
-        ));
+        if named.is_none() {
+            got.toml.push_str(&format!(
+                "\n[secrets]\nfile = {}\n",
+                toml::Value::String(absolute.display().to_string())
+            ));
+        }
     }
-    match out {
-        Some(path) => {
-            if path.exists() {
-                bail!(
-                    "{} exists: import does not overwrite a config (choose another --out, or merge by hand)",
-                    path.display()
-                );
-            }
+    match (out, target) {
+        (Some(path), Some(before)) => {
+            let merged = format!("{}\n{}", before.trim_end(), got.toml);
+            // The merged file must still be a valid config: checked before
+            // anything is written.
+            mcpvisor::parse_config(&path.display().to_string(), &merged).map_err(|e| {
+                anyhow::anyhow!("the merged config would not be valid, nothing written: {e}")
+            })?;
+            let tmp = path.with_extension("import-tmp");
+            std::fs::write(&tmp, &merged)
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
+            std::fs::rename(&tmp, path)
+                .with_context(|| format!("cannot replace {}", path.display()))?;
+        }
+        (Some(path), None) => {
             std::fs::write(path, &got.toml)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        None if !cli.json => print!("{}", got.toml),
-        None => {}
+        (None, _) if !cli.json => print!("{}", got.toml),
+        (None, _) => {}
     }
     if cli.json {
         println!(

@@ -45,6 +45,8 @@ fn command(cwd: &Path) -> tokio::process::Command {
     cmd.current_dir(cwd)
         .env_remove("MCPVISOR_CONFIG")
         .env_remove("MCPVISOR_LOG")
+        // No user config (~/.config/mcpvisor) of whoever runs the tests.
+        .env("XDG_CONFIG_HOME", cwd.join(".no-user-config"))
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd
@@ -974,6 +976,136 @@ async fn add_list_and_remove_edit_the_config_in_place() {
         !written.contains("broken") && written.contains("# keep me"),
         "{written}"
     );
+}
+
+/// Issue 15: `import A B --out C --merge` keeps C's text, appends what is
+/// new, and leaves out (and reports) a server C or an earlier file already
+/// has; the result validates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_merges_several_files_into_an_existing_config() {
+    let dir = unique_temp_path("import-merge");
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("mcpvisor.toml");
+    let before = "# mine\n[servers.old]  # keep\ncommand = \"true\"\n";
+    std::fs::write(&target, before).unwrap();
+    let a = dir.join(".mcp.json");
+    std::fs::write(
+        &a,
+        r#"{"mcpServers": {"old": {"command": "x"}, "a": {"command": "npx", "args": ["a"]}}}"#,
+    )
+    .unwrap();
+    let b = dir.join("config.toml");
+    std::fs::write(
+        &b,
+        "[mcp_servers.a]\ncommand = \"other\"\n[mcp_servers.b]\nurl = \"https://b.example/mcp\"\n",
+    )
+    .unwrap();
+    let args = |merge: bool| {
+        let mut v = vec![
+            "import".to_owned(),
+            a.to_string_lossy().into_owned(),
+            b.to_string_lossy().into_owned(),
+            "--out".to_owned(),
+            target.to_string_lossy().into_owned(),
+        ];
+        if merge {
+            v.push("--merge".to_owned());
+        }
+        v
+    };
+    let refused = run(
+        &dir,
+        &args(false).iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(
+        text(&refused.stderr).contains("--merge"),
+        "{}",
+        describe(&refused)
+    );
+    let out = run(
+        &dir,
+        &args(true).iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("imported 2 server(s)"), "{stderr}");
+    assert!(
+        stderr.contains("skipped old: a server of that name is already configured")
+            && stderr.contains("skipped a: a server of that name is already configured"),
+        "{stderr}"
+    );
+    let written = std::fs::read_to_string(&target).unwrap();
+    assert!(written.starts_with(before.trim_end()), "{written}");
+    assert!(
+        written.contains("[servers.a]\ncommand = \"npx\"") && written.contains("[servers.b]"),
+        "the first file's `a` wins: {written}"
+    );
+    let t = target.to_string_lossy().into_owned();
+    let valid = run(&dir, &["--config", &t, "config", "validate"]).await;
+    assert!(
+        text(&valid.stdout).contains("3 server(s), 1 enabled"),
+        "{}",
+        describe(&valid)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 15: `add --scope user` writes the user's config, which commands
+/// read where there is no ./mcpvisor.toml; `list` shows each server's last
+/// known state from the event log of earlier runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_scope_user_writes_the_user_config_and_list_shows_the_last_known_state() {
+    let dir = unique_temp_path("scope-user");
+    let home = dir.join("xdg");
+    let cwd = dir.join("project");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let user = |args: &[&str]| {
+        let mut cmd = command(&cwd);
+        cmd.env("XDG_CONFIG_HOME", &home).args(args);
+        async move {
+            tokio::time::timeout(RUN_LIMIT, cmd.output())
+                .await
+                .expect("mcpvisor finished in time")
+                .unwrap()
+        }
+    };
+    let server = fault_server_path().to_string_lossy().into_owned();
+    let out = user(&[
+        "add", "u", "--scope", "user", "--trust", "always", "--", &server,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("ok     u"),
+        "the check read the user file: {}",
+        describe(&out)
+    );
+    let file = home.join("mcpvisor/mcpvisor.toml");
+    let mut written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("[servers.u]"), "{written}");
+    let log = dir.join("events.jsonl");
+    written.push_str(&format!("[events]\nlog = {:?}\n", log.to_string_lossy()));
+    std::fs::write(&file, written).unwrap();
+    let listed = json_stdout(&user(&["--json", "list"]).await);
+    assert_eq!(listed[0]["name"], "u", "{listed}");
+    assert!(
+        listed[0]["last_state"].is_null(),
+        "no run logged yet: {listed}"
+    );
+    let checked = user(&["check"]).await;
+    assert_eq!(checked.status.code(), Some(0), "{}", describe(&checked));
+    let listed = json_stdout(&user(&["--json", "list"]).await);
+    assert_eq!(listed[0]["last_state"]["state"], "ready", "{listed}");
+    let table = user(&["list"]).await;
+    assert!(
+        text(&table.stdout).contains("ready just now"),
+        "{}",
+        describe(&table)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
