@@ -24,6 +24,9 @@ pub struct Imported {
     /// name looks secret, an `Authorization` header): the TOML names each
     /// by its secret name, never by value (TRUST-2).
     pub secrets: Vec<FoundSecret>,
+    /// Servers written under another name (SYNC-2 slugs, duplicates):
+    /// `(as in the source, as written)`.
+    pub renamed: Vec<(String, String)>,
 }
 
 /// A secret found in a source config.
@@ -42,9 +45,11 @@ pub struct FoundSecret {
     pub value: Option<String>,
 }
 
-/// `${VAR}` or `${VAR:-default}`, the whole value: `VAR`.
+/// `${VAR}`, `${VAR:-default}` (Claude Code) or `${env:VAR}` (Cursor),
+/// the whole value: `VAR`.
 fn variable_reference(v: &str) -> Option<&str> {
     let inner = v.strip_prefix("${")?.strip_suffix('}')?;
+    let inner = inner.strip_prefix("env:").unwrap_or(inner);
     let name = inner.split_once(":-").map_or(inner, |(n, _)| n);
     (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .then_some(name)
@@ -216,6 +221,7 @@ fn import_hooks(
         skipped: set.warnings.iter().map(|w| format!("hook: {w}")).collect(),
         hooks,
         secrets: Vec::new(),
+        renamed: Vec::new(),
     })
 }
 
@@ -311,6 +317,7 @@ pub fn import_servers_beside(
     let mut servers = Vec::new();
     let mut skipped = Vec::new();
     let mut secrets = Vec::new();
+    let mut renames = Vec::new();
     for (original, entry) in entries {
         let valid = crate::messages::naming::validate_server_name(&original).is_ok();
         let mut name = if valid {
@@ -348,6 +355,7 @@ pub fn import_servers_beside(
         out.push('\n');
         if let Some(r) = &renamed {
             out.push_str(r);
+            renames.push((original.clone(), name.clone()));
         }
         for n in &entry.notes {
             out.push_str(&format!("# {n}\n"));
@@ -457,6 +465,7 @@ pub fn import_servers_beside(
         skipped,
         hooks: Vec::new(),
         secrets,
+        renamed: renames,
     })
 }
 
@@ -925,6 +934,40 @@ mod tests {
             "{:?}",
             beside.skipped
         );
+    }
+
+    #[test]
+    fn claude_desktop_and_cursor_samples_import_with_names_fixed_and_references_kept() {
+        // Issue 15: Claude Desktop's `claude_desktop_config.json` (display
+        // names with spaces) and Cursor's `mcp.json` (`${env:VAR}`,
+        // `type: "http"`).
+        let desktop = r#"{
+  "mcpServers": {
+    "Brave Search": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-brave-search"], "env": {"BRAVE_API_KEY": "BSA-123"}},
+    "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]}
+  }
+}"#;
+        let got = import_servers("claude_desktop_config.json", desktop).unwrap();
+        assert_eq!(got.servers, ["brave-search", "filesystem"], "{}", got.toml);
+        assert_eq!(
+            got.renamed,
+            [("Brave Search".to_owned(), "brave-search".to_owned())]
+        );
+        assert!(!got.toml.contains("BSA-123"), "{}", got.toml);
+        let cursor = r#"{
+  "mcpServers": {
+    "linear": {"type": "http", "url": "https://mcp.linear.app/mcp", "headers": {"Authorization": "${env:LINEAR_TOKEN}"}}
+  }
+}"#;
+        let got = import_servers("mcp.json", cursor).unwrap();
+        assert!(
+            got.secrets
+                .iter()
+                .any(|s| s.secret_name == "LINEAR_TOKEN" && s.value.is_none()),
+            "Cursor's ${{env:VAR}} names the variable: {:?}",
+            got.secrets
+        );
+        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub(crate) fn import(
         skipped: Vec::new(),
         hooks: Vec::new(),
         secrets: Vec::new(),
+        renamed: Vec::new(),
     };
     for file in files {
         let text = std::fs::read_to_string(file)
@@ -83,6 +84,7 @@ pub(crate) fn import(
         got.skipped.extend(one.skipped);
         got.hooks.extend(one.hooks);
         got.secrets.extend(one.secrets);
+        got.renamed.extend(one.renamed);
     }
     // The values go to the secret file, never into the TOML (TRUST-2).
     let mut moved = Vec::new();
@@ -146,6 +148,7 @@ pub(crate) fn import(
                 "servers": got.servers,
                 "hooks": got.hooks,
                 "skipped": got.skipped,
+                "renamed": got.renamed.iter().map(|(from, to)| json!({"from": from, "to": to})).collect::<Vec<_>>(),
                 "secrets": got.secrets.iter().map(|s| json!({
                     "server": s.server, "field": s.field, "key": s.key,
                     "secret": s.secret_name, "moved": moved.contains(&s.secret_name),
@@ -170,6 +173,11 @@ pub(crate) fn import(
             for h in &got.hooks {
                 eprintln!("  {h}");
             }
+        }
+        for (from, to) in &got.renamed {
+            eprintln!(
+                "  renamed {from:?} to {to} (server names: letters, digits, `_`, `-`; one per config)"
+            );
         }
         for s in &got.skipped {
             eprintln!("  skipped {s}");
