@@ -19,6 +19,7 @@ mod hooks;
 mod hostile_timing;
 mod http_errors;
 mod mods;
+mod oauth;
 mod results;
 mod seats;
 mod secrets;

@@ -1,0 +1,294 @@
+//! OAuth refresh and rotation (CONN-13) against a small authorization
+//! server and MCP endpoint on 127.0.0.1 that rotate every refresh token and
+//! can revoke the current access token on demand, so that the refresh is
+//! driven by the server's 401, never by a clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mcpvisor::oauth::{HeadlessAuthorization, LoginRequest, login};
+use mcpvisor::{
+    CallOptions, MemorySecretStore, OAuthConfig, Runtime, Scope, SecretStore, ServerConfig,
+    TransportConfig,
+};
+use serde_json::{Value, json};
+
+/// What the fixture issued and saw.
+#[derive(Default)]
+struct Issued {
+    /// The access token the MCP endpoint accepts now.
+    access: Option<String>,
+    /// The refresh token the token endpoint accepts now.
+    refresh: Option<String>,
+    /// Tokens minted so far (access `aN` and refresh `rN` share N).
+    minted: u32,
+    /// The refresh tokens presented, in order.
+    refreshes: Vec<String>,
+    /// Refuse every refresh (`invalid_grant`).
+    refuse_refresh: bool,
+}
+
+#[derive(Clone)]
+struct Fixture {
+    base: String,
+    issued: Arc<Mutex<Issued>>,
+}
+
+fn json_reply(status: StatusCode, v: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+fn form(body: &[u8]) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(body).into_owned().collect()
+}
+
+fn field<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+impl Fixture {
+    fn mint(&self) -> Value {
+        let mut i = self.issued.lock().unwrap();
+        i.minted += 1;
+        let n = i.minted;
+        i.access = Some(format!("a{n}"));
+        i.refresh = Some(format!("r{n}"));
+        json!({"access_token": format!("a{n}"), "token_type": "Bearer", "expires_in": 3600, "refresh_token": format!("r{n}"), "scope": "notes"})
+    }
+}
+
+async fn prm(State(f): State<Fixture>) -> Response {
+    json_reply(
+        StatusCode::OK,
+        json!({"resource": format!("{}/mcp", f.base), "authorization_servers": [f.base], "scopes_supported": ["notes"]}),
+    )
+}
+
+async fn as_metadata(State(f): State<Fixture>) -> Response {
+    let b = &f.base;
+    json_reply(
+        StatusCode::OK,
+        json!({
+            "issuer": b, "authorization_endpoint": format!("{b}/authorize"),
+            "token_endpoint": format!("{b}/token"), "registration_endpoint": format!("{b}/register"),
+            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"],
+            "scopes_supported": ["notes"]
+        }),
+    )
+}
+
+async fn register(body: Bytes) -> Response {
+    let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
+    json_reply(
+        StatusCode::CREATED,
+        json!({"client_id": "client-1", "redirect_uris": asked["redirect_uris"], "token_endpoint_auth_method": "none"}),
+    )
+}
+
+async fn authorize(RawQuery(q): RawQuery) -> Response {
+    let pairs = form(q.unwrap_or_default().as_bytes());
+    let to = format!(
+        "{}?code=code-1&state={}",
+        field(&pairs, "redirect_uri").unwrap_or_default(),
+        field(&pairs, "state").unwrap_or_default()
+    );
+    (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
+}
+
+async fn token(State(f): State<Fixture>, body: Bytes) -> Response {
+    let pairs = form(&body);
+    match field(&pairs, "grant_type") {
+        Some("authorization_code") => json_reply(StatusCode::OK, f.mint()),
+        Some("refresh_token") => {
+            let presented = field(&pairs, "refresh_token")
+                .unwrap_or_default()
+                .to_owned();
+            let ok = {
+                let mut i = f.issued.lock().unwrap();
+                i.refreshes.push(presented.clone());
+                !i.refuse_refresh && i.refresh.as_deref() == Some(presented.as_str())
+            };
+            if ok {
+                json_reply(StatusCode::OK, f.mint())
+            } else {
+                json_reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "invalid_grant", "error_description": "refresh token not valid"}),
+                )
+            }
+        }
+        _ => json_reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "unsupported_grant_type"}),
+        ),
+    }
+}
+
+/// A minimal MCP endpoint (JSON replies, no session) that wants the
+/// current access token on every request.
+async fn mcp(State(f): State<Fixture>, headers: HeaderMap, body: Bytes) -> Response {
+    let current = f.issued.lock().unwrap().access.clone();
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if current.is_none() || sent != current.as_deref() {
+        let challenge = format!(
+            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\", scope=\"notes\"",
+            f.base
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, challenge)],
+            "",
+        )
+            .into_response();
+    }
+    let msg: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let Some(id) = msg.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response(); // a notification
+    };
+    let result = match msg["method"].as_str().unwrap_or_default() {
+        "initialize" => json!({
+            "protocolVersion": msg["params"]["protocolVersion"].clone(),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "notes", "version": "1"}
+        }),
+        "tools/list" => json!({"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}),
+        "tools/call" => json!({"content": [{"type": "text", "text": "the notes"}]}),
+        _ => json!({}),
+    };
+    json_reply(
+        StatusCode::OK,
+        json!({"jsonrpc": "2.0", "id": id, "result": result}),
+    )
+}
+
+async fn start() -> Fixture {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let f = Fixture {
+        base,
+        issued: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/.well-known/oauth-protected-resource/mcp", get(prm))
+        .route("/.well-known/oauth-authorization-server", get(as_metadata))
+        .route("/register", post(register))
+        .route("/authorize", get(authorize))
+        .route("/token", post(token))
+        .route(
+            "/mcp",
+            post(mcp).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(f.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    f
+}
+
+fn revoke(f: &Fixture) {
+    f.issued.lock().unwrap().access = None;
+}
+
+async fn stored(store: &Arc<dyn SecretStore>) -> String {
+    store.get("oauth.notes").await.unwrap().expose().to_owned()
+}
+
+#[tokio::test]
+async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_and_used_next() {
+    // CONN-13: refresh tokens used and rotated; the rotation lands in the
+    // SecretStore; a refused refresh ends the call saying to log in again,
+    // with nothing executed.
+    let f = start().await;
+    let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base)).trusted();
+    cfg.reconnect.enabled = false;
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(OAuthConfig::default());
+    let http = http.clone();
+    let got = login(
+        "notes",
+        &http,
+        store.clone(),
+        &HeadlessAuthorization::default(),
+        &LoginRequest::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.client_id, "client-1");
+    assert!(got.refreshable);
+    assert!(stored(&store).await.contains("\"r1\""));
+
+    let rt = Runtime::builder()
+        .secrets(store.clone())
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(Scope::Global, cfg).await.unwrap();
+    rt.wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let call = || {
+        rt.call(
+            &Scope::Global,
+            "mcp__notes__read",
+            None,
+            CallOptions::default(),
+        )
+    };
+    assert!(call().await.is_ok());
+
+    // The server stops taking a1: the next request is refused, refreshed
+    // with r1 once, and sent again with a2.
+    revoke(&f);
+    let out = call().await;
+    assert!(out.is_ok(), "{}", out.projection);
+    let kept = stored(&store).await;
+    assert!(
+        kept.contains("\"r2\"") && !kept.contains("\"r1\""),
+        "the rotated refresh token replaced the old one in the store"
+    );
+    // Again: the rotated r2 is the one presented.
+    revoke(&f);
+    assert!(call().await.is_ok());
+    assert_eq!(f.issued.lock().unwrap().refreshes, ["r1", "r2"]);
+
+    // A refused refresh: the call ends without running, saying how to fix it.
+    f.issued.lock().unwrap().refuse_refresh = true;
+    revoke(&f);
+    let out = call().await;
+    assert_eq!(
+        out.kind,
+        mcpvisor::OutcomeKind::ServerError,
+        "{}",
+        out.projection
+    );
+    assert_eq!(out.side_effects, mcpvisor::SideEffects::None);
+    assert!(
+        out.projection.contains("requires authorization")
+            && out.projection.contains("mcpvisor auth login notes"),
+        "{}",
+        out.projection
+    );
+    assert!(rt.shutdown(Duration::from_secs(10)).await.is_clean());
+}
