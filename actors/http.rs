@@ -75,8 +75,13 @@ pub async fn connect(
                 parts.server
             ));
         };
-        let machine = cfg.oauth.as_ref().map(|o| o.grant)
-            == Some(crate::messages::config::OAuthGrant::ClientCredentials);
+        let machine = matches!(
+            cfg.oauth.as_ref().map(|o| o.grant),
+            Some(
+                crate::messages::config::OAuthGrant::ClientCredentials
+                    | crate::messages::config::OAuthGrant::Enterprise
+            )
+        );
         if machine {
             // A machine client needs nobody: a fresh token at every connect.
             // rmcp's client-credentials future is not Send (it holds the

@@ -196,7 +196,7 @@ pub struct HttpConfig {
     /// OAuth 2.1 authorization (CONN-13): `Some` sends the access token
     /// kept in the secret store (`mcpvisor auth login` obtains it), and
     /// refreshes it.
-    pub oauth: Option<OAuthConfig>,
+    pub oauth: Option<Box<OAuthConfig>>,
 }
 
 /// How a streamable-HTTP server's authorization is obtained (CONN-13):
@@ -234,6 +234,17 @@ pub struct OAuthConfig {
     /// The assertion's algorithm: `ES256` (default), `ES384`, `RS256`,
     /// `RS384`, `RS512`.
     pub signing_algorithm: Option<String>,
+    /// `enterprise`: the identity provider's issuer.
+    pub idp_issuer: Option<String>,
+    /// `enterprise`: the identity provider's token endpoint.
+    pub idp_token_endpoint: Option<String>,
+    /// `enterprise`: this client's id at the identity provider.
+    pub idp_client_id: Option<String>,
+    /// `enterprise`: the secret-store name of its secret there.
+    pub idp_client_secret: Option<String>,
+    /// `enterprise`: the secret-store name of the user's ID token from the
+    /// identity provider (the host keeps it current).
+    pub idp_id_token: Option<String>,
 }
 
 /// The OAuth grant a server's tokens come from (CONN-13).
@@ -245,6 +256,10 @@ pub enum OAuthGrant {
     AuthorizationCode,
     /// Client credentials (the MCP extension SEP-1046): no person involved.
     ClientCredentials,
+    /// Enterprise-managed authorization: the user's ID token from the
+    /// identity provider is exchanged for an ID-JAG there, and that for an
+    /// access token at the server's authorization server.
+    Enterprise,
 }
 
 /// The transport of a server instance.

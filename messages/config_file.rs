@@ -412,6 +412,17 @@ impl ServerConfig {
                                 "{prefix}.oauth: grant = \"client_credentials\" needs client_id, and client_secret or client_assertion_key (secret names)"
                             ));
                         }
+                        if o.grant == crate::messages::config::OAuthGrant::Enterprise
+                            && (o.client_id.is_none()
+                                || o.idp_issuer.is_none()
+                                || o.idp_token_endpoint.is_none()
+                                || o.idp_client_id.is_none()
+                                || o.idp_id_token.is_none())
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth: grant = \"enterprise\" needs client_id, idp_issuer, idp_token_endpoint, idp_client_id and idp_id_token (a secret name)"
+                            ));
+                        }
                         if let Some(a) = &o.signing_algorithm
                             && !["ES256", "ES384", "RS256", "RS384", "RS512"].contains(&a.as_str())
                         {
@@ -426,7 +437,8 @@ impl ServerConfig {
                                 "{prefix}.oauth.client_metadata_url must be an https URL, got {u:?}"
                             ));
                         }
-                    }),
+                    })
+                    .map(Box::new),
                 })
             }
             (Some(_), Some(_)) => {
@@ -717,8 +729,8 @@ mod tests {
         match &cfg.servers[0].transport {
             TransportConfig::StreamableHttp(h) => {
                 assert_eq!(
-                    h.oauth,
-                    Some(crate::messages::config::OAuthConfig::default())
+                    h.oauth.as_deref(),
+                    Some(&crate::messages::config::OAuthConfig::default())
                 );
             }
             other => panic!("{other:?}"),
@@ -733,6 +745,10 @@ mod tests {
             "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"client_credentials\"\n",
         );
         assert!(e.contains("needs client_id"), "{e}");
+        let e = bad(
+            "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"enterprise\"\nclient_id = \"c\"\n",
+        );
+        assert!(e.contains("needs client_id, idp_issuer"), "{e}");
         let e = bad(
             "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\nclient_metadata_url = \"http://x/m.json\"\nsigning_algorithm = \"HS256\"\n",
         );

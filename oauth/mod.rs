@@ -251,7 +251,7 @@ pub async fn login(
     request: &LoginRequest,
 ) -> Result<Authorized, String> {
     validate_endpoint(&http.url).map_err(|e| e.to_string())?;
-    let oauth = http.oauth.clone().unwrap_or_default();
+    let oauth = http.oauth.as_deref().cloned().unwrap_or_default();
     let scopes = if request.scopes.is_empty() {
         &oauth.scopes
     } else {
@@ -268,6 +268,12 @@ pub async fn login(
         .map_err(|e| describe(server, &e))?;
     manager.set_credential_store(SecretCredentials::new(store.clone(), server));
     let mut state = OAuthState::Unauthorized(manager);
+    if oauth.grant == OAuthGrant::Enterprise {
+        let OAuthState::Unauthorized(manager) = &state else {
+            return Err(format!("server {server}: OAuth: the login state was lost"));
+        };
+        return enterprise(server, http, &oauth, store, manager, client_secret, scopes).await;
+    }
     if oauth.grant == OAuthGrant::ClientCredentials {
         let Some(client_id) = oauth.client_id.clone() else {
             return Err(format!(
@@ -398,6 +404,94 @@ fn summarize(stored: &StoredCredentials, asked: &[String]) -> Authorized {
         expires_in: token.get("expires_in").and_then(Value::as_u64),
         refreshable: token.get("refresh_token").is_some_and(|r| !r.is_null()),
     }
+}
+
+/// Enterprise-managed authorization: the user's ID token (kept in the
+/// store by the host) is exchanged at the identity provider for an ID-JAG,
+/// and that at the server's authorization server for an access token,
+/// which is stored like any other.
+async fn enterprise(
+    server: &str,
+    http: &HttpConfig,
+    oauth: &crate::messages::config::OAuthConfig,
+    store: Arc<dyn SecretStore>,
+    manager: &AuthorizationManager,
+    client_secret: Option<Secret>,
+    scopes: &[String],
+) -> Result<Authorized, String> {
+    use rmcp::transport::auth::enterprise::{
+        EmaAuthorizationServer, EmaClientAuthentication, EmaExchangeRequest,
+    };
+    let need = |v: &Option<String>, what: &str| {
+        v.clone()
+            .ok_or_else(|| format!("server {server}: grant = \"enterprise\" needs {what}"))
+    };
+    let secret = |s: Secret| {
+        EmaClientAuthentication::ClientSecretBasic(oauth2::ClientSecret::new(s.expose().to_owned()))
+    };
+    let metadata = manager
+        .resolve_metadata()
+        .await
+        .map_err(|e| describe(server, &e))?
+        .metadata;
+    let issuer = metadata.issuer.clone().ok_or_else(|| {
+        format!("server {server}: OAuth: the authorization server's metadata names no issuer")
+    })?;
+    let id_token_name = need(&oauth.idp_id_token, "idp_id_token")?;
+    let id_token = store.get(&id_token_name).await.map_err(|e| {
+        format!("server {server}: the ID token {id_token_name} could not be had: {e}")
+    })?;
+    let mut idp = EmaAuthorizationServer::new(
+        need(&oauth.idp_issuer, "idp_issuer")?,
+        need(&oauth.idp_token_endpoint, "idp_token_endpoint")?,
+        need(&oauth.idp_client_id, "idp_client_id")?,
+    );
+    if let Some(name) = &oauth.idp_client_secret {
+        let s = store.get(name).await.map_err(|e| {
+            format!("server {server}: the identity provider's client secret {name} could not be had: {e}")
+        })?;
+        idp = idp.with_client_authentication(secret(s));
+    }
+    let client_id = need(&oauth.client_id, "client_id")?;
+    let mut resource_as = EmaAuthorizationServer::new(
+        issuer.clone(),
+        metadata.token_endpoint.clone(),
+        client_id.clone(),
+    );
+    if let Some(s) = client_secret {
+        resource_as = resource_as.with_client_authentication(secret(s));
+    }
+    let client =
+        rmcp::transport::auth::default_oauth_http_client().map_err(|e| describe(server, &e))?;
+    let token =
+        EmaExchangeRequest::new_with_id_token(idp, resource_as, &http.url, id_token.expose())
+            .with_scopes(scopes.iter().cloned())
+            .exchange(&client, &client)
+            .await
+            .map_err(|e| {
+                format!("server {server}: OAuth: enterprise-managed authorization failed: {e}")
+            })?;
+    let mut granted: Vec<String> = token.scopes.iter().cloned().collect();
+    granted.sort();
+    let response: rmcp::transport::auth::OAuthTokenResponse =
+        serde_json::from_value(serde_json::json!({
+            "access_token": token.access_token.secret(),
+            "token_type": "Bearer",
+            "expires_in": token.expires_in.map(|d| d.as_secs()),
+        }))
+        .map_err(|e| format!("server {server}: OAuth: the token could not be kept: {e}"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .ok();
+    SecretCredentials::new(store.clone(), server)
+        .save(
+            StoredCredentials::new(client_id, Some(response), granted, now)
+                .with_issuer(Some(issuer)),
+        )
+        .await
+        .map_err(|e| describe(server, &e))?;
+    stored_summary(server, store, scopes).await
 }
 
 /// The `private_key_jwt` algorithm of this name (ES256 when unset).

@@ -83,14 +83,31 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
     let mut oauth = mcpvisor::OAuthConfig {
         grant: if scenario.starts_with("auth/client-credentials") {
             mcpvisor::OAuthGrant::ClientCredentials
+        } else if context.get("idp_id_token").is_some() {
+            mcpvisor::OAuthGrant::Enterprise
         } else {
             mcpvisor::OAuthGrant::AuthorizationCode
         },
+        idp_issuer: text("idp_issuer"),
+        idp_token_endpoint: text("idp_token_endpoint"),
+        idp_client_id: text("idp_client_id"),
         client_id: text("client_id"),
         client_metadata_url: Some(CIMD_URL.into()),
         client_name: Some("mcpvisor-conformance".into()),
         ..Default::default()
     };
+    if let Some(token) = text("idp_id_token") {
+        store
+            .put("suite_id_token", mcpvisor::Secret::new(token))
+            .await?;
+        oauth.idp_id_token = Some("suite_id_token".into());
+    }
+    if let Some(secret) = text("idp_client_secret") {
+        store
+            .put("suite_idp_secret", mcpvisor::Secret::new(secret))
+            .await?;
+        oauth.idp_client_secret = Some("suite_idp_secret".into());
+    }
     if let Some(pem) = text("private_key_pem") {
         store
             .put("suite_client_key", mcpvisor::Secret::new(pem))
@@ -111,7 +128,7 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
     let mcpvisor::TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
         bail!("not an HTTP server config");
     };
-    http.oauth = Some(oauth);
+    http.oauth = Some(Box::new(oauth));
     let http = http.clone();
     let ui = HeadlessAuthorization::default();
     let mut logins = 0;

@@ -855,10 +855,8 @@ async fn with_allow_remote_every_request_needs_the_bearer_token() {
 async fn the_conformance_suites_client_scenarios_pass_through_mcpvisor_conformance() {
     // Issue 15: the client scenarios, each run by the official suite
     // against `mcpvisor conformance` (its mock servers bound to 127.0.0.1
-    // by a preload): the four without OAuth, and 21 of the 22 OAuth ones
-    // (CONN-13). Not built, so not here: `auth/cross-app-access-complete-flow`
-    // (enterprise-managed authorization, an IdP's ID token exchanged for an
-    // ID-JAG).
+    // by a preload): the four without OAuth and the 22 OAuth ones (CONN-13):
+    // all 26 of 0.1.16.
     let Some(dir) = mcpvisor_chaos::conformance_dir() else {
         println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): the conformance suite is not installed");
         return;
@@ -891,6 +889,7 @@ async fn the_conformance_suites_client_scenarios_pass_through_mcpvisor_conforman
         "auth/offline-access-not-supported",
         "auth/client-credentials-basic",
         "auth/client-credentials-jwt",
+        "auth/cross-app-access-complete-flow",
     ] {
         for attempt in 1..=2 {
             let run =

@@ -69,7 +69,7 @@ async fn first_oauth_error(url: &str, store: bool) -> String {
     cfg.reconnect.enabled = false;
     cfg.startup_timeout = Duration::from_secs(10);
     if let mcpvisor::TransportConfig::StreamableHttp(h) = &mut cfg.transport {
-        h.oauth = Some(mcpvisor::OAuthConfig::default());
+        h.oauth = Some(Box::default());
     }
     let mut builder = Runtime::builder();
     if store {

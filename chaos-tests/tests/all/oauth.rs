@@ -224,7 +224,7 @@ async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_an
     let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
         unreachable!()
     };
-    http.oauth = Some(OAuthConfig::default());
+    http.oauth = Some(Box::new(OAuthConfig::default()));
     let http = http.clone();
     let got = login(
         "notes",
