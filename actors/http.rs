@@ -99,7 +99,12 @@ pub async fn connect(
             .await
             .map_err(|e| format!("server {}: the token request failed: {e}", parts.server))??;
         }
-        let (manager, _stored) = crate::oauth::manager(&parts.server, &cfg.url, store).await?;
+        let (manager, _stored) =
+            crate::oauth::manager(&parts.server, &cfg.url, store.clone()).await?;
+        // TRUST-2: a server that echoes its token shows "[redacted]".
+        parts
+            .diag
+            .add_redactions(crate::oauth::token_values(&parts.server, &cfg.url, store).await);
         // Without a stored token the requests go out unauthenticated: a
         // server that wants one answers 401, and the error says to log in.
         transport(cfg, parts, Some(manager))
@@ -281,7 +286,9 @@ impl TappedClient {
         if let Err(e) = &r {
             let status = match e {
                 StreamableHttpError::AuthRequired(_) => Some(401),
-                StreamableHttpError::InsufficientScope(_) => Some(403),
+                // A step-up refusal is one call's (its outcome says so), not
+                // the connection's: it must not become the cause of a later end.
+                StreamableHttpError::InsufficientScope(_) => None,
                 // An unchallenged 401/403 keeps its status in the error text.
                 StreamableHttpError::UnexpectedServerResponse(text) => text
                     .split(|c: char| !c.is_ascii_digit())
@@ -292,22 +299,9 @@ impl TappedClient {
             if let Some(status) = status {
                 let mut why = format!("the server rejected the credentials (HTTP {status})");
                 if let Some(server) = &self.oauth_server {
-                    why = match e {
-                        StreamableHttpError::InsufficientScope(s) => format!(
-                            "the server requires more authorization (HTTP 403 insufficient_scope{}): run `mcpvisor auth login {server}`{}",
-                            s.required_scope
-                                .as_deref()
-                                .map(|r| format!(", scope \"{r}\""))
-                                .unwrap_or_default(),
-                            s.required_scope
-                                .as_deref()
-                                .map(|r| format!(" --scope \"{r}\""))
-                                .unwrap_or_default(),
-                        ),
-                        _ => format!(
-                            "authorization required (HTTP {status}): run `mcpvisor auth login {server}`"
-                        ),
-                    };
+                    why = format!(
+                        "authorization required (HTTP {status}): run `mcpvisor auth login {server}`"
+                    );
                 } else if self.no_credentials {
                     why.push_str(
                         ": none were sent; add `headers`, or `header_secrets` naming a secret of [secrets], to the server's section, or an `[servers.<name>.oauth]` table for OAuth",

@@ -584,8 +584,19 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
             explain_toml_error(origin, text, &e.to_string())
         )],
     })?;
-    let event_log = raw.events.as_ref().and_then(|e| e.log.clone());
-    let secrets_file = raw.secrets.as_ref().and_then(|s| s.file.clone());
+    // Like a server's `cwd`: relative to the config file, `~/` at home, so
+    // that tokens and logs never land wherever the command happened to run.
+    let base = config_dir(origin);
+    let event_log = raw
+        .events
+        .as_ref()
+        .and_then(|e| e.log.as_deref())
+        .map(|p| resolve_path(p, base.as_deref()));
+    let secrets_file = raw
+        .secrets
+        .as_ref()
+        .and_then(|s| s.file.as_deref())
+        .map(|p| resolve_path(p, base.as_deref()));
     let secrets_keyring = raw.secrets.as_ref().and_then(|s| s.keyring.clone());
     if secrets_file.is_some() && secrets_keyring.is_some() {
         return Err(ConfigError {
@@ -673,16 +684,7 @@ fn resolve_paths(c: &mut ServerConfig, base: Option<&std::path::Path>) {
     let TransportConfig::Stdio(stdio) = &mut c.transport else {
         return;
     };
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let resolve = |p: &std::path::Path| -> PathBuf {
-        if let (Ok(rest), Some(h)) = (p.strip_prefix("~"), &home) {
-            return h.join(rest);
-        }
-        match base {
-            Some(b) if p.is_relative() => b.join(p),
-            _ => p.to_path_buf(),
-        }
-    };
+    let resolve = |p: &std::path::Path| resolve_path(p, base);
     if stdio.command.starts_with("~/")
         || (stdio.command.contains('/') && !stdio.command.starts_with('/'))
     {
@@ -695,13 +697,32 @@ fn resolve_paths(c: &mut ServerConfig, base: Option<&std::path::Path>) {
     }
 }
 
+/// `p` with `~/` at home, and relative to `base` (the config file's directory).
+fn resolve_path(p: &std::path::Path, base: Option<&std::path::Path>) -> PathBuf {
+    if let (Ok(rest), Some(h)) = (
+        p.strip_prefix("~"),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ) {
+        return h.join(rest);
+    }
+    match base {
+        Some(b) if p.is_relative() => b.join(p),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// The directory of the config file at `origin` (`None` for a bare name).
+fn config_dir(origin: &str) -> Option<PathBuf> {
+    std::path::Path::new(origin)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(std::path::Path::to_path_buf)
+}
+
 fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, ConfigError> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
-    let base = std::path::Path::new(origin)
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map(std::path::Path::to_path_buf);
+    let base = config_dir(origin);
     for (name, server) in raw.servers {
         match ServerConfig::from_raw(&name, server) {
             Ok(mut c) => {
@@ -912,6 +933,19 @@ max_delay_ms = 100
         )
         .unwrap();
         assert_eq!(cfg.event_log, Some(PathBuf::from("logs/events.jsonl")));
+        // Relative to the config file's directory, `~/` at home.
+        let other = parse_config(
+            "/etc/mcp/m.toml",
+            "[events]\nlog = \"logs/e.jsonl\"\n[secrets]\nfile = \"~/s.toml\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            other.event_log,
+            Some(PathBuf::from("/etc/mcp/logs/e.jsonl"))
+        );
+        if let Some(home) = std::env::var_os("HOME") {
+            assert_eq!(other.secrets_file, Some(PathBuf::from(home).join("s.toml")));
+        }
         assert_eq!(cfg.servers.len(), 1);
         assert!(parse_config("t.toml", "[events]\nlogs = 1\n").is_err());
     }

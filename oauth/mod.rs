@@ -93,11 +93,7 @@ impl AuthorizationUi for HeadlessAuthorization {
         url: &'a str,
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
-            let client = reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(std::time::Duration::from_secs(30))
-                .build()
-                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let client = no_redirects().ok_or_else(|| "cannot build the HTTP client".to_owned())?;
             let reply = client
                 .get(url)
                 .send()
@@ -118,17 +114,25 @@ impl AuthorizationUi for HeadlessAuthorization {
     }
 }
 
-/// rmcp's credential store on a [`SecretStore`] entry.
+/// rmcp's credential store on a [`SecretStore`] entry, bound to the
+/// server's URL: an entry saved for another URL (the config's `url`
+/// changed) is not loaded, so a token never goes to a resource it was not
+/// issued for.
 pub(crate) struct SecretCredentials {
     store: Arc<dyn SecretStore>,
     name: String,
+    resource: String,
 }
 
+/// The key of the entry's JSON that names the URL it was issued for.
+const RESOURCE_KEY: &str = "mcpvisor_resource";
+
 impl SecretCredentials {
-    pub(crate) fn new(store: Arc<dyn SecretStore>, server: &str) -> Self {
+    pub(crate) fn new(store: Arc<dyn SecretStore>, server: &str, url: &str) -> Self {
         Self {
             store,
             name: credentials_name(server),
+            resource: url.to_owned(),
         }
     }
 }
@@ -140,22 +144,32 @@ fn store_error(e: impl std::fmt::Display) -> AuthError {
 #[async_trait::async_trait]
 impl CredentialStore for SecretCredentials {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        match self.store.get(&self.name).await {
-            Ok(secret) => serde_json::from_str(secret.expose())
-                .map(Some)
-                .map_err(|_| {
-                    store_error(format!(
-                        "the stored OAuth credentials {} are not readable; log in again",
-                        self.name
-                    ))
-                }),
-            Err(StoreError::Missing { .. } | StoreError::EnvNotSet(_)) => Ok(None),
-            Err(e) => Err(store_error(e)),
+        let secret = match self.store.get(&self.name).await {
+            Ok(secret) => secret,
+            Err(StoreError::Missing { .. } | StoreError::EnvNotSet(_)) => return Ok(None),
+            Err(e) => return Err(store_error(e)),
+        };
+        let unreadable = || {
+            store_error(format!(
+                "the stored OAuth credentials {} are not readable; log in again",
+                self.name
+            ))
+        };
+        let value: Value = serde_json::from_str(secret.expose()).map_err(|_| unreadable())?;
+        if value.get(RESOURCE_KEY).and_then(Value::as_str) != Some(self.resource.as_str()) {
+            return Ok(None); // issued for another URL (or by an older build): log in again
         }
+        serde_json::from_value(value)
+            .map(Some)
+            .map_err(|_| unreadable())
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        let json = serde_json::to_string(&credentials).map_err(store_error)?;
+        let mut value = serde_json::to_value(&credentials).map_err(store_error)?;
+        if let Value::Object(m) = &mut value {
+            m.insert(RESOURCE_KEY.into(), self.resource.clone().into());
+        }
+        let json = value.to_string();
         self.store
             .put(&self.name, Secret::new(json))
             .await
@@ -178,46 +192,100 @@ pub(crate) async fn manager(
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| describe(server, &e))?;
-    manager.set_credential_store(SecretCredentials::new(store, server));
-    let stored = match manager.initialize_from_store().await {
-        Err(mismatch @ AuthError::AuthorizationServerMismatch { .. }) => {
-            let legacy = legacy_metadata(url)
-                .await
-                .ok_or_else(|| describe(server, &mismatch))?;
-            manager.set_metadata(legacy);
-            manager.initialize_from_store().await
-        }
-        other => other,
+    let creds = SecretCredentials::new(store, server, url);
+    let held = creds
+        .load()
+        .await
+        .map_err(|e| describe(server, &e))?
+        .is_some_and(|c| c.token_response.is_some());
+    manager.set_credential_store(creds);
+    if held {
+        // Refreshes go to the token endpoint: checked before the first.
+        let metadata = discover(server, &manager, url, None).await?;
+        manager.set_metadata(metadata);
     }
-    .map_err(|e| describe(server, &e))?;
+    let stored = manager
+        .initialize_from_store()
+        .await
+        .map_err(|e| describe(server, &e))?;
     Ok((manager, stored))
+}
+
+/// The token values stored for `server` at `url` (to redact from what the
+/// server sends back, TRUST-2).
+pub(crate) async fn token_values(
+    server: &str,
+    url: &str,
+    store: Arc<dyn SecretStore>,
+) -> Vec<String> {
+    let Ok(Some(stored)) = SecretCredentials::new(store, server, url).load().await else {
+        return Vec::new();
+    };
+    let token = stored
+        .token_response
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or(Value::Null);
+    ["access_token", "refresh_token"]
+        .iter()
+        .filter_map(|k| token.get(k).and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// The authorization server's metadata for the server at `url`: rmcp's
+/// discovery (seeded by the 401 `challenge`), else a 2025-03-26 server's
+/// own root ([`legacy_metadata`]); every endpoint in it is checked
+/// (TRUST-3: https, or http on loopback) before anything is sent to one.
+async fn discover(
+    server: &str,
+    manager: &AuthorizationManager,
+    url: &str,
+    challenge: Option<&str>,
+) -> Result<AuthorizationMetadata, String> {
+    let metadata = match manager.resolve_metadata_from_challenge(challenge).await {
+        Ok(resolution) => resolution.metadata,
+        Err(mismatch @ AuthError::AuthorizationServerMismatch { .. }) => legacy_metadata(url)
+            .await
+            .ok_or_else(|| describe(server, &mismatch))?,
+        Err(e) => return Err(describe(server, &e)),
+    };
+    for endpoint in [&metadata.authorization_endpoint, &metadata.token_endpoint]
+        .into_iter()
+        .chain(metadata.registration_endpoint.as_ref())
+    {
+        validate_endpoint(endpoint).map_err(|e| {
+            format!(
+                "server {server}: OAuth: the authorization server's endpoint {endpoint} is refused: {e}"
+            )
+        })?;
+    }
+    Ok(metadata)
+}
+
+/// A client that follows no redirect, for the probes and the headless step.
+fn no_redirects() -> Option<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(15))
+        .build()
+        .ok()
 }
 
 /// The authorization-server metadata of a 2025-03-26 server: at its own
 /// origin's `/.well-known/oauth-authorization-server`, accepted although
 /// its `issuer` names a path (RFC 8414 would put that document elsewhere)
-/// only when the issuer is of the same origin as the MCP server, and every
-/// endpoint in it is https or loopback (TRUST-3).
+/// only when the issuer is of the same origin as the MCP server (its
+/// endpoints are checked by [`discover`]).
 async fn legacy_metadata(url: &str) -> Option<AuthorizationMetadata> {
     let base = url::Url::parse(url).ok()?;
     let at = base.join("/.well-known/oauth-authorization-server").ok()?;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(15))
-        .build()
-        .ok()?;
-    let reply = client.get(at).send().await.ok()?;
+    let reply = no_redirects()?.get(at).send().await.ok()?;
     if !reply.status().is_success() {
         return None;
     }
     let metadata: AuthorizationMetadata = reply.json().await.ok()?;
     let issuer = url::Url::parse(metadata.issuer.as_deref()?).ok()?;
-    let same_origin = issuer.origin() == base.origin();
-    let endpoints_ok = [&metadata.authorization_endpoint, &metadata.token_endpoint]
-        .into_iter()
-        .chain(metadata.registration_endpoint.as_ref())
-        .all(|e| validate_endpoint(e).is_ok());
-    (same_origin && endpoints_ok).then_some(metadata)
+    (issuer.origin() == base.origin()).then_some(metadata)
 }
 
 /// What a login asks for beyond the server's `[oauth]` table.
@@ -266,14 +334,11 @@ pub async fn login(
     let mut manager = AuthorizationManager::new(http.url.as_str())
         .await
         .map_err(|e| describe(server, &e))?;
-    manager.set_credential_store(SecretCredentials::new(store.clone(), server));
-    let mut state = OAuthState::Unauthorized(manager);
+    manager.set_credential_store(SecretCredentials::new(store.clone(), server, &http.url));
     if oauth.grant == OAuthGrant::Enterprise {
-        let OAuthState::Unauthorized(manager) = &state else {
-            return Err(format!("server {server}: OAuth: the login state was lost"));
-        };
-        return enterprise(server, http, &oauth, store, manager, client_secret, scopes).await;
+        return enterprise(server, http, &oauth, store, &manager, client_secret, scopes).await;
     }
+    let mut state = OAuthState::Unauthorized(manager);
     if oauth.grant == OAuthGrant::ClientCredentials {
         let Some(client_id) = oauth.client_id.clone() else {
             return Err(format!(
@@ -315,8 +380,11 @@ pub async fn login(
             .authenticate_client_credentials(config)
             .await
             .map_err(|e| describe(server, &e))?;
-        return stored_summary(server, store, scopes).await;
+        return stored_summary(server, &http.url, store, scopes).await;
     }
+    let OAuthState::Unauthorized(mut manager) = state else {
+        return Err(format!("server {server}: OAuth: the login state was lost"));
+    };
     let challenge = probe(&http.url).await;
     let redirect = ui.redirect_uri().await?;
     let mut ask = AuthorizationRequest::new(redirect)
@@ -333,28 +401,17 @@ pub async fn login(
     if !scopes.is_empty() {
         ask = ask.with_scopes(scopes.iter().cloned());
     }
+    // Discovery first, and every endpoint checked, before the
+    // registration or anything else is sent (TRUST-3).
+    let metadata = discover(server, &manager, &http.url, challenge.as_deref()).await?;
+    manager.set_metadata(metadata);
     if let Some(challenge) = challenge {
         ask = ask.with_challenge(challenge);
     }
-    match state.start_authorization(ask.clone()).await {
-        Ok(()) => {}
-        // A 2025-03-26 server: its metadata at its own root (see
-        // `legacy_metadata`); the state is back to unauthorized.
-        Err(AuthError::AuthorizationServerMismatch { .. }) => {
-            let OAuthState::Unauthorized(mut manager) = state else {
-                return Err(format!("server {server}: OAuth: the login state was lost"));
-            };
-            let legacy = legacy_metadata(&http.url).await.ok_or_else(|| {
-                format!("server {server}: OAuth: the authorization server's issuer does not match where its metadata was found")
-            })?;
-            manager.set_metadata(legacy);
-            let session = AuthorizationSession::new(manager, ask)
-                .await
-                .map_err(|(_, e)| describe(server, &e))?;
-            state = OAuthState::Session(session);
-        }
-        Err(e) => return Err(describe(server, &e)),
-    }
+    let session = AuthorizationSession::new(manager, ask)
+        .await
+        .map_err(|(_, e)| describe(server, &e))?;
+    let mut state = OAuthState::Session(session);
     let url = state
         .get_authorization_url()
         .await
@@ -368,15 +425,16 @@ pub async fn login(
         .handle_callback_url(&back)
         .await
         .map_err(|e| describe(server, &e))?;
-    stored_summary(server, store, scopes).await
+    stored_summary(server, &http.url, store, scopes).await
 }
 
 async fn stored_summary(
     server: &str,
+    url: &str,
     store: Arc<dyn SecretStore>,
     asked: &[String],
 ) -> Result<Authorized, String> {
-    let stored = SecretCredentials::new(store, server)
+    let stored = SecretCredentials::new(store, server, url)
         .load()
         .await
         .map_err(|e| describe(server, &e))?
@@ -484,14 +542,14 @@ async fn enterprise(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .ok();
-    SecretCredentials::new(store.clone(), server)
+    SecretCredentials::new(store.clone(), server, &http.url)
         .save(
             StoredCredentials::new(client_id, Some(response), granted, now)
                 .with_issuer(Some(issuer)),
         )
         .await
         .map_err(|e| describe(server, &e))?;
-    stored_summary(server, store, scopes).await
+    stored_summary(server, &http.url, store, scopes).await
 }
 
 /// The `private_key_jwt` algorithm of this name (ES256 when unset).
@@ -510,12 +568,14 @@ fn signing_algorithm(name: Option<&str>) -> Result<JwtSigningAlgorithm, String> 
     })
 }
 
-/// What is stored for `server`: `None` when it never logged in (or logged out).
+/// What is stored for `server` at `url`: `None` when it never logged in,
+/// logged out, or logged in for another URL.
 pub async fn status(
     server: &str,
+    url: &str,
     store: Arc<dyn SecretStore>,
 ) -> Result<Option<Authorized>, String> {
-    let stored = SecretCredentials::new(store, server)
+    let stored = SecretCredentials::new(store, server, url)
         .load()
         .await
         .map_err(|e| describe(server, &e))?;
@@ -535,11 +595,7 @@ pub async fn logout(server: &str, store: Arc<dyn SecretStore>) -> Result<(), Str
 /// The server's `WWW-Authenticate` challenge to an unauthenticated
 /// `initialize`, when it answers 401 or 403 with one.
 async fn probe(url: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(15))
-        .build()
-        .ok()?;
+    let client = no_redirects()?;
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -590,7 +646,7 @@ mod tests {
     async fn credentials_round_trip_through_the_secret_store_and_logout_forgets_them() {
         // CONN-13 / TRUST-2: the tokens are one secret-store entry.
         let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
-        let creds = SecretCredentials::new(store.clone(), "notes");
+        let creds = SecretCredentials::new(store.clone(), "notes", "https://notes.example/mcp");
         assert!(creds.load().await.unwrap().is_none());
         let token: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(
             serde_json::json!({"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1", "scope": "a b"}),
@@ -608,7 +664,18 @@ mod tests {
         let stored = store.get("oauth.notes").await.unwrap();
         assert!(stored.expose().contains("at-1"));
         assert!(!format!("{stored:?}").contains("at-1"), "a Secret redacts");
-        let seen = status("notes", store.clone()).await.unwrap().unwrap();
+        // Another URL under the same name sees nothing: the token stays
+        // with the resource it was issued for.
+        assert!(
+            status("notes", "https://other.example/mcp", store.clone())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let seen = status("notes", "https://notes.example/mcp", store.clone())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             seen,
             Authorized {
@@ -619,7 +686,12 @@ mod tests {
             }
         );
         logout("notes", store.clone()).await.unwrap();
-        assert!(status("notes", store).await.unwrap().is_none());
+        assert!(
+            status("notes", "https://notes.example/mcp", store)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]
@@ -629,7 +701,9 @@ mod tests {
             .put("oauth.notes", Secret::new("not json"))
             .await
             .unwrap();
-        let e = status("notes", store).await.unwrap_err();
+        let e = status("notes", "https://notes.example/mcp", store)
+            .await
+            .unwrap_err();
         assert!(
             e.contains("not readable") && e.contains("log in again"),
             "{e}"

@@ -505,9 +505,13 @@ impl Runtime {
             // before running it.
             Err(e) if e.auth_challenge().is_some() => {
                 let challenge = e.auth_challenge().unwrap_or_default();
+                let oauth = matches!(
+                    &entry.config.transport,
+                    crate::messages::config::TransportConfig::StreamableHttp(h) if h.oauth.is_some()
+                );
                 return ToolOutcome::failure(
                     OutcomeKind::ServerError,
-                    authorization_refused(&def.server, challenge),
+                    authorization_refused(&def.server, oauth, challenge),
                 )
                 .not_sent();
             }
@@ -589,23 +593,39 @@ impl Runtime {
     }
 }
 
-/// The text of a call the server refused for its authorization: what
-/// scope it wants, and how to get it.
-fn authorization_refused(server: &str, challenge: &str) -> String {
+/// The text of a call the server refused for its authorization (CONN-13):
+/// nothing was executed; what scope it wants, and how to get it.
+fn authorization_refused(server: &str, oauth: bool, challenge: &str) -> String {
     let scope = challenge
         .split_once("scope=\"")
         .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(s, _)| s.to_owned());
-    if challenge.contains("insufficient_scope") {
-        let scope = scope.unwrap_or_default();
+        .map(|(s, _)| s.to_owned())
+        .filter(|s| !s.is_empty());
+    let (status, needs) = if challenge.contains("insufficient_scope") {
+        ("HTTP 403 insufficient_scope", "more authorization")
+    } else {
+        ("HTTP 401/403", "authorization")
+    };
+    let wanted = scope
+        .as_deref()
+        .map(|s| format!(", scope \"{s}\""))
+        .unwrap_or_default();
+    let fix = if oauth {
         format!(
-            "the server requires more authorization for this call (HTTP 403 insufficient_scope, scope \"{scope}\"); nothing was executed: run `mcpvisor auth login {server} --scope \"{scope}\"`, then call again"
+            "run `mcpvisor auth login {server}{}`, then call again",
+            scope
+                .as_deref()
+                .map(|s| format!(" --scope \"{s}\""))
+                .unwrap_or_default()
         )
     } else {
         format!(
-            "the server requires authorization for this call (HTTP 401); nothing was executed: run `mcpvisor auth login {server}`, then call again"
+            "check the credentials in [servers.{server}] (`headers`, `header_secrets`), or add a [servers.{server}.oauth] table if it uses OAuth"
         )
-    }
+    };
+    format!(
+        "the server requires {needs} for this call ({status}{wanted}); nothing was executed: {fix}"
+    )
 }
 
 /// True when a call that finds the server not connected wakes it and waits

@@ -49,7 +49,7 @@ pub(crate) async fn run(cli: &Cli, what: &AuthCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         AuthCommand::Status { .. } => {
-            let found = mcpvisor::oauth::status(name, store)
+            let found = mcpvisor::oauth::status(name, &http.url, store)
                 .await
                 .map_err(anyhow::Error::msg)?;
             if cli.json {
@@ -180,16 +180,21 @@ impl AuthorizationUi for LoopbackUi {
                 "waiting for the authorization server's redirect (at most {} s)…",
                 LOGIN_WAIT.as_secs()
             );
-            let back = tokio::time::timeout(LOGIN_WAIT, callback(&listener)).await;
-            // The browser we started is reaped: xdg-open has long handed
-            // the URL over; a browser run directly gets a moment, then is
-            // killed.
-            if let Some(mut child) = browser
-                && tokio::time::timeout(Duration::from_secs(5), child.wait())
-                    .await
-                    .is_err()
-            {
-                let _ = child.kill().await;
+            let state = url::Url::parse(url).ok().and_then(|u| {
+                u.query_pairs()
+                    .find(|(k, _)| k == "state")
+                    .map(|(_, v)| v.into_owned())
+            });
+            let back =
+                tokio::time::timeout(LOGIN_WAIT, callback(&listener, state.as_deref())).await;
+            // xdg-open has long handed the URL over and is reaped here. A
+            // browser run directly ($BROWSER) is the user's: it keeps
+            // running in its own session, and its exit is reaped by a
+            // task while this process lives.
+            if let Some(mut child) = browser {
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                });
             }
             back.map_err(|_| {
                 format!(
@@ -218,7 +223,8 @@ fn open_browser(url: &str) -> Option<tokio::process::Child> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
+        // The user's browser, not a child of ours to kill: its own group.
+        .process_group(0)
         .spawn();
     match started {
         Ok(child) => Some(child),
@@ -229,9 +235,14 @@ fn open_browser(url: &str) -> Option<tokio::process::Child> {
     }
 }
 
-/// Accept on `listener` until a request for `/callback` arrives; answer it
-/// and return its URL.
-async fn callback(listener: &tokio::net::TcpListener) -> Result<String, String> {
+/// Accept on `listener` until a request for exactly `/callback` carrying
+/// the login's `state` arrives (anything else is answered 404 and
+/// ignored: a stray local request cannot end the login); answer it and
+/// return its URL.
+async fn callback(
+    listener: &tokio::net::TcpListener,
+    state: Option<&str>,
+) -> Result<String, String> {
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     loop {
         let (mut conn, _) = listener
@@ -250,7 +261,11 @@ async fn callback(listener: &tokio::net::TcpListener) -> Result<String, String> 
             .and_then(|l| l.strip_prefix("GET "))
             .and_then(|l| l.split_whitespace().next())
             .unwrap_or("");
-        if !path.starts_with("/callback") {
+        let (route, query) = path.split_once('?').unwrap_or((path, ""));
+        let ours = state.is_none_or(|want| {
+            url::form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "state" && v == want)
+        });
+        if route != "/callback" || !ours {
             let _ = conn
                 .write_all(
                     b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
@@ -259,7 +274,7 @@ async fn callback(listener: &tokio::net::TcpListener) -> Result<String, String> 
             continue;
         }
         let body = if path.contains("code=") {
-            "mcpvisor: authorized. You can close this tab."
+            "mcpvisor received the authorization; the terminal says whether the login succeeded. You can close this tab."
         } else {
             "mcpvisor: the authorization did not succeed; see the terminal."
         };

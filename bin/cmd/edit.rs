@@ -35,8 +35,10 @@ pub(crate) struct AddFlags {
 fn target(cli: &Cli, scope: Option<&str>) -> anyhow::Result<PathBuf> {
     match scope {
         None => Ok(crate::config::config_path(cli)),
-        Some(_) if cli.config.is_some() => {
-            bail!("--scope and --config both say which file to edit: give one")
+        Some(_) if cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some() => {
+            bail!(
+                "--scope and --config (or $MCPVISOR_CONFIG) both say which file to edit: give one"
+            )
         }
         Some("user") => {
             let path = crate::config::user_config_path()

@@ -87,14 +87,20 @@ pub(crate) fn import(
         got.renamed.extend(one.renamed);
     }
     // The values go to the secret file, never into the TOML (TRUST-2).
-    let mut moved = Vec::new();
+    // Everything is checked before anything is written: the secret file,
+    // then the config.
+    let mut store = None;
     if let Some(path) = secrets_file {
-        let store = mcpvisor::FileSecretStore::open(path)
+        let target_secrets = target_table.as_ref().and_then(|t| t.get("secrets"));
+        if target_secrets.and_then(|s| s.get("keyring")).is_some() {
+            bail!(
+                "the config merged into keeps its secrets in a keyring: import without --secrets-file, and store the secrets stderr names there"
+            );
+        }
+        let opened = mcpvisor::FileSecretStore::open(path)
             .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
         let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let named = target_table
-            .as_ref()
-            .and_then(|t| t.get("secrets"))
+        let named = target_secrets
             .and_then(|s| s.get("file"))
             .and_then(toml::Value::as_str)
             .map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| PathBuf::from(f)));
@@ -106,12 +112,18 @@ pub(crate) fn import(
                 named.display()
             );
         }
+        // A secret of the same name with another value is not overwritten.
         for s in got.secrets.iter().filter(|s| s.value.is_some()) {
-            let value = mcpvisor::Secret::new(s.value.clone().unwrap_or_default());
-            store
-                .set(&s.secret_name, &value)
-                .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
-            moved.push(s.secret_name.clone());
+            use mcpvisor::SecretStore as _;
+            if let Ok(old) = futures::executor::block_on(opened.get(&s.secret_name))
+                && Some(old.expose()) != s.value.as_deref()
+            {
+                bail!(
+                    "--secrets-file {} already holds a different {}: nothing written (remove it first, or import into another secret file)",
+                    path.display(),
+                    s.secret_name
+                );
+            }
         }
         if named.is_none() {
             got.toml.push_str(&format!(
@@ -119,15 +131,29 @@ pub(crate) fn import(
                 toml::Value::String(absolute.display().to_string())
             ));
         }
+        store = Some((opened, path));
     }
-    match (out, target) {
-        (Some(path), Some(before)) => {
-            let merged = format!("{}\n{}", before.trim_end(), got.toml);
-            // The merged file must still be a valid config: checked before
-            // anything is written.
-            mcpvisor::parse_config(&path.display().to_string(), &merged).map_err(|e| {
-                anyhow::anyhow!("the merged config would not be valid, nothing written: {e}")
-            })?;
+    let merged = target
+        .as_ref()
+        .map(|before| format!("{}\n{}", before.trim_end(), got.toml));
+    if let (Some(path), Some(merged)) = (out, &merged) {
+        // The merged file must still be a valid config.
+        mcpvisor::parse_config(&path.display().to_string(), merged).map_err(|e| {
+            anyhow::anyhow!("the merged config would not be valid, nothing written: {e}")
+        })?;
+    }
+    let mut moved = Vec::new();
+    if let Some((store, path)) = &store {
+        for s in got.secrets.iter().filter(|s| s.value.is_some()) {
+            let value = mcpvisor::Secret::new(s.value.clone().unwrap_or_default());
+            store
+                .set(&s.secret_name, &value)
+                .map_err(|e| anyhow::anyhow!("--secrets-file {}: {e}", path.display()))?;
+            moved.push(s.secret_name.clone());
+        }
+    }
+    match (out, merged) {
+        (Some(path), Some(merged)) => {
             let tmp = path.with_extension("import-tmp");
             std::fs::write(&tmp, &merged)
                 .with_context(|| format!("cannot write {}", tmp.display()))?;

@@ -59,34 +59,74 @@ impl FileSecretStore {
 
     /// Store a value (rewrites the file, keeping mode 0600).
     pub fn set(&self, name: &str, value: &Secret) -> Result<(), StoreError> {
-        let mut all = self.read_all()?;
-        all.insert(name.to_owned(), value.expose().to_owned());
-        self.write_all(&all)
+        self.locked(|| {
+            let mut all = self.read_all()?;
+            all.insert(name.to_owned(), value.expose().to_owned());
+            self.write_all(&all)
+        })
     }
 
     /// Remove a value (rewrites the file; nothing to remove is fine).
     pub fn delete(&self, name: &str) -> Result<(), StoreError> {
-        let mut all = self.read_all()?;
-        if all.remove(name).is_none() {
-            return Ok(());
+        self.locked(|| {
+            let mut all = self.read_all()?;
+            if all.remove(name).is_none() {
+                return Ok(());
+            }
+            self.write_all(&all)
+        })
+    }
+
+    /// Run a read-modify-write of the file under an exclusive `flock` of
+    /// `FILE.lock`: two writers (two connections refreshing OAuth tokens,
+    /// `auth login` beside a running gateway) never lose each other's
+    /// change. The lock is released when the lock file is closed.
+    fn locked<T>(&self, write: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        use std::os::fd::AsRawFd as _;
+        let lock_path = self.path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| StoreError::io("open the lock file", &lock_path, e))?;
+        // SAFETY: flock on a file descriptor this function owns for the
+        // whole call; it touches no memory.
+        #[allow(unsafe_code)]
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(StoreError::io(
+                "lock",
+                &lock_path,
+                std::io::Error::last_os_error(),
+            ));
         }
-        self.write_all(&all)
+        let result = write();
+        drop(lock);
+        result
     }
 
     fn write_all(&self, all: &BTreeMap<String, String>) -> Result<(), StoreError> {
         let text = toml::to_string(all)
             .map_err(|e| StoreError::Unusable(format!("cannot encode the secret file: {e}")))?;
-        // A fresh file (an old or planted one is removed first), so the mode
-        // below is the mode it gets.
-        let tmp = self.path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
+        // A fresh file of a name nobody else writes, so the mode below is
+        // the mode it gets; on disk before it replaces the store.
+        let tmp = self
+            .path
+            .with_extension(format!("{:016x}.tmp", rand::random::<u64>()));
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| StoreError::io("write", &tmp, e))?;
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, text.as_bytes())?;
+                f.sync_all()
+            })
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                StoreError::io("write", &tmp, e)
+            })?;
         std::fs::rename(&tmp, &self.path).map_err(|e| StoreError::io("replace", &self.path, e))
     }
 
@@ -292,6 +332,46 @@ mod tests {
         assert!(open.contains("can be read by others"), "{open}");
         assert!(!open.contains("s3cr3t"));
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_file_lose_nothing() {
+        // OAuth refreshes of several connections (and `auth login` in
+        // another process) write one secret file: each read-modify-write
+        // holds the file's lock, so every entry survives.
+        let dir = std::env::temp_dir().join(format!(
+            "mcpvisor-secrets-race-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secrets.toml");
+        FileSecretStore::open(&path).unwrap();
+        let writers: Vec<_> = (0..6)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let store = FileSecretStore::open(&path).unwrap();
+                    for i in 0..15 {
+                        store
+                            .set(&format!("w{w}_{i}"), &Secret::new(format!("v{w}{i}")))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let all = FileSecretStore::open(&path).unwrap().read_all().unwrap();
+        assert_eq!(all.len(), 6 * 15, "lost updates");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[cfg(all(feature = "keyring", target_os = "linux"))]

@@ -33,6 +33,10 @@ struct Issued {
     refreshes: Vec<String>,
     /// Refuse every refresh (`invalid_grant`).
     refuse_refresh: bool,
+    /// Advertise a cleartext token endpoint on another host.
+    cleartext_token_endpoint: bool,
+    /// Registrations received.
+    registrations: u32,
 }
 
 #[derive(Clone)]
@@ -81,11 +85,16 @@ async fn prm(State(f): State<Fixture>) -> Response {
 
 async fn as_metadata(State(f): State<Fixture>) -> Response {
     let b = &f.base;
+    let token_endpoint = if f.issued.lock().unwrap().cleartext_token_endpoint {
+        "http://as.example.com/token".to_owned()
+    } else {
+        format!("{b}/token")
+    };
     json_reply(
         StatusCode::OK,
         json!({
             "issuer": b, "authorization_endpoint": format!("{b}/authorize"),
-            "token_endpoint": format!("{b}/token"), "registration_endpoint": format!("{b}/register"),
+            "token_endpoint": token_endpoint, "registration_endpoint": format!("{b}/register"),
             "response_types_supported": ["code"], "grant_types_supported": ["authorization_code", "refresh_token"],
             "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": ["notes"]
@@ -93,7 +102,8 @@ async fn as_metadata(State(f): State<Fixture>) -> Response {
     )
 }
 
-async fn register(body: Bytes) -> Response {
+async fn register(State(f): State<Fixture>, body: Bytes) -> Response {
+    f.issued.lock().unwrap().registrations += 1;
     let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
     json_reply(
         StatusCode::CREATED,
@@ -291,4 +301,37 @@ async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_an
         out.projection
     );
     assert!(rt.shutdown(Duration::from_secs(10)).await.is_clean());
+}
+
+#[tokio::test]
+async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_server() {
+    // TRUST-3 / CONN-13: the code, a client secret and refresh tokens go
+    // to the token endpoint; one that is neither https nor loopback is
+    // refused at discovery, before the client even registers.
+    let f = start().await;
+    f.issued.lock().unwrap().cleartext_token_endpoint = true;
+    let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base));
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(Box::new(OAuthConfig::default()));
+    let e = login(
+        "notes",
+        http,
+        store.clone(),
+        &HeadlessAuthorization::default(),
+        &LoginRequest::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("http://as.example.com/token is refused") && e.contains("use https://"),
+        "{e}"
+    );
+    assert_eq!(f.issued.lock().unwrap().registrations, 0);
+    assert!(
+        store.get("oauth.notes").await.is_err(),
+        "nothing was stored"
+    );
 }
