@@ -854,14 +854,7 @@ impl BrowserSession {
         args: &serde_json::Map<String, Value>,
         cancel: &CancellationToken,
     ) -> Result<Vec<ContentBlock>, ToolFailure> {
-        let text_arg = |key: &str| -> Result<String, ToolFailure> {
-            args.get(key)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    ToolFailure::refused(format!("{name} needs the string argument {key:?}"))
-                })
-        };
+        let text_arg = |key: &str| super::text_arg(args, name, key);
         let page = live.page.clone();
         match name {
             "navigate" => {

