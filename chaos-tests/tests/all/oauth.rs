@@ -181,7 +181,10 @@ async fn mcp(State(f): State<Fixture>, headers: HeaderMap, body: Bytes) -> Respo
             "serverInfo": {"name": "notes", "version": "1"}
         }),
         "tools/list" => json!({"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}),
-        "tools/call" => json!({"content": [{"type": "text", "text": "the notes"}]}),
+        // A careless server that echoes the credential it was sent.
+        "tools/call" => {
+            json!({"content": [{"type": "text", "text": format!("the notes (you sent {})", sent.unwrap_or_default())}]})
+        }
         _ => json!({}),
     };
     json_reply(
@@ -266,7 +269,14 @@ async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_an
             CallOptions::default(),
         )
     };
-    assert!(call().await.is_ok());
+    // TRUST-2: the token held at connect is redacted from what comes back.
+    let first = call().await;
+    assert!(first.is_ok(), "{}", first.projection);
+    assert!(
+        first.projection.contains("you sent [redacted]") && !first.projection.contains("a1"),
+        "{}",
+        first.projection
+    );
 
     // The server stops taking a1: the next request is refused, refreshed
     // with r1 once, and sent again with a2.
