@@ -152,7 +152,7 @@ async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> String {
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-fn shell_command(shell: &HookShell, command: &str) -> tokio::process::Command {
+fn shell_command(shell: &HookShell, command: &str) -> crate::actors::process::Spawn {
     let (program, flag) = match shell {
         HookShell::Sh => ("sh".to_owned(), "-c"),
         HookShell::Login => {
@@ -188,7 +188,7 @@ async fn run(spec: HookCommand, cancel: CancellationToken, disposed: Cancellatio
     }
     // The group is SIGKILLed if this task is dropped mid-run (the process is
     // exiting); the reaper still reaps the leader.
-    let (mut group, pipes) = match ProcessGroup::spawn(&mut cmd) {
+    let (mut group, pipes) = match ProcessGroup::spawn(&cmd) {
         Ok(spawned) => spawned,
         Err(e) => {
             return RawRun {

@@ -10,4 +10,5 @@ pub mod mod_host;
 pub mod process;
 pub mod registry;
 pub mod sessions;
+pub mod spawn;
 pub mod stdio;

@@ -18,12 +18,16 @@
 //! A process that leaves its group (`setsid`) is out of reach of group
 //! signals; see docs/runtime-semantics.md.
 
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
+#[cfg(not(target_os = "linux"))]
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::net::unix::pipe;
 use tokio::sync::watch;
+
+pub use super::spawn::Spawn;
 
 use crate::messages::server::Unreaped;
 
@@ -75,11 +79,11 @@ pub struct CloseGraces {
 #[derive(Debug)]
 pub struct Pipes {
     /// Its stdin.
-    pub stdin: ChildStdin,
+    pub stdin: pipe::Sender,
     /// Its stdout.
-    pub stdout: ChildStdout,
+    pub stdout: pipe::Receiver,
     /// Its stderr.
-    pub stderr: ChildStderr,
+    pub stderr: pipe::Receiver,
 }
 
 /// One child process group (see the module docs).
@@ -101,37 +105,21 @@ pub struct ProcessGroup {
 }
 
 impl ProcessGroup {
-    /// Spawn `cmd` as the leader of a new process group with piped stdio, and
-    /// start the task that reaps it. The command's own stdio and group
-    /// settings are overridden.
-    pub fn spawn(cmd: &mut Command) -> std::io::Result<(Self, Pipes)> {
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // A command made by `command` sets its own death signal (setpriv):
-        // no pre_exec, so the spawn stays a posix_spawn.
-        if !through_setpriv(cmd) {
-            die_with_parent(cmd);
-        }
-        let mut child = cmd.spawn()?;
-        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let Some(pid) = child.id() else {
-            // Not reachable for a child that has not been waited for; handled
-            // so that no path panics (the drop of `child` kills and reaps it).
-            return Err(std::io::Error::other(
-                "the child exited before its pid was taken",
-            ));
-        };
+    /// Spawn `cmd` as the leader of a new process group with piped stdio
+    /// and `PR_SET_PDEATHSIG = SIGKILL` (it dies with the runtime's process,
+    /// also a SIGKILLed one), and start the task that reaps it.
+    pub fn spawn(cmd: &Spawn) -> std::io::Result<(Self, Pipes)> {
+        let spawned = spawn_leader(cmd)?;
+        let pid = spawned.pid;
         let (exit_tx, exit) = watch::channel(None);
         let (reaped_tx, reaped_flag) = watch::channel(false);
         let gone = Arc::new(Mutex::new(false));
         let reaper_gone = gone.clone();
-        // The reaper owns the child: it is reaped on every path, also when the
-        // group's owner is gone.
+        // The reaper owns the leader: it is reaped on every path, also when
+        // the group's owner is gone.
+        let leader = spawned.leader;
         tokio::spawn(async move {
-            let exit = reap(child, pid, reaper_gone).await;
+            let exit = reap(leader, pid, reaper_gone).await;
             let _ = exit_tx.send(Some(exit));
             let _ = reaped_tx.send(true);
         });
@@ -142,19 +130,13 @@ impl ProcessGroup {
             gone,
             reaped: false,
         };
-        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-            // Not reachable for a child spawned with piped stdio; the drop
-            // of `group` kills it.
-            return Err(std::io::Error::other("the child's pipes were not created"));
+        // A pipe that cannot join the reactor: `group`'s drop kills the child.
+        let pipes = Pipes {
+            stdin: pipe::Sender::from_owned_fd(spawned.stdin)?,
+            stdout: pipe::Receiver::from_owned_fd(spawned.stdout)?,
+            stderr: pipe::Receiver::from_owned_fd(spawned.stderr)?,
         };
-        Ok((
-            group,
-            Pipes {
-                stdin,
-                stdout,
-                stderr,
-            },
-        ))
+        Ok((group, pipes))
     }
 
     /// The leader's pid, also the group id.
@@ -240,88 +222,75 @@ impl Drop for ProcessGroup {
     }
 }
 
-/// A command for `program` whose process will die with the runtime's
-/// (`PR_SET_PDEATHSIG = SIGKILL`, see [`die_with_parent`]) without a
-/// `pre_exec` hook: on Linux, when util-linux `setpriv` is on the machine
-/// and `program` is found, it is `setpriv --pdeathsig KILL -- PROGRAM`,
-/// which sets the signal and execs the program in place (same pid, same
-/// environment). A `pre_exec` hook makes the standard library fork the
-/// whole runtime instead of using `posix_spawn`: 2–4 ms per spawn at the
-/// runtime's size, most of a hook run's cost and of a server's start
-/// (docs/performance.md). Without setpriv, or when `program` is not found
-/// (the spawn then fails as usual), it is a plain command, and
-/// [`ProcessGroup::spawn`] sets the signal in a `pre_exec` hook. Arguments,
-/// environment and working directory are the caller's to add.
-pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let program = program.as_ref();
-    #[cfg(target_os = "linux")]
-    if let (Some(setpriv), Some(resolved)) =
-        (find_in_path("setpriv".as_ref()), find_in_path(program))
-    {
-        let mut cmd = Command::new(setpriv);
-        cmd.args(["--pdeathsig", "KILL", "--"]).arg(resolved);
-        return cmd;
-    }
-    Command::new(program)
+/// What to start for `program` (arguments, environment and working
+/// directory are the caller's to add); [`ProcessGroup::spawn`] starts it.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Spawn {
+    Spawn::new(program)
 }
 
-/// `program` as a path: itself when it names a path, else its first match
-/// in the runtime's `PATH` (as the standard library resolves it for a child
-/// that inherits the environment); `None` when there is none.
+/// A started leader and the parent's ends of its pipes.
+struct Started {
+    pid: u32,
+    leader: Leader,
+    stdin: std::os::fd::OwnedFd,
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+}
+
+/// What the reaper waits on.
 #[cfg(target_os = "linux")]
-fn find_in_path(program: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = std::path::Path::new(program);
-    let runnable = |p: &std::path::Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if path.components().count() > 1 || path.is_absolute() {
-        return runnable(path).then(|| path.to_path_buf());
-    }
-    let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&dirs)
-        .map(|d| d.join(path))
-        .find(|p| runnable(p))
-}
+struct Leader;
 
-/// Whether `cmd` is one [`command`] wrapped in setpriv.
-fn through_setpriv(cmd: &Command) -> bool {
-    let std = cmd.as_std();
-    std::path::Path::new(std.get_program())
-        .file_name()
-        .is_some_and(|n| n == "setpriv")
-        && std.get_args().next().is_some_and(|a| a == "--pdeathsig")
-}
-
-/// Make the leader die with the runtime's process (Linux `PR_SET_PDEATHSIG`):
-/// drop-based kills cannot run when the embedding process is itself killed
-/// (SIGKILL, a crash), and a leader that ignores stdin EOF would outlive it.
-/// The signal follows the thread that spawned the child: the runtime's
-/// tokio worker threads, which live as long as the runtime. Descendants the
-/// leader started are not covered (see docs/runtime-semantics.md).
+/// Linux: our own vfork-style spawn, which sets the death signal in the
+/// child (actors/spawn.rs).
 #[cfg(target_os = "linux")]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: between fork and exec the closure calls only prctl and getppid,
-    // which are async-signal-safe, and touches no memory of the parent.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent died before prctl took effect: do not run orphaned.
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(std::io::Error::other("the runtime exited during the spawn"));
-            }
-            Ok(())
-        });
-    }
+fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
+    let s = super::spawn::spawn(cmd)?;
+    let pid = u32::try_from(s.pid).map_err(|_| std::io::Error::other("negative pid"))?;
+    Ok(Started {
+        pid,
+        leader: Leader,
+        stdin: s.stdin,
+        stdout: s.stdout,
+        stderr: s.stderr,
+    })
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut Command) {}
+type Leader = tokio::process::Child;
+
+/// Elsewhere: the standard library's spawn (there is no death signal).
+#[cfg(not(target_os = "linux"))]
+fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
+    let mut c = tokio::process::Command::new(cmd.get_program());
+    c.args(cmd.get_args())
+        .env_clear()
+        .envs(cmd.environment())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(dir) = cmd.get_current_dir() {
+        c.current_dir(dir);
+    }
+    let mut child = c.spawn()?;
+    let pid = child
+        .id()
+        .ok_or_else(|| std::io::Error::other("the child exited before its pid was taken"))?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(std::io::Error::other("the child's pipes were not created"));
+    };
+    Ok(Started {
+        pid,
+        stdin: stdin.into_owned_fd()?,
+        stdout: stdout.into_owned_fd()?,
+        stderr: stderr.into_owned_fd()?,
+        leader: child,
+    })
+}
 
 /// The environment variable every process the runtime starts carries
 /// (servers and hooks), and which every descendant inherits, also one that
@@ -415,25 +384,93 @@ pub async fn still_running(pids: &[u32], limit: std::time::Duration) -> Vec<u32>
 /// [`ProcessGroup::signal`] takes: every group signal is sent while the
 /// leader's pid is still held (by the process or its zombie), so none can
 /// reach another group that reused the id.
-async fn reap(mut child: Child, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
-    if let Some(exited) = leader_exit(pid) {
-        exited.await;
-        let mut gone_now = lock(&gone);
-        signal_group(pid, libc::SIGKILL);
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                *gone_now = true;
-                return Exit::Status(status);
+#[cfg(target_os = "linux")]
+async fn reap(_leader: Leader, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
+    // Dropped unreaped (the runtime's tokio runtime is shutting down): the
+    // group is killed, and the zombie reaped if it already is one.
+    let mut guard = ReapOnDrop { pid, done: false };
+    match leader_exit(pid) {
+        Some(exited) => exited.await,
+        // No pidfd (a kernel before 5.3): look for the exit, without reaping.
+        None => {
+            while !has_exited(pid) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            Err(e) => {
-                *gone_now = true;
-                return Exit::WaitFailed(e.to_string());
-            }
-            Ok(None) => {} // not reapable yet after all: wait below
         }
     }
-    // No pidfd (not Linux, or a kernel before 5.3): the wait reaps, so the
-    // group's last kill can only come just after it.
+    let mut gone_now = lock(&gone);
+    signal_group(pid, libc::SIGKILL);
+    let exit = wait_pid(pid, 0);
+    *gone_now = true;
+    guard.done = true;
+    exit
+}
+
+/// `waitpid(pid, flags)`: the exit once reaped.
+#[cfg(target_os = "linux")]
+fn wait_pid(pid: u32, flags: libc::c_int) -> Exit {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return Exit::WaitFailed("pid out of range".into());
+    };
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into the int it is given.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::waitpid(p, &mut status, flags) };
+        if r == p {
+            return Exit::Status(ExitStatus::from_raw(status));
+        }
+        let e = std::io::Error::last_os_error();
+        if r == -1 && e.kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Exit::WaitFailed(if r == 0 {
+            "still running".into()
+        } else {
+            e.to_string()
+        });
+    }
+}
+
+/// Whether child `pid` has exited (it is reapable), without reaping it.
+#[cfg(target_os = "linux")]
+fn has_exited(pid: u32) -> bool {
+    let p: libc::id_t = pid;
+    // SAFETY: waitid writes into the siginfo it is given.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            p,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r == -1 || info.si_pid() != 0
+    }
+}
+
+/// Kills and, when it can without waiting, reaps a leader whose reaper was
+/// dropped before the reap.
+#[cfg(target_os = "linux")]
+struct ReapOnDrop {
+    pid: u32,
+    done: bool,
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for ReapOnDrop {
+    fn drop(&mut self) {
+        if !self.done {
+            signal_group(self.pid, libc::SIGKILL);
+            let _ = wait_pid(self.pid, libc::WNOHANG);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn reap(mut child: Leader, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
     let exit = child.wait().await;
     *lock(&gone) = true;
     signal_group(pid, libc::SIGKILL);
@@ -514,9 +551,9 @@ mod tests {
     /// Spawn `sh -c script` (which prints a grandchild's pid first) and read
     /// that pid.
     async fn spawn_with_grandchild(script: &str) -> (ProcessGroup, Pipes, u32) {
-        let mut cmd = Command::new("sh");
+        let mut cmd = command("sh");
         cmd.arg("-c").arg(script);
-        let (group, mut pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
+        let (group, mut pipes) = ProcessGroup::spawn(&cmd).unwrap();
         let mut out = tokio::io::BufReader::new(&mut pipes.stdout);
         let mut line = String::new();
         tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
@@ -575,11 +612,118 @@ mod tests {
         );
     }
 
+    /// All of `pipes.stdout`, once the leader closes it.
+    async fn read_all(pipes: &mut Pipes) -> String {
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut pipes.stdout, &mut out)
+            .await
+            .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn the_child_gets_exactly_its_arguments_environment_directory_and_default_signals() {
+        // The spawn is our own (actors/spawn.rs): what std's would give the
+        // child, it must give too. The test process ignores SIGPIPE (Rust
+        // does at start) and tokio has a SIGCHLD handler: neither reaches
+        // the child, and its signal mask is empty.
+        let dir = std::env::temp_dir();
+        let mut cmd = command("sh");
+        cmd.arg("-c")
+            .arg(r#"printf '%s|' "$0" "$1" "$PWD"; env | sort | tr '\n' ' '; grep -E '^Sig(Ign|Blk|Cgt)' /proc/self/status | tr -s '\t\n' '  '"#)
+            .arg("zero")
+            .arg("two words")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("ONLY", "this one")
+            .current_dir(&dir);
+        let (mut group, mut pipes) = ProcessGroup::spawn(&cmd).unwrap();
+        let out = read_all(&mut pipes).await;
+        assert_eq!(group.wait(None).await.unwrap().code(), Some(0), "{out}");
+        let pwd = std::fs::canonicalize(&dir).unwrap();
+        assert!(
+            out.starts_with(&format!("zero|two words|{}|", pwd.display())),
+            "{out}"
+        );
+        // Only what was set (sh adds PWD, and may add SHLVL and _).
+        let vars: Vec<&str> = out
+            .split('|')
+            .nth(3)
+            .unwrap()
+            .split(' ')
+            .filter(|v| v.contains('=') && !v.starts_with("Sig"))
+            .filter(|v| {
+                !["PWD=", "SHLVL=", "_=", "OLDPWD="]
+                    .iter()
+                    .any(|p| v.starts_with(p))
+            })
+            .collect();
+        assert_eq!(vars, ["ONLY=this", "PATH=/usr/bin:/bin"], "{out}");
+        // The same signal state as the standard library's spawn gives.
+        let std_child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"grep -E '^Sig(Ign|Blk|Cgt)' /proc/self/status | tr -s '\t\n' '  '"#)
+            .output()
+            .unwrap();
+        let std_sigs = String::from_utf8(std_child.stdout).unwrap();
+        assert!(std_sigs.contains("SigBlk: 0000000000000000"), "{std_sigs}");
+        // Signals 1–31 (32 and up are glibc's own and real-time ones): the
+        // mask, ignored (SIGPIPE is not) and caught sets, field by field.
+        let standard = |text: &str, field: &str| {
+            let hex = text
+                .split(field)
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or_else(|| panic!("{field} in {text}"));
+            u64::from_str_radix(hex, 16).unwrap() & 0x7fff_ffff
+        };
+        for field in ["SigBlk:", "SigIgn:", "SigCgt:"] {
+            assert_eq!(
+                standard(&out, field),
+                standard(&std_sigs, field),
+                "{field} ours: {out}\nstd's: {std_sigs}"
+            );
+        }
+        assert_eq!(standard(&out, "SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0);
+    }
+
+    #[tokio::test]
+    async fn a_spawn_that_fails_says_why_and_leaves_no_child() {
+        let missing = ProcessGroup::spawn(&command("no-such-program-mcpvisor")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{missing}");
+        assert!(
+            missing.to_string().contains("no-such-program-mcpvisor"),
+            "{missing}"
+        );
+        // Exec fails in the child (a file that is not executable): the
+        // child's errno comes back and the child was reaped.
+        let garbage =
+            std::env::temp_dir().join(format!("mcpvisor-not-exec-{}", std::process::id()));
+        std::fs::write(&garbage, [0u8, 1, 2, 3]).unwrap();
+        std::fs::set_permissions(
+            &garbage,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let not_exec = ProcessGroup::spawn(&command(&garbage)).unwrap_err();
+        let _ = std::fs::remove_file(&garbage);
+        assert_eq!(not_exec.raw_os_error(), Some(libc::ENOEXEC), "{not_exec}");
+        let mut bad_dir = command("true");
+        bad_dir.current_dir("/no/such/dir");
+        let e = ProcessGroup::spawn(&bad_dir).unwrap_err();
+        assert!(e.to_string().contains("working directory"), "{e}");
+        // No zombie of ours is left (every failed child was reaped).
+        // SAFETY: waitpid with WNOHANG only reports.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        assert!(r <= 0, "an unreaped child {r}");
+    }
+
     #[tokio::test]
     async fn dropping_an_unreaped_group_kills_it() {
-        let mut cmd = Command::new("sleep");
+        let mut cmd = command("sleep");
         cmd.arg("300");
-        let (group, _pipes) = ProcessGroup::spawn(&mut cmd).unwrap();
+        let (group, _pipes) = ProcessGroup::spawn(&cmd).unwrap();
         let pid = group.pid();
         let mut exit = group.exit.clone();
         drop(group);

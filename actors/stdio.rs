@@ -349,7 +349,7 @@ pub fn spawn(
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
-    let (group, pipes) = ProcessGroup::spawn(&mut cmd).map_err(|e| SpawnError::Start {
+    let (group, pipes) = ProcessGroup::spawn(&cmd).map_err(|e| SpawnError::Start {
         exe: exe.display().to_string(),
         reason: e.to_string(),
     })?;

@@ -742,7 +742,7 @@ fn host_spawn(
         if let Some(tag) = tag {
             command.env(crate::actors::process::TAG_VAR, tag);
         }
-        let (mut group, pipes) = match crate::actors::process::ProcessGroup::spawn(&mut command) {
+        let (mut group, pipes) = match crate::actors::process::ProcessGroup::spawn(&command) {
             Ok(g) => g,
             Err(e) => return json!({"error": format!("cannot spawn {cmd:?}: {e}")}),
         };

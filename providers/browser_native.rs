@@ -260,7 +260,7 @@ async fn launch(
             profile.display()
         )
     })?;
-    let mut cmd = tokio::process::Command::new(&exe);
+    let mut cmd = crate::actors::process::command(&exe);
     cmd.args([
         "--headless",
         "--no-sandbox",
@@ -285,7 +285,7 @@ async fn launch(
     .args(&config.extra_args)
     .arg("about:blank")
     .env(TAG_VAR, activation.process_tag("browser"));
-    let (mut group, pipes) = ProcessGroup::spawn(&mut cmd).map_err(|e| {
+    let (mut group, pipes) = ProcessGroup::spawn(&cmd).map_err(|e| {
         let _ = std::fs::remove_dir_all(&profile);
         format!("cannot start {}: {e}", exe.display())
     })?;
