@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::process::{CloseGraces, ProcessGroup};
@@ -445,11 +445,16 @@ pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(10);
 /// count against [`MAX_LINE_BYTES`], live in the transport, not in the
 /// future (a reply that arrives in pieces is never cut in two).
 pub struct StdioTransport {
-    reader: BufReader<Reader>,
-    /// The line being read; complete once `line_done`.
+    reader: Reader,
+    /// What was read and not yet handed out, from the start of the line
+    /// being read: stdout is read straight into it (no second buffer), so
+    /// an idle connection holds only what its largest recent line needed.
     line: Vec<u8>,
-    /// `line` holds a whole line that was handed out: clear it before the next.
-    line_done: bool,
+    /// `line[..scanned]` holds no newline.
+    scanned: usize,
+    /// The length of the line handed out (`line[..n]`, its newline at
+    /// `n`): dropped from `line` before the next is read.
+    handed: Option<usize>,
     writer: Arc<tokio::sync::Mutex<Option<Writer>>>,
     /// Cancelled when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
     dead: tokio_util::sync::CancellationToken,
@@ -465,9 +470,10 @@ impl StdioTransport {
         diag: Arc<Diagnostics>,
     ) -> Self {
         Self {
-            reader: BufReader::with_capacity(64 * 1024, Box::new(stdout) as Reader),
-            line: Vec::with_capacity(8 * 1024),
-            line_done: false,
+            reader: Box::new(stdout) as Reader,
+            line: Vec::new(),
+            scanned: 0,
+            handed: None,
             writer: Arc::new(tokio::sync::Mutex::new(Some(Box::new(stdin) as Writer))),
             dead: tokio_util::sync::CancellationToken::new(),
             diag,
@@ -475,53 +481,78 @@ impl StdioTransport {
         }
     }
 
-    /// Read one line (without its newline) into `self.line`, bounded by [`MAX_LINE_BYTES`].
-    /// Returns false on EOF, error or an over-long line (recorded as fatal).
-    async fn read_line(&mut self) -> bool {
-        // Cancel safety: only a line that was handed out is cleared; a
-        // partial one stays when this future is dropped between reads.
-        if std::mem::take(&mut self.line_done) || self.lossy {
+    /// Read one line (without its newline) into `self.line[..n]`, bounded
+    /// by [`MAX_LINE_BYTES`]; returns `n`. `None` on EOF, error or an
+    /// over-long line (recorded as fatal).
+    async fn read_line(&mut self) -> Option<usize> {
+        // Cancel safety: only a line that was handed out is dropped; a
+        // partial one stays when this future is dropped between reads
+        // (`read_buf` reads nothing when it loses a race).
+        if let Some(n) = self.handed.take() {
+            self.line.drain(..=n);
+            self.scanned = 0;
+        } else if self.lossy {
             self.line.clear();
+            self.scanned = 0;
         }
         loop {
-            let (done, used) = {
-                let buf = match self.reader.fill_buf().await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        self.diag
-                            .set_fatal(format!("reading the server's stdout failed: {e}"));
-                        return false;
-                    }
-                };
-                if buf.is_empty() {
-                    return false;
-                }
-                match buf.iter().position(|b| *b == b'\n') {
-                    Some(i) => {
-                        self.line.extend_from_slice(&buf[..i]);
-                        (true, i + 1)
-                    }
-                    None => {
-                        self.line.extend_from_slice(buf);
-                        (false, buf.len())
-                    }
-                }
-            };
-            self.reader.consume(used);
+            if let Some(i) = self.line[self.scanned..].iter().position(|b| *b == b'\n') {
+                let n = self.scanned + i;
+                self.handed = Some(n);
+                return Some(n);
+            }
+            self.scanned = self.line.len();
             if self.line.len() > MAX_LINE_BYTES {
                 self.diag.set_fatal(format!(
                     "the server wrote a stdout line longer than {} MiB without a newline",
                     MAX_LINE_BYTES / (1024 * 1024)
                 ));
-                return false;
+                return None;
             }
-            if done {
-                self.line_done = true;
-                return true;
+            // Room to read into: an empty buffer reads into what it has (a
+            // busy connection keeps its capacity from line to line); a
+            // line being read gets at least doubled room (one copy per
+            // byte, amortised).
+            if self.line.is_empty() {
+                if self.line.capacity() == 0 {
+                    self.line.reserve(IDLE_KEEP);
+                }
+            } else if self.line.capacity() - self.line.len() < READ_CHUNK / 2 {
+                self.line.reserve(READ_CHUNK.max(self.line.len()));
+            }
+            let read = if self.line.is_empty() && self.line.capacity() > IDLE_KEEP {
+                // Nothing partial is held: a connection that stays quiet
+                // gives its buffer back (an idle connection's memory, PERF-1).
+                tokio::select! {
+                    read = tokio::io::AsyncReadExt::read_buf(&mut self.reader, &mut self.line) => read,
+                    _ = tokio::time::sleep(IDLE_SHRINK_AFTER) => {
+                        self.line = Vec::with_capacity(IDLE_KEEP);
+                        continue;
+                    }
+                }
+            } else {
+                tokio::io::AsyncReadExt::read_buf(&mut self.reader, &mut self.line).await
+            };
+            match read {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    self.diag
+                        .set_fatal(format!("reading the server's stdout failed: {e}"));
+                    return None;
+                }
             }
         }
     }
 }
+
+/// The least room the stdout reader makes when a line outgrows its buffer.
+const READ_CHUNK: usize = 8 * 1024;
+/// The buffer a quiet connection keeps (and the first read's room).
+const IDLE_KEEP: usize = 512;
+/// How long a connection must be quiet, with no partial line, before its
+/// reader gives its buffer back.
+const IDLE_SHRINK_AFTER: Duration = Duration::from_secs(2);
 
 impl rmcp::transport::Transport<RoleClient> for StdioTransport {
     type Error = std::io::Error;
@@ -572,12 +603,10 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             // read_line is cancel-safe, so losing this race loses nothing.
             let read = tokio::select! {
                 read = self.read_line() => read,
-                _ = dead.cancelled() => false,
+                _ = dead.cancelled() => None,
             };
-            if !read {
-                return None;
-            }
-            let line = trim_cr(&self.line);
+            let n = read?;
+            let line = trim_cr(&self.line[..n]);
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -828,6 +857,44 @@ mod tests {
             assert_eq!(ids, vec!["1", "2"], "chunks of {chunk} bytes");
             assert_eq!(diag.non_json().0, 0, "nothing counted as non-JSON");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_connection_gives_its_read_buffer_back_and_a_partial_line_is_kept() {
+        // PERF-1 (memory per idle connection): stdout is read straight into
+        // the line buffer; a large reply grows it, and once the connection
+        // has been quiet for IDLE_SHRINK_AFTER with nothing partial held,
+        // the buffer is given back. A partial line is never dropped by it.
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        server_out.write_all(&reply_line(1, 200_000)).await.unwrap();
+        assert!(t.receive().await.is_some());
+        assert!(t.line.capacity() > 200_000, "the buffer grew for the reply");
+        // Half of the next reply, then quiet for longer than the shrink delay.
+        let next = reply_line(2, 50_000);
+        let (head, tail) = next.split_at(next.len() / 2);
+        server_out.write_all(head).await.unwrap();
+        let waited = tokio::time::timeout(IDLE_SHRINK_AFTER * 3, t.receive()).await;
+        assert!(waited.is_err(), "no whole line yet");
+        assert!(t.line.capacity() >= head.len(), "the partial line is kept");
+        server_out.write_all(tail).await.unwrap();
+        let msg = t.receive().await.expect("the second reply, whole");
+        assert_eq!(serde_json::to_value(&msg).unwrap()["id"], 2);
+        // Now quiet with nothing partial: the buffer goes back.
+        let waited = tokio::time::timeout(IDLE_SHRINK_AFTER * 2, t.receive()).await;
+        assert!(waited.is_err(), "nothing more was sent");
+        assert!(
+            t.line.capacity() <= IDLE_KEEP,
+            "an idle connection holds {} bytes",
+            t.line.capacity()
+        );
+        // And it still reads what comes next.
+        server_out.write_all(&reply_line(3, 10)).await.unwrap();
+        let msg = t.receive().await.expect("the third reply");
+        assert_eq!(serde_json::to_value(&msg).unwrap()["id"], 3);
     }
 
     #[tokio::test]

@@ -406,6 +406,21 @@ async fn start_to_ready(n: usize) -> anyhow::Result<(f64, f64)> {
     Ok((bare_ms, ours_ms))
 }
 
+/// Bytes the allocator has handed out and not had back (glibc's
+/// `mallinfo2`: in-use small blocks plus mmapped ones), KiB: the heap part
+/// of the RSS. 0 where there is no glibc.
+fn heap_kib() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+        #[allow(unsafe_code)]
+        let m = unsafe { libc::mallinfo2() };
+        ((m.uordblks + m.hblkhd) / 1024) as u64
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    0
+}
+
 /// This process's resident set, KiB.
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -422,8 +437,10 @@ fn rss_kib() -> u64 {
 /// (the runtime's half; the servers are other processes) over `n` added
 /// demo servers, per server, in KiB. RSS is page-granular and the
 /// allocator first reuses what it already has, so it is measured first in
-/// a run, over 100 servers (20 with `--quick`).
-async fn idle_connection_kib(n: usize) -> anyhow::Result<f64> {
+/// a run, over 100 servers (20 with `--quick`), once they have been quiet
+/// for 3 s. Also the allocator's heap in use, per server, over the same
+/// span: (RSS, heap).
+async fn idle_connection_kib(n: usize) -> anyhow::Result<(f64, f64)> {
     let runtime = Runtime::builder().start().await?;
     // One server first, so the growth counts connections, not first use.
     runtime
@@ -433,6 +450,7 @@ async fn idle_connection_kib(n: usize) -> anyhow::Result<f64> {
         .wait_ready(&Scope::Global, "warm", Duration::from_secs(30))
         .await?;
     let before = rss_kib();
+    let heap_before = heap_kib();
     for i in 0..n {
         runtime
             .add_server(
@@ -446,9 +464,16 @@ async fn idle_connection_kib(n: usize) -> anyhow::Result<f64> {
             .wait_ready(&Scope::Global, &format!("i{i}"), Duration::from_secs(60))
             .await?;
     }
+    // Idle: quiet long enough for the stdio readers to give their buffers
+    // back (2 s, actors/stdio.rs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let after = rss_kib();
+    let heap_after = heap_kib();
     runtime.shutdown(Duration::from_secs(30)).await;
-    Ok(after.saturating_sub(before) as f64 / n as f64)
+    Ok((
+        after.saturating_sub(before) as f64 / n as f64,
+        heap_after.saturating_sub(heap_before) as f64 / n as f64,
+    ))
 }
 
 /// A hook run against a bare `sh -c true`, median ms of `n` each: the
@@ -588,7 +613,7 @@ async fn measure(calls: usize, quick: bool) -> anyhow::Result<serde_json::Value>
     let calls = if quick { calls.min(200) } else { calls };
     // First, while the allocator holds little it could reuse: a growth
     // measured after the other rows is absorbed by what they freed.
-    let idle_kib = idle_connection_kib(if quick { 20 } else { 100 }).await?;
+    let (idle_kib, idle_heap_kib) = idle_connection_kib(if quick { 20 } else { 100 }).await?;
     let bare = bare_rmcp(calls).await?;
     let ours = through_runtime(calls).await?;
     let (c1k, b1k) = catalog_sync(1_000).await?;
@@ -625,7 +650,7 @@ async fn measure(calls: usize, quick: bool) -> anyhow::Result<serde_json::Value>
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
         "start_to_ready_ms": ready_json,
-        "idle_connection_kib": {"runtime": idle_kib},
+        "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
         "quick": quick,
         "catalog_sync_ms": {
@@ -696,8 +721,9 @@ fn print_human(f: &serde_json::Value) {
         }
     }
     println!(
-        "runtime-side memory per idle connection: {:.1} KiB",
-        n("/idle_connection_kib/runtime")
+        "runtime-side memory per idle connection: {:.1} KiB RSS, of which {:.1} KiB heap in use",
+        n("/idle_connection_kib/runtime"),
+        n("/idle_connection_kib/heap")
     );
     println!(
         "a PreToolUse hook `true` vs a bare `sh -c true`, median ms: bare {:.2}, mcpvisor {:.2}, ratio {:.2}",
