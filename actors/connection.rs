@@ -208,14 +208,21 @@ pub async fn fetch_catalog(
             .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
             .await
             .map_err(|e| format!("tools/list could not be sent: {e}"))?;
-        let id = serde_json::to_value(&handle.id)
-            .map(|v| v.to_string())
-            .unwrap_or_default();
+        let id = super::stdio::request_id_key(&handle.id);
         let response = handle
             .await_response()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
+        // The stdio transport read the page once as raw JSON (its entries
+        // keep execution.taskSupport and any malformed entry, for
+        // build_catalog to judge one by one).
+        let stashed = diag.take_tools_page(&id);
         let next = match response {
+            ServerResult::ListToolsResult(page) if stashed.is_some() => {
+                let _ = diag.take_task_required(&id);
+                entries.extend(stashed.into_iter().flatten());
+                page.next_cursor
+            }
             ServerResult::ListToolsResult(page) => {
                 // rmcp's typed Tool drops execution.taskSupport; the
                 // transport saw it in this very reply (SYNC-3).
@@ -247,7 +254,10 @@ pub async fn fetch_catalog(
                     .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
                 // Raw entries keep execution.taskSupport themselves.
                 let _ = diag.take_task_required(&id);
-                entries.extend(tools.iter().cloned());
+                match stashed {
+                    Some(raw) => entries.extend(raw),
+                    None => entries.extend(tools.iter().cloned()),
+                }
                 value
                     .get("nextCursor")
                     .and_then(Value::as_str)

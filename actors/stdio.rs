@@ -56,6 +56,14 @@ struct DiagInner {
     /// reply's JSON-RPC id: the catalog fetch that sent the request takes
     /// its page's names, so the set follows the current catalog. Bounded.
     task_required: std::collections::VecDeque<(String, Vec<String>)>,
+    /// The JSON-RPC ids of `tools/list` requests sent and not yet answered
+    /// (the stdio transport sees both). Bounded.
+    tools_pending: std::collections::VecDeque<String>,
+    /// Raw `tools` arrays of `tools/list` replies, by id, parsed once by
+    /// the transport (which handed rmcp the reply with an empty array):
+    /// the catalog fetch takes its page (PERF-1: one pass, no typed
+    /// round trip). Bounded.
+    tools_pages: std::collections::VecDeque<(String, Vec<serde_json::Value>)>,
     /// Secret values of this connection: never shown (TRUST-2).
     redact: Vec<String>,
 }
@@ -137,6 +145,49 @@ impl Diagnostics {
                 .unwrap_or_default(),
             None => Vec::new(),
         }
+    }
+
+    /// A `tools/list` request with this id was sent.
+    fn tools_requested(&self, id: String) {
+        let mut d = self.lock();
+        if d.tools_pending.len() >= 64 {
+            d.tools_pending.pop_front();
+        }
+        d.tools_pending.push_back(id);
+    }
+
+    /// Whether a `tools/list` reply is awaited (a cheap check per line).
+    fn tools_awaited(&self) -> bool {
+        !self.lock().tools_pending.is_empty()
+    }
+
+    /// Whether `id` is an awaited `tools/list` reply's; it is not any more.
+    fn take_tools_pending(&self, id: &str) -> bool {
+        let mut d = self.lock();
+        match d.tools_pending.iter().position(|i| i == id) {
+            Some(at) => {
+                d.tools_pending.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keep the raw `tools` of the reply with `id` for the catalog fetch.
+    fn stash_tools_page(&self, id: String, tools: Vec<serde_json::Value>) {
+        let mut d = self.lock();
+        if d.tools_pages.len() >= 64 {
+            d.tools_pages.pop_front();
+        }
+        d.tools_pages.push_back((id, tools));
+    }
+
+    /// The raw `tools` of the `tools/list` reply with `id`, when the
+    /// transport kept them (stdio); `None` otherwise (read rmcp's page).
+    pub(crate) fn take_tools_page(&self, id: &str) -> Option<Vec<serde_json::Value>> {
+        let mut d = self.lock();
+        let at = d.tools_pages.iter().position(|(i, _)| i == id)?;
+        d.tools_pages.remove(at).map(|(_, t)| t)
     }
 
     /// Scan a raw `tools/list` result for `execution.taskSupport == "required"`.
@@ -546,6 +597,40 @@ impl StdioTransport {
     }
 }
 
+impl StdioTransport {
+    /// A `tools/list` reply, read once as raw JSON: its `tools` are kept
+    /// for the catalog fetch and rmcp gets the reply with an empty array
+    /// (nothing typed per tool, no re-serialisation; PERF-1). `None` when
+    /// the line is no awaited reply with a `tools` array (then it is read
+    /// as usual, and a malformed page still reaches the fetch).
+    fn tools_page(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+        let id = v.get("id").map(serde_json::Value::to_string)?;
+        let tools = v.pointer_mut("/result/tools")?;
+        if !tools.is_array() || !self.diag.take_tools_pending(&id) {
+            return None;
+        }
+        let serde_json::Value::Array(tools) = std::mem::take(tools) else {
+            return None;
+        };
+        if let Some(slot) = v.pointer_mut("/result/tools") {
+            *slot = serde_json::Value::Array(Vec::new());
+        }
+        self.diag.stash_tools_page(id, tools);
+        // What rmcp cannot type (a bad nextCursor) is its CustomResult,
+        // as before: the fetch takes the stashed page either way.
+        serde_json::from_value(v).ok()
+    }
+}
+
+/// A JSON-RPC id as the catalog fetch and the transport both key it: its
+/// JSON text (`2`, `"abc"`).
+pub(crate) fn request_id_key(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_value(id)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
 /// The least room the stdout reader makes when a line outgrows its buffer.
 const READ_CHUNK: usize = 8 * 1024;
 /// The buffer a quiet connection keeps (and the first read's room).
@@ -561,6 +646,11 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item
+            && matches!(r.request, rmcp::model::ClientRequest::ListToolsRequest(_))
+        {
+            self.diag.tools_requested(request_id_key(&r.id));
+        }
         let writer = self.writer.clone();
         let dead = self.dead.clone();
         let diag = self.diag.clone();
@@ -609,6 +699,13 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             let line = trim_cr(&self.line[..n]);
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
+            }
+            if line.len() > 64
+                && self.diag.tools_awaited()
+                && memfind(&line[..line.len().min(256)], b"\"tools\"").is_some()
+                && let Some(msg) = self.tools_page(line)
+            {
+                return Some(msg);
             }
             match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
                 Ok(msg) => {
@@ -826,6 +923,60 @@ mod tests {
             "result": {"content": [{"type": "text", "text": "x".repeat(text_bytes)}]}
         });
         format!("{reply}\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_tools_list_reply_is_read_once_as_raw_json_and_rmcp_gets_an_empty_page() {
+        // PERF-1 / SYNC-3, SYNC-7: the transport keeps the raw entries of
+        // the reply to a tools/list request it sent (taskSupport and a
+        // malformed entry included, for build_catalog to judge); rmcp's
+        // typed page is empty but keeps nextCursor. A reply to any other
+        // request is read as usual, "tools" key or not.
+        use rmcp::model::{
+            ClientJsonRpcMessage, ClientRequest, ListToolsRequest, NumberOrString, ServerResult,
+        };
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        let list = ClientJsonRpcMessage::request(
+            ClientRequest::ListToolsRequest(ListToolsRequest::default()),
+            NumberOrString::Number(7),
+        );
+        t.send(list).await.unwrap();
+        let tools = serde_json::json!([
+            {"name": "a", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}},
+            {"name": 3},
+        ]);
+        for (id, tools) in [(8, tools.clone()), (7, tools.clone())] {
+            let reply = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                "result": {"tools": tools, "nextCursor": "p2"}});
+            server_out
+                .write_all(format!("{reply}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        // Id 8 was never asked for: rmcp reads it whole (a malformed entry
+        // makes it a CustomResult), and nothing is kept.
+        let other = serde_json::to_value(t.receive().await.unwrap()).unwrap();
+        assert_eq!(other["result"]["tools"], tools, "{other}");
+        assert!(diag.take_tools_page("8").is_none());
+        let msg = t.receive().await.unwrap();
+        let rmcp::model::JsonRpcMessage::Response(r) = msg else {
+            panic!("a response: {msg:?}");
+        };
+        let ServerResult::ListToolsResult(page) = r.result else {
+            panic!("a typed page: {:?}", r.result);
+        };
+        assert!(page.tools.is_empty());
+        assert_eq!(page.next_cursor.as_deref(), Some("p2"));
+        assert_eq!(
+            diag.take_tools_page("7"),
+            Some(tools.as_array().unwrap().clone())
+        );
+        assert!(diag.take_tools_page("7").is_none(), "taken once");
+        assert!(!diag.tools_awaited(), "the request was answered");
     }
 
     #[tokio::test]
