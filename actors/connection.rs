@@ -213,35 +213,20 @@ pub async fn fetch_catalog(
             .await_response()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
-        // The stdio transport read the page once as raw JSON (its entries
-        // keep execution.taskSupport and any malformed entry, for
-        // build_catalog to judge one by one).
+        // The page as the server wrote it, when the transport kept it
+        // (stdio always, HTTP for SSE replies): its entries keep what
+        // rmcp's typed Tool drops (execution.taskSupport, SYNC-7) and any
+        // malformed entry, for build_catalog to judge one by one.
         let stashed = diag.take_tools_page(&id);
         let next = match response {
-            ServerResult::ListToolsResult(page) if stashed.is_some() => {
-                let _ = diag.take_task_required(&id);
-                entries.extend(stashed.into_iter().flatten());
-                page.next_cursor
-            }
             ServerResult::ListToolsResult(page) => {
-                // rmcp's typed Tool drops execution.taskSupport; the
-                // transport saw it in this very reply (SYNC-3).
-                let required = diag.take_task_required(&id);
-                for tool in &page.tools {
-                    let mut entry = serde_json::to_value(tool).map_err(|e| e.to_string())?;
-                    let name = entry
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    if required.iter().any(|r| r == name)
-                        && let Value::Object(o) = &mut entry
-                    {
-                        o.insert(
-                            "execution".into(),
-                            serde_json::json!({"taskSupport": "required"}),
-                        );
+                match stashed {
+                    Some(raw) => entries.extend(raw),
+                    None => {
+                        for tool in &page.tools {
+                            entries.push(serde_json::to_value(tool).map_err(|e| e.to_string())?);
+                        }
                     }
-                    entries.push(entry);
                 }
                 page.next_cursor
             }
@@ -252,8 +237,6 @@ pub async fn fetch_catalog(
                     .get("tools")
                     .and_then(Value::as_array)
                     .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
-                // Raw entries keep execution.taskSupport themselves.
-                let _ = diag.take_task_required(&id);
                 match stashed {
                     Some(raw) => entries.extend(raw),
                     None => entries.extend(tools.iter().cloned()),

@@ -343,7 +343,7 @@ impl TappedClient {
                 }) = event
                     && data.contains("\"tools\"")
                 {
-                    diag.tap_tools_list(data.as_bytes());
+                    diag.tap_tools_page(data.as_bytes());
                 }
             })
             .boxed()

@@ -117,9 +117,12 @@ impl ProcessGroup {
         let reaper_gone = gone.clone();
         // The reaper owns the leader: it is reaped on every path, also when
         // the group's owner is gone.
-        let leader = spawned.leader;
+        #[cfg(target_os = "linux")]
+        let reaping = reap(pid, reaper_gone);
+        #[cfg(not(target_os = "linux"))]
+        let reaping = reap(spawned.child, pid, reaper_gone);
         tokio::spawn(async move {
-            let exit = reap(leader, pid, reaper_gone).await;
+            let exit = reaping.await;
             let _ = exit_tx.send(Some(exit));
             let _ = reaped_tx.send(true);
         });
@@ -231,15 +234,13 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Spawn {
 /// A started leader and the parent's ends of its pipes.
 struct Started {
     pid: u32,
-    leader: Leader,
+    /// What the reaper waits on elsewhere than Linux (there, the pid).
+    #[cfg(not(target_os = "linux"))]
+    child: tokio::process::Child,
     stdin: std::os::fd::OwnedFd,
     stdout: std::os::fd::OwnedFd,
     stderr: std::os::fd::OwnedFd,
 }
-
-/// What the reaper waits on.
-#[cfg(target_os = "linux")]
-struct Leader;
 
 /// Linux: our own vfork-style spawn, which sets the death signal in the
 /// child (actors/spawn.rs).
@@ -249,15 +250,11 @@ fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
     let pid = u32::try_from(s.pid).map_err(|_| std::io::Error::other("negative pid"))?;
     Ok(Started {
         pid,
-        leader: Leader,
         stdin: s.stdin,
         stdout: s.stdout,
         stderr: s.stderr,
     })
 }
-
-#[cfg(not(target_os = "linux"))]
-type Leader = tokio::process::Child;
 
 /// Elsewhere: the standard library's spawn (there is no death signal).
 #[cfg(not(target_os = "linux"))]
@@ -288,7 +285,7 @@ fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
         stdin: stdin.into_owned_fd()?,
         stdout: stdout.into_owned_fd()?,
         stderr: stderr.into_owned_fd()?,
-        leader: child,
+        child,
     })
 }
 
@@ -385,7 +382,7 @@ pub async fn still_running(pids: &[u32], limit: std::time::Duration) -> Vec<u32>
 /// leader's pid is still held (by the process or its zombie), so none can
 /// reach another group that reused the id.
 #[cfg(target_os = "linux")]
-async fn reap(_leader: Leader, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
+async fn reap(pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
     // Dropped unreaped (the runtime's tokio runtime is shutting down): the
     // group is killed, and the zombie reaped if it already is one.
     let mut guard = ReapOnDrop { pid, done: false };
@@ -470,7 +467,7 @@ impl Drop for ReapOnDrop {
 }
 
 #[cfg(not(target_os = "linux"))]
-async fn reap(mut child: Leader, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
+async fn reap(mut child: tokio::process::Child, pid: u32, gone: Arc<Mutex<bool>>) -> Exit {
     let exit = child.wait().await;
     *lock(&gone) = true;
     signal_group(pid, libc::SIGKILL);

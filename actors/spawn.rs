@@ -203,16 +203,24 @@ mod linux {
     /// The child's stack: it runs a handful of system-call wrappers.
     const CHILD_STACK: usize = 64 * 1024;
 
-    /// The steps the child can fail at, for the error message.
-    const STEPS: [&str; 6] = [
-        "",
-        "could not make it a process group leader",
-        "could not set its death signal",
-        "the runtime exited during the spawn",
-        "could not set up its stdio",
-        "could not change to its working directory",
-    ];
+    /// The steps the child can fail at (0: none), each with what the
+    /// error says; a failed exec keeps its own error.
+    const STEP_PGID: i32 = 1;
+    const STEP_DEATH_SIGNAL: i32 = 2;
+    const STEP_PARENT: i32 = 3;
+    const STEP_STDIO: i32 = 4;
+    const STEP_CWD: i32 = 5;
     const STEP_EXEC: i32 = 6;
+    fn step_failed(step: i32) -> &'static str {
+        match step {
+            STEP_PGID => "could not make it a process group leader",
+            STEP_DEATH_SIGNAL => "could not set its death signal",
+            STEP_PARENT => "the runtime exited during the spawn",
+            STEP_STDIO => "could not set up its stdio",
+            STEP_CWD => "could not change to its working directory",
+            _ => "failed before its exec",
+        }
+    }
 
     /// What the child reads (prepared by the parent) and writes (its error).
     struct ChildArgs {
@@ -368,12 +376,7 @@ mod linux {
             return Err(if step == STEP_EXEC {
                 err
             } else {
-                let what = usize::try_from(step)
-                    .ok()
-                    .and_then(|i| STEPS.get(i))
-                    .copied()
-                    .unwrap_or("failed before its exec");
-                std::io::Error::new(err.kind(), format!("{what}: {err}"))
+                std::io::Error::new(err.kind(), format!("{}: {err}", step_failed(step)))
             });
         }
         Ok(Spawned {
@@ -424,23 +427,23 @@ mod linux {
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             if libc::setpgid(0, 0) == -1 {
-                fail(a, 1);
+                fail(a, STEP_PGID);
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                fail(a, 2);
+                fail(a, STEP_DEATH_SIGNAL);
             }
             if libc::getppid() != a.parent {
                 *libc::__errno_location() = libc::ESRCH;
-                fail(a, 3);
+                fail(a, STEP_PARENT);
             }
             for (target, fd) in a.fds.iter().enumerate() {
                 // Every fd is ≥ 3, so `target` (0, 1, 2) is never one of them.
                 if libc::dup2(*fd, target as libc::c_int) == -1 {
-                    fail(a, 4);
+                    fail(a, STEP_STDIO);
                 }
             }
             if !a.cwd.is_null() && libc::chdir(a.cwd) == -1 {
-                fail(a, 5);
+                fail(a, STEP_CWD);
             }
             libc::execve(a.path, a.argv, a.envp);
             fail(a, STEP_EXEC)

@@ -51,18 +51,16 @@ struct DiagInner {
     non_json_lines: u64,
     first_non_json: Option<String>,
     fatal: Option<String>,
-    /// Tools seen with `execution.taskSupport == "required"` in a
-    /// `tools/list` reply (rmcp's typed model drops the field), by the
-    /// reply's JSON-RPC id: the catalog fetch that sent the request takes
-    /// its page's names, so the set follows the current catalog. Bounded.
-    task_required: std::collections::VecDeque<(String, Vec<String>)>,
     /// The JSON-RPC ids of `tools/list` requests sent and not yet answered
     /// (the stdio transport sees both). Bounded.
     tools_pending: std::collections::VecDeque<String>,
-    /// Raw `tools` arrays of `tools/list` replies, by id, parsed once by
-    /// the transport (which handed rmcp the reply with an empty array):
-    /// the catalog fetch takes its page (PERF-1: one pass, no typed
-    /// round trip). Bounded.
+    /// Raw `tools` arrays of `tools/list` replies, by the reply's JSON-RPC
+    /// id: the catalog fetch that sent the request takes its page, with
+    /// what rmcp's typed `Tool` would drop (`execution.taskSupport`,
+    /// SYNC-7) and any malformed entry (for build_catalog to judge). The
+    /// stdio transport parses the reply once for it and hands rmcp the page
+    /// with an empty array (PERF-1); the HTTP client taps SSE replies.
+    /// Bounded: pages nobody takes fall out.
     tools_pages: std::collections::VecDeque<(String, Vec<serde_json::Value>)>,
     /// Secret values of this connection: never shown (TRUST-2).
     redact: Vec<String>,
@@ -134,19 +132,6 @@ impl Diagnostics {
         self.lock().fatal.clone()
     }
 
-    /// The task-only tools the reply to request `id` (its JSON text) listed.
-    pub(crate) fn take_task_required(&self, id: &str) -> Vec<String> {
-        let mut d = self.lock();
-        match d.task_required.iter().position(|(i, _)| i == id) {
-            Some(at) => d
-                .task_required
-                .remove(at)
-                .map(|(_, n)| n)
-                .unwrap_or_default(),
-            None => Vec::new(),
-        }
-    }
-
     /// A `tools/list` request with this id was sent.
     fn tools_requested(&self, id: String) {
         let mut d = self.lock();
@@ -190,39 +175,20 @@ impl Diagnostics {
         d.tools_pages.remove(at).map(|(_, t)| t)
     }
 
-    /// Scan a raw `tools/list` result for `execution.taskSupport == "required"`.
-    pub(crate) fn tap_tools_list(&self, raw: &[u8]) {
-        if memfind(raw, b"taskSupport").is_none() {
-            return;
-        }
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) else {
+    /// Keep the raw `tools` of `raw`, a JSON-RPC reply that has a
+    /// `result.tools` array (the HTTP client's SSE tap).
+    pub(crate) fn tap_tools_page(&self, raw: &[u8]) {
+        let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(raw) else {
             return;
         };
         let Some(id) = v.get("id").map(serde_json::Value::to_string) else {
             return;
         };
-        let tools = v.pointer("/result/tools").and_then(|t| t.as_array());
-        let names: Vec<String> = tools
-            .into_iter()
-            .flatten()
-            .filter_map(|t| {
-                let required = t.pointer("/execution/taskSupport").and_then(|s| s.as_str())
-                    == Some("required");
-                required
-                    .then(|| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
-                    .flatten()
-            })
-            .collect();
-        if names.is_empty() {
-            return;
+        if let Some(serde_json::Value::Array(tools)) =
+            v.pointer_mut("/result/tools").map(std::mem::take)
+        {
+            self.stash_tools_page(id, tools);
         }
-        let mut d = self.lock();
-        // Replies nobody fetches (a call result that looked like a page)
-        // fall out of the bound.
-        if d.task_required.len() >= 64 {
-            d.task_required.pop_front();
-        }
-        d.task_required.push_back((id, names));
     }
 
     /// A one-paragraph explanation for an error message: stderr tail and non-JSON hints.
@@ -240,10 +206,6 @@ impl Diagnostics {
         }
         out
     }
-}
-
-fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 // ===== Spawning =====
@@ -604,18 +566,20 @@ impl StdioTransport {
     /// the line is no awaited reply with a `tools` array (then it is read
     /// as usual, and a malformed page still reaches the fetch).
     fn tools_page(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
-        let id = v.get("id").map(serde_json::Value::to_string)?;
-        let tools = v.pointer_mut("/result/tools")?;
-        if !tools.is_array() || !self.diag.take_tools_pending(&id) {
+        // The id first, by a scan that stops at it: a line that answers
+        // something else is not parsed twice.
+        let id = top_level_id(line)?.to_string();
+        if !self.diag.take_tools_pending(&id) {
             return None;
         }
-        let serde_json::Value::Array(tools) = std::mem::take(tools) else {
+        let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+        let Some(serde_json::Value::Array(tools)) = v
+            .pointer_mut("/result/tools")
+            .map(|t| std::mem::replace(t, serde_json::Value::Array(Vec::new())))
+        else {
+            // Not a page (an error reply, no tools array): read as usual.
             return None;
         };
-        if let Some(slot) = v.pointer_mut("/result/tools") {
-            *slot = serde_json::Value::Array(Vec::new());
-        }
         self.diag.stash_tools_page(id, tools);
         // What rmcp cannot type (a bad nextCursor) is its CustomResult,
         // as before: the fetch takes the stashed page either way.
@@ -700,22 +664,13 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            if line.len() > 64
-                && self.diag.tools_awaited()
-                && memfind(&line[..line.len().min(256)], b"\"tools\"").is_some()
+            if self.diag.tools_awaited()
                 && let Some(msg) = self.tools_page(line)
             {
                 return Some(msg);
             }
             match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
-                Ok(msg) => {
-                    if line.len() > 64
-                        && memfind(&line[..line.len().min(256)], b"\"tools\"").is_some()
-                    {
-                        self.diag.tap_tools_list(line);
-                    }
-                    return Some(msg);
-                }
+                Ok(msg) => return Some(msg),
                 // Valid JSON nested past serde_json's limit is a reply the
                 // call must get an outcome for, not a line to skip (the call
                 // would wait its whole timeout).
@@ -900,20 +855,24 @@ mod tests {
     }
 
     #[test]
-    fn task_support_tap_reads_required_tools() {
+    fn the_sse_tap_keeps_each_page_raw_by_its_id() {
+        // SYNC-7 over HTTP: rmcp's typed Tool drops execution.taskSupport;
+        // the page kept raw has it. Each fetch takes only its own page,
+        // once (issue 10, defect 12: nothing accumulates).
         let d = Diagnostics::default();
-        d.tap_tools_list(
-            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#,
+        d.tap_tools_page(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}}]}}"#,
         );
-        d.tap_tools_list(
-            br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"c","execution":{"taskSupport":"required"}}]}}"#,
+        d.tap_tools_page(br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"c"}]}}"#);
+        d.tap_tools_page(br#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#);
+        let page = d.take_tools_page("1").expect("page 1");
+        assert_eq!(page[0]["execution"]["taskSupport"], "required");
+        assert!(d.take_tools_page("1").is_none());
+        assert_eq!(d.take_tools_page("\"x\"").expect("page x")[0]["name"], "c");
+        assert!(
+            d.take_tools_page("2").is_none(),
+            "no tools array, nothing kept"
         );
-        // Each fetch takes only its own reply's names, once (issue 10, defect
-        // 12: the set follows the catalog instead of accumulating).
-        assert_eq!(d.take_task_required("1"), vec!["a".to_owned()]);
-        assert!(d.take_task_required("1").is_empty());
-        assert_eq!(d.take_task_required("\"x\""), vec!["c".to_owned()]);
-        assert!(d.take_task_required("2").is_empty());
     }
 
     /// A reply line as a server writes it.
