@@ -462,9 +462,10 @@ impl Actor for Connection {
                 cfg.startup_timeout.as_millis()
             )),
         };
-        if let Ok(values) = &secrets
-            && !args.chaos.no_redaction
-        {
+        if args.chaos.no_redaction {
+            diag.break_redaction();
+        }
+        if let Ok(values) = &secrets {
             diag.add_redactions(values.iter().map(|(_, v)| v.expose().to_owned()));
         }
         let connect: BoxFuture<'static, Result<Box<Established>, String>> =

@@ -64,6 +64,9 @@ struct DiagInner {
     tools_pages: std::collections::VecDeque<(String, Vec<serde_json::Value>)>,
     /// Secret values of this connection: never shown (TRUST-2).
     redact: Vec<String>,
+    /// Test-only break switch (`ChaosSwitches::no_redaction`): nothing is
+    /// added to `redact`, whoever adds it.
+    no_redaction: bool,
 }
 
 impl Diagnostics {
@@ -96,9 +99,16 @@ impl Diagnostics {
 
     /// Secret values that must never be shown from this connection's output.
     pub fn add_redactions(&self, values: impl IntoIterator<Item = String>) {
-        self.lock()
-            .redact
-            .extend(values.into_iter().filter(|v| !v.is_empty()));
+        let mut d = self.lock();
+        if !d.no_redaction {
+            d.redact
+                .extend(values.into_iter().filter(|v| !v.is_empty()));
+        }
+    }
+
+    /// The chaos runner's `redaction` break switch: redact nothing.
+    pub(crate) fn break_redaction(&self) {
+        self.lock().no_redaction = true;
     }
 
     /// Count a non-JSON stdout line; keep the first one's start.

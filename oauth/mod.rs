@@ -487,11 +487,9 @@ async fn enterprise(
     let secret = |s: Secret| {
         EmaClientAuthentication::ClientSecretBasic(oauth2::ClientSecret::new(s.expose().to_owned()))
     };
-    let metadata = manager
-        .resolve_metadata()
-        .await
-        .map_err(|e| describe(server, &e))?
-        .metadata;
+    // The same discovery and endpoint check as every grant (TRUST-3): the
+    // ID-JAG and a client secret go to these endpoints.
+    let metadata = discover(server, manager, &http.url, None).await?;
     let issuer = metadata.issuer.clone().ok_or_else(|| {
         format!("server {server}: OAuth: the authorization server's metadata names no issuer")
     })?;
@@ -499,9 +497,14 @@ async fn enterprise(
     let id_token = store.get(&id_token_name).await.map_err(|e| {
         format!("server {server}: the ID token {id_token_name} could not be had: {e}")
     })?;
+    let idp_token_endpoint = need(&oauth.idp_token_endpoint, "idp_token_endpoint")?;
+    // The user's ID token goes there.
+    validate_endpoint(&idp_token_endpoint).map_err(|e| {
+        format!("server {server}: OAuth: the identity provider's endpoint {idp_token_endpoint} is refused: {e}")
+    })?;
     let mut idp = EmaAuthorizationServer::new(
         need(&oauth.idp_issuer, "idp_issuer")?,
-        need(&oauth.idp_token_endpoint, "idp_token_endpoint")?,
+        idp_token_endpoint,
         need(&oauth.idp_client_id, "idp_client_id")?,
     );
     if let Some(name) = &oauth.idp_client_secret {

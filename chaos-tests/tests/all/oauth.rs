@@ -257,7 +257,7 @@ async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_an
         .start()
         .await
         .unwrap();
-    rt.add_server(Scope::Global, cfg).await.unwrap();
+    rt.add_server(Scope::Global, cfg.clone()).await.unwrap();
     rt.wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
         .await
         .unwrap();
@@ -277,6 +277,36 @@ async fn a_rejected_token_is_refreshed_once_the_rotated_refresh_token_is_kept_an
         "{}",
         first.projection
     );
+    // The chaos runner's redaction break switch reaches this path too (so
+    // no_secret_leak can be shown failing for it): the token shows.
+    let broken = Runtime::builder()
+        .secrets(store.clone())
+        .break_for_chaos(mcpvisor::ChaosSwitches {
+            no_redaction: true,
+            ..Default::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    broken.add_server(Scope::Global, cfg.clone()).await.unwrap();
+    broken
+        .wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let leaked = broken
+        .call(
+            &Scope::Global,
+            "mcp__notes__read",
+            None,
+            CallOptions::default(),
+        )
+        .await;
+    assert!(
+        leaked.projection.contains("you sent a1"),
+        "{}",
+        leaked.projection
+    );
+    assert!(broken.shutdown(Duration::from_secs(10)).await.is_clean());
 
     // The server stops taking a1: the next request is refused, refreshed
     // with r1 once, and sent again with a2.
@@ -344,4 +374,71 @@ async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_se
         store.get("oauth.notes").await.is_err(),
         "nothing was stored"
     );
+}
+
+/// A `grant = "enterprise"` config for the fixture's server, with the
+/// user's ID token in `store`.
+async fn enterprise_config(
+    f: &Fixture,
+    idp_token_endpoint: &str,
+    store: &Arc<dyn SecretStore>,
+) -> ServerConfig {
+    store
+        .put("idp.token", mcpvisor::Secret::new("id-token-1".to_owned()))
+        .await
+        .unwrap();
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base));
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(Box::new(OAuthConfig {
+        grant: mcpvisor::OAuthGrant::Enterprise,
+        client_id: Some("client-1".into()),
+        idp_issuer: Some(format!("{}/idp", f.base)),
+        idp_token_endpoint: Some(idp_token_endpoint.to_owned()),
+        idp_client_id: Some("idp-client".into()),
+        idp_id_token: Some("idp.token".into()),
+        ..OAuthConfig::default()
+    }));
+    cfg
+}
+
+#[tokio::test]
+async fn the_enterprise_grant_checks_every_endpoint_before_a_token_is_sent() {
+    // TRUST-3 / CONN-13: the enterprise grant sends the user's ID token to
+    // the identity provider and the ID-JAG to the authorization server; it
+    // goes through the same discovery and endpoint check as the others.
+    for (cleartext_as, idp, refused) in [
+        (true, None, "http://as.example.com/token is refused"),
+        (
+            false,
+            Some("http://idp.example.com/token"),
+            "http://idp.example.com/token is refused",
+        ),
+    ] {
+        let f = start().await;
+        f.issued.lock().unwrap().cleartext_token_endpoint = cleartext_as;
+        let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+        let idp = idp
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{}/idp/token", f.base));
+        let cfg = enterprise_config(&f, &idp, &store).await;
+        let TransportConfig::StreamableHttp(http) = &cfg.transport else {
+            unreachable!()
+        };
+        let e = login(
+            "notes",
+            http,
+            store.clone(),
+            &HeadlessAuthorization::default(),
+            &LoginRequest::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains(refused) && e.contains("use https://"), "{e}");
+        assert!(
+            store.get("oauth.notes").await.is_err(),
+            "nothing was stored"
+        );
+    }
 }
