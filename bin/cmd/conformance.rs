@@ -139,7 +139,6 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
         .start()
         .await?;
     let mut failed = false;
-    let mut added = false;
     'run: loop {
         logins += 1;
         match login("suite", &http, store.clone(), &ui, &request).await {
@@ -157,11 +156,10 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
         // (awaited) and added again, so that `wait_ready` waits for the new
         // connection. After `restart_server` it could see the old one still
         // ready, and the next call met the restart (seen in CI).
-        if added {
+        if logins > 1 {
             runtime.remove_server(&Scope::Global, "suite").await?;
         }
         runtime.add_server(Scope::Global, cfg.clone()).await?;
-        added = true;
         if let Err(e) = runtime
             .wait_ready(&Scope::Global, "suite", Duration::from_secs(20))
             .await

