@@ -235,6 +235,16 @@ fn open_browser(url: &str) -> Option<tokio::process::Child> {
     }
 }
 
+/// Whether the request path `path` is this login's redirect: exactly
+/// `/callback`, with the login's `state` when it has one.
+fn is_our_callback(path: &str, state: Option<&str>) -> bool {
+    let (route, query) = path.split_once('?').unwrap_or((path, ""));
+    route == "/callback"
+        && state.is_none_or(|want| {
+            url::form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "state" && v == want)
+        })
+}
+
 /// Accept on `listener` until a request for exactly `/callback` carrying
 /// the login's `state` arrives (anything else is answered 404 and
 /// ignored: a stray local request cannot end the login); answer it and
@@ -261,11 +271,7 @@ async fn callback(
             .and_then(|l| l.strip_prefix("GET "))
             .and_then(|l| l.split_whitespace().next())
             .unwrap_or("");
-        let (route, query) = path.split_once('?').unwrap_or((path, ""));
-        let ours = state.is_none_or(|want| {
-            url::form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "state" && v == want)
-        });
-        if route != "/callback" || !ours {
+        if !is_our_callback(path, state) {
             let _ = conn
                 .write_all(
                     b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
@@ -284,5 +290,24 @@ async fn callback(
         );
         let _ = conn.write_all(reply.as_bytes()).await;
         return Ok(format!("http://127.0.0.1:{port}{path}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_our_callback;
+
+    #[test]
+    fn only_exactly_callback_with_the_logins_state_ends_the_login() {
+        // CONN-13 / TRUST-3: a stray local request cannot end the login.
+        assert!(is_our_callback("/callback?code=c&state=s1", Some("s1")));
+        assert!(is_our_callback("/callback?state=a%20b&code=c", Some("a b")));
+        assert!(!is_our_callback("/callback?code=c&state=s2", Some("s1")));
+        assert!(!is_our_callback("/callback?code=c", Some("s1")));
+        assert!(!is_our_callback("/callbackx?state=s1", Some("s1")));
+        assert!(!is_our_callback("/other/callback?state=s1", Some("s1")));
+        assert!(!is_our_callback("/favicon.ico", Some("s1")));
+        assert!(is_our_callback("/callback?code=c", None));
+        assert!(!is_our_callback("/", None));
     }
 }
