@@ -338,53 +338,11 @@ pub async fn login(
     if oauth.grant == OAuthGrant::Enterprise {
         return enterprise(server, http, &oauth, store, &manager, client_secret, scopes).await;
     }
-    let mut state = OAuthState::Unauthorized(manager);
     if oauth.grant == OAuthGrant::ClientCredentials {
-        let Some(client_id) = oauth.client_id.clone() else {
-            return Err(format!(
-                "server {server}: grant = \"client_credentials\" needs client_id"
-            ));
-        };
-        // RFC 8707: the token is for this server.
-        let resource = Some(http.url.clone());
-        let config = match (&oauth.client_assertion_key, &client_secret) {
-            (Some(key_name), _) => {
-                let key = store.get(key_name).await.map_err(|e| {
-                    format!(
-                        "server {server}: the client assertion key {key_name} could not be had: {e}"
-                    )
-                })?;
-                ClientCredentialsConfig::PrivateKeyJwt {
-                    client_id,
-                    signing_key: key.expose().as_bytes().to_vec(),
-                    signing_algorithm: signing_algorithm(oauth.signing_algorithm.as_deref())
-                        .map_err(|e| format!("server {server}: {e}"))?,
-                    token_endpoint_audience: None,
-                    scopes: scopes.clone(),
-                    resource,
-                }
-            }
-            (None, Some(secret)) => ClientCredentialsConfig::ClientSecret {
-                client_id,
-                client_secret: secret.expose().to_owned(),
-                scopes: scopes.clone(),
-                resource,
-            },
-            (None, None) => {
-                return Err(format!(
-                    "server {server}: grant = \"client_credentials\" needs client_secret or client_assertion_key"
-                ));
-            }
-        };
-        state
-            .authenticate_client_credentials(config)
-            .await
-            .map_err(|e| describe(server, &e))?;
-        return stored_summary(server, &http.url, store, scopes).await;
+        return client_credentials(server, http, &oauth, store, manager, client_secret, scopes)
+            .await;
     }
-    let OAuthState::Unauthorized(mut manager) = state else {
-        return Err(format!("server {server}: OAuth: the login state was lost"));
-    };
+    let mut manager = manager;
     let challenge = probe(&http.url).await;
     let redirect = ui.redirect_uri().await?;
     let mut ask = AuthorizationRequest::new(redirect)
@@ -462,6 +420,61 @@ fn summarize(stored: &StoredCredentials, asked: &[String]) -> Authorized {
         expires_in: token.get("expires_in").and_then(Value::as_u64),
         refreshable: token.get("refresh_token").is_some_and(|r| !r.is_null()),
     }
+}
+
+/// `grant = "client_credentials"` (SEP-1046): rmcp requests the token with
+/// the client secret or a signed JWT assertion; the token is stored like
+/// any other.
+async fn client_credentials(
+    server: &str,
+    http: &HttpConfig,
+    oauth: &crate::messages::config::OAuthConfig,
+    store: Arc<dyn SecretStore>,
+    manager: AuthorizationManager,
+    client_secret: Option<Secret>,
+    scopes: &[String],
+) -> Result<Authorized, String> {
+    let Some(client_id) = oauth.client_id.clone() else {
+        return Err(format!(
+            "server {server}: grant = \"client_credentials\" needs client_id"
+        ));
+    };
+    // RFC 8707: the token is for this server.
+    let resource = Some(http.url.clone());
+    let config = match (&oauth.client_assertion_key, &client_secret) {
+        (Some(key_name), _) => {
+            let key = store.get(key_name).await.map_err(|e| {
+                format!(
+                    "server {server}: the client assertion key {key_name} could not be had: {e}"
+                )
+            })?;
+            ClientCredentialsConfig::PrivateKeyJwt {
+                client_id,
+                signing_key: key.expose().as_bytes().to_vec(),
+                signing_algorithm: signing_algorithm(oauth.signing_algorithm.as_deref())
+                    .map_err(|e| format!("server {server}: {e}"))?,
+                token_endpoint_audience: None,
+                scopes: scopes.to_vec(),
+                resource,
+            }
+        }
+        (None, Some(secret)) => ClientCredentialsConfig::ClientSecret {
+            client_id,
+            client_secret: secret.expose().to_owned(),
+            scopes: scopes.to_vec(),
+            resource,
+        },
+        (None, None) => {
+            return Err(format!(
+                "server {server}: grant = \"client_credentials\" needs client_secret or client_assertion_key"
+            ));
+        }
+    };
+    OAuthState::Unauthorized(manager)
+        .authenticate_client_credentials(config)
+        .await
+        .map_err(|e| describe(server, &e))?;
+    stored_summary(server, &http.url, store, scopes).await
 }
 
 /// Enterprise-managed authorization: the user's ID token (kept in the
