@@ -93,7 +93,8 @@ impl AuthorizationUi for HeadlessAuthorization {
         url: &'a str,
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
-            let client = no_redirects().ok_or_else(|| "cannot build the HTTP client".to_owned())?;
+            let client = no_redirects(std::time::Duration::from_secs(30))
+                .ok_or_else(|| "cannot build the HTTP client".to_owned())?;
             let reply = client
                 .get(url)
                 .send()
@@ -262,11 +263,16 @@ async fn discover(
     Ok(metadata)
 }
 
-/// A client that follows no redirect, for the probes and the headless step.
-fn no_redirects() -> Option<reqwest::Client> {
+/// How long a discovery probe may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A client that follows no redirect and gives up after `timeout`, for the
+/// probes ([`PROBE_TIMEOUT`]) and the headless step (30 s: an
+/// authorization server that renders a page first may be slow).
+fn no_redirects(timeout: std::time::Duration) -> Option<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(15))
+        .timeout(timeout)
         .build()
         .ok()
 }
@@ -279,7 +285,7 @@ fn no_redirects() -> Option<reqwest::Client> {
 async fn legacy_metadata(url: &str) -> Option<AuthorizationMetadata> {
     let base = url::Url::parse(url).ok()?;
     let at = base.join("/.well-known/oauth-authorization-server").ok()?;
-    let reply = no_redirects()?.get(at).send().await.ok()?;
+    let reply = no_redirects(PROBE_TIMEOUT)?.get(at).send().await.ok()?;
     if !reply.status().is_success() {
         return None;
     }
@@ -611,7 +617,7 @@ pub async fn logout(server: &str, store: Arc<dyn SecretStore>) -> Result<(), Str
 /// The server's `WWW-Authenticate` challenge to an unauthenticated
 /// `initialize`, when it answers 401 or 403 with one.
 async fn probe(url: &str) -> Option<String> {
-    let client = no_redirects()?;
+    let client = no_redirects(PROBE_TIMEOUT)?;
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
