@@ -356,15 +356,7 @@ async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_se
         unreachable!()
     };
     http.oauth = Some(Box::new(OAuthConfig::default()));
-    let e = login(
-        "notes",
-        http,
-        store.clone(),
-        &HeadlessAuthorization::default(),
-        &LoginRequest::default(),
-    )
-    .await
-    .unwrap_err();
+    let e = login_error(&cfg, &store).await;
     assert!(
         e.contains("http://as.example.com/token is refused") && e.contains("use https://"),
         "{e}"
@@ -374,6 +366,22 @@ async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_se
         store.get("oauth.notes").await.is_err(),
         "nothing was stored"
     );
+}
+
+/// The error of a headless login to `cfg`'s server (which must fail).
+async fn login_error(cfg: &ServerConfig, store: &Arc<dyn SecretStore>) -> String {
+    let TransportConfig::StreamableHttp(http) = &cfg.transport else {
+        unreachable!()
+    };
+    login(
+        "notes",
+        http,
+        store.clone(),
+        &HeadlessAuthorization::default(),
+        &LoginRequest::default(),
+    )
+    .await
+    .unwrap_err()
 }
 
 /// A `grant = "enterprise"` config for the fixture's server, with the
@@ -423,18 +431,7 @@ async fn the_enterprise_grant_checks_every_endpoint_before_a_token_is_sent() {
             .map(str::to_owned)
             .unwrap_or_else(|| format!("{}/idp/token", f.base));
         let cfg = enterprise_config(&f, &idp, &store).await;
-        let TransportConfig::StreamableHttp(http) = &cfg.transport else {
-            unreachable!()
-        };
-        let e = login(
-            "notes",
-            http,
-            store.clone(),
-            &HeadlessAuthorization::default(),
-            &LoginRequest::default(),
-        )
-        .await
-        .unwrap_err();
+        let e = login_error(&cfg, &store).await;
         assert!(e.contains(refused) && e.contains("use https://"), "{e}");
         assert!(
             store.get("oauth.notes").await.is_err(),
