@@ -1028,7 +1028,8 @@ impl ServerHandler for BrowserTools {
 
 /// Kill the browsers of runtimes that are gone: a profile directory
 /// `mcpvisor-browser-<pid>-…` whose runtime pid no longer runs marks them.
-/// Returns the killed pids; the stale directories are removed.
+/// Returns the killed pids; the stale directories are removed once the
+/// killed browsers are gone (waiting up to 2 s for them).
 pub fn sweep_orphans(profile_root: &std::path::Path) -> Vec<u32> {
     let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
     let owner_of = |name: &str| -> Option<u32> {
@@ -1069,12 +1070,30 @@ pub fn sweep_orphans(profile_root: &std::path::Path) -> Vec<u32> {
             }
         }
     }
+    // A SIGKILLed browser may still write into its profile until it is
+    // dead (seen in CI: the directory was recreated under the removal), so
+    // its directory goes once the killed are gone, up to 2 s.
+    let running = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with(['Z', 'X']))
+            })
+            == Some(false)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while killed.iter().any(running) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     if let Ok(dir) = std::fs::read_dir(profile_root) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(owner) = owner_of(&name)
                 && !alive(owner)
+                && std::fs::remove_dir_all(entry.path()).is_err()
             {
+                // A file that appeared during the removal: once more.
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
