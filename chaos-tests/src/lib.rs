@@ -330,6 +330,167 @@ pub fn process_alive(pid: u32) -> bool {
     exists && !matches!(process_state(pid), Some('Z') | Some('X') | None)
 }
 
+/// One reading of the processes below this one, shared by every sampler
+/// in this process (see [`ProcWatch`]).
+#[derive(Debug, Default)]
+pub struct ProcTable {
+    /// This process's descendants: pid → (ppid, state, command line).
+    procs: HashMap<u32, (u32, char, String)>,
+}
+
+impl ProcTable {
+    /// Every descendant of `pid` in this reading (zombies included), as
+    /// [`descendants_of`] finds them. Only processes below this one are in a
+    /// reading.
+    pub fn descendants_of(&self, pid: u32) -> Vec<u32> {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (p, (ppid, _, _)) in &self.procs {
+            children.entry(*ppid).or_default().push(*p);
+        }
+        let mut out = Vec::new();
+        let mut seen = HashSet::from([pid]);
+        let mut queue = VecDeque::from([pid]);
+        while let Some(p) = queue.pop_front() {
+            for &c in children.get(&p).into_iter().flatten() {
+                if seen.insert(c) {
+                    out.push(c);
+                    queue.push_back(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// `pid` and its descendants, as [`process_tree`].
+    pub fn tree(&self, pid: u32) -> Vec<u32> {
+        let mut all = vec![pid];
+        all.extend(self.descendants_of(pid));
+        all
+    }
+
+    /// True when `pid` was alive (not a zombie) at this reading.
+    pub fn alive(&self, pid: u32) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|(_, state, _)| !matches!(state, 'Z' | 'X'))
+    }
+
+    /// `pid`'s command line at this reading (arguments joined by spaces).
+    pub fn cmdline(&self, pid: u32) -> &str {
+        self.procs.get(&pid).map_or("", |(_, _, c)| c.as_str())
+    }
+}
+
+/// Readings of `/proc` shared by the samplers of every run in flight in
+/// this process (`chaos --jobs N`): one walk serves them all, and a walk
+/// reads only the processes below this one. A process once found outside
+/// this process's tree is not read again while its pid stays in `/proc`:
+/// it can never come into the tree (a process is reparented only to an
+/// ancestor), and its pid cannot be reused while it is listed. A reading
+/// more than [`ProcWatch::FORGET_AFTER`] old forgets those, since a pid may
+/// have been freed and reused in between.
+#[derive(Debug, Default)]
+pub struct ProcWatch {
+    inner: std::sync::Mutex<WatchInner>,
+}
+
+#[derive(Debug, Default)]
+struct WatchInner {
+    /// When the last reading was taken, and the reading.
+    last: Option<(std::time::Instant, std::sync::Arc<ProcTable>)>,
+    /// Pids seen outside this process's tree.
+    foreign: HashSet<u32>,
+}
+
+impl ProcWatch {
+    /// Beyond this age, a reading's list of foreign pids is not trusted.
+    pub const FORGET_AFTER: Duration = Duration::from_millis(100);
+
+    /// A reading no older than `fresh` (`Duration::ZERO`: a new one).
+    pub fn table(&self, fresh: Duration) -> std::sync::Arc<ProcTable> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if let Some((at, table)) = &inner.last {
+            if now.duration_since(*at) <= fresh && !fresh.is_zero() {
+                return table.clone();
+            }
+            if now.duration_since(*at) > Self::FORGET_AFTER {
+                inner.foreign.clear();
+            }
+        } else {
+            inner.foreign.clear();
+        }
+        let me = std::process::id();
+        let listed: Vec<u32> = std::fs::read_dir("/proc")
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let listed_set: HashSet<u32> = listed.iter().copied().collect();
+        inner.foreign.retain(|p| listed_set.contains(p));
+        let mut stats: HashMap<u32, (u32, char)> = HashMap::new();
+        for pid in listed {
+            if pid == me || inner.foreign.contains(&pid) {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            if let Some((state, ppid)) = parse_stat(&stat) {
+                stats.insert(pid, (ppid, state));
+            }
+        }
+        // Below this process: a chain of parents that reaches it.
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (p, (ppid, _)) in &stats {
+            children.entry(*ppid).or_default().push(*p);
+        }
+        let mut ours = HashSet::new();
+        let mut queue = VecDeque::from([me]);
+        while let Some(p) = queue.pop_front() {
+            for &c in children.get(&p).into_iter().flatten() {
+                if ours.insert(c) {
+                    queue.push_back(c);
+                }
+            }
+        }
+        // Surely outside: below a root (ppid 0) or a pid known to be outside.
+        // A process whose parent vanished between the listing and its read
+        // is neither, and is read again next time (it may be an orphan of
+        // ours, reparented to this process a moment later).
+        let mut queue: VecDeque<u32> = stats
+            .iter()
+            .filter(|(p, (ppid, _))| {
+                !ours.contains(p) && (*ppid == 0 || inner.foreign.contains(ppid))
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        while let Some(p) = queue.pop_front() {
+            if inner.foreign.insert(p) {
+                queue.extend(children.get(&p).into_iter().flatten().copied());
+            }
+        }
+        let mut procs = HashMap::with_capacity(ours.len());
+        for (pid, (ppid, state)) in stats {
+            if ours.contains(&pid) {
+                procs.insert(pid, (ppid, state, cmdline_of(pid)));
+            }
+        }
+        let table = std::sync::Arc::new(ProcTable { procs });
+        inner.last = Some((now, table.clone()));
+        table
+    }
+}
+
+/// Command line of `pid`, NUL-separated arguments joined by spaces.
+pub fn cmdline_of(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
 /// `pid` and all its descendants: the process tree of one stdio server.
 pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
@@ -578,6 +739,51 @@ pub fn free_port() -> std::io::Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proc_watch_reading_holds_this_processs_descendants_only() {
+        let watch = ProcWatch::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // A child just spawned reads with an empty command line until its
+        // exec has set the arguments up (the vfork parent resumes first).
+        let started = std::time::Instant::now();
+        let t = loop {
+            let t = watch.table(Duration::ZERO);
+            if !t.cmdline(pid).is_empty() || started.elapsed() > Duration::from_secs(5) {
+                break t;
+            }
+            std::thread::yield_now();
+        };
+        assert!(t.descendants_of(std::process::id()).contains(&pid));
+        assert!(t.alive(pid));
+        assert_eq!(t.cmdline(pid).trim(), "sleep 30");
+        // Outside this process's tree: not in a reading.
+        assert!(!t.alive(1) && t.cmdline(1).is_empty());
+        // A reading within the period is shared; ZERO always reads anew.
+        assert!(std::sync::Arc::ptr_eq(
+            &t,
+            &watch.table(Duration::from_secs(60))
+        ));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let t = watch.table(Duration::ZERO);
+        assert!(
+            !t.alive(pid),
+            "a reaped child is gone from the next reading"
+        );
+        // A child started after the first reading is found too.
+        let mut late = std::process::Command::new("sleep")
+            .arg("31")
+            .spawn()
+            .unwrap();
+        assert!(watch.table(Duration::ZERO).alive(late.id()));
+        late.kill().unwrap();
+        late.wait().unwrap();
+    }
 
     #[test]
     fn stat_lines_with_odd_command_names_parse() {

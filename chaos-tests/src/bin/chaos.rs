@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! chaos [--seed N] [--scenario NAME]... [--smoke | --soak SECONDS | --seeds N] [--json]
-//!       [--break-close-barrier] [--list]
+//!       [--jobs N] [--break-close-barrier] [--list]
 //! ```
 //! Exit status: 0 when every invariant held, 1 on any violation, 2 on usage errors.
 
@@ -35,6 +35,11 @@ struct Args {
     /// (outside CI: a seed is about a minute of the whole catalogue).
     #[arg(long, value_name = "N", conflicts_with_all = ["soak", "smoke"])]
     seeds: Option<u64>,
+    /// Run up to N scenarios at once (not with --soak). A seed's minute is
+    /// mostly waiting on the faults' timeouts, so the 1000-seed run uses
+    /// several; each run still has its own runtime, servers and tags.
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "soak")]
+    jobs: usize,
     /// A JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -174,39 +179,52 @@ async fn main() -> std::process::ExitCode {
     let mut rss: Vec<u64> = Vec::new();
     let mut heap: Vec<u64> = Vec::new();
     let mut round_seed = seed;
-    loop {
-        if args.seeds.is_some() && !args.json {
-            eprintln!("chaos: seed {round_seed}");
-        }
-        for sc in select(round_seed) {
-            if !args.json {
-                eprint!("  {:<32} … ", sc.name);
+    if args.jobs > 1 {
+        let rounds = args.seeds.unwrap_or(1);
+        let plan = (0..rounds).flat_map(|i| select(seed.wrapping_add(i)));
+        match run_in_parallel(plan, &opts, args.jobs, args.json).await {
+            Ok(done) => reports = done,
+            Err(why) => {
+                eprintln!("chaos: {why}");
+                return std::process::ExitCode::from(1);
             }
-            let r = run_scenario(&sc, &opts).await;
-            rss.push(rss_kib());
-            heap.push(heap_kib());
-            if !args.json {
-                let bad = r.violations();
-                eprintln!(
-                    "{} ({} ms)",
-                    if bad.is_empty() { "ok" } else { "VIOLATION" },
-                    r.duration_ms
-                );
-            }
-            reports.push(r);
         }
-        let more_seeds = args
-            .seeds
-            .is_some_and(|n| round_seed.wrapping_sub(seed).wrapping_add(1) < n);
-        match soak_until {
-            Some(until) if Instant::now() < until => round_seed = round_seed.wrapping_add(1),
-            _ if more_seeds => {
-                round_seed = round_seed.wrapping_add(1);
-                continue;
+    } else {
+        // One scenario after the other (a soak judges memory as it goes).
+        loop {
+            if args.seeds.is_some() && !args.json {
+                eprintln!("chaos: seed {round_seed}");
             }
-            _ => break,
+            for sc in select(round_seed) {
+                if !args.json {
+                    eprint!("  {:<32} … ", sc.name);
+                }
+                let r = run_scenario(&sc, &opts).await;
+                rss.push(rss_kib());
+                heap.push(heap_kib());
+                if !args.json {
+                    let bad = r.violations();
+                    eprintln!(
+                        "{} ({} ms)",
+                        if bad.is_empty() { "ok" } else { "VIOLATION" },
+                        r.duration_ms
+                    );
+                }
+                reports.push(r);
+            }
+            let more_seeds = args
+                .seeds
+                .is_some_and(|n| round_seed.wrapping_sub(seed).wrapping_add(1) < n);
+            match soak_until {
+                Some(until) if Instant::now() < until => round_seed = round_seed.wrapping_add(1),
+                _ if more_seeds => {
+                    round_seed = round_seed.wrapping_add(1);
+                    continue;
+                }
+                _ => break,
+            }
+            opts.check_memory = true;
         }
-        opts.check_memory = true;
     }
     if soak_until.is_some() {
         let (verdict, summary) = memory_verdict((heap_start, &heap), (rss_start, &rss));
@@ -317,6 +335,47 @@ fn second_half_slope(v: &[u64]) -> f64 {
         den += dx * dx;
     }
     if den > 0.0 { num / den } else { 0.0 }
+}
+
+/// Run `plan` with up to `jobs` scenarios in flight, each on a task of its
+/// own; the reports come back in the plan's order. A run that panicked is
+/// an error of the runner, not a pass.
+async fn run_in_parallel(
+    plan: impl Iterator<Item = mcpvisor_chaos::chaos::Scenario>,
+    opts: &RunOptions,
+    jobs: usize,
+    quiet: bool,
+) -> Result<Vec<ScenarioReport>, String> {
+    let mut plan = plan.enumerate();
+    let mut running = tokio::task::JoinSet::new();
+    let mut done: Vec<(usize, ScenarioReport)> = Vec::new();
+    loop {
+        while running.len() < jobs {
+            let Some((i, sc)) = plan.next() else { break };
+            let opts = opts.clone();
+            running.spawn(async move { (i, run_scenario(&sc, &opts).await) });
+        }
+        let Some(finished) = running.join_next().await else {
+            break;
+        };
+        let (i, r) = finished.map_err(|e| format!("a scenario's run did not finish: {e}"))?;
+        if !quiet {
+            eprintln!(
+                "  {:>6} {:<32} {} ({} ms)",
+                r.seed,
+                r.name,
+                if r.violations().is_empty() {
+                    "ok"
+                } else {
+                    "VIOLATION"
+                },
+                r.duration_ms
+            );
+        }
+        done.push((i, r));
+    }
+    done.sort_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
 fn print_table(reports: &[ScenarioReport]) {

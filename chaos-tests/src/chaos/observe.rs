@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::invariant::generation_problems;
-use crate::{descendants_of, parent_of, process_alive, process_tree};
+use crate::{ProcTable, ProcWatch, cmdline_of, parent_of, process_alive};
 
 /// How often the sampler walks `/proc`.
 const SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -54,7 +54,9 @@ pub(super) struct Sampler {
 impl Sampler {
     /// Start sampling for processes tagged with one of `servers` (never two
     /// alive at once) or `tracked` (only followed for orphans).
-    pub(super) fn start(servers: Vec<String>, tracked: Vec<String>) -> Self {
+    /// Its readings of `/proc` come from `procs`, shared with the other
+    /// runs in flight.
+    pub(super) fn start(servers: Vec<String>, tracked: Vec<String>, procs: Arc<ProcWatch>) -> Self {
         let observed = Arc::new(Mutex::new(Observed::default()));
         let exclude = Arc::new(Mutex::new(HashSet::new()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -62,7 +64,7 @@ impl Sampler {
         let tags = Tags { servers, tracked };
         let thread = std::thread::Builder::new()
             .name("chaos-sampler".into())
-            .spawn(move || sample_until(&s, &tags, &o, &e));
+            .spawn(move || sample_until(&s, &tags, &o, &e, &procs));
         let thread = match thread {
             Ok(t) => Some(t),
             Err(err) => {
@@ -116,11 +118,15 @@ fn sample_until(
     tags: &Tags,
     observed: &Mutex<Observed>,
     exclude: &Mutex<HashSet<u32>>,
+    procs: &ProcWatch,
 ) {
     loop {
         let last = stop.load(std::sync::atomic::Ordering::SeqCst);
         let excluded = exclude.lock().map(|e| e.clone()).unwrap_or_default();
-        sample(tags, &excluded, observed);
+        // A reading another run's sampler took within the period serves
+        // this one too; the last sample's reading is always a new one.
+        let fresh = if last { Duration::ZERO } else { SAMPLE_EVERY };
+        sample(tags, &excluded, observed, &procs.table(fresh));
         if last {
             return;
         }
@@ -130,14 +136,14 @@ fn sample_until(
 
 /// One walk of `/proc`: record the tagged processes and everything below
 /// them, and any server tag with two live servers.
-fn sample(tags: &Tags, excluded: &HashSet<u32>, observed: &Mutex<Observed>) {
-    let per_tag = tagged_processes(tags, excluded);
+fn sample(tags: &Tags, excluded: &HashSet<u32>, observed: &Mutex<Observed>, table: &ProcTable) {
+    let per_tag = tagged_processes(tags, excluded, table);
     // Ours: the processes carrying one of our tags, and everything below them
     // (a grandchild), so runs in parallel never judge each other's processes.
     let ours: Vec<u32> = per_tag
         .values()
         .flatten()
-        .flat_map(|p| process_tree(*p))
+        .flat_map(|p| table.tree(*p))
         .collect();
     if let Ok(mut o) = observed.lock() {
         o.seen.extend(ours);
@@ -153,16 +159,20 @@ fn sample(tags: &Tags, excluded: &HashSet<u32>, observed: &Mutex<Observed>) {
 }
 
 /// The live descendants of this process carrying each tag, `excluded` left out.
-fn tagged_processes<'t>(tags: &'t Tags, excluded: &HashSet<u32>) -> HashMap<&'t str, Vec<u32>> {
+fn tagged_processes<'t>(
+    tags: &'t Tags,
+    excluded: &HashSet<u32>,
+    table: &ProcTable,
+) -> HashMap<&'t str, Vec<u32>> {
     let me = std::process::id();
     let mut per_tag: HashMap<&str, Vec<u32>> = HashMap::new();
-    for pid in descendants_of(me) {
-        if excluded.contains(&pid) || !process_alive(pid) {
+    for pid in table.descendants_of(me) {
+        if excluded.contains(&pid) || !table.alive(pid) {
             continue;
         }
-        let cmd = cmdline(pid);
+        let cmd = table.cmdline(pid);
         for tag in tags.servers.iter().chain(&tags.tracked) {
-            if carries_tag(&cmd, tag) {
+            if carries_tag(cmd, tag) {
                 per_tag.entry(tag.as_str()).or_default().push(pid);
             }
         }
@@ -180,7 +190,7 @@ fn overlap(tag: &str, live: &[u32]) -> Option<String> {
     let servers: Vec<u32> = live
         .iter()
         .copied()
-        .filter(|p| process_alive(*p) && carries_tag(&cmdline(*p), tag))
+        .filter(|p| process_alive(*p) && carries_tag(&cmdline_of(*p), tag))
         .filter(|p| !parent_of(*p).is_some_and(|pp| live.contains(&pp)))
         .collect();
     (servers.len() > 1).then(|| format!("{tag}: pids {servers:?} alive at once"))
@@ -189,13 +199,6 @@ fn overlap(tag: &str, live: &[u32]) -> Option<String> {
 /// True when a command line carries `--tag <tag>` as whole arguments.
 fn carries_tag(cmd: &str, tag: &str) -> bool {
     cmd.contains(&format!("--tag {tag} ")) || cmd.ends_with(&format!("--tag {tag}"))
-}
-
-/// Command line of `pid`, NUL-separated arguments joined by spaces.
-pub(super) fn cmdline(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default()
 }
 
 /// Keeps every runtime event with the instant it arrived, and checks

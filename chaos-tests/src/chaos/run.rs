@@ -12,7 +12,7 @@ use super::fault::Fault;
 use super::invariant::{
     Invariant, ScenarioReport, Verdict, check_budget, check_double_send, check_spawns, verdict,
 };
-use super::observe::{Observed, Recorder, Sampler, cmdline};
+use super::observe::{Observed, Recorder, Sampler};
 use super::scenario::Scenario;
 use super::setup::{policy, setup};
 use super::workload::{TOOL_CALL_TIMEOUT, Tally, concurrent_calls, sequential_calls, trigger};
@@ -39,6 +39,9 @@ pub struct RunOptions {
     pub break_escape_sweep: bool,
     /// The other break switches, one per invariant (see [`BREAKS`]).
     pub breaks: mcpvisor::ChaosSwitches,
+    /// Readings of `/proc`, shared by the samplers of the runs in flight
+    /// with these options (`chaos --jobs N`).
+    pub procs: std::sync::Arc<crate::ProcWatch>,
 }
 
 /// Every break switch by its command-line name, with the invariant it
@@ -316,7 +319,7 @@ async fn orphans(observed: &Observed, excluded: &HashSet<u32>, run_id: &str) -> 
     pids.dedup();
     for pid in pids.iter().filter(|p| !excluded.contains(p)) {
         if !wait_gone(*pid, Duration::from_secs(2)).await {
-            orphans.push(format!("{pid} ({})", cmdline(*pid).trim()));
+            orphans.push(format!("{pid} ({})", crate::cmdline_of(*pid).trim()));
             // Judged: now the runner cleans up what the runtime left.
             if let Ok(p) = i32::try_from(*pid) {
                 // SAFETY: kill(2) on a pid seen alive an instant ago.

@@ -47,6 +47,7 @@ pub(super) async fn setup<'a>(
     let sampler = Sampler::start(
         vec![ids.main_tag.clone(), ids.other_tag.clone()],
         vec![ids.hook_tag.clone()],
+        opts.procs.clone(),
     );
     let mut builder = Runtime::builder()
         .event_log(&ids.event_log)
