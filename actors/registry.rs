@@ -120,7 +120,7 @@ impl Actor for ToolRegistry {
             match msg {
                 RegistryMsg::Register { entry } => {
                     let name = entry.status.server.clone();
-                    st.current.servers.insert(name.clone(), *entry);
+                    st.current.servers.insert(name.clone(), Arc::new(*entry));
                     if st.current.reindex() {
                         st.emit_resource_tools();
                     }
@@ -134,23 +134,20 @@ impl Actor for ToolRegistry {
                 } => {
                     let mut status = *status;
                     let name = status.server.clone();
-                    let Some(entry) = st.current.servers.get_mut(&name) else {
+                    let Some(old) = st.current.servers.get(&name) else {
                         return Ok(());
                     };
-                    status.tools = entry.tools.len();
-                    status.generation = entry.status.generation;
-                    let changed = entry.status != status;
-                    entry.up_since = match (&entry.live, &live) {
-                        (Some(old), Some(new)) if old.conn_gen == new.conn_gen => entry.up_since,
-                        (_, Some(_)) => Some(Instant::now()),
-                        (_, None) => None,
-                    };
-                    let instructions_changed = entry.instructions != instructions;
-                    entry.status = status;
-                    entry.live = live;
-                    entry.instructions = instructions;
-                    if instructions_changed {
-                        let text = entry.instructions.clone().unwrap_or_default();
+                    status.tools = old.tools.len();
+                    status.generation = old.status.generation;
+                    let changed = old.status != status;
+                    let instructions_changed = old.instructions != instructions;
+                    let text =
+                        instructions_changed.then(|| instructions.clone().unwrap_or_default());
+                    // A new entry around the new status: the old one (and
+                    // its stderr tail) is not copied, only dropped.
+                    let entry = old.with_status(status, live, instructions);
+                    st.current.servers.insert(name.clone(), Arc::new(entry));
+                    if let Some(text) = text {
                         let _ = st.events.send(RuntimeEvent::ModelText {
                             scope: st.scope.clone(),
                             origin: format!("instructions:{name}"),
@@ -183,6 +180,7 @@ impl Actor for ToolRegistry {
                 }
                 RegistryMsg::RemoveTools { server } => {
                     if let Some(entry) = st.current.servers.get_mut(&server) {
+                        let entry = Arc::make_mut(entry);
                         entry.tools = Arc::new(Vec::new());
                         entry.status.tools = 0;
                         entry.instructions = None;
@@ -195,6 +193,7 @@ impl Actor for ToolRegistry {
                 }
                 RegistryMsg::Abandon { server, error } => {
                     if let Some(entry) = st.current.servers.get_mut(&server) {
+                        let entry = Arc::make_mut(entry);
                         entry.live = None;
                         entry.up_since = None;
                         entry.tools = Arc::new(Vec::new());
@@ -249,6 +248,10 @@ fn swap(
             server: server.to_owned(),
         });
     };
+    // The one copy of this server's entry a swap makes (the snapshot
+    // published last still holds the old one); the other servers' entries
+    // are shared.
+    let entry = Arc::make_mut(entry);
     // A new connection's first catalog: the handle and the tools are
     // published in one snapshot (issue 10, item 14).
     if let Some(live) = live.filter(|l| l.conn_gen == conn_gen) {
@@ -264,7 +267,7 @@ fn swap(
     let conflict = tools
         .iter()
         .find_map(|t| match st.current.index.get(&t.name) {
-            Some((owner, _)) if owner != server => Some((t.name.clone(), owner.clone())),
+            Some(owner) if owner.server != server => Some((t.name.clone(), owner.server.clone())),
             _ => None,
         });
     let Some(entry) = st.current.servers.get_mut(server) else {
@@ -272,6 +275,7 @@ fn swap(
             server: server.to_owned(),
         });
     };
+    let entry = Arc::make_mut(entry);
     entry.status.generation = generation;
     if let Some((name, owner)) = conflict {
         // SYNC-4: the partial new generation is rolled back; the server ends with zero tools.

@@ -258,6 +258,10 @@ pub(crate) enum Command {
         /// min–max (PERF-1: a ratio is not one noisy sample).
         #[arg(long, default_value_t = 1, value_name = "K")]
         runs: usize,
+        /// Measure only this row (repeatable; default: every row). The
+        /// others read NaN (`null` in --json).
+        #[arg(long, value_enum, value_name = "ROW")]
+        only: Vec<crate::cmd::bench::Row>,
     },
     /// OAuth for streamable-HTTP servers (CONN-13): `auth login|logout|status NAME`.
     Auth {

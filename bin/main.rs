@@ -266,8 +266,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Conformance { url } => cmd::conformance::run(url).await,
         Command::Auth { what } => cmd::auth::run(&cli, what).await,
-        Command::Bench { calls, quick, runs } => {
-            cmd::bench::run(*calls, *quick, *runs, cli.json).await
-        }
+        Command::Bench {
+            calls,
+            quick,
+            runs,
+            only,
+        } => cmd::bench::run(*calls, *quick, *runs, only, cli.json).await,
     }
 }

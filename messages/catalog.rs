@@ -40,14 +40,13 @@ pub fn build_catalog(
 ) -> Result<BuiltCatalog, CatalogError> {
     let mut tools = Vec::with_capacity(entries.len());
     let mut warnings = Vec::new();
-    let mut raw_seen: HashSet<String> = HashSet::with_capacity(entries.len());
-    let mut public_seen: HashMap<String, String> = HashMap::with_capacity(entries.len());
     for (index, entry) in entries.into_iter().enumerate() {
         let Value::Object(mut obj) = entry else {
             warnings.push(format!("tools/list entry {index} dropped: not an object"));
             continue;
         };
-        let Some(raw_name) = obj.get("name").and_then(Value::as_str).map(str::to_owned) else {
+        // Fields are moved out of the entry, never copied (PERF-1).
+        let Some(Value::String(raw_name)) = obj.remove("name") else {
             warnings.push(format!(
                 "tools/list entry {index} dropped: no string \"name\""
             ));
@@ -90,29 +89,15 @@ pub fn build_catalog(
                 None
             }
         };
-        if !raw_seen.insert(raw_name.clone()) {
-            return Err(CatalogError::DuplicateName { raw_name });
-        }
         let public = public_tool_name(server, &raw_name);
-        if let Some(other) = public_seen.insert(public.clone(), raw_name.clone()) {
-            return Err(CatalogError::SamePublicName {
-                first: other,
-                second: raw_name,
-                public,
-            });
-        }
         let annotations = obj.remove("annotations").filter(|v| !v.is_null());
-        let title = obj
-            .get("title")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| {
-                annotations
-                    .as_ref()
-                    .and_then(|a| a.get("title"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
+        let title = take_string(&mut obj, "title").or_else(|| {
+            annotations
+                .as_ref()
+                .and_then(|a| a.get("title"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
         let task_support_required = obj
             .get("execution")
             .and_then(|e| e.get("taskSupport"))
@@ -122,10 +107,7 @@ pub fn build_catalog(
             name: public,
             scope: scope.clone(),
             server: server.to_owned(),
-            description: obj
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            description: take_string(&mut obj, "description"),
             raw_name,
             generation,
             title,
@@ -135,7 +117,42 @@ pub fn build_catalog(
             task_support_required,
         }));
     }
+    check_names(&tools)?;
     Ok(BuiltCatalog { tools, warnings })
+}
+
+/// A string field moved out of `obj`; any other value stays.
+fn take_string(obj: &mut Map<String, Value>, key: &str) -> Option<String> {
+    match obj.get(key) {
+        Some(Value::String(_)) => match obj.remove(key) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// SYNC-3: a duplicate raw name, or two raw names with one public name,
+/// rejects the catalog; the first clash in server order is reported. Checked
+/// over the built definitions, borrowing their names.
+fn check_names(tools: &[Arc<ToolDefinition>]) -> Result<(), CatalogError> {
+    let mut raw_seen: HashSet<&str> = HashSet::with_capacity(tools.len());
+    let mut public_seen: HashMap<&str, &str> = HashMap::with_capacity(tools.len());
+    for t in tools {
+        if !raw_seen.insert(&t.raw_name) {
+            return Err(CatalogError::DuplicateName {
+                raw_name: t.raw_name.clone(),
+            });
+        }
+        if let Some(other) = public_seen.insert(&t.name, &t.raw_name) {
+            return Err(CatalogError::SamePublicName {
+                first: other.to_owned(),
+                second: t.raw_name.clone(),
+                public: t.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Why a whole catalog is rejected (SYNC-3): the previous generation stays.

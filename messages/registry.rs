@@ -4,7 +4,7 @@
 //! activity a server's idle stop reads (RECO-6), and the registry's
 //! protocol ([`RegistryMsg`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -146,13 +146,80 @@ pub struct ServerEntry {
     pub config: Arc<ServerConfig>,
 }
 
+/// The tools of a scope by public name: each definition once, found by its
+/// name without a copy of the name (a `ToolDefinition` hashes and compares
+/// as its `name`).
+#[derive(Debug, Default)]
+pub struct ToolIndex(HashSet<ByName>);
+
+impl ToolIndex {
+    /// The definition named `public`.
+    pub fn get(&self, public: &str) -> Option<&Arc<ToolDefinition>> {
+        self.0.get(public).map(|t| &t.0)
+    }
+}
+
+/// A definition keyed by its public name.
+#[derive(Debug)]
+struct ByName(Arc<ToolDefinition>);
+
+impl std::hash::Hash for ByName {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.name.as_str().hash(h);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl ServerEntry {
+    /// This entry with a new status, live handle and instructions; the
+    /// catalog and the handles are shared, the old status is not copied.
+    /// `up_since` is kept while the connection stays the same.
+    pub(crate) fn with_status(
+        &self,
+        status: ServerStatus,
+        live: Option<LiveConn>,
+        instructions: Option<String>,
+    ) -> Self {
+        let up_since = match (&self.live, &live) {
+            (Some(old), Some(new)) if old.conn_gen == new.conn_gen => self.up_since,
+            (_, Some(_)) => Some(Instant::now()),
+            (_, None) => None,
+        };
+        Self {
+            status,
+            live,
+            up_since,
+            tools: self.tools.clone(),
+            instructions,
+            supervisor: self.supervisor.clone(),
+            activity: self.activity.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
 /// An immutable view of one scope's catalog and servers.
 #[derive(Debug, Clone, Default)]
 pub struct ScopeSnapshot {
-    /// Servers by name.
-    pub servers: BTreeMap<String, ServerEntry>,
-    /// Public tool name → (server, index in its tools).
-    pub index: BTreeMap<String, (String, usize)>,
+    /// Servers by name. A new snapshot shares every entry that did not
+    /// change (PERF-1: a publish copies no status, stderr tail or catalog).
+    pub servers: BTreeMap<String, Arc<ServerEntry>>,
+    /// Public tool name → definition, rebuilt only when a catalog changes
+    /// and shared by every snapshot until then.
+    pub index: Arc<ToolIndex>,
     /// The scope's shared resource tools (RES-2): present while at least one
     /// live server provides resources.
     pub resource_tools: Vec<Arc<ToolDefinition>>,
@@ -167,9 +234,8 @@ pub struct ScopeSnapshot {
 impl ScopeSnapshot {
     /// Resolve a public tool name.
     pub fn resolve(&self, public: &str) -> Option<(&ServerEntry, &Arc<ToolDefinition>)> {
-        let (server, i) = self.index.get(public)?;
-        let entry = self.servers.get(server)?;
-        Some((entry, entry.tools.get(*i)?))
+        let tool = self.index.get(public)?;
+        Some((self.servers.get(&tool.server)?, tool))
     }
 
     /// Every tool of the scope, by server then server order, then the shared
@@ -190,12 +256,12 @@ impl ScopeSnapshot {
     /// Rebuild the name index; true when the shared resource tools changed.
     pub(crate) fn reindex(&mut self) -> bool {
         let changed = self.refresh_providers();
-        self.index.clear();
-        for (name, entry) in &self.servers {
-            for (i, t) in entry.tools.iter().enumerate() {
-                self.index.insert(t.name.clone(), (name.clone(), i));
-            }
+        let total = self.servers.values().map(|e| e.tools.len()).sum();
+        let mut index = HashSet::with_capacity(total);
+        for entry in self.servers.values() {
+            index.extend(entry.tools.iter().cloned().map(ByName));
         }
+        self.index = Arc::new(ToolIndex(index));
         changed
     }
 

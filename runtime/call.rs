@@ -642,7 +642,7 @@ pub(super) enum Started<'a> {
     NotLive,
     /// An idle stop claimed the live connection first: nothing may be sent
     /// on it; wake the server (its entry) instead.
-    Closing(&'a ServerEntry),
+    Closing(&'a Arc<ServerEntry>),
 }
 
 /// Start a call's activity on `server`'s live connection in `snap`, unless

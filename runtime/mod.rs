@@ -379,7 +379,7 @@ impl Runtime {
         &self,
         scope: &Scope,
         server: &str,
-    ) -> Result<crate::messages::registry::ServerEntry, RuntimeError> {
+    ) -> Result<Arc<crate::messages::registry::ServerEntry>, RuntimeError> {
         self.snapshot(scope)
             .and_then(|s| s.servers.get(server).cloned())
             .ok_or_else(|| RuntimeError::Server {
@@ -449,7 +449,9 @@ impl Runtime {
         scope: &Scope,
         server: &str,
     ) -> Option<ractor::ActorRef<ServerSupervisorMsg>> {
-        self.server_entry(scope, server).ok().map(|e| e.supervisor)
+        self.server_entry(scope, server)
+            .ok()
+            .map(|e| e.supervisor.clone())
     }
 
     /// The tools of a scope, ordered by server (SYNC-8).

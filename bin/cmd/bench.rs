@@ -23,6 +23,39 @@ struct Latency {
     concurrent_per_s: f64,
 }
 
+/// A row of `bench --only` (every row when none is named): for profiling
+/// one row, or re-measuring it alone. A row left out reads NaN (`null` in
+/// `--json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Row {
+    /// tools/call p50, p99, calls/s and 64-way throughput.
+    Calls,
+    /// Catalog sync of 1k and 10k tools.
+    Catalog,
+    /// The 1 MiB result.
+    Large,
+    /// A call through the gateway.
+    Gateway,
+    /// Start to ready of 1, 10 and 100 servers.
+    Ready,
+    /// Memory per idle connection.
+    Idle,
+    /// Hook overhead.
+    Hooks,
+}
+
+impl Latency {
+    /// A row not measured.
+    fn none() -> Self {
+        Self {
+            p50_us: f64::NAN,
+            p99_us: f64::NAN,
+            calls_per_s: f64::NAN,
+            concurrent_per_s: f64::NAN,
+        }
+    }
+}
+
 fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
     samples.sort();
     let pick = |q: f64| {
@@ -542,11 +575,17 @@ const RATIO_ROWS: &[(&str, &str)] = &[
 /// each row with its min–max. With `--json`, one object: the last run's
 /// rows at the top level (as a single run prints them), every run in
 /// `runs`, and `summary` (row → `{median, min, max, runs}`).
-pub async fn run(calls: usize, quick: bool, runs: usize, as_json: bool) -> anyhow::Result<u8> {
+pub async fn run(
+    calls: usize,
+    quick: bool,
+    runs: usize,
+    only: &[Row],
+    as_json: bool,
+) -> anyhow::Result<u8> {
     let runs = runs.max(1);
     let mut all = Vec::with_capacity(runs);
     for i in 0..runs {
-        let figures = measure(calls, quick).await?;
+        let figures = measure(calls, quick, only).await?;
         if !as_json {
             if runs > 1 {
                 println!("── run {} of {runs}", i + 1);
@@ -609,26 +648,53 @@ fn summarize_runs(all: &[serde_json::Value]) -> serde_json::Value {
 }
 
 /// One run of every row, as the JSON `bench --json` prints.
-async fn measure(calls: usize, quick: bool) -> anyhow::Result<serde_json::Value> {
+async fn measure(calls: usize, quick: bool, only: &[Row]) -> anyhow::Result<serde_json::Value> {
     let calls = if quick { calls.min(200) } else { calls };
+    let want = |row: Row| only.is_empty() || only.contains(&row);
+    let none = (f64::NAN, f64::NAN);
     // First, while the allocator holds little it could reuse: a growth
     // measured after the other rows is absorbed by what they freed.
-    let (idle_kib, idle_heap_kib) = idle_connection_kib(if quick { 20 } else { 100 }).await?;
-    let bare = bare_rmcp(calls).await?;
-    let ours = through_runtime(calls).await?;
-    let (c1k, b1k) = catalog_sync(1_000).await?;
-    let (c10k, b10k) = if quick {
-        (f64::NAN, f64::NAN)
+    let (idle_kib, idle_heap_kib) = if want(Row::Idle) {
+        idle_connection_kib(if quick { 20 } else { 100 }).await?
+    } else {
+        none
+    };
+    let (bare, ours) = if want(Row::Calls) {
+        (bare_rmcp(calls).await?, through_runtime(calls).await?)
+    } else {
+        (Latency::none(), Latency::none())
+    };
+    let (c1k, b1k) = if want(Row::Catalog) {
+        catalog_sync(1_000).await?
+    } else {
+        none
+    };
+    let (c10k, b10k) = if quick || !want(Row::Catalog) {
+        none
     } else {
         catalog_sync(10_000).await?
     };
-    let (large_bare, large_ours) = large_result((calls / 40).clamp(5, 50)).await?;
-    let (gw_direct, gw_through) = gateway_call((calls / 4).max(50)).await?;
+    let (large_bare, large_ours) = if want(Row::Large) {
+        large_result((calls / 40).clamp(5, 50)).await?
+    } else {
+        none
+    };
+    let (gw_direct, gw_through) = if want(Row::Gateway) {
+        gateway_call((calls / 4).max(50)).await?
+    } else {
+        none
+    };
     let mut ready = Vec::new();
-    for n in if quick { vec![1, 10] } else { vec![1, 10, 100] } {
-        ready.push((n, start_to_ready(n).await?));
+    if want(Row::Ready) {
+        for n in if quick { vec![1, 10] } else { vec![1, 10, 100] } {
+            ready.push((n, start_to_ready(n).await?));
+        }
     }
-    let (hook_bare, hook_ours) = hook_overhead(if quick { 10 } else { 50 }).await?;
+    let (hook_bare, hook_ours) = if want(Row::Hooks) {
+        hook_overhead(if quick { 10 } else { 50 }).await?
+    } else {
+        none
+    };
     let ready_json: serde_json::Map<String, serde_json::Value> = ready
         .iter()
         .map(|(n, (b, o))| {
