@@ -262,6 +262,10 @@ pub(crate) enum Command {
         /// others read NaN (`null` in --json).
         #[arg(long, value_enum, value_name = "ROW")]
         only: Vec<crate::cmd::bench::Row>,
+        /// Add the memory soak row: this many seconds of steady load with
+        /// a server restart every 30 s (PERF-1 asks for 600: flat within 5 %).
+        #[arg(long, value_name = "SECONDS")]
+        soak: Option<u64>,
     },
     /// OAuth for streamable-HTTP servers (CONN-13): `auth login|logout|status NAME`.
     Auth {

@@ -271,6 +271,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             quick,
             runs,
             only,
-        } => cmd::bench::run(*calls, *quick, *runs, only, cli.json).await,
+            soak,
+        } => cmd::bench::run(*calls, *quick, *runs, only, *soak, cli.json).await,
     }
 }

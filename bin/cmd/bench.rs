@@ -42,6 +42,8 @@ pub enum Row {
     Idle,
     /// Hook overhead.
     Hooks,
+    /// Memory over a soak (`--soak SECONDS`, 600 when only named here).
+    Soak,
 }
 
 impl Latency {
@@ -509,6 +511,92 @@ async fn idle_connection_kib(n: usize) -> anyhow::Result<(f64, f64)> {
     ))
 }
 
+/// Memory over a soak of `secs` seconds (PERF-1: flat within 5 % over
+/// 10 minutes): one runtime and the demo server under a steady load
+/// (100 sequential echo calls, then 64 concurrent ones, then a tools
+/// listing, over and over) with a restart of the server every 30 s, so
+/// every reconnect path runs many times. This process's RSS and heap in
+/// use are sampled every 10 s. The first tenth (at least 10 s) is warm-up;
+/// growth is the last sample against the first one after it.
+async fn memory_soak(secs: u64) -> anyhow::Result<serde_json::Value> {
+    let runtime = Runtime::builder()
+        .server(Scope::Global, crate::config::demo_config("soak", 0)?)
+        .start()
+        .await?;
+    let scope = Scope::Global;
+    runtime
+        .wait_ready(&scope, "soak", Duration::from_secs(30))
+        .await?;
+    let args = json!({"message": "soak"});
+    let started = Instant::now();
+    let total = Duration::from_secs(secs.max(20));
+    let warm_up = (total / 10).max(Duration::from_secs(10));
+    let (mut samples, mut next_sample, mut next_restart) =
+        (Vec::new(), Duration::from_secs(10), Duration::from_secs(30));
+    let (mut calls, mut failed, mut restarts) = (0u64, 0u64, 0u64);
+    while started.elapsed() < total {
+        for _ in 0..100 {
+            let o = runtime
+                .call(
+                    &scope,
+                    "mcp__soak__echo",
+                    Some(args.clone()),
+                    CallOptions::default(),
+                )
+                .await;
+            calls += 1;
+            failed += u64::from(!o.is_ok());
+        }
+        let batch = (0..CONCURRENCY).map(|_| {
+            runtime.call(
+                &scope,
+                "mcp__soak__echo",
+                Some(args.clone()),
+                CallOptions::default(),
+            )
+        });
+        for o in futures::future::join_all(batch).await {
+            calls += 1;
+            failed += u64::from(!o.is_ok());
+        }
+        let _ = runtime.tools(&scope);
+        let now = started.elapsed();
+        if now >= next_restart {
+            runtime.restart_server(&scope, "soak").await?;
+            runtime
+                .wait_ready(&scope, "soak", Duration::from_secs(30))
+                .await?;
+            restarts += 1;
+            next_restart += Duration::from_secs(30);
+        }
+        if now >= next_sample {
+            samples.push((now.as_secs_f64(), rss_kib(), heap_kib()));
+            next_sample += Duration::from_secs(10);
+        }
+    }
+    samples.push((started.elapsed().as_secs_f64(), rss_kib(), heap_kib()));
+    runtime.shutdown(Duration::from_secs(20)).await;
+    let base = samples
+        .iter()
+        .find(|(t, _, _)| *t >= warm_up.as_secs_f64())
+        .or(samples.first())
+        .copied()
+        .unwrap_or((0.0, 0, 0));
+    let last = samples.last().copied().unwrap_or(base);
+    let growth = |a: u64, b: u64| (b as f64 - a as f64) / (a.max(1) as f64) * 100.0;
+    Ok(json!({
+        "seconds": secs,
+        "calls": calls,
+        "failed_calls": failed,
+        "restarts": restarts,
+        "rss_kib": {"after_warm_up": base.1, "end": last.1, "max": samples.iter().map(|s| s.1).max()},
+        "heap_kib": {"after_warm_up": base.2, "end": last.2, "max": samples.iter().map(|s| s.2).max()},
+        "rss_growth_pct": growth(base.1, last.1),
+        "heap_growth_pct": growth(base.2, last.2),
+        "samples": samples.iter().map(|(t, r, h)| json!([t, r, h])).collect::<Vec<_>>(),
+    }))
+}
+
 /// A hook run against a bare `sh -c true`, median ms of `n` each: the
 /// runtime runs one PreToolUse command hook `true` (spawn in its own group,
 /// payload on stdin, output parsed, group reaped). (bare, runtime).
@@ -580,12 +668,13 @@ pub async fn run(
     quick: bool,
     runs: usize,
     only: &[Row],
+    soak: Option<u64>,
     as_json: bool,
 ) -> anyhow::Result<u8> {
     let runs = runs.max(1);
     let mut all = Vec::with_capacity(runs);
     for i in 0..runs {
-        let figures = measure(calls, quick, only).await?;
+        let figures = measure(calls, quick, only, soak).await?;
         if !as_json {
             if runs > 1 {
                 println!("── run {} of {runs}", i + 1);
@@ -648,9 +737,14 @@ fn summarize_runs(all: &[serde_json::Value]) -> serde_json::Value {
 }
 
 /// One run of every row, as the JSON `bench --json` prints.
-async fn measure(calls: usize, quick: bool, only: &[Row]) -> anyhow::Result<serde_json::Value> {
+async fn measure(
+    calls: usize,
+    quick: bool,
+    only: &[Row],
+    soak: Option<u64>,
+) -> anyhow::Result<serde_json::Value> {
     let calls = if quick { calls.min(200) } else { calls };
-    let want = |row: Row| only.is_empty() || only.contains(&row);
+    let want = |row: Row| (only.is_empty() && row != Row::Soak) || only.contains(&row);
     let none = (f64::NAN, f64::NAN);
     // First, while the allocator holds little it could reuse: a growth
     // measured after the other rows is absorbed by what they freed.
@@ -695,6 +789,11 @@ async fn measure(calls: usize, quick: bool, only: &[Row]) -> anyhow::Result<serd
     } else {
         none
     };
+    let soak = match soak {
+        Some(secs) if only.is_empty() || only.contains(&Row::Soak) => memory_soak(secs).await?,
+        None if only.contains(&Row::Soak) => memory_soak(600).await?,
+        _ => serde_json::Value::Null,
+    };
     let ready_json: serde_json::Map<String, serde_json::Value> = ready
         .iter()
         .map(|(n, (b, o))| {
@@ -719,6 +818,7 @@ async fn measure(calls: usize, quick: bool, only: &[Row]) -> anyhow::Result<serd
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
         "quick": quick,
+        "memory_soak": soak,
         "catalog_sync_ms": {
             "1k": {"runtime": c1k, "bare_rmcp": b1k, "ratio": c1k / b1k.max(1e-9)},
             "10k": {"runtime": c10k, "bare_rmcp": b10k, "ratio": c10k / b10k.max(1e-9)},
@@ -809,6 +909,21 @@ fn print_human(f: &serde_json::Value) {
             n(&format!("/catalog_sync_ms/{k}/runtime")),
             n(&format!("/catalog_sync_ms/{k}/bare_rmcp")),
             n(&format!("/catalog_sync_ms/{k}/ratio"))
+        );
+    }
+    if f["memory_soak"].is_object() {
+        println!(
+            "memory soak, {} s ({} calls, {} failed, {} restarts): RSS {} → {} KiB ({:+.1} %), heap {} → {} KiB ({:+.1} %) after the warm-up (PERF-1: flat within 5 %)",
+            f["memory_soak"]["seconds"],
+            f["memory_soak"]["calls"],
+            f["memory_soak"]["failed_calls"],
+            f["memory_soak"]["restarts"],
+            f["memory_soak"]["rss_kib"]["after_warm_up"],
+            f["memory_soak"]["rss_kib"]["end"],
+            n("/memory_soak/rss_growth_pct"),
+            f["memory_soak"]["heap_kib"]["after_warm_up"],
+            f["memory_soak"]["heap_kib"]["end"],
+            n("/memory_soak/heap_growth_pct"),
         );
     }
 }

@@ -277,6 +277,30 @@ fn proc_table() -> Vec<(u32, u32, char)> {
 /// State and ppid from a `/proc/PID/stat` line. The command name is in
 /// parentheses and may itself contain spaces and parentheses, so the fields
 /// are read after the last `)`.
+/// The start time of `pid` (clock ticks since boot, `/proc/PID/stat` field
+/// 22): with the pid, it names one process. Pids are reused (pid_max is
+/// 32768 here), fast when many runs are in flight, so a pid alone can name
+/// another run's process by the time a run is judged.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_start_time(&stat)
+}
+
+/// Field 22 of a `/proc/PID/stat` line (see [`parse_stat`]).
+fn stat_start_time(stat: &str) -> Option<u64> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// True when the process `pid` that started at `start` still runs (not a
+/// zombie): false once it is gone, also when its pid now names another.
+pub fn same_process_alive(pid: u32, start: u64) -> bool {
+    process_alive(pid) && start_time(pid) == Some(start)
+}
+
 fn parse_stat(stat: &str) -> Option<(char, u32)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
@@ -334,8 +358,9 @@ pub fn process_alive(pid: u32) -> bool {
 /// in this process (see [`ProcWatch`]).
 #[derive(Debug, Default)]
 pub struct ProcTable {
-    /// This process's descendants: pid → (ppid, state, command line).
-    procs: HashMap<u32, (u32, char, String)>,
+    /// This process's descendants: pid → (ppid, state, command line,
+    /// start time).
+    procs: HashMap<u32, (u32, char, String, u64)>,
 }
 
 impl ProcTable {
@@ -344,7 +369,7 @@ impl ProcTable {
     /// reading.
     pub fn descendants_of(&self, pid: u32) -> Vec<u32> {
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (p, (ppid, _, _)) in &self.procs {
+        for (p, (ppid, ..)) in &self.procs {
             children.entry(*ppid).or_default().push(*p);
         }
         let mut out = Vec::new();
@@ -372,12 +397,17 @@ impl ProcTable {
     pub fn alive(&self, pid: u32) -> bool {
         self.procs
             .get(&pid)
-            .is_some_and(|(_, state, _)| !matches!(state, 'Z' | 'X'))
+            .is_some_and(|(_, state, ..)| !matches!(state, 'Z' | 'X'))
     }
 
     /// `pid`'s command line at this reading (arguments joined by spaces).
     pub fn cmdline(&self, pid: u32) -> &str {
-        self.procs.get(&pid).map_or("", |(_, _, c)| c.as_str())
+        self.procs.get(&pid).map_or("", |(_, _, c, _)| c.as_str())
+    }
+
+    /// `pid`'s start time at this reading (see [`start_time`]).
+    pub fn start(&self, pid: u32) -> Option<u64> {
+        self.procs.get(&pid).map(|p| p.3)
     }
 }
 
@@ -430,7 +460,7 @@ impl ProcWatch {
             .unwrap_or_default();
         let listed_set: HashSet<u32> = listed.iter().copied().collect();
         inner.foreign.retain(|p| listed_set.contains(p));
-        let mut stats: HashMap<u32, (u32, char)> = HashMap::new();
+        let mut stats: HashMap<u32, (u32, char, u64)> = HashMap::new();
         for pid in listed {
             if pid == me || inner.foreign.contains(&pid) {
                 continue;
@@ -438,13 +468,14 @@ impl ProcWatch {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 continue;
             };
-            if let Some((state, ppid)) = parse_stat(&stat) {
-                stats.insert(pid, (ppid, state));
+            if let (Some((state, ppid)), Some(start)) = (parse_stat(&stat), stat_start_time(&stat))
+            {
+                stats.insert(pid, (ppid, state, start));
             }
         }
         // Below this process: a chain of parents that reaches it.
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (p, (ppid, _)) in &stats {
+        for (p, (ppid, ..)) in &stats {
             children.entry(*ppid).or_default().push(*p);
         }
         let mut ours = HashSet::new();
@@ -462,7 +493,7 @@ impl ProcWatch {
         // ours, reparented to this process a moment later).
         let mut queue: VecDeque<u32> = stats
             .iter()
-            .filter(|(p, (ppid, _))| {
+            .filter(|(p, (ppid, ..))| {
                 !ours.contains(p) && (*ppid == 0 || inner.foreign.contains(ppid))
             })
             .map(|(p, _)| *p)
@@ -473,9 +504,9 @@ impl ProcWatch {
             }
         }
         let mut procs = HashMap::with_capacity(ours.len());
-        for (pid, (ppid, state)) in stats {
+        for (pid, (ppid, state, start)) in stats {
             if ours.contains(&pid) {
-                procs.insert(pid, (ppid, state, cmdline_of(pid)));
+                procs.insert(pid, (ppid, state, cmdline_of(pid), start));
             }
         }
         let table = std::sync::Arc::new(ProcTable { procs });
@@ -761,6 +792,14 @@ mod tests {
         assert!(t.descendants_of(std::process::id()).contains(&pid));
         assert!(t.alive(pid));
         assert_eq!(t.cmdline(pid).trim(), "sleep 30");
+        // A process is named by its pid and start time.
+        let start = t.start(pid).unwrap();
+        assert_eq!(start_time(pid), Some(start));
+        assert!(same_process_alive(pid, start));
+        assert!(
+            !same_process_alive(pid, start + 1),
+            "the same pid with another start time is another process"
+        );
         // Outside this process's tree: not in a reading.
         assert!(!t.alive(1) && t.cmdline(1).is_empty());
         // A reading within the period is shared; ZERO always reads anew.
@@ -775,6 +814,7 @@ mod tests {
             !t.alive(pid),
             "a reaped child is gone from the next reading"
         );
+        assert!(!same_process_alive(pid, start));
         // A child started after the first reading is found too.
         let mut late = std::process::Command::new("sleep")
             .arg("31")
@@ -789,6 +829,8 @@ mod tests {
     fn stat_lines_with_odd_command_names_parse() {
         assert_eq!(parse_stat("123 (a b) c) S 45 123 123 0"), Some(('S', 45)));
         assert_eq!(parse_stat("9 (sleep) Z 1 9 9"), Some(('Z', 1)));
+        let stat = "7 (a) b) S 1 7 7 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 424242 2433024 96";
+        assert_eq!(stat_start_time(stat), Some(424_242));
     }
 
     #[test]

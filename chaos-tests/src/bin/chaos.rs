@@ -371,6 +371,15 @@ async fn run_in_parallel(
                 },
                 r.duration_ms
             );
+            // At once, not only at the end: a long run may be stopped.
+            for (inv, why) in r.violations() {
+                eprintln!(
+                    "    violation: {} in {} (seed {}): {why}",
+                    inv.name(),
+                    r.name,
+                    r.seed
+                );
+            }
         }
         done.push((i, r));
     }

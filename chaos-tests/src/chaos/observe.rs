@@ -19,8 +19,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(5);
 /// What the sampler and the recorder saw during one run.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Observed {
-    /// Every pid of this run ever seen: tagged server processes and their descendants.
-    pub(super) seen: HashSet<u32>,
+    /// Every process of this run ever seen, as (pid, start time): tagged
+    /// server processes and their descendants.
+    pub(super) seen: HashSet<(u32, u64)>,
     /// Overlap evidence: server tag → (pids alive together).
     pub(super) overlaps: Vec<String>,
     /// one_generation violations seen at events.
@@ -146,7 +147,8 @@ fn sample(tags: &Tags, excluded: &HashSet<u32>, observed: &Mutex<Observed>, tabl
         .flat_map(|p| table.tree(*p))
         .collect();
     if let Ok(mut o) = observed.lock() {
-        o.seen.extend(ours);
+        o.seen
+            .extend(ours.into_iter().filter_map(|p| Some((p, table.start(p)?))));
         for (tag, live) in per_tag {
             if tags.tracked.iter().any(|t| t == tag) {
                 continue;

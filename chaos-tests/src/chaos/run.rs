@@ -313,12 +313,23 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
 /// left its group with setsid still does), is gone (each gets 2 s).
 async fn orphans(observed: &Observed, excluded: &HashSet<u32>, run_id: &str) -> Vec<String> {
     let mut orphans = Vec::new();
-    let mut pids: Vec<u32> = observed.seen.iter().copied().collect();
-    pids.extend(tagged_processes(CHAOS_TAG, run_id));
-    pids.sort_unstable();
-    pids.dedup();
-    for pid in pids.iter().filter(|p| !excluded.contains(p)) {
-        if !wait_gone(*pid, Duration::from_secs(2)).await {
+    // Each process by pid and start time: a pid seen here may name another
+    // run's process by now (pids are reused), which is not this run's orphan
+    // and must never be killed by it.
+    let mut procs: Vec<(u32, u64)> = observed.seen.iter().copied().collect();
+    procs.extend(
+        tagged_processes(CHAOS_TAG, run_id)
+            .into_iter()
+            .filter_map(|p| Some((p, crate::start_time(p)?))),
+    );
+    procs.sort_unstable();
+    procs.dedup();
+    for (pid, start) in procs.iter().filter(|(p, _)| !excluded.contains(p)) {
+        if !crate::same_process_alive(*pid, *start) {
+            continue;
+        }
+        if !wait_gone(*pid, Duration::from_secs(2)).await && crate::same_process_alive(*pid, *start)
+        {
             orphans.push(format!("{pid} ({})", crate::cmdline_of(*pid).trim()));
             // Judged: now the runner cleans up what the runtime left.
             if let Ok(p) = i32::try_from(*pid) {
@@ -610,8 +621,21 @@ fn gone_consequences(
             "{fault}: the status's stderr tail does not name the process ({prefix:?})"
         )];
     };
-    let alive =
-        crate::process_alive(pid) || orphans.iter().any(|o| o.starts_with(&format!("{pid} ")));
+    // The process the stderr named, by its start time when the sampler saw
+    // it: its pid may name another run's process by now.
+    let starts: Vec<u64> = seen
+        .observed
+        .seen
+        .iter()
+        .filter(|(p, _)| *p == pid)
+        .map(|(_, s)| *s)
+        .collect();
+    let running = if starts.is_empty() {
+        crate::process_alive(pid)
+    } else {
+        starts.iter().any(|s| crate::same_process_alive(pid, *s))
+    };
+    let alive = running || orphans.iter().any(|o| o.starts_with(&format!("{pid} ")));
     let listed = seen.report.escaped.contains(&pid);
     match (escapes, alive, listed) {
         // An escaped process that survived is no_orphans' finding.
