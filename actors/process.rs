@@ -330,14 +330,24 @@ pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Vec<u32> {
                 None => false,
             }
         });
-        if tagged && let Ok(p) = libc::pid_t::try_from(pid) {
+        // Its group is read before the kill: once killed, a process of the
+        // group may be reaped at once and read as no group at all, which
+        // is not "left its group" (a chaos run's finding under load). One
+        // that cannot be read is already gone.
+        if !tagged {
+            continue;
+        }
+        let Some(pgid) = process_group_of(pid) else {
+            continue;
+        };
+        if let Ok(p) = libc::pid_t::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions. The pid was
             // read from /proc an instant ago with our tag in its environment.
             #[allow(unsafe_code)]
             unsafe {
                 libc::kill(p, libc::SIGKILL);
             }
-            if group.is_none() || process_group_of(pid) != group {
+            if group != Some(pgid) {
                 killed.push(pid);
             }
         }

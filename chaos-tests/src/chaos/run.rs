@@ -15,7 +15,7 @@ use super::invariant::{
 use super::observe::{Observed, Recorder, Sampler};
 use super::scenario::Scenario;
 use super::setup::{policy, setup};
-use super::workload::{TOOL_CALL_TIMEOUT, Tally, concurrent_calls, sequential_calls, trigger};
+use super::workload::{Tally, concurrent_calls, sequential_calls, trigger};
 use crate::{HttpFaultServer, tagged_processes, unique_temp_path, wait_gone};
 
 /// The environment variable every server of a run gets: its run id. It is
@@ -364,7 +364,7 @@ fn one_outcome_per_call(tally: &Tally, events: &[(Instant, RuntimeEvent)]) -> Ve
 /// of slack for a loaded 2-core machine.
 fn bounded_outcome(run: &Run<'_>, tally: &Tally) -> Verdict {
     let hooks: u64 = run.sc.faults.iter().map(Fault::hook_wait_s).sum();
-    let bound = TOOL_CALL_TIMEOUT + Duration::from_secs(1 + hooks + 2);
+    let bound = run.sc.call_timeout() + Duration::from_secs(1 + hooks + 2);
     let (slowest, what) = &tally.slowest;
     verdict(*slowest <= bound, || {
         format!("{what} took {slowest:?}, over the bound of {bound:?}")

@@ -176,6 +176,19 @@ impl Scenario {
         self.faults.contains(&Fault::HangOnInitialize)
     }
 
+    /// Every server's `tool_call_timeout` in this scenario: 0.8 s, or 5 s
+    /// when the server writes an overlong line. Reading its 8 MiB through a
+    /// 64 KiB pipe took longer than 0.8 s on a loaded machine (the 1000-seed
+    /// run), and the call then ended `timeout` before the line limit cut the
+    /// transport: correct (CALL-4), but the fault exists to show the limit.
+    pub(super) fn call_timeout(&self) -> std::time::Duration {
+        if self.faults.contains(&Fault::OverlongLine) {
+            std::time::Duration::from_secs(5)
+        } else {
+            super::workload::TOOL_CALL_TIMEOUT
+        }
+    }
+
     /// True when server `s` gets a secret in its environment (every stdio
     /// run; `secret_echo` makes the server leak it).
     pub(super) fn has_secret(&self) -> bool {

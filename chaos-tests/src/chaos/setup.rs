@@ -19,7 +19,7 @@ use super::fault::{FaultHook, SECRET_ENV};
 use super::observe::{Recorder, Sampler};
 use super::run::{CHAOS_TAG, Observers, Run, RunIds, RunOptions};
 use super::scenario::Scenario;
-use super::workload::{TOOL_CALL_TIMEOUT, settle};
+use super::workload::settle;
 use crate::{
     HttpFaultServer, fault_server_config, fault_server_path, unique_temp_path, wait_for_status,
 };
@@ -213,7 +213,7 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
             )
             .await;
         }
-        let mut cfg = supervised(cfg, sc.hangs_on_initialize());
+        let mut cfg = supervised(cfg, sc.hangs_on_initialize(), sc.call_timeout());
         if let TransportConfig::Stdio(StdioConfig {
             env_secrets, env, ..
         }) = &mut cfg.transport
@@ -261,10 +261,10 @@ fn tagged(tag: &str, extra: &[String]) -> Vec<String> {
 
 /// `cfg` as every run supervises it: trusted, the run's reconnect policy and
 /// timeouts (a short startup timeout when `initialize` hangs), no idle stop.
-fn supervised(cfg: ServerConfig, hang_on_initialize: bool) -> ServerConfig {
+fn supervised(cfg: ServerConfig, hang_on_initialize: bool, call_timeout: Duration) -> ServerConfig {
     let mut cfg = cfg.trusted();
     cfg.reconnect = policy();
-    cfg.tool_call_timeout = TOOL_CALL_TIMEOUT;
+    cfg.tool_call_timeout = call_timeout;
     cfg.startup_timeout = if hang_on_initialize {
         Duration::from_millis(300)
     } else {
