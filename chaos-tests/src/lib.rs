@@ -312,8 +312,13 @@ fn parse_stat(stat: &str) -> Option<(char, u32)> {
 /// Every descendant of `pid` (children, grandchildren, …), found by walking
 /// the ppid fields of `/proc/*/stat` transitively. Zombies are included.
 pub fn descendants_of(pid: u32) -> Vec<u32> {
+    below(proc_table().into_iter().map(|(p, ppid, _)| (p, ppid)), pid)
+}
+
+/// Every process below `pid` in a table of (pid, ppid), breadth first.
+fn below(procs: impl Iterator<Item = (u32, u32)>, pid: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (p, ppid, _) in proc_table() {
+    for (p, ppid) in procs {
         children.entry(ppid).or_default().push(p);
     }
     let mut out = Vec::new();
@@ -368,22 +373,7 @@ impl ProcTable {
     /// [`descendants_of`] finds them. Only processes below this one are in a
     /// reading.
     pub fn descendants_of(&self, pid: u32) -> Vec<u32> {
-        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (p, (ppid, ..)) in &self.procs {
-            children.entry(*ppid).or_default().push(*p);
-        }
-        let mut out = Vec::new();
-        let mut seen = HashSet::from([pid]);
-        let mut queue = VecDeque::from([pid]);
-        while let Some(p) = queue.pop_front() {
-            for &c in children.get(&p).into_iter().flatten() {
-                if seen.insert(c) {
-                    out.push(c);
-                    queue.push_back(c);
-                }
-            }
-        }
-        out
+        below(self.procs.iter().map(|(p, (ppid, ..))| (*p, *ppid)), pid)
     }
 
     /// `pid` and its descendants, as [`process_tree`].
