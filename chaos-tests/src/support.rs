@@ -190,13 +190,27 @@ impl HttpFaultServer {
     /// Start `fault-server --http 0 {args}` and wait up to `limit` for the
     /// endpoint it announces on stderr (which is drained from then on).
     pub async fn start(args: &[String], limit: Duration) -> Result<Self, String> {
-        let mut child = tokio::process::Command::new(fault_server_path())
+        let mut command = tokio::process::Command::new(fault_server_path());
+        command
             .args(["--http", "0"])
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // kill_on_drop does not run when the runner itself is killed (a
+        // `chaos --seeds` run stopped with SIGTERM left its HTTP servers
+        // running): the server dies with the runner.
+        // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start the HTTP fault-server: {e}"))?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
