@@ -485,11 +485,7 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
         }
         if let Some((method, least)) = fault.expected_requests_at_least() {
             judged = true;
-            let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
-            let got = log
-                .lines()
-                .filter(|l| l.split(' ').next() == Some(method))
-                .count();
+            let got = requests_logged(&run.ids.log, method);
             if got < least {
                 problems.push(format!(
                     "{}: the server got {got} {method} requests, fewer than {least}",
@@ -581,8 +577,7 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
         }
         if let Some(want) = fault.expected_lists() {
             judged = true;
-            let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
-            let got = log.lines().filter(|l| l.starts_with("tools/list")).count();
+            let got = requests_logged(&run.ids.log, "tools/list");
             if got != want {
                 problems.push(format!(
                     "{}: {got} tools/list requests where {want} were due (SYNC-3 pages; SYNC-5: connect, sync, one follow-up)",
@@ -748,4 +743,14 @@ fn clean_up(run: &Run<'_>) {
     for f in &run.hook_files {
         let _ = std::fs::remove_file(f);
     }
+}
+
+/// How many `method` requests the server's request log holds (0 when there
+/// is no log yet).
+pub(super) fn requests_logged(log: &std::path::Path, method: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').next() == Some(method))
+        .count()
 }
