@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::messages::call::ToolDefinition;
 use crate::messages::config::Scope;
-use crate::messages::registry::{LiveConn, RegistryMsg, ScopeSnapshot, SwapError};
+use crate::messages::registry::{LiveConn, Published, RegistryMsg, ScopeSnapshot, SwapError};
 use crate::messages::status::{RuntimeEvent, ServerState};
 
 /// The registry actor.
@@ -48,6 +48,40 @@ pub struct RegistryState {
 impl RegistryState {
     fn publish(&mut self) {
         self.snapshot.send_replace(Arc::new(self.current.clone()));
+    }
+
+    /// Put what a supervisor published into the current snapshot (not yet
+    /// sent): the entry's tools, tool count and generation stay the
+    /// registry's. `None` for a server no longer registered; otherwise
+    /// whether the status changed.
+    fn apply(&mut self, published: Published) -> Option<bool> {
+        let Published {
+            mut status,
+            live,
+            instructions,
+        } = published;
+        let name = status.server.clone();
+        let old = self.current.servers.get(&name)?;
+        status.tools = old.tools.len();
+        status.generation = old.status.generation;
+        let changed = old.status != status;
+        let instructions_changed = old.instructions != instructions;
+        let text = instructions_changed.then(|| instructions.clone().unwrap_or_default());
+        // A new entry around the new status: the old one (and its stderr
+        // tail) is not copied, only dropped.
+        let entry = old.with_status(status, live, instructions);
+        self.current.servers.insert(name.clone(), Arc::new(entry));
+        if let Some(text) = text {
+            let _ = self.events.send(RuntimeEvent::ModelText {
+                scope: self.scope.clone(),
+                origin: format!("instructions:{name}"),
+                text,
+            });
+        }
+        if self.current.refresh_providers() {
+            self.emit_resource_tools();
+        }
+        Some(changed)
     }
 
     fn emit_status(&self, server: &str) {
@@ -127,39 +161,13 @@ impl Actor for ToolRegistry {
                     st.publish();
                     st.emit_status(&name);
                 }
-                RegistryMsg::Publish {
-                    status,
-                    live,
-                    instructions,
-                } => {
-                    let mut status = *status;
-                    let name = status.server.clone();
-                    let Some(old) = st.current.servers.get(&name) else {
-                        return Ok(());
-                    };
-                    status.tools = old.tools.len();
-                    status.generation = old.status.generation;
-                    let changed = old.status != status;
-                    let instructions_changed = old.instructions != instructions;
-                    let text =
-                        instructions_changed.then(|| instructions.clone().unwrap_or_default());
-                    // A new entry around the new status: the old one (and
-                    // its stderr tail) is not copied, only dropped.
-                    let entry = old.with_status(status, live, instructions);
-                    st.current.servers.insert(name.clone(), Arc::new(entry));
-                    if let Some(text) = text {
-                        let _ = st.events.send(RuntimeEvent::ModelText {
-                            scope: st.scope.clone(),
-                            origin: format!("instructions:{name}"),
-                            text,
-                        });
-                    }
-                    if st.current.refresh_providers() {
-                        st.emit_resource_tools();
-                    }
-                    st.publish();
-                    if changed {
-                        st.emit_status(&name);
+                RegistryMsg::Publish(published) => {
+                    let name = published.status.server.clone();
+                    if let Some(changed) = st.apply(*published) {
+                        st.publish();
+                        if changed {
+                            st.emit_status(&name);
+                        }
                     }
                 }
                 RegistryMsg::Swap {
@@ -168,9 +176,17 @@ impl Actor for ToolRegistry {
                     generation,
                     tools,
                     live,
+                    then,
                     reply,
                 } => {
                     let result = swap(st, &server, conn_gen, generation, tools, live);
+                    if let Some(mut then) = then.map(|b| *b) {
+                        if let Err(e) = &result {
+                            then.status.error = Some(e.to_string());
+                            then.instructions = None;
+                        }
+                        st.apply(then);
+                    }
                     st.publish();
                     if result.is_ok() {
                         st.emit_catalog(&server);
@@ -364,7 +380,9 @@ mod tests {
         generation: u64,
         name: &str,
         live: Option<LiveConn>,
+        then: Option<Published>,
     ) -> Result<usize, SwapError> {
+        let then = then.map(Box::new);
         ractor::call_t!(
             registry,
             |reply| RegistryMsg::Swap {
@@ -373,6 +391,7 @@ mod tests {
                 generation,
                 tools: tools(generation, name),
                 live,
+                then,
                 reply,
             },
             5000
@@ -417,7 +436,10 @@ mod tests {
         // Connection 1 with tool `old`; then it is lost (live withdrawn, the
         // tools kept, RECO-5 keep).
         let (first, _first_client) = live(1).await;
-        assert_eq!(swap_msg(&registry, 1, 1, "old", Some(first)).await, Ok(1));
+        assert_eq!(
+            swap_msg(&registry, 1, 1, "old", Some(first), None).await,
+            Ok(1)
+        );
         let callable = |s: &ScopeSnapshot| s.servers["srv"].live.as_ref().map(|l| l.conn_gen);
         let names = |s: &ScopeSnapshot| {
             s.servers["srv"]
@@ -431,24 +453,59 @@ mod tests {
         let mut lost = s.servers["srv"].status.clone();
         lost.state = ServerState::Reconnecting { attempt: 1, of: 3 };
         registry
-            .cast(RegistryMsg::Publish {
-                status: Box::new(lost),
+            .cast(RegistryMsg::Publish(Box::new(Published {
+                status: lost.clone(),
                 live: None,
                 instructions: None,
-            })
+            })))
             .unwrap();
-        // Connection 2 lists `new`: one swap installs the handle and the tools.
+        // Connection 2 lists `new`: one swap installs the handle, the tools
+        // and the supervisor's status (ready again) in one snapshot.
         let (second, _second_client) = live(2).await;
-        assert_eq!(swap_msg(&registry, 2, 2, "new", Some(second)).await, Ok(1));
+        let mut up = lost.clone();
+        up.state = ServerState::Ready;
+        up.connection_generation = 2;
+        let then = |status: &ServerStatus, live: &LiveConn| Published {
+            status: status.clone(),
+            live: Some(live.clone()),
+            instructions: None,
+        };
+        assert_eq!(
+            swap_msg(
+                &registry,
+                2,
+                2,
+                "new",
+                Some(second.clone()),
+                Some(then(&up, &second))
+            )
+            .await,
+            Ok(1)
+        );
         let s = snap_rx.borrow_and_update().clone();
         assert_eq!((callable(&s), names(&s)), (Some(2), vec!["new".to_owned()]));
         assert!(s.servers["srv"].up_since.is_some());
-        // A re-sync carries no handle and needs connection 2 to be the live one.
-        assert_eq!(swap_msg(&registry, 2, 3, "newer", None).await, Ok(1));
+        let status = &s.servers["srv"].status;
         assert_eq!(
-            swap_msg(&registry, 1, 4, "stale", None).await,
+            (
+                &status.state,
+                status.connection_generation,
+                status.tools,
+                status.generation
+            ),
+            (&ServerState::Ready, 2, 1, 2),
+            "the status went out with the tools: {status:?}"
+        );
+        // A re-sync carries no handle and needs connection 2 to be the live one.
+        assert_eq!(swap_msg(&registry, 2, 3, "newer", None, None).await, Ok(1));
+        // A stale swap's status says why nothing was swapped.
+        assert_eq!(
+            swap_msg(&registry, 1, 4, "stale", None, Some(then(&up, &second))).await,
             Err(SwapError::Stale { conn_gen: 1 })
         );
+        let s = snap_rx.borrow_and_update().clone();
+        let error = s.servers["srv"].status.error.clone().unwrap_or_default();
+        assert!(error.contains('1'), "stale swap error: {error:?}");
         let s = snap_rx.borrow_and_update().clone();
         assert_eq!(
             (callable(&s), names(&s)),

@@ -297,6 +297,18 @@ impl ScopeSnapshot {
     }
 }
 
+/// What a server supervisor publishes about its server: its status, its
+/// live handle and its instructions.
+#[derive(Debug)]
+pub struct Published {
+    /// Status.
+    pub status: ServerStatus,
+    /// Live handle (`None` = not callable).
+    pub live: Option<LiveConn>,
+    /// Instructions, published with the tools (RES-5).
+    pub instructions: Option<String>,
+}
+
 /// Messages of the registry.
 pub enum RegistryMsg {
     /// Add a server entry (before its supervisor starts connecting).
@@ -305,14 +317,7 @@ pub enum RegistryMsg {
         entry: Box<ServerEntry>,
     },
     /// Replace a server's status and live handle.
-    Publish {
-        /// Status.
-        status: Box<ServerStatus>,
-        /// Live handle (`None` = not callable).
-        live: Option<LiveConn>,
-        /// Instructions, published with the tools (RES-5).
-        instructions: Option<String>,
-    },
+    Publish(Box<Published>),
     /// Phase 2 of a sync: swap in generation `generation` of `server`'s tools,
     /// if connection `conn_gen` is still the live one (SYNC-6). A public-name
     /// conflict with another server leaves this server with zero tools (SYNC-4).
@@ -330,6 +335,12 @@ pub enum RegistryMsg {
         /// callable under the previous connection's definitions. `None` for
         /// a re-sync: then connection `conn_gen` must be the live one.
         live: Option<LiveConn>,
+        /// The supervisor's status as it stands with the swap done, published
+        /// in the same snapshot (one publish per sync, not one for the tools
+        /// and one for the status). The registry fills in the tool count,
+        /// the generation and, on a failed swap, the error; a failed swap
+        /// also drops the instructions (RES-5).
+        then: Option<Box<Published>>,
         /// Ok(count) or the conflict / staleness.
         reply: RpcReplyPort<Result<usize, SwapError>>,
     },

@@ -61,7 +61,7 @@ use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
-use crate::messages::registry::{Activity, LiveConn, RegistryMsg, ServerEntry};
+use crate::messages::registry::{Activity, LiveConn, Published, RegistryMsg, ServerEntry};
 use crate::messages::server::{ServerSupervisorMsg, Unreaped};
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 
@@ -467,6 +467,15 @@ impl ServerSupervisorState {
     /// Publish with `state` shown (the live handle goes out before `ready`,
     /// CONN-10).
     fn publish_as(&mut self, state: ServerState) {
+        let published = self.published(state);
+        let _ = self
+            .registry
+            .cast(RegistryMsg::Publish(Box::new(published)));
+    }
+
+    /// The status with `state` shown, brought up to date, with the live
+    /// handle and the instructions: what a publish sends.
+    fn published(&mut self, state: ServerState) -> Published {
         self.status.state = state;
         self.status.syncing = match &self.phase {
             Phase::Ready { conn, sync, .. } => sync.is_some() || conn.resync_pending,
@@ -497,11 +506,11 @@ impl ServerSupervisorState {
             .max_attempts
             .saturating_sub(self.failures);
         self.status.connection_generation = self.next_gen.saturating_sub(1);
-        let _ = self.registry.cast(RegistryMsg::Publish {
-            status: Box::new(self.status.clone()),
+        Published {
+            status: self.status.clone(),
             live: self.phase.live().cloned(),
             instructions: self.instructions.clone(),
-        });
+        }
     }
 
     /// Enter `phase` and publish it.
@@ -1254,6 +1263,9 @@ async fn apply_catalog(
                 }
             }
             st.catalog_warnings = catalog.warnings;
+            // The status goes out with the tools: one publish per sync.
+            let state = st.phase.state(st.config.reconnect.max_attempts);
+            let then = Box::new(st.published(state));
             let swap = ractor::call_t!(
                 st.registry,
                 |reply| RegistryMsg::Swap {
@@ -1262,11 +1274,14 @@ async fn apply_catalog(
                     generation,
                     tools: catalog.tools,
                     live: first.then(|| st.phase.live().cloned()).flatten(),
+                    then: Some(then),
                     reply,
                 },
                 5000
             );
             st.catalog_gen = generation;
+            // The registry published the status with the swap; the
+            // supervisor's copy follows it.
             match swap {
                 Ok(Ok(n)) => {
                     st.status.tools = n;
@@ -1278,14 +1293,17 @@ async fn apply_catalog(
                     st.status.error = Some(e.to_string());
                     st.instructions = None;
                 }
-                Err(e) => st.status.error = Some(format!("registry did not answer: {e}")),
+                Err(e) => {
+                    st.status.error = Some(format!("registry did not answer: {e}"));
+                    st.publish();
+                }
             }
         }
         Err(e) => {
             st.catalog_warnings = vec![format!("catalog rejected, previous generation kept: {e}")];
+            st.publish();
         }
     }
-    st.publish();
 }
 
 /// Start the one follow-up sync a list_changed asked for (SYNC-5), if any,
