@@ -697,15 +697,31 @@ fn start_close(state: &mut ConnectionState) {
                 // RECO-7: what left the group (setsid) dies with the
                 // connection too, found by the server's tag, and goes into
                 // the shutdown report.
+                // Once the close returns nothing of the server runs: every
+                // process killed here (the escaped ones and the group's
+                // members still dying) is waited for, bounded; one still
+                // running is the shutdown sweep's to report.
                 if let Some(tag) = &tag {
                     // The group is the server's pid (its own group leader).
-                    escaped = super::process::kill_tagged(tag, false, pid);
-                    if !escaped.is_empty() {
+                    let swept = super::process::kill_tagged(tag, false, pid);
+                    if !swept.escaped.is_empty() {
                         tracing::warn!(
-                            ?escaped,
+                            escaped = ?swept.escaped,
                             "killed processes that had left the server's process group"
                         );
                     }
+                    let left = super::process::still_running(
+                        &swept.killed,
+                        super::process::SWEPT_EXIT_WAIT,
+                    )
+                    .await;
+                    if !left.is_empty() {
+                        tracing::warn!(
+                            ?left,
+                            "processes of a closed server still run after SIGKILL"
+                        );
+                    }
+                    escaped = swept.escaped;
                 }
                 (reaped, (!reaped).then_some(later))
             }

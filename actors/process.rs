@@ -295,20 +295,34 @@ fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
 /// server, `<runtime>/hooks` for hooks.
 pub const TAG_VAR: &str = "MCPVISOR_TAG";
 
+/// How long a sweep waits for the processes it SIGKILLed to be gone (a
+/// SIGKILLed process exits as soon as it is scheduled; one still running
+/// after this is reported, not waited for without end).
+pub const SWEPT_EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// What [`kill_tagged`] SIGKILLed.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Every process killed: also the members of `group` that had not died
+    /// yet, so that a caller can wait for all of them to be gone.
+    pub killed: Vec<u32>,
+    /// Of those, the ones that had left `group` (RECO-7's `escaped`).
+    pub escaped: Vec<u32>,
+}
+
 /// SIGKILL every process but this one whose environment has [`TAG_VAR`]
 /// equal to `value` (or, with `prefix`, starting with it): the descendants
-/// that left their process group, out of reach of group signals. Returns
-/// the pids of those that had left it: a process still in `group` (the
-/// group just killed, whose members may not have died yet) is killed
-/// again but not returned. Processes of other users, and ones that cleared
-/// their environment, are not found.
-pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Vec<u32> {
+/// that left their process group, out of reach of group signals, and the
+/// members of the group just killed that have not died yet. A process
+/// still in `group` is killed again but not listed as escaped. Processes
+/// of other users, and ones that cleared their environment, are not found.
+pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Swept {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return Swept::default();
     };
     let me = std::process::id();
     let wanted = format!("{TAG_VAR}={value}");
-    let mut killed = Vec::new();
+    let mut swept = Swept::default();
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -347,12 +361,13 @@ pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Vec<u32> {
             unsafe {
                 libc::kill(p, libc::SIGKILL);
             }
+            swept.killed.push(pid);
             if group != Some(pgid) {
-                killed.push(pid);
+                swept.escaped.push(pid);
             }
         }
     }
-    killed
+    swept
 }
 
 /// The process group of `pid` (field 5 of `/proc/PID/stat`, after the

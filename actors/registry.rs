@@ -180,13 +180,12 @@ impl Actor for ToolRegistry {
                     reply,
                 } => {
                     let result = swap(st, &server, conn_gen, generation, tools, live);
-                    if let Some(mut then) = then.map(|b| *b) {
-                        if let Err(e) = &result {
-                            then.status.error = Some(e.to_string());
-                            then.instructions = None;
-                        }
-                        st.apply(then);
+                    let mut then = *then;
+                    if let Err(e) = &result {
+                        then.status.error = Some(e.to_string());
+                        then.instructions = None;
                     }
+                    st.apply(then);
                     st.publish();
                     if result.is_ok() {
                         st.emit_catalog(&server);

@@ -340,7 +340,7 @@ pub enum RegistryMsg {
         /// and one for the status). The registry fills in the tool count,
         /// the generation and, on a failed swap, the error; a failed swap
         /// also drops the instructions (RES-5).
-        then: Option<Box<Published>>,
+        then: Box<Published>,
         /// Ok(count) or the conflict / staleness.
         reply: RpcReplyPort<Result<usize, SwapError>>,
     },

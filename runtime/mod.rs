@@ -50,10 +50,6 @@ pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
 /// How long a lost call waits for the connection's real cause (CONN-8).
 const CAUSE_WAIT: Duration = Duration::from_secs(3);
 
-/// How long the shutdown waits for escaped processes to die after their
-/// SIGKILL before it reports them (RECO-7).
-const ESCAPED_KILL_WAIT: Duration = Duration::from_secs(1);
-
 /// Errors of the runtime's lifecycle API.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
@@ -459,6 +455,21 @@ impl Runtime {
         self.snapshot(scope).map(|s| s.tools()).unwrap_or_default()
     }
 
+    /// Each server of a scope with its registered tools, both read from one
+    /// published snapshot, so the status's `tools` count and `generation`
+    /// describe exactly the tools beside it (a catalog is swapped whole,
+    /// SYNC-6; a server with no tools is listed with none).
+    pub fn catalogs(&self, scope: &Scope) -> Vec<(ServerStatus, Arc<Vec<Arc<ToolDefinition>>>)> {
+        self.snapshot(scope)
+            .map(|s| {
+                s.servers
+                    .values()
+                    .map(|e| (e.status.clone(), e.tools.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The tools to offer a model route (TRUST-7): the scope's tools when the
     /// route supports tool calling, none otherwise, so the model answers
     /// normally instead of being sent tools it cannot call.
@@ -600,9 +611,13 @@ impl Runtime {
         report.hook_runs_aborted = hook_runs_aborted;
         // RECO-7: what left its server's or hook's process group is found by
         // this runtime's tag, killed, and reported.
-        let escaped =
+        let swept =
             crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true, None);
-        for pid in crate::actors::process::still_running(&escaped, ESCAPED_KILL_WAIT).await {
+        let escaped = swept.escaped;
+        for pid in
+            crate::actors::process::still_running(&escaped, crate::actors::process::SWEPT_EXIT_WAIT)
+                .await
+        {
             report.unconfirmed.push(format!(
                 "process {pid} had left its process group and still runs after SIGKILL"
             ));

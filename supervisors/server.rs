@@ -1274,7 +1274,7 @@ async fn apply_catalog(
                     generation,
                     tools: catalog.tools,
                     live: first.then(|| st.phase.live().cloned()).flatten(),
-                    then: Some(then),
+                    then,
                     reply,
                 },
                 5000

@@ -123,10 +123,17 @@ async fn main() -> std::process::ExitCode {
             .map(|d| d.as_secs())
             .unwrap_or(1)
     });
+    // no_orphans: what a server's process leaves behind stays below the
+    // runner, tagged or not, instead of going to init (CHAOS-2).
+    if let Err(e) = mcpvisor_chaos::become_subreaper() {
+        eprintln!("chaos: cannot become a child subreaper: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let mut opts = RunOptions {
         break_close_barrier: args.break_close_barrier,
         break_escape_sweep: args.break_escape_sweep,
         check_memory: args.soak.is_some(),
+        sole: args.jobs <= 1,
         ..RunOptions::default()
     };
     let select = |seed: u64| {
@@ -234,7 +241,18 @@ async fn main() -> std::process::ExitCode {
                 .insert(mcpvisor_chaos::chaos::Invariant::BoundedMemory, verdict);
         }
     }
-    let violations: usize = reports.iter().map(|r| r.violations().len()).sum();
+    // With runs in parallel no run can tell an untagged orphan below the
+    // runner for its own: the walk after the last run judges them all.
+    let left_below = if args.jobs > 1 {
+        mcpvisor_chaos::sweep_below_runner().await
+    } else {
+        Vec::new()
+    };
+    for p in &left_below {
+        eprintln!("violation: no_orphans after every run ended: {p} was still below the runner");
+    }
+    let violations: usize =
+        reports.iter().map(|r| r.violations().len()).sum::<usize>() + left_below.len();
     if args.json {
         println!(
             "{}",

@@ -154,6 +154,10 @@ struct Args {
     /// "daemon pid N" to stderr.
     #[arg(long)]
     daemonize: bool,
+    /// With `--daemonize`: the daemon clears its environment (`env -i`),
+    /// so no tag finds it.
+    #[arg(long)]
+    daemon_env_clear: bool,
     /// Every tools/call that carries a progress token works in N steps of
     /// 100 ms, each announced by `notifications/progress` ("step i of N",
     /// total N), then answers.
@@ -762,10 +766,15 @@ fn ignore_sigterm() {
     }
 }
 
-fn daemonize() {
+fn daemonize(env_clear: bool) {
+    // With `env_clear` the daemon carries no tag at all (`env -i`): only a
+    // subreaper's walk below the runner can still find it.
+    let env = if env_clear { "env -i " } else { "" };
     let out = std::process::Command::new("sh")
         .arg("-c")
-        .arg("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+        .arg(format!(
+            "{env}setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!"
+        ))
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output();
@@ -1016,7 +1025,7 @@ fn main() -> std::process::ExitCode {
         spawn_grandchild();
     }
     if args.daemonize {
-        daemonize();
+        daemonize(args.daemon_env_clear);
     }
     if args.garbage_before_handshake > 0 && args.http.is_none() {
         let mut out = std::io::stdout().lock();

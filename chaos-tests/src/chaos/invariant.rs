@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcpvisor::{ReconnectPolicy, RuntimeEvent, ServerState, ToolDefinition};
+use mcpvisor::{ReconnectPolicy, RuntimeEvent, ServerState, ServerStatus, ToolDefinition};
 use serde::Serialize;
 
 use super::fault::Fault;
@@ -149,28 +149,46 @@ pub(super) fn verdict(ok: bool, why: impl FnOnce() -> String) -> Verdict {
     }
 }
 
-/// one_generation: the registered tools of each server share one generation,
-/// and each server shows either no tools or its whole catalog (`expected`).
+/// one_generation, from one snapshot of each server's status and its
+/// registered tools (`catalogs`): the tools share one generation, the one
+/// the status names; their number is the status's count; and each server
+/// shows either no tools or its whole catalog (`expected`). A server with
+/// no tools is judged too: its status must say 0 (a removal or an emptied
+/// catalog is a swap like any other).
 pub(super) fn generation_problems(
-    tools: &[Arc<ToolDefinition>],
+    catalogs: &[(ServerStatus, Arc<Vec<Arc<ToolDefinition>>>)],
     expected: &HashMap<String, u64>,
 ) -> Vec<String> {
-    let mut per_server: HashMap<&str, (HashSet<u64>, u64)> = HashMap::new();
-    for t in tools {
-        let e = per_server.entry(t.server.as_str()).or_default();
-        e.0.insert(t.generation);
-        e.1 += 1;
-    }
     let mut problems = Vec::new();
-    for (server, (gens, count)) in per_server {
+    for (status, tools) in catalogs {
+        let server = &status.server;
+        let gens: HashSet<u64> = tools.iter().map(|t| t.generation).collect();
         if gens.len() > 1 {
             problems.push(format!("{server}: generations {gens:?} registered at once"));
         }
-        if let Some(&whole) = expected.get(server)
-            && count != whole
+        if let Some(g) = gens.iter().next()
+            && gens.len() == 1
+            && *g != status.generation
         {
             problems.push(format!(
-                "{server}: {count} tools registered, the whole catalog has {whole}"
+                "{server}: tools of generation {g} registered, the status says {}",
+                status.generation
+            ));
+        }
+        if tools.len() != status.tools {
+            problems.push(format!(
+                "{server}: {} tools registered, the status says {}",
+                tools.len(),
+                status.tools
+            ));
+        }
+        if let Some(&whole) = expected.get(server.as_str())
+            && !tools.is_empty()
+            && tools.len() as u64 != whole
+        {
+            problems.push(format!(
+                "{server}: {} tools registered, the whole catalog has {whole}",
+                tools.len()
             ));
         }
     }
@@ -253,7 +271,15 @@ pub(super) fn check_spawns(
     tags: &[&str],
     restarts_ms: &[u128],
 ) -> Vec<String> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let text = match std::fs::read_to_string(log) {
+        Ok(t) => t,
+        Err(e) => {
+            return vec![format!(
+                "runner error: the spawn log {} cannot be read ({e})",
+                log.display()
+            )];
+        }
+    };
     let mut problems = Vec::new();
     for tag in tags {
         let mut starts: Vec<u128> = text
@@ -300,12 +326,14 @@ pub(super) fn check_spawns(
 /// that ended `ok` (`ok_nonces`) was executed exactly once. A log that
 /// cannot be read while calls ended `ok` is a failure, not "no duplicates".
 pub(super) fn check_double_send(log: &Path, run_id: &str, ok_nonces: &[String]) -> Vec<String> {
+    // Every fault-server writes its start line to the log first thing, so
+    // a run always has one: without it nothing can be judged, which is the
+    // runner's failure, never "no duplicates".
     let text = match std::fs::read_to_string(log) {
         Ok(t) => t,
-        Err(_) if ok_nonces.is_empty() => String::new(),
         Err(e) => {
             return vec![format!(
-                "the request log {} cannot be read ({e}) although {} call(s) ended ok",
+                "runner error: the request log {} cannot be read ({e}); {} call(s) ended ok",
                 log.display(),
                 ok_nonces.len()
             )];
@@ -470,8 +498,13 @@ mod tests {
             ]
         );
         let _ = std::fs::remove_file(&log);
+        // A missing log is the runner's error, whether or not calls ended
+        // ok: never "no duplicates".
         let missing = check_double_send(&log, "run", &["run#1".into()]);
         assert!(missing[0].contains("cannot be read"), "{missing:?}");
-        assert!(check_double_send(&log, "run", &[]).is_empty());
+        let missing = check_double_send(&log, "run", &[]);
+        assert!(missing[0].starts_with("runner error"), "{missing:?}");
+        let missing = check_spawns(&log, &policy(), false, &["r-s"], &[]);
+        assert!(missing[0].starts_with("runner error"), "{missing:?}");
     }
 }

@@ -246,7 +246,7 @@ impl Recorder {
                             RuntimeEvent::CatalogChanged { .. } | RuntimeEvent::ServerStatus(_)
                         ) {
                             let problems =
-                                generation_problems(&runtime.tools(&Scope::Global), &expected);
+                                generation_problems(&runtime.catalogs(&Scope::Global), &expected);
                             note(&observed, problems);
                         }
                         if let Ok(mut r) = into.lock() {

@@ -39,6 +39,15 @@ pub struct RunOptions {
     pub break_escape_sweep: bool,
     /// The other break switches, one per invariant (see [`BREAKS`]).
     pub breaks: mcpvisor::ChaosSwitches,
+    /// No other run is in flight while a run judges its orphans (the
+    /// `chaos` binary without `--jobs`): every process below the runner is
+    /// then this run's, also one that carries no tag (see no_orphans).
+    pub sole: bool,
+    /// Runner-side fault for the test of the subreaper: the daemon of
+    /// `daemonized_grandchild` clears its environment, so neither the
+    /// runtime's tag sweep nor the runner's `CHAOS_TAG` finds it; only the
+    /// walk below the runner does (`--break untagged-daemon`).
+    pub untagged_daemon: bool,
     /// Readings of `/proc`, shared by the samplers of the runs in flight
     /// with these options (`chaos --jobs N`).
     pub procs: std::sync::Arc<crate::ProcWatch>,
@@ -96,6 +105,9 @@ impl RunOptions {
             "outcome-kinds" => b.wrong_kinds = true,
             // Judged over a soak only (chaos --soak): see chaos_runner.rs.
             "leak" => b.leak = true,
+            // A harder fault than the runtime handles (RECO-7's documented
+            // gap), for the runner's subreaper walk: see chaos_runner.rs.
+            "untagged-daemon" => self.untagged_daemon = true,
             _ => return false,
         }
         true
@@ -250,7 +262,8 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
 /// Every invariant's verdict on what was seen.
 async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant, Verdict> {
     let mut invariants = BTreeMap::new();
-    let orphans = orphans(&seen.observed, &seen.excluded, &run.ids.run_id).await;
+    let (orphans, considered) = orphans(run, seen).await;
+    reap_orphans(considered).await;
     invariants.insert(
         Invariant::NoOrphans,
         verdict(orphans.is_empty(), || {
@@ -308,39 +321,73 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
     invariants
 }
 
-/// no_orphans: every process seen below the runner, and every process that
+/// no_orphans: every process seen below the runner, every process that
 /// carries the run's `CHAOS_TAG` in its environment (which a process that
-/// left its group with setsid still does), is gone (each gets 2 s).
-async fn orphans(observed: &Observed, excluded: &HashSet<u32>, run_id: &str) -> Vec<String> {
-    let mut orphans = Vec::new();
+/// left its group with setsid still does), and, when no other run is in
+/// flight (`RunOptions::sole`), every process below the runner at all (a
+/// subreaper keeps there an orphan that carries no tag) must be gone when
+/// the shutdown has returned (RECO-7: after a clean shutdown no child
+/// process of the runtime is alive). One found alive is a violation; the
+/// runner then gives it 2 s, says whether it was still alive, and kills it.
+/// Returns the violations and every process considered.
+async fn orphans(run: &Run<'_>, seen: &Seen) -> (Vec<String>, Vec<(u32, u64)>) {
+    let with_start = |p: u32| Some((p, crate::start_time(p)?));
     // Each process by pid and start time: a pid seen here may name another
     // run's process by now (pids are reused), which is not this run's orphan
     // and must never be killed by it.
-    let mut procs: Vec<(u32, u64)> = observed.seen.iter().copied().collect();
+    let mut procs: Vec<(u32, u64)> = seen.observed.seen.iter().copied().collect();
     procs.extend(
-        tagged_processes(CHAOS_TAG, run_id)
+        tagged_processes(CHAOS_TAG, &run.ids.run_id)
             .into_iter()
-            .filter_map(|p| Some((p, crate::start_time(p)?))),
+            .filter_map(with_start),
     );
+    if run.opts.sole {
+        procs.extend(
+            crate::descendants_of(std::process::id())
+                .into_iter()
+                .filter_map(with_start),
+        );
+    }
     procs.sort_unstable();
     procs.dedup();
-    for (pid, start) in procs.iter().filter(|(p, _)| !excluded.contains(p)) {
-        if !crate::same_process_alive(*pid, *start) {
-            continue;
-        }
-        if !wait_gone(*pid, Duration::from_secs(2)).await && crate::same_process_alive(*pid, *start)
-        {
-            orphans.push(format!("{pid} ({})", crate::cmdline_of(*pid).trim()));
+    procs.retain(|(p, _)| !seen.excluded.contains(p));
+    let alive: Vec<(u32, u64)> = procs
+        .iter()
+        .copied()
+        .filter(|(p, s)| crate::same_process_alive(*p, *s))
+        .collect();
+    let mut orphans = Vec::new();
+    for (pid, start) in alive {
+        let cmd = crate::cmdline_of(pid);
+        let later =
+            !wait_gone(pid, Duration::from_secs(2)).await && crate::same_process_alive(pid, start);
+        orphans.push(format!(
+            "{pid} ({}) alive when the shutdown returned{}",
+            cmd.trim(),
+            if later { " and 2 s later" } else { "" }
+        ));
+        if later && let Ok(p) = i32::try_from(pid) {
             // Judged: now the runner cleans up what the runtime left.
-            if let Ok(p) = i32::try_from(*pid) {
-                // SAFETY: kill(2) on a pid seen alive an instant ago.
-                unsafe {
-                    libc::kill(p, libc::SIGKILL);
-                }
+            // SAFETY: kill(2) on a pid seen alive an instant ago.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
             }
         }
     }
-    orphans
+    (orphans, procs)
+}
+
+/// Reap the zombies the runner adopted (it is a child subreaper in the
+/// `chaos` binary): once a run has shut down nothing waits for them. What
+/// the runner has just killed (`procs`' live ones) is given up to 500 ms to
+/// die first.
+async fn reap_orphans(procs: Vec<(u32, u64)>) {
+    for (pid, start) in &procs {
+        if crate::same_process_alive(*pid, *start) {
+            wait_gone(*pid, Duration::from_millis(500)).await;
+        }
+    }
+    crate::reap_adopted();
 }
 
 /// one_outcome_per_call: every call issued returned, once, with one

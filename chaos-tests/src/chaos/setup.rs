@@ -173,7 +173,10 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
     let sc = run.sc;
     let ids = &run.ids;
     let mut configs = Vec::new();
-    let main_args = tagged(&ids.main_tag, &sc.server_args(&ids.log));
+    let mut main_args = tagged(&ids.main_tag, &sc.server_args(&ids.log));
+    if run.opts.untagged_daemon {
+        main_args.push("--daemon-env-clear".into());
+    }
     if sc.is_http() {
         match HttpFaultServer::start(&main_args, Duration::from_secs(10)).await {
             Ok(p) => {

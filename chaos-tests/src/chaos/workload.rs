@@ -314,11 +314,22 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
             .find(|s| s.server == "s")
             .map_or(0, |s| s.generation);
         let name = mcpvisor::public_tool_name("s", tool);
-        let result = call(&run.runtime, &name, fault.trigger_args()).await;
+        // The trigger carries a nonce too (no_double_send): a call that
+        // crashes or hangs its server is the one most likely lost in
+        // flight, and it must not be sent twice either.
+        let nonce = format!("{}#trigger-{tool}", run.ids.run_id);
+        let mut args = fault.trigger_args();
+        if let Some(map) = args.as_object_mut() {
+            map.insert("nonce".into(), nonce.clone().into());
+        }
+        let result = call(&run.runtime, &name, args).await;
         let (kind, notes) = match &result.0 {
             Ok(o) => (o.kind.name().to_owned(), o.notes.join("; ")),
             Err(_) => ("no outcome".to_owned(), String::new()),
         };
+        if kind == "ok" {
+            tally.ok_nonces.push(nonce);
+        }
         tally.triggers.push((tool, kind, notes));
         tally.record(result, format!("trigger {tool}"), None, &run.ids.secret);
         // The notifications are handled after the call returned: wait

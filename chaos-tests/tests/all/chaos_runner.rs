@@ -38,18 +38,31 @@ async fn skipping_the_close_barrier_makes_no_overlap_fail() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_and_protocol_fault_scenarios_hold_every_invariant() {
-    for name in [
-        "crash_mid_call_with_grandchild",
-        "invalid_result",
-        "colliding_names",
-        "http_session_loss",
+    // Each with the outcome its fault must produce (the trigger's) besides
+    // calls that went through: a run whose calls all ended another way
+    // (`unknown_tool`, `server_not_ready`) fails here.
+    for (name, fault_kind) in [
+        (
+            "crash_mid_call_with_grandchild",
+            "transport_lost_during_call",
+        ),
+        ("invalid_result", "invalid_result"),
+        ("colliding_names", "ok"),
+        ("http_session_loss", "server_not_ready"),
     ] {
         let r = run_scenario(&scenario(name), &RunOptions::default()).await;
         assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
         assert!(
-            r.outcomes.values().sum::<u64>() > 0,
-            "{name}: no calls made"
+            r.outcomes.get(fault_kind).copied().unwrap_or(0) >= 1,
+            "{name}: no {fault_kind} outcome: {:?}",
+            r.outcomes
         );
+        assert!(
+            r.outcomes.get("ok").copied().unwrap_or(0) >= 1,
+            "{name}: no call went through: {:?}",
+            r.outcomes
+        );
+        assert_eq!(r.outcomes.get("unknown_tool"), None, "{name}");
     }
 }
 
@@ -61,17 +74,11 @@ async fn hook_fault_scenarios_hold_every_invariant_and_calls_fail_open() {
     for name in ["hook_grandchild", "hook_hang", "hook_garbage"] {
         let r = run_scenario(&scenario(name), &RunOptions::default()).await;
         assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
-        assert!(
-            r.outcomes.get("ok").copied().unwrap_or(0) > 0,
-            "{name}: {:?}",
-            r.outcomes
-        );
-        assert_eq!(
-            r.outcomes.get("denied_by_hook"),
-            None,
-            "{name}: {:?}",
-            r.outcomes
-        );
+        // Fail open: every call, the one whose hook hung or failed
+        // included, ended ok; a denial or an error would show here.
+        let kinds: Vec<&String> = r.outcomes.keys().collect();
+        assert_eq!(kinds, vec!["ok"], "{name}: {:?}", r.outcomes);
+        assert!(r.outcomes["ok"] >= 2, "{name}: {:?}", r.outcomes);
     }
 }
 
@@ -164,6 +171,39 @@ async fn a_process_that_left_its_group_is_killed_and_without_the_tag_no_orphans_
     let r = run_scenario(&sc, &broken).await;
     let failed: Vec<Invariant> = r.violations().into_iter().map(|(i, _)| i).collect();
     assert_eq!(failed, vec![Invariant::NoOrphans], "{:#?}", r.violations());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_that_carries_no_tag_is_found_below_the_subreaper_runner() {
+    // no_orphans (issue 18): the chaos binary is a child subreaper and, with
+    // one run at a time, judges every process below it after the shutdown.
+    // A daemon that also clears its environment escapes the runtime's tag
+    // sweep and the runner's CHAOS_TAG (RECO-7's documented gap): only that
+    // walk finds it, and no_orphans fails alone. Without the fault the same
+    // scenario passes (the walk finds nothing the runtime left).
+    let chaos = |broken: bool| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_chaos"));
+        c.args(["--seed", "7", "--scenario", "daemonized_grandchild"]);
+        if broken {
+            c.args(["--break", "untagged-daemon"]);
+        }
+        c.env("CARGO", "/bin/true")
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    let out = chaos(false).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let out = chaos(true).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let violations: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("violation: "))
+        .collect();
+    assert_eq!(violations.len(), 1, "{err}");
+    assert!(violations[0].starts_with("violation: no_orphans"), "{err}");
+    assert!(violations[0].contains("sleep 1000"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -860,3 +860,45 @@ async fn a_server_that_exits_at_once_gets_the_same_words_whichever_side_noticed_
         "{only}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_http_endpoint_is_found_dead_by_its_liveness_pings_without_a_call() {
+    // CONN-14: HTTP death is not signalled by the transport. The endpoint's
+    // process is stopped (SIGSTOP: its socket stays open, nothing answers)
+    // while the connection is idle; the pings time out, and past the
+    // threshold the connection is lost and RECO takes over. No call is made,
+    // so only the pinger can notice (without it the server stays ready).
+    let HttpFaultServer {
+        child: mut server,
+        url,
+    } = HttpFaultServer::start(&[], READY).await.unwrap();
+    let server_pid = server.id().unwrap() as libc::pid_t;
+    let mut cfg = ServerConfig::http("frozen", url).trusted();
+    if let mcpvisor::TransportConfig::StreamableHttp(h) = &mut cfg.transport {
+        h.ping_interval = Duration::from_millis(100);
+        h.ping_timeout = Duration::from_millis(200);
+        h.ping_failure_threshold = 2;
+    }
+    cfg.reconnect.enabled = false;
+    let (runtime, mut events) = start(G, cfg).await;
+    let up = ready(&runtime, &mut events, &G, "frozen", 0).await;
+    // SAFETY: kill(2) on our own, not yet reaped, child.
+    unsafe {
+        libc::kill(server_pid, libc::SIGSTOP);
+    }
+    let lost = wait_for_status(&runtime, &mut events, "frozen", READY, |s| {
+        s.state != ServerState::Ready
+    })
+    .await;
+    // SAFETY: as above; the endpoint is let go before any assertion.
+    unsafe {
+        libc::kill(server_pid, libc::SIGCONT);
+        libc::kill(server_pid, libc::SIGKILL);
+    }
+    let _ = server.wait().await;
+    let lost = lost.unwrap();
+    assert_eq!(lost.connection_generation, up.connection_generation);
+    let error = lost.error.clone().unwrap_or_default();
+    assert!(error.contains("consecutive liveness pings"), "{lost:#?}");
+    finish(&runtime, &[]).await;
+}
