@@ -379,9 +379,9 @@ mod tests {
         generation: u64,
         name: &str,
         live: Option<LiveConn>,
-        then: Option<Published>,
+        then: Published,
     ) -> Result<usize, SwapError> {
-        let then = then.map(Box::new);
+        let then = Box::new(then);
         ractor::call_t!(
             registry,
             |reply| RegistryMsg::Swap {
@@ -434,9 +434,24 @@ mod tests {
             .unwrap();
         // Connection 1 with tool `old`; then it is lost (live withdrawn, the
         // tools kept, RECO-5 keep).
+        let then = |status: &ServerStatus, live: &LiveConn| Published {
+            status: status.clone(),
+            live: Some(live.clone()),
+            instructions: None,
+        };
         let (first, _first_client) = live(1).await;
+        let mut ready = ServerStatus::new(Scope::Global, "srv", "stdio", 1);
+        ready.state = ServerState::Ready;
         assert_eq!(
-            swap_msg(&registry, 1, 1, "old", Some(first), None).await,
+            swap_msg(
+                &registry,
+                1,
+                1,
+                "old",
+                Some(first.clone()),
+                then(&ready, &first)
+            )
+            .await,
             Ok(1)
         );
         let callable = |s: &ScopeSnapshot| s.servers["srv"].live.as_ref().map(|l| l.conn_gen);
@@ -464,11 +479,6 @@ mod tests {
         let mut up = lost.clone();
         up.state = ServerState::Ready;
         up.connection_generation = 2;
-        let then = |status: &ServerStatus, live: &LiveConn| Published {
-            status: status.clone(),
-            live: Some(live.clone()),
-            instructions: None,
-        };
         assert_eq!(
             swap_msg(
                 &registry,
@@ -476,7 +486,7 @@ mod tests {
                 2,
                 "new",
                 Some(second.clone()),
-                Some(then(&up, &second))
+                then(&up, &second)
             )
             .await,
             Ok(1)
@@ -496,10 +506,13 @@ mod tests {
             "the status went out with the tools: {status:?}"
         );
         // A re-sync carries no handle and needs connection 2 to be the live one.
-        assert_eq!(swap_msg(&registry, 2, 3, "newer", None, None).await, Ok(1));
+        assert_eq!(
+            swap_msg(&registry, 2, 3, "newer", None, then(&up, &second)).await,
+            Ok(1)
+        );
         // A stale swap's status says why nothing was swapped.
         assert_eq!(
-            swap_msg(&registry, 1, 4, "stale", None, Some(then(&up, &second))).await,
+            swap_msg(&registry, 1, 4, "stale", None, then(&up, &second)).await,
             Err(SwapError::Stale { conn_gen: 1 })
         );
         let s = snap_rx.borrow_and_update().clone();
