@@ -429,6 +429,7 @@ mod tests {
                     supervisor: supervisor.clone(),
                     activity: Arc::new(Activity::new()),
                     config,
+                    output: Arc::default(),
                 }),
             })
             .unwrap();

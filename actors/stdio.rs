@@ -38,6 +38,16 @@ const CLOSE_GRACES: CloseGraces = CloseGraces {
 
 // ===== Diagnostics =====
 
+impl crate::messages::registry::LiveOutput for Diagnostics {
+    fn stderr_tail(&self) -> String {
+        Diagnostics::stderr_tail(self)
+    }
+
+    fn non_json_lines(&self) -> u64 {
+        self.non_json().0
+    }
+}
+
 /// What one connection learned about its server's output: shared between the
 /// transport, the stderr reader, the reaper and the connection actor.
 #[derive(Debug, Default)]

@@ -144,7 +144,24 @@ pub struct ServerEntry {
     pub activity: Arc<Activity>,
     /// Config.
     pub config: Arc<ServerConfig>,
+    /// The current connection's output, read when a status is asked for.
+    pub output: OutputSlot,
 }
+
+/// What a server's current connection has written so far, which changes
+/// between the supervisor's publishes (OBS-1): a status shows the stderr
+/// tail and the non-JSON line count as they are when it is read, not as
+/// they were at the last publish (a line written after `ready` would
+/// otherwise not show until something else changed).
+pub trait LiveOutput: Send + Sync + std::fmt::Debug {
+    /// The stderr tail, secret values redacted.
+    fn stderr_tail(&self) -> String;
+    /// Non-JSON lines skipped on stdout.
+    fn non_json_lines(&self) -> u64;
+}
+
+/// The supervisor points this at each new connection's output.
+pub type OutputSlot = Arc<std::sync::Mutex<Option<Arc<dyn LiveOutput>>>>;
 
 /// The tools of a scope by public name: each definition once, found by its
 /// name without a copy of the name (a `ToolDefinition` hashes and compares
@@ -207,6 +224,7 @@ impl ServerEntry {
             supervisor: self.supervisor.clone(),
             activity: self.activity.clone(),
             config: self.config.clone(),
+            output: self.output.clone(),
         }
     }
 }

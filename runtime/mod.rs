@@ -510,6 +510,11 @@ impl Runtime {
             let snap = h.snapshot.borrow().clone();
             for e in snap.servers.values() {
                 let mut s = e.status.clone();
+                let output = e.output.lock().ok().and_then(|o| o.clone());
+                if let Some(output) = output {
+                    s.stderr_tail = output.stderr_tail();
+                    s.non_json_lines = output.non_json_lines();
+                }
                 s.uptime_ms = e
                     .up_since
                     .filter(|_| e.live.is_some())

@@ -61,7 +61,9 @@ use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
-use crate::messages::registry::{Activity, LiveConn, Published, RegistryMsg, ServerEntry};
+use crate::messages::registry::{
+    Activity, LiveConn, OutputSlot, Published, RegistryMsg, ServerEntry,
+};
 use crate::messages::server::{ServerSupervisorMsg, Unreaped};
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 
@@ -441,6 +443,8 @@ pub struct ServerSupervisorState {
     waiters: Vec<RpcReplyPort<Result<(), String>>>,
     /// Diagnostics of the current (or last) connection.
     diag: Arc<Diagnostics>,
+    /// Where the registry's entry reads the current connection's output.
+    output: OutputSlot,
     /// What `status()` shows (its `state` follows the phase).
     status: ServerStatus,
     /// Next connection generation.
@@ -556,6 +560,7 @@ impl Actor for ServerSupervisor {
         if args.config.enabled {
             status.state = ServerState::Connecting; // post_start connects right away
         }
+        let output: OutputSlot = Arc::default();
         // Registered from here so that every later Publish finds the entry (same sender, same order).
         args.registry.cast(RegistryMsg::Register {
             entry: Box::new(ServerEntry {
@@ -567,6 +572,7 @@ impl Actor for ServerSupervisor {
                 supervisor: myself,
                 activity: args.activity.clone(),
                 config: args.config.clone(),
+                output: output.clone(),
             }),
         })?;
         Ok(ServerSupervisorState {
@@ -586,6 +592,7 @@ impl Actor for ServerSupervisor {
             failures: 0,
             waiters: Vec::new(),
             diag: Arc::new(Diagnostics::default()),
+            output,
             catalog_gen: 0,
             syncs: 0,
             instructions: None,
@@ -1098,6 +1105,9 @@ async fn start_connection(
     st.next_gen += 1;
     st.open.set_next_gen(st.next_gen);
     st.diag = Arc::new(Diagnostics::default());
+    if let Ok(mut slot) = st.output.lock() {
+        *slot = Some(st.diag.clone());
+    }
     st.status.pid = None;
     let args = ConnectionArgs {
         conn_gen,

@@ -154,6 +154,9 @@ struct Args {
     /// "daemon pid N" to stderr.
     #[arg(long)]
     daemonize: bool,
+    /// `echo` writes "echo: MESSAGE" to stderr before it answers.
+    #[arg(long)]
+    stderr_on_echo: bool,
     /// With `--daemonize`: the daemon clears its environment (`env -i`),
     /// so no tag finds it.
     #[arg(long)]
@@ -646,6 +649,9 @@ impl ServerHandler for FaultServer {
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
+                if self.args.stderr_on_echo {
+                    eprintln!("echo: {msg}");
+                }
                 if self.args.freeze_on_echo && msg == "freeze" {
                     std::thread::sleep(Duration::from_secs(3600));
                 }

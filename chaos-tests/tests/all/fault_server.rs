@@ -902,3 +902,31 @@ async fn a_frozen_http_endpoint_is_found_dead_by_its_liveness_pings_without_a_ca
     assert!(error.contains("consecutive liveness pings"), "{lost:#?}");
     finish(&runtime, &[]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_written_after_ready_shows_in_status_without_another_publish() {
+    // OBS-1: the status's stderr tail is the connection's output as it is
+    // when read, not as it was at the last publish. Each call writes a line
+    // to stderr while the server stays ready: nothing is published, and a
+    // tail frozen at `ready` would never show it.
+    let (runtime, _events, _) = start_ready("talky", &["--stderr-on-echo"]).await;
+    for i in 0..3 {
+        let msg = format!("line {i} after ready");
+        let echo = call(&runtime, "mcp__talky__echo", json!({ "message": msg })).await;
+        assert_eq!(echo.kind, OutcomeKind::Ok, "{echo:?}");
+        // The line went to stderr before the reply to stdout; the stderr
+        // reader takes it a moment later: wait for it, bounded.
+        let shown = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let tail = runtime.status()[0].stderr_tail.clone();
+                if tail.contains(&format!("echo: {msg}")) {
+                    return tail;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(shown.is_ok(), "{:?}", runtime.status()[0]);
+    }
+    finish(&runtime, &[]).await;
+}
