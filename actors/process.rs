@@ -303,8 +303,8 @@ pub const SWEPT_EXIT_WAIT: Duration = Duration::from_secs(1);
 /// What [`kill_tagged`] SIGKILLed.
 #[derive(Debug, Default)]
 pub struct Swept {
-    /// Every process killed: also the members of `group` that had not died
-    /// yet, so that a caller can wait for all of them to be gone.
+    /// Every process killed, and the members of `group` still dying, so
+    /// that a caller can wait for all of them to be gone.
     pub killed: Vec<u32>,
     /// Of those, the ones that had left `group` (RECO-7's `escaped`).
     pub escaped: Vec<u32>,
@@ -334,9 +334,7 @@ pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Swept {
         if pid == me {
             continue;
         }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
         let tagged = environ.split(|b| *b == 0).any(|var| {
             let var = var.strip_prefix(wanted.as_bytes());
             match var {
@@ -347,13 +345,23 @@ pub fn kill_tagged(value: &str, prefix: bool, group: Option<u32>) -> Swept {
         // Its group is read before the kill: once killed, a process of the
         // group may be reaped at once and read as no group at all, which
         // is not "left its group" (a chaos run's finding under load). One
-        // that cannot be read is already gone.
-        if !tagged {
+        // that cannot be read is already gone. A member of `group` is ours
+        // even when its environment no longer reads: a process already
+        // exiting (the group's SIGKILL) has none, and must still be waited
+        // for (a group's id is not reused while it has members).
+        if !tagged && group.is_none() {
             continue;
         }
         let Some(pgid) = process_group_of(pid) else {
             continue;
         };
+        if !tagged {
+            // Not killed again: it was, with its group; only waited for.
+            if group == Some(pgid) {
+                swept.killed.push(pid);
+            }
+            continue;
+        }
         if let Ok(p) = libc::pid_t::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions. The pid was
             // read from /proc an instant ago with our tag in its environment.

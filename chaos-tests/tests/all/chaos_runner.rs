@@ -47,8 +47,8 @@ async fn crash_and_protocol_fault_scenarios_hold_every_invariant() {
             "transport_lost_during_call",
         ),
         ("invalid_result", "invalid_result"),
+        // http_session_loss: its own test below.
         ("colliding_names", "ok"),
-        ("http_session_loss", "server_not_ready"),
     ] {
         let r = run_scenario(&scenario(name), &RunOptions::default()).await;
         assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
