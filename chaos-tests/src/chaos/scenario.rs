@@ -177,12 +177,14 @@ impl Scenario {
     }
 
     /// Every server's `tool_call_timeout` in this scenario: 0.8 s, or 5 s
-    /// when the server writes an overlong line. Reading its 8 MiB through a
-    /// 64 KiB pipe took longer than 0.8 s on a loaded machine (the 1000-seed
-    /// run), and the call then ended `timeout` before the line limit cut the
-    /// transport: correct (CALL-4), but the fault exists to show the limit.
+    /// when the server writes megabytes: an overlong line, a huge result.
+    /// Reading 8 MiB (or 4) through a 64 KiB pipe took longer than 0.8 s on
+    /// a loaded machine (the 1000-seed runs), and the call then ended
+    /// `timeout`: correct (CALL-4), but the fault exists to show the line
+    /// limit, or a large result delivered whole.
     pub(super) fn call_timeout(&self) -> std::time::Duration {
-        if self.faults.contains(&Fault::OverlongLine) {
+        let megabytes = |f: &Fault| matches!(f, Fault::OverlongLine | Fault::HugeResult { .. });
+        if self.faults.iter().any(megabytes) {
             std::time::Duration::from_secs(5)
         } else {
             super::workload::TOOL_CALL_TIMEOUT
