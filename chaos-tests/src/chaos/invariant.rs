@@ -472,6 +472,66 @@ mod tests {
     }
 
     #[test]
+    fn one_generation_judges_each_server_against_its_own_status_zero_tools_included() {
+        // Issue 18: one_generation judges a server with zero tools too.
+        let tool = |name: &str, generation: u64| {
+            Arc::new(ToolDefinition {
+                name: format!("mcp__s__{name}"),
+                scope: Scope::Global,
+                server: "s".into(),
+                raw_name: name.into(),
+                generation,
+                title: None,
+                description: None,
+                input_schema: Arc::default(),
+                output_schema: None,
+                annotations: None,
+                task_support_required: false,
+            })
+        };
+        let status = |tools: usize, generation: u64| {
+            let mut s = mcpvisor::ServerStatus::new(Scope::Global, "s", "stdio", 1);
+            s.tools = tools;
+            s.generation = generation;
+            s
+        };
+        let whole = HashMap::from([("s".to_owned(), 2)]);
+        let two = Arc::new(vec![tool("a", 3), tool("b", 3)]);
+        let none = Arc::new(Vec::new());
+        // Consistent: the whole catalog, or none with a status saying 0.
+        assert!(generation_problems(&[(status(2, 3), two.clone())], &whole).is_empty());
+        assert!(generation_problems(&[(status(0, 4), none.clone())], &whole).is_empty());
+        // A status that claims tools nobody registered (a removal or an
+        // emptied catalog that was not one swap), and the reverse.
+        let p = generation_problems(&[(status(2, 4), none)], &whole);
+        assert_eq!(
+            p,
+            vec!["s: 0 tools registered, the status says 2".to_owned()]
+        );
+        let p = generation_problems(&[(status(0, 3), two.clone())], &whole);
+        assert_eq!(
+            p,
+            vec!["s: 2 tools registered, the status says 0".to_owned()]
+        );
+        // Tools of another generation than the status names; two at once;
+        // half a catalog.
+        let p = generation_problems(&[(status(2, 4), two)], &whole);
+        assert!(
+            p[0].contains("generation 3 registered, the status says 4"),
+            "{p:?}"
+        );
+        let mixed = Arc::new(vec![tool("a", 3), tool("b", 4)]);
+        let p = generation_problems(&[(status(2, 4), mixed)], &whole);
+        assert!(p[0].contains("registered at once"), "{p:?}");
+        let half = Arc::new(vec![tool("a", 3)]);
+        let p = generation_problems(&[(status(1, 3), half)], &whole);
+        assert_eq!(
+            p,
+            vec!["s: 1 tools registered, the whole catalog has 2".to_owned()]
+        );
+    }
+
+    #[test]
     fn double_send_check_flags_a_nonce_that_arrived_twice() {
         // CHAOS-2 no_double_send can fail.
         let log = unique_temp_path("dbl.log");
