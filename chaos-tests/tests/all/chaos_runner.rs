@@ -4,7 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use mcpvisor_chaos::chaos::{Invariant, RunOptions, Scenario, Verdict, run_scenario, scenarios};
+use mcpvisor_chaos::chaos::{
+    Invariant, RunOptions, Scenario, ScenarioReport, Verdict, run_scenario, scenarios,
+};
+
+/// How many of the run's calls ended with outcome `kind`.
+fn ended(r: &ScenarioReport, kind: &str) -> u64 {
+    r.outcomes.get(kind).copied().unwrap_or(0)
+}
 
 fn scenario(name: &str) -> Scenario {
     scenarios(42).into_iter().find(|s| s.name == name).unwrap()
@@ -53,12 +60,12 @@ async fn crash_and_protocol_fault_scenarios_hold_every_invariant() {
         let r = run_scenario(&scenario(name), &RunOptions::default()).await;
         assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
         assert!(
-            r.outcomes.get(fault_kind).copied().unwrap_or(0) >= 1,
+            ended(&r, fault_kind) >= 1,
             "{name}: no {fault_kind} outcome: {:?}",
             r.outcomes
         );
         assert!(
-            r.outcomes.get("ok").copied().unwrap_or(0) >= 1,
+            ended(&r, "ok") >= 1,
             "{name}: no call went through: {:?}",
             r.outcomes
         );
@@ -89,18 +96,10 @@ async fn hostile_timing_scenarios_end_every_call_in_time() {
     // longer read) still gives every later call its outcome within the bound.
     let deep = run_scenario(&scenario("deep_json"), &RunOptions::default()).await;
     assert!(deep.violations().is_empty(), "{:#?}", deep.violations());
-    assert!(
-        deep.outcomes.get("invalid_result").copied().unwrap_or(0) > 0,
-        "{:?}",
-        deep.outcomes
-    );
+    assert!(ended(&deep, "invalid_result") > 0, "{:?}", deep.outcomes);
     let frozen = run_scenario(&scenario("stdin_freeze"), &RunOptions::default()).await;
     assert!(frozen.violations().is_empty(), "{:#?}", frozen.violations());
-    assert!(
-        frozen.outcomes.get("timeout").copied().unwrap_or(0) > 0,
-        "{:?}",
-        frozen.outcomes
-    );
+    assert!(ended(&frozen, "timeout") > 0, "{:?}", frozen.outcomes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,11 +122,7 @@ async fn split_replies_idle_stops_leaked_secrets_and_supervisor_panics_lose_noth
             Some(&Verdict::Pass),
             "{name}: every stdio run has a secret to keep"
         );
-        assert!(
-            r.outcomes.get("ok").copied().unwrap_or(0) > 0,
-            "{name}: {:?}",
-            r.outcomes
-        );
+        assert!(ended(&r, "ok") > 0, "{name}: {:?}", r.outcomes);
     }
 }
 
@@ -144,15 +139,11 @@ async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_sess
         Some(&Verdict::Pass)
     );
     assert!(
-        r.outcomes.get("server_not_ready").copied().unwrap_or(0) >= 1,
+        ended(&r, "server_not_ready") >= 1,
         "the 404'd call is refused, not replayed: {:?}",
         r.outcomes
     );
-    assert!(
-        r.outcomes.get("ok").copied().unwrap_or(0) >= 1,
-        "{:?}",
-        r.outcomes
-    );
+    assert!(ended(&r, "ok") >= 1, "{:?}", r.outcomes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
