@@ -563,50 +563,55 @@ impl Actor for Connection {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = tracing::debug_span!("connection", server = %state.config.server_name, conn_gen = state.conn_gen);
-        async move {
-            tracing::debug!("handling a message");
-            match msg {
-                ConnectionMsg::Established(Ok(est)) => {
-                    state.connect_task = None;
-                    let Established {
-                        running,
-                        info,
-                        catalog,
-                    } = *est;
-                    let peer = running.peer().clone();
-                    state.service_ct = Some(running.cancellation_token());
-                    let me = myself.clone();
-                    state.watcher = Some(tokio::spawn(async move {
-                        let reason = match running.waiting().await {
-                            Ok(rmcp::service::QuitReason::Cancelled) => return,
-                            Ok(r) => format!("the transport closed ({r:?})"),
-                            Err(e) => format!("the service task failed: {e}"),
-                        };
-                        let _ = me.cast(ConnectionMsg::Lost(reason));
-                    }));
-                    if let TransportConfig::StreamableHttp(h) = &state.config.transport {
-                        state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
+        // Boxed: ractor keeps the message loop's future for the actor's
+        // whole life, sized for the largest handler (PERF-1, memory per
+        // idle connection); a connection handles a message or two.
+        Box::pin(
+            async move {
+                tracing::debug!("handling a message");
+                match msg {
+                    ConnectionMsg::Established(Ok(est)) => {
+                        state.connect_task = None;
+                        let Established {
+                            running,
+                            info,
+                            catalog,
+                        } = *est;
+                        let peer = running.peer().clone();
+                        state.service_ct = Some(running.cancellation_token());
+                        let me = myself.clone();
+                        state.watcher = Some(tokio::spawn(async move {
+                            let reason = match running.waiting().await {
+                                Ok(rmcp::service::QuitReason::Cancelled) => return,
+                                Ok(r) => format!("the transport closed ({r:?})"),
+                                Err(e) => format!("the service task failed: {e}"),
+                            };
+                            let _ = me.cast(ConnectionMsg::Lost(reason));
+                        }));
+                        if let TransportConfig::StreamableHttp(h) = &state.config.transport {
+                            state.pinger = Some(spawn_pinger(peer.clone(), h, myself.clone()));
+                        }
+                        state.supervisor.cast(ServerSupervisorMsg::ConnUp {
+                            conn_gen: state.conn_gen,
+                            peer,
+                            info,
+                            catalog,
+                        })?;
                     }
-                    state.supervisor.cast(ServerSupervisorMsg::ConnUp {
-                        conn_gen: state.conn_gen,
-                        peer,
-                        info,
-                        catalog,
-                    })?;
+                    ConnectionMsg::Established(Err(e)) => {
+                        state.connect_task = None;
+                        let cause = compose_cause(state, &e, false).await;
+                        myself.stop(Some(cause));
+                    }
+                    ConnectionMsg::Lost(reason) => {
+                        let cause = compose_cause(state, &reason, true).await;
+                        myself.stop(Some(cause));
+                    }
                 }
-                ConnectionMsg::Established(Err(e)) => {
-                    state.connect_task = None;
-                    let cause = compose_cause(state, &e, false).await;
-                    myself.stop(Some(cause));
-                }
-                ConnectionMsg::Lost(reason) => {
-                    let cause = compose_cause(state, &reason, true).await;
-                    myself.stop(Some(cause));
-                }
+                Ok(())
             }
-            Ok(())
-        }
-        .instrument(span)
+            .instrument(span),
+        )
         .await
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::process::{CloseGraces, ProcessGroup};
@@ -389,12 +389,18 @@ pub fn spawn(
     let (stderr_done_tx, stderr_done) = watch::channel(false);
     let d = diag.clone();
     tokio::spawn(async move {
-        let mut stderr = pipes.stderr;
-        let mut buf = vec![0u8; 4096];
-        loop {
-            match stderr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
+        let stderr = pipes.stderr;
+        // No buffer is held while the server is quiet: the read buffer
+        // lives on the stack between a readiness and its read, so an idle
+        // connection's stderr costs no heap (PERF-1, memory per idle
+        // connection).
+        while stderr.readable().await.is_ok() {
+            let mut buf = [0u8; 4096];
+            match stderr.try_read(&mut buf) {
+                Ok(0) => break,
                 Ok(n) => d.push_stderr(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
             }
         }
         let _ = stderr_done_tx.send(true);

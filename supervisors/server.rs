@@ -640,7 +640,11 @@ impl Actor for ServerSupervisor {
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = tracing::debug_span!("server_supervisor", scope = %st.scope, server = %st.config.server_name, conn_gen = st.next_gen.saturating_sub(1), catalog_gen = st.catalog_gen);
-        async move {
+        // Boxed: ractor keeps its message loop's future for the actor's
+        // whole life, sized for the largest handler; a box per message
+        // keeps an idle server's loop small (PERF-1, memory per idle
+        // connection). Messages here are rare (calls bypass the actor).
+        Box::pin(async move {
             tracing::debug!("handling a message");
             match msg {
                 ServerSupervisorMsg::ConnUp {
@@ -743,7 +747,7 @@ impl Actor for ServerSupervisor {
             }
             Ok(())
         }
-        .instrument(span)
+        .instrument(span))
         .await
     }
 
@@ -753,44 +757,54 @@ impl Actor for ServerSupervisor {
         evt: SupervisionEvent,
         st: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, reason, failed): (ActorCell, String, bool) = match evt {
-            SupervisionEvent::ActorTerminated(cell, _, reason) => (
-                cell,
-                reason.unwrap_or_else(|| "the connection stopped".into()),
-                false,
-            ),
-            SupervisionEvent::ActorFailed(cell, err) => {
-                (cell, format!("the connection actor failed: {err}"), true)
-            }
-            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
-                return Ok(());
-            }
-        };
-        // The running CatalogSync failed (a panic: no SyncDone comes): the
-        // catalog stays, with a warning, and a pending follow-up runs. Its
-        // normal stop is not this: supervision events overtake messages, so
-        // its SyncDone may still be in the mailbox.
-        if failed
-            && let Phase::Ready { sync, .. } = &mut st.phase
-            && sync
-                .as_ref()
-                .is_some_and(|s| s.actor.get_id() == cell.get_id())
-        {
-            *sync = None;
-            st.catalog_warnings = vec![
-                "catalog re-sync failed (its CatalogSync actor failed), previous generation kept"
-                    .into(),
-            ];
-            st.publish();
-            sync_if_pending(&myself, st).await;
+        // Boxed, as `handle` is.
+        Box::pin(on_supervision_event(myself, evt, st)).await
+    }
+}
+
+/// A supervision event: the connection or the running CatalogSync stopped.
+async fn on_supervision_event(
+    myself: ActorRef<ServerSupervisorMsg>,
+    evt: SupervisionEvent,
+    st: &mut ServerSupervisorState,
+) -> Result<(), ActorProcessingErr> {
+    let (cell, reason, failed): (ActorCell, String, bool) = match evt {
+        SupervisionEvent::ActorTerminated(cell, _, reason) => (
+            cell,
+            reason.unwrap_or_else(|| "the connection stopped".into()),
+            false,
+        ),
+        SupervisionEvent::ActorFailed(cell, err) => {
+            (cell, format!("the connection actor failed: {err}"), true)
+        }
+        SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
             return Ok(());
         }
-        let is_current = st.phase.conn().map(|c| c.cell.get_id()) == Some(cell.get_id());
-        if is_current {
-            on_connection_exit(&myself, st, reason).await;
-        }
-        Ok(())
+    };
+    // The running CatalogSync failed (a panic: no SyncDone comes): the
+    // catalog stays, with a warning, and a pending follow-up runs. Its
+    // normal stop is not this: supervision events overtake messages, so
+    // its SyncDone may still be in the mailbox.
+    if failed
+        && let Phase::Ready { sync, .. } = &mut st.phase
+        && sync
+            .as_ref()
+            .is_some_and(|s| s.actor.get_id() == cell.get_id())
+    {
+        *sync = None;
+        st.catalog_warnings = vec![
+            "catalog re-sync failed (its CatalogSync actor failed), previous generation kept"
+                .into(),
+        ];
+        st.publish();
+        sync_if_pending(&myself, st).await;
+        return Ok(());
     }
+    let is_current = st.phase.conn().map(|c| c.cell.get_id()) == Some(cell.get_id());
+    if is_current {
+        on_connection_exit(&myself, st, reason).await;
+    }
+    Ok(())
 }
 
 /// `ConnUp`: the current connection finished its handshake and first fetch.
