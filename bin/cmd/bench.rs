@@ -441,9 +441,11 @@ async fn start_to_ready(n: usize) -> anyhow::Result<(f64, f64)> {
     Ok((bare_ms, ours_ms))
 }
 
-/// Bytes the allocator has handed out and not had back (glibc's
-/// `mallinfo2`: in-use small blocks plus mmapped ones), KiB: the heap part
-/// of the RSS. 0 where there is no glibc.
+/// Bytes the allocator counts as in use (glibc's `mallinfo2`: in-use
+/// small blocks plus mmapped ones), KiB: the heap part of the RSS. This
+/// includes chunks glibc keeps in its per-thread caches after a free, so
+/// it can grow while the live heap stays flat (docs/performance.md,
+/// stop 29). 0 where there is no glibc.
 fn heap_kib() -> u64 {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -887,7 +889,7 @@ fn print_human(f: &serde_json::Value) {
         }
     }
     println!(
-        "runtime-side memory per idle connection: {:.1} KiB RSS, of which {:.1} KiB heap in use",
+        "runtime-side memory per idle connection: {:.1} KiB RSS, of which {:.1} KiB heap in use (glibc's count, caches included)",
         n("/idle_connection_kib/runtime"),
         n("/idle_connection_kib/heap")
     );
@@ -913,7 +915,7 @@ fn print_human(f: &serde_json::Value) {
     }
     if f["memory_soak"].is_object() {
         println!(
-            "memory soak, {} s ({} calls, {} failed, {} restarts): RSS {} → {} KiB ({:+.1} %), heap {} → {} KiB ({:+.1} %) after the warm-up (PERF-1: flat within 5 %)",
+            "memory soak, {} s ({} calls, {} failed, {} restarts): RSS {} → {} KiB ({:+.1} %), glibc's heap in use {} → {} KiB ({:+.1} %; caches included) after the warm-up (PERF-1: RSS flat within 5 %)",
             f["memory_soak"]["seconds"],
             f["memory_soak"]["calls"],
             f["memory_soak"]["failed_calls"],
