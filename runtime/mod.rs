@@ -384,9 +384,12 @@ impl Runtime {
             })
     }
 
-    /// Restart a server explicitly: resets its budget (RECO-4).
+    /// Restart a server explicitly: resets its budget (RECO-4). Once this
+    /// returns, the snapshot no longer shows the old connection as live, so
+    /// a [`Runtime::wait_ready`] right after it waits for the new one.
     pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
         let entry = self.server_entry(scope, server)?;
+        let old = entry.live.as_ref().map(|l| l.conn_gen);
         ask(
             &entry.supervisor,
             |reply| ServerSupervisorMsg::Restart { reply },
@@ -397,7 +400,28 @@ impl Runtime {
         .map_err(|message| RuntimeError::Server {
             server: server.to_owned(),
             message,
-        })
+        })?;
+        // The supervisor answers before the registry has applied the
+        // restart's publish (a message of its own): wait for it, bounded,
+        // or a `wait_ready` right after this would see the old connection's
+        // `ready` and calls would go to a closing connection.
+        if let Some(old) = old {
+            let mut rx = self.scope_handle(scope).await?.snapshot;
+            let gone = async {
+                loop {
+                    let still_live = rx
+                        .borrow_and_update()
+                        .servers
+                        .get(server)
+                        .is_some_and(|e| e.live.as_ref().is_some_and(|l| l.conn_gen == old));
+                    if !still_live || rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        }
+        Ok(())
     }
 
     /// Test-only (feature `chaos`): make a server's supervisor fail, as a bug

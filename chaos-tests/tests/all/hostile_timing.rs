@@ -265,3 +265,41 @@ async fn resource_cursors_and_uris_reach_the_server_untouched() {
     assert_eq!(contents["text"], format!("note at {odd}"));
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_ready_right_after_a_restart_waits_for_the_new_connection() {
+    // RECO-4: once `restart_server` has returned, the snapshot no longer
+    // shows the old connection as live, so a `wait_ready` right after it
+    // waits for the new connection (never the old one's stale `ready`), and
+    // the next call reaches a live server. Found by `bench --soak`, whose
+    // calls after each restart failed for about 0.1 s.
+    let cfg = fault_server_config("r", Vec::<String>::new()).trusted();
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    for round in 0..5 {
+        let before = runtime
+            .wait_ready(&G, "r", Duration::from_secs(10))
+            .await
+            .unwrap();
+        runtime.restart_server(&G, "r").await.unwrap();
+        let after = runtime
+            .wait_ready(&G, "r", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(
+            after.connection_generation > before.connection_generation,
+            "round {round}: wait_ready returned the old connection ({} then {})",
+            before.connection_generation,
+            after.connection_generation
+        );
+        let o = runtime
+            .call(
+                &G,
+                "mcp__r__echo",
+                Some(json!({"message": "after the restart"})),
+                CallOptions::default(),
+            )
+            .await;
+        assert_eq!(o.kind, OutcomeKind::Ok, "round {round}: {o:?}");
+    }
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
