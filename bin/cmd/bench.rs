@@ -21,6 +21,10 @@ struct Latency {
     p99_us: f64,
     calls_per_s: f64,
     concurrent_per_s: f64,
+    /// This process's CPU time (user + system, every thread) per
+    /// sequential call: the client's half of a call's cost, since the
+    /// server is another process.
+    cpu_us_per_call: f64,
 }
 
 /// A row of `bench --only` (every row when none is named): for profiling
@@ -51,6 +55,7 @@ impl Latency {
     fn none() -> Self {
         Self {
             p50_us: f64::NAN,
+            cpu_us_per_call: f64::NAN,
             p99_us: f64::NAN,
             calls_per_s: f64::NAN,
             concurrent_per_s: f64::NAN,
@@ -69,7 +74,24 @@ fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
         p99_us: pick(0.99),
         calls_per_s: samples.len() as f64 / total.as_secs_f64().max(1e-9),
         concurrent_per_s: 0.0,
+        cpu_us_per_call: f64::NAN,
     }
+}
+
+/// This process's CPU time so far (user + system, all threads).
+#[allow(unsafe_code)]
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 /// The demo server (with `extra_tools` generated tools) under a bare rmcp
@@ -269,6 +291,7 @@ async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
             .await?;
     }
     let mut samples = Vec::with_capacity(calls);
+    let cpu = process_cpu();
     let start = Instant::now();
     for _ in 0..calls {
         let t = Instant::now();
@@ -278,6 +301,7 @@ async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
         samples.push(t.elapsed());
     }
     let total = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu);
     let peer = client.peer().clone();
     let concurrent = concurrent_rate(calls, move || {
         let peer = peer.clone();
@@ -293,6 +317,7 @@ async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
     let _ = child.kill().await;
     let mut l = summarize(samples, total);
     l.concurrent_per_s = concurrent;
+    l.cpu_us_per_call = cpu.as_secs_f64() * 1e6 / calls.max(1) as f64;
     Ok(l)
 }
 
@@ -344,6 +369,7 @@ async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
             .await;
     }
     let mut samples = Vec::with_capacity(calls);
+    let cpu = process_cpu();
     let start = Instant::now();
     for _ in 0..calls {
         let t = Instant::now();
@@ -361,6 +387,7 @@ async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
         }
     }
     let total = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu);
     let rt = runtime.clone();
     let concurrent = concurrent_rate(calls, move || {
         let rt = rt.clone();
@@ -380,6 +407,7 @@ async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
     runtime.shutdown(Duration::from_secs(20)).await;
     let mut l = summarize(samples, total);
     l.concurrent_per_s = concurrent;
+    l.cpu_us_per_call = cpu.as_secs_f64() * 1e6 / calls.max(1) as f64;
     Ok(l)
 }
 
@@ -649,6 +677,7 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p50", "/tools_call/ratio_p50"),
     ("tools/call p99", "/tools_call/ratio_p99"),
     ("64-way calls/s", "/tools_call/ratio_concurrent_64"),
+    ("client CPU per call", "/tools_call/ratio_client_cpu"),
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
     ("start to ready, 1", "/start_to_ready_ms/1/ratio"),
@@ -808,11 +837,12 @@ async fn measure(
     Ok(json!({
         "calls": calls,
         "tools_call": {
-            "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s},
-            "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s},
+            "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s, "client_cpu_us_per_call": ours.cpu_us_per_call},
+            "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s, "client_cpu_us_per_call": bare.cpu_us_per_call},
             "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
             "ratio_p99": ours.p99_us / bare.p99_us.max(1e-9),
             "ratio_concurrent_64": ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9),
+            "ratio_client_cpu": ours.cpu_us_per_call / bare.cpu_us_per_call.max(1e-9),
         },
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
@@ -840,18 +870,19 @@ fn print_human(f: &serde_json::Value) {
         f["calls"]
     );
     println!(
-        "  {:<12} {:>10} {:>10} {:>12} {:>14}",
-        "", "p50 µs", "p99 µs", "calls/s", "64-way calls/s"
+        "  {:<12} {:>10} {:>10} {:>12} {:>14} {:>13}",
+        "", "p50 µs", "p99 µs", "calls/s", "64-way calls/s", "client CPU µs"
     );
     for (label, key) in [("bare rmcp", "bare_rmcp"), ("mcpvisor", "runtime")] {
         let at = |field: &str| n(&format!("/tools_call/{key}/{field}"));
         println!(
-            "  {:<12} {:>10.1} {:>10.1} {:>12.0} {:>14.0}",
+            "  {:<12} {:>10.1} {:>10.1} {:>12.0} {:>14.0} {:>13.1}",
             label,
             at("p50_us"),
             at("p99_us"),
             at("calls_per_s"),
-            at("concurrent_64_calls_per_s")
+            at("concurrent_64_calls_per_s"),
+            at("client_cpu_us_per_call")
         );
     }
     println!(
