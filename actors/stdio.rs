@@ -498,8 +498,31 @@ pub struct StdioTransport {
     /// Cancelled when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
     dead: tokio_util::sync::CancellationToken,
     diag: Arc<Diagnostics>,
+    /// The ids of `tools/call` requests sent and not yet answered or
+    /// cancelled: their replies are read once, as raw JSON (see
+    /// [`StdioTransport::call_reply`]). Only a fast path: an id missing
+    /// from it (the set is cleared past [`CALLS_PENDING_MAX`]) makes its
+    /// reply read the usual way.
+    calls_pending: std::collections::HashSet<rmcp::model::RequestId>,
     /// Test-only break switch (`ChaosSwitches::lossy_line_reader`).
     lossy: bool,
+}
+
+/// Bound of [`StdioTransport::calls_pending`]: ids of calls whose reply
+/// never came and whose cancel notice was never written.
+const CALLS_PENDING_MAX: usize = 4096;
+
+/// A reply line as the `tools/call` fast path reads it: its result kept as
+/// raw JSON.
+#[derive(serde::Deserialize)]
+struct RawReply {
+    #[allow(dead_code)] // checked by deserialising it, as rmcp does
+    jsonrpc: rmcp::model::JsonRpcVersion2_0,
+    id: Option<rmcp::model::RequestId>,
+    #[serde(default)]
+    result: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 impl StdioTransport {
@@ -516,6 +539,7 @@ impl StdioTransport {
             writer: Arc::new(tokio::sync::Mutex::new(Some(Box::new(stdin) as Writer))),
             dead: tokio_util::sync::CancellationToken::new(),
             diag,
+            calls_pending: std::collections::HashSet::new(),
             lossy: false,
         }
     }
@@ -586,6 +610,34 @@ impl StdioTransport {
 }
 
 impl StdioTransport {
+    /// Note what `item` means for the replies to come: a `tools/call`
+    /// request's reply is awaited; a cancelled one's is not.
+    fn note_sent(&mut self, item: &TxJsonRpcMessage<RoleClient>) {
+        use rmcp::model::{ClientNotification, ClientRequest, JsonRpcMessage};
+        match item {
+            JsonRpcMessage::Request(r) => match &r.request {
+                ClientRequest::ListToolsRequest(_) => {
+                    self.diag.tools_requested(request_id_key(&r.id));
+                }
+                ClientRequest::CallToolRequest(_) => {
+                    if self.calls_pending.len() >= CALLS_PENDING_MAX {
+                        self.calls_pending.clear();
+                    }
+                    self.calls_pending.insert(r.id.clone());
+                }
+                _ => {}
+            },
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.calls_pending.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// A `tools/list` reply, read once as raw JSON: its `tools` are kept
     /// for the catalog fetch and rmcp gets the reply with an empty array
     /// (nothing typed per tool, no re-serialisation; PERF-1). `None` when
@@ -613,6 +665,44 @@ impl StdioTransport {
     }
 }
 
+/// The reply to an awaited `tools/call`, read once as raw JSON: rmcp
+/// gets its result as a `CustomResult`, which the call path takes as
+/// the canonical value as it is (no typed copy, no re-serialisation,
+/// none of the untagged result union's failed tries; PERF-1). Only a
+/// result rmcp would type as a plain `CallToolResult` takes this path
+/// (an object with a `content` array, no other `resultType` than
+/// `complete`); `None` for anything else, which is read as usual.
+fn call_reply(
+    pending: &mut std::collections::HashSet<rmcp::model::RequestId>,
+    line: &[u8],
+) -> Option<RxJsonRpcMessage<RoleClient>> {
+    let reply = serde_json::from_slice::<RawReply>(line).ok()?;
+    // A request from the server has an id too (from its own id space):
+    // only a reply with a result may take an awaited id.
+    let (Some(id), Some(result), None) = (reply.id, reply.result, reply.error) else {
+        return None;
+    };
+    if !pending.remove(&id) {
+        return None;
+    }
+    let plain = result
+        .get("content")
+        .is_some_and(serde_json::Value::is_array)
+        && result
+            .get("resultType")
+            .is_none_or(|t| t.as_str() == Some("complete"));
+    if !plain {
+        return None;
+    }
+    Some(rmcp::model::JsonRpcMessage::Response(
+        rmcp::model::JsonRpcResponse {
+            jsonrpc: rmcp::model::JsonRpcVersion2_0,
+            id,
+            result: rmcp::model::ServerResult::CustomResult(rmcp::model::CustomResult(result)),
+        },
+    ))
+}
+
 /// A JSON-RPC id as the catalog fetch and the transport both key it: its
 /// JSON text (`2`, `"abc"`).
 pub(crate) fn request_id_key(id: &rmcp::model::RequestId) -> String {
@@ -636,11 +726,7 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let rmcp::model::JsonRpcMessage::Request(r) = &item
-            && matches!(r.request, rmcp::model::ClientRequest::ListToolsRequest(_))
-        {
-            self.diag.tools_requested(request_id_key(&r.id));
-        }
+        self.note_sent(&item);
         let writer = self.writer.clone();
         let dead = self.dead.clone();
         let diag = self.diag.clone();
@@ -692,6 +778,11 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             }
             if self.diag.tools_awaited()
                 && let Some(msg) = self.tools_page(line)
+            {
+                return Some(msg);
+            }
+            if !self.calls_pending.is_empty()
+                && let Some(msg) = call_reply(&mut self.calls_pending, line)
             {
                 return Some(msg);
             }
@@ -908,6 +999,94 @@ mod tests {
             "result": {"content": [{"type": "text", "text": "x".repeat(text_bytes)}]}
         });
         format!("{reply}\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_tools_call_reply_is_read_once_as_raw_json_and_only_an_awaited_one() {
+        // PERF-1 / CALL-3: the reply to a tools/call the transport sent
+        // reaches rmcp as a CustomResult holding the result exactly as the
+        // server wrote it (a field rmcp's typed result would drop is kept).
+        // Everything else is read as usual: a reply to an id never sent, a
+        // request from the server reusing an awaited id, a result that is
+        // not a plain CallToolResult, and the reply to a cancelled call.
+        use rmcp::model::{
+            CallToolRequest, CallToolRequestParams, CancelledNotification,
+            CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification, ClientRequest,
+            JsonRpcMessage, NumberOrString, ServerResult,
+        };
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let mut t = StdioTransport::new(client_in, client_out, Arc::new(Diagnostics::default()));
+        for id in [1, 2, 3, 4] {
+            let call = ClientJsonRpcMessage::request(
+                ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
+                    "echo",
+                ))),
+                NumberOrString::Number(id),
+            );
+            t.send(call).await.unwrap();
+        }
+        let cancel = ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
+            CancelledNotification::new(CancelledNotificationParam::new(
+                Some(NumberOrString::Number(4)),
+                None,
+            )),
+        ));
+        t.send(cancel).await.unwrap();
+        let raw = serde_json::json!({"content": [{"type": "text", "text": "hi", "extra": 1}],
+            "isError": false});
+        let lines = [
+            // A request from the server that reuses awaited id 1.
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": raw}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 9, "result": raw}),
+            // Not a plain CallToolResult: rmcp types it as before.
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "result": {"isError": true}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 3,
+                "result": {"content": [], "resultType": "input_required"}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 4, "result": raw}),
+        ];
+        for line in &lines {
+            server_out
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in &lines {
+            got.push(t.receive().await.unwrap());
+        }
+        let result = |m: &RxJsonRpcMessage<RoleClient>| match m {
+            JsonRpcMessage::Response(r) => r.result.clone(),
+            other => panic!("a response: {other:?}"),
+        };
+        let ServerResult::CustomResult(c) = result(&got[1]) else {
+            panic!("the awaited reply, raw: {:?}", got[1]);
+        };
+        assert_eq!(c.0, raw, "as the server wrote it");
+        // The others exactly as rmcp reads them.
+        for (at, what) in [
+            (0, "a request"),
+            (2, "never sent"),
+            (3, "no content"),
+            (4, "another resultType"),
+            (5, "cancelled"),
+        ] {
+            let usual: RxJsonRpcMessage<RoleClient> =
+                serde_json::from_value(lines[at].clone()).unwrap();
+            assert_eq!(
+                format!("{:?}", got[at]),
+                format!("{usual:?}"),
+                "{what}: read as usual"
+            );
+        }
+        assert!(
+            matches!(result(&got[5]), ServerResult::CallToolResult(_)),
+            "{:?}",
+            got[5]
+        );
+        assert!(t.calls_pending.is_empty(), "{:?}", t.calls_pending);
     }
 
     #[tokio::test]

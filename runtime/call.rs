@@ -416,7 +416,6 @@ impl Runtime {
         };
         let configured = timeout;
         let timeout = timeout.saturating_sub(started.elapsed());
-        let cancel = options.cancel.clone().unwrap_or_default();
         #[allow(clippy::large_enum_variant)] // a local, moved once
         enum Ended {
             Response(
@@ -425,10 +424,17 @@ impl Runtime {
             Timeout,
             Cancelled,
         }
+        // No token of its own when the caller gave none: nothing can cancel it.
+        let cancelled = async {
+            match &options.cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
         let ended = tokio::select! {
             r = &mut handle.rx => Ended::Response(r),
             _ = tokio::time::sleep(timeout) => Ended::Timeout,
-            _ = cancel.cancelled() => Ended::Cancelled,
+            _ = cancelled => Ended::Cancelled,
         };
         let response = match ended {
             Ended::Response(Ok(r)) => r,
