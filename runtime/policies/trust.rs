@@ -98,19 +98,23 @@ impl CallPolicy for TrustGate {
             if call.tool.server.is_empty() {
                 return PolicyVerdict::Proceed;
             }
-            let key = (call.scope.clone(), call.tool.server.clone());
             // Only config sets never, and a runtime Always Allow never lifts it
-            // (a tool configured `never` under a server answered Always Allow).
-            let mode = match self.always.lock() {
-                Ok(a) if a.contains(&key) && call.trust != TrustMode::Never => TrustMode::Always,
+            // (a tool configured `never` under a server answered Always Allow):
+            // the grants are read for `ask` only (no lookup per call otherwise).
+            let key = (call.trust == TrustMode::Ask)
+                .then(|| (call.scope.clone(), call.tool.server.clone()));
+            let mode = match &key {
+                Some(k) if self.always.lock().is_ok_and(|a| a.contains(k)) => TrustMode::Always,
                 _ => call.trust,
             };
-            let granted = call.chat.as_ref().is_some_and(|chat| {
-                self.chat_grants
+            let granted = match (&key, &call.chat) {
+                (Some((scope, server)), Some(chat)) => self
+                    .chat_grants
                     .lock()
-                    .map(|g| g.contains(&(key.0.clone(), key.1.clone(), chat.clone())))
-                    .unwrap_or(false)
-            });
+                    .map(|g| g.contains(&(scope.clone(), server.clone(), chat.clone())))
+                    .unwrap_or(false),
+                _ => false,
+            };
             match decide(mode, granted) {
                 TrustDecision::Allow => {
                     self.record(call, "allow", None);
@@ -139,20 +143,24 @@ impl CallPolicy for TrustGate {
                         },
                         Some(answer),
                     );
-                    match answer {
-                        Approval::AlwaysAllow => {
+                    // Asked: the mode is `ask`, so the key was made.
+                    match (answer, key) {
+                        (Approval::AlwaysAllow, Some(key)) => {
                             if let Ok(mut a) = self.always.lock() {
                                 a.insert(key);
                             }
                             PolicyVerdict::Proceed
                         }
-                        Approval::AllowThisChat => {
+                        (Approval::AllowThisChat, Some((scope, server))) => {
                             if let (Some(chat), Ok(mut g)) = (&call.chat, self.chat_grants.lock()) {
-                                g.insert((key.0, key.1, chat.clone()));
+                                g.insert((scope, server, chat.clone()));
                             }
                             PolicyVerdict::Proceed
                         }
-                        Approval::DontAllow => deny(call, Refusal::Declined),
+                        (Approval::AlwaysAllow | Approval::AllowThisChat, None) => {
+                            PolicyVerdict::Proceed
+                        }
+                        (Approval::DontAllow, _) => deny(call, Refusal::Declined),
                     }
                 }
             }
