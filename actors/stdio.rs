@@ -495,8 +495,8 @@ pub struct StdioTransport {
     /// `n`): dropped from `line` before the next is read.
     handed: Option<usize>,
     writer: Arc<tokio::sync::Mutex<Option<Writer>>>,
-    /// Cancelled when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
-    dead: tokio_util::sync::CancellationToken,
+    /// Set when a write stayed blocked past [`WRITE_STALL_DEADLINE`].
+    dead: Arc<Dead>,
     diag: Arc<Diagnostics>,
     /// The ids of `tools/call` requests sent and not yet answered or
     /// cancelled: their replies are read once, as raw JSON (see
@@ -506,6 +506,37 @@ pub struct StdioTransport {
     calls_pending: std::collections::HashSet<rmcp::model::RequestId>,
     /// Test-only break switch (`ChaosSwitches::lossy_line_reader`).
     lossy: bool,
+}
+
+/// The transport's death by a stalled write, as the reader waits for it:
+/// a flag and one waker. rmcp makes a new `receive()` for every event of
+/// its loop, and a `CancellationToken` would take a lock to be cloned, to
+/// be waited on and to be dropped each time (PERF-1).
+#[derive(Default)]
+struct Dead {
+    set: std::sync::atomic::AtomicBool,
+    reader: futures::task::AtomicWaker,
+}
+
+impl Dead {
+    fn set(&self) {
+        self.set.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.reader.wake();
+    }
+
+    fn poll(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.set.load(SeqCst) {
+            return std::task::Poll::Ready(());
+        }
+        self.reader.register(cx.waker());
+        // Set between the check and the registration: seen here.
+        if self.set.load(SeqCst) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }
 }
 
 /// Bound of [`StdioTransport::calls_pending`]: ids of calls whose reply
@@ -537,7 +568,7 @@ impl StdioTransport {
             scanned: 0,
             handed: None,
             writer: Arc::new(tokio::sync::Mutex::new(Some(Box::new(stdin) as Writer))),
-            dead: tokio_util::sync::CancellationToken::new(),
+            dead: Arc::default(),
             diag,
             calls_pending: std::collections::HashSet::new(),
             lossy: false,
@@ -746,14 +777,21 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
                 stdin.write_all(&bytes).await?;
                 stdin.flush().await
             };
-            match tokio::time::timeout(WRITE_STALL_DEADLINE, write).await {
+            // Most writes finish at once: the deadline (a timer) is made
+            // only for one that does not.
+            let mut write = std::pin::pin!(write);
+            let written = match futures::poll!(write.as_mut()) {
+                std::task::Poll::Ready(written) => Ok(written),
+                std::task::Poll::Pending => tokio::time::timeout(WRITE_STALL_DEADLINE, write).await,
+            };
+            match written {
                 Ok(written) => written,
                 Err(_) => {
                     diag.set_fatal(format!(
                         "the server stopped reading its stdin: a write was blocked for {} s",
                         WRITE_STALL_DEADLINE.as_secs()
                     ));
-                    dead.cancel();
+                    dead.set();
                     Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "the server stopped reading its stdin",
@@ -769,7 +807,7 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             // read_line is cancel-safe, so losing this race loses nothing.
             let read = tokio::select! {
                 read = self.read_line() => read,
-                _ = dead.cancelled() => None,
+                () = std::future::poll_fn(|cx| dead.poll(cx)) => None,
             };
             let n = read?;
             let line = trim_cr(&self.line[..n]);
