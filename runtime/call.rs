@@ -393,11 +393,19 @@ impl Runtime {
         // Handing the request to rmcp's service loop is inside the call's
         // deadline too: a loop stuck on a blocked transport must not hold
         // the caller (CALL-4).
-        let started = tokio::time::Instant::now();
+        // One deadline for both halves: a timer is registered only if the
+        // hand-over does not finish at once.
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
         let sending = live
             .peer
             .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options());
-        let mut handle = match tokio::time::timeout(timeout, sending).await {
+        let handed = tokio::select! {
+            biased;
+            handed = sending => Ok(handed),
+            () = &mut deadline => Err(()),
+        };
+        let mut handle = match handed {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
                 return self
@@ -414,8 +422,6 @@ impl Runtime {
                 );
             }
         };
-        let configured = timeout;
-        let timeout = timeout.saturating_sub(started.elapsed());
         #[allow(clippy::large_enum_variant)] // a local, moved once
         enum Ended {
             Response(
@@ -431,9 +437,11 @@ impl Runtime {
                 None => std::future::pending().await,
             }
         };
+        // A reply that is there wins over a deadline that passed with it.
         let ended = tokio::select! {
+            biased;
             r = &mut handle.rx => Ended::Response(r),
-            _ = tokio::time::sleep(timeout) => Ended::Timeout,
+            () = &mut deadline => Ended::Timeout,
             _ = cancelled => Ended::Cancelled,
         };
         let response = match ended {
@@ -450,7 +458,7 @@ impl Runtime {
                     OutcomeKind::Timeout,
                     format!(
                         "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
-                        configured.as_millis()
+                        timeout.as_millis()
                     ),
                 );
             }

@@ -202,8 +202,12 @@ impl Runtime {
     }
 
     fn snapshot(&self, scope: &Scope) -> Option<Arc<ScopeSnapshot>> {
-        self.cached_scope(scope)
-            .map(|h| h.snapshot.borrow().clone())
+        // Read in place: every call reads it (twice), no handle is cloned.
+        self.inner.scopes.read().ok().and_then(|m| {
+            m.get(scope)
+                .filter(|h| h.is_alive())
+                .map(|h| h.snapshot.borrow().clone())
+        })
     }
 
     /// Add and start a server in a scope (CONN-4) and return its server_name
