@@ -25,6 +25,8 @@ struct Latency {
     /// sequential call: the client's half of a call's cost, since the
     /// server is another process.
     cpu_us_per_call: f64,
+    /// This process's context switches per sequential call.
+    switches_per_call: f64,
 }
 
 /// A row of `bench --only` (every row when none is named): for profiling
@@ -56,6 +58,7 @@ impl Latency {
         Self {
             p50_us: f64::NAN,
             cpu_us_per_call: f64::NAN,
+            switches_per_call: f64::NAN,
             p99_us: f64::NAN,
             calls_per_s: f64::NAN,
             concurrent_per_s: f64::NAN,
@@ -75,23 +78,28 @@ fn summarize(mut samples: Vec<Duration>, total: Duration) -> Latency {
         calls_per_s: samples.len() as f64 / total.as_secs_f64().max(1e-9),
         concurrent_per_s: 0.0,
         cpu_us_per_call: f64::NAN,
+        switches_per_call: f64::NAN,
     }
 }
 
-/// This process's CPU time so far (user + system, all threads).
+/// This process's CPU time so far (user + system, all threads), and its
+/// context switches (voluntary and not).
 #[allow(unsafe_code)]
-fn process_cpu() -> Duration {
+fn process_cpu() -> (Duration, i64) {
     // SAFETY: getrusage writes into the zeroed struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a rusage; RUSAGE_SELF is always valid.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, 0);
     }
     let tv = |t: libc::timeval| {
         Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
             + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
     };
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    (
+        tv(usage.ru_utime) + tv(usage.ru_stime),
+        usage.ru_nvcsw + usage.ru_nivcsw,
+    )
 }
 
 /// The demo server (with `extra_tools` generated tools) under a bare rmcp
@@ -279,50 +287,175 @@ where
         .map_or(0.0, |d| d.as_secs_f64() * 1e3))
 }
 
-async fn bare_rmcp(calls: usize) -> anyhow::Result<Latency> {
-    let (client, mut child) = bare_client(0).await?;
-    let args = json!({"message": "bench"})
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    for _ in 0..100 {
-        client
-            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
-            .await?;
-    }
-    let mut samples = Vec::with_capacity(calls);
-    let cpu = process_cpu();
-    let start = Instant::now();
-    for _ in 0..calls {
-        let t = Instant::now();
-        client
-            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
-            .await?;
-        samples.push(t.elapsed());
-    }
-    let total = start.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu);
-    let peer = client.peer().clone();
-    let concurrent = concurrent_rate(calls, move || {
-        let peer = peer.clone();
-        let args = args.clone();
-        async move {
-            peer.call_tool(CallToolRequestParams::new("echo").with_arguments(args))
-                .await
-                .is_ok()
-        }
-    })
-    .await;
-    let _ = client.cancel().await;
-    let _ = child.kill().await;
-    let mut l = summarize(samples, total);
-    l.concurrent_per_s = concurrent;
-    l.cpu_us_per_call = cpu.as_secs_f64() * 1e6 / calls.max(1) as f64;
-    Ok(l)
+/// The sequential calls of the tools/call row interleave in blocks of this
+/// many, bare then runtime, then runtime then bare: both sides of a ratio
+/// are measured under the same conditions, and a noisy moment of the
+/// machine costs both (PERF-1).
+const BLOCK: usize = 100;
+/// The 64-way throughput is measured in this many rounds per side,
+/// alternating.
+const ROUNDS: usize = 4;
+
+/// One side of the tools/call row, as its blocks add up.
+#[derive(Default)]
+struct Tally {
+    samples: Vec<Duration>,
+    wall: Duration,
+    cpu: Duration,
+    switches: i64,
+    concurrent_calls: usize,
+    concurrent_wall: Duration,
 }
 
-/// Calls per second with 64 callers sharing `calls` calls.
-async fn concurrent_rate<F, Fut>(calls: usize, one: F) -> f64
+impl Tally {
+    /// `n` sequential calls of `one`, each timed; the process's CPU time
+    /// and context switches over the block.
+    async fn block<F, Fut>(&mut self, n: usize, one: F) -> anyhow::Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>>,
+    {
+        let before = process_cpu();
+        let start = Instant::now();
+        for _ in 0..n {
+            let t = Instant::now();
+            one().await?;
+            self.samples.push(t.elapsed());
+        }
+        self.wall += start.elapsed();
+        let (cpu, switches) = process_cpu();
+        self.cpu += cpu.saturating_sub(before.0);
+        self.switches += switches - before.1;
+        Ok(())
+    }
+
+    fn latency(self) -> Latency {
+        let n = self.samples.len().max(1) as f64;
+        let (cpu, switches) = (self.cpu, self.switches);
+        let mut l = summarize(self.samples, self.wall);
+        l.cpu_us_per_call = cpu.as_secs_f64() * 1e6 / n;
+        l.switches_per_call = switches as f64 / n;
+        l.concurrent_per_s =
+            self.concurrent_calls as f64 / self.concurrent_wall.as_secs_f64().max(1e-9);
+        l
+    }
+}
+
+/// The tools/call row: the demo server under a bare rmcp client and
+/// through the runtime, both connected at once, their calls interleaved
+/// (see [`BLOCK`]). (bare, runtime).
+async fn tools_call(calls: usize) -> anyhow::Result<(Latency, Latency)> {
+    let (client, mut child) = bare_client(0).await?;
+    let runtime = Runtime::builder()
+        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
+        .start()
+        .await?;
+    let measured = async {
+        runtime
+            .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
+            .await?;
+        let args = json!({"message": "bench"});
+        let map = args.as_object().cloned().unwrap_or_default();
+        // Sequential calls borrow their client, as a caller would; the
+        // 64 concurrent callers each hold a clone.
+        let peer = client.peer();
+        let bare = || {
+            let map = map.clone();
+            async move {
+                peer.call_tool(CallToolRequestParams::new("echo").with_arguments(map))
+                    .await
+                    .map(drop)
+                    .map_err(anyhow::Error::from)
+            }
+        };
+        let rt = &runtime;
+        let ours = || {
+            let args = args.clone();
+            async move {
+                let o = rt
+                    .call(
+                        &Scope::Global,
+                        "mcp__demo__echo",
+                        Some(args),
+                        CallOptions::default(),
+                    )
+                    .await;
+                if o.is_ok() {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!(
+                        "call failed during bench: {}",
+                        o.projection
+                    ))
+                }
+            }
+        };
+        // Warm-up, then the sequential blocks.
+        let (mut b, mut o) = (Tally::default(), Tally::default());
+        Tally::default().block(100, &bare).await?;
+        Tally::default().block(100, &ours).await?;
+        for i in 0..calls.div_ceil(BLOCK) {
+            let n = BLOCK.min(calls - i * BLOCK);
+            if i % 2 == 0 {
+                b.block(n, &bare).await?;
+                o.block(n, &ours).await?;
+            } else {
+                o.block(n, &ours).await?;
+                b.block(n, &bare).await?;
+            }
+        }
+        let one_bare = {
+            let (peer, map) = (peer.clone(), map.clone());
+            move || {
+                let (peer, map) = (peer.clone(), map.clone());
+                async move {
+                    peer.call_tool(CallToolRequestParams::new("echo").with_arguments(map))
+                        .await
+                        .is_ok()
+                }
+            }
+        };
+        let one_ours = {
+            let (rt, args) = (runtime.clone(), args.clone());
+            move || {
+                let (rt, args) = (rt.clone(), args.clone());
+                async move {
+                    rt.call(
+                        &Scope::Global,
+                        "mcp__demo__echo",
+                        Some(args),
+                        CallOptions::default(),
+                    )
+                    .await
+                    .is_ok()
+                }
+            }
+        };
+        let n = (calls / ROUNDS).max(CONCURRENCY);
+        for round in 0..ROUNDS {
+            // Alternate which side goes first.
+            for is_bare in [round % 2 == 0, round % 2 != 0] {
+                let (done, wall) = if is_bare {
+                    concurrent_rate(n, one_bare.clone()).await
+                } else {
+                    concurrent_rate(n, one_ours.clone()).await
+                };
+                let tally = if is_bare { &mut b } else { &mut o };
+                tally.concurrent_calls += done;
+                tally.concurrent_wall += wall;
+            }
+        }
+        anyhow::Ok((b.latency(), o.latency()))
+    }
+    .await;
+    runtime.shutdown(Duration::from_secs(20)).await;
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+    measured
+}
+
+/// 64 callers sharing `calls` calls: how many succeeded, in how long.
+async fn concurrent_rate<F, Fut>(calls: usize, one: F) -> (usize, Duration)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -345,70 +478,7 @@ where
     for t in tasks {
         done += t.await.unwrap_or(0);
     }
-    done as f64 / start.elapsed().as_secs_f64().max(1e-9)
-}
-
-async fn through_runtime(calls: usize) -> anyhow::Result<Latency> {
-    let runtime = Runtime::builder()
-        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
-        .start()
-        .await?;
-    runtime
-        .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
-        .await?;
-    let scope = Scope::Global;
-    let args = json!({"message": "bench"});
-    for _ in 0..100 {
-        runtime
-            .call(
-                &scope,
-                "mcp__demo__echo",
-                Some(args.clone()),
-                CallOptions::default(),
-            )
-            .await;
-    }
-    let mut samples = Vec::with_capacity(calls);
-    let cpu = process_cpu();
-    let start = Instant::now();
-    for _ in 0..calls {
-        let t = Instant::now();
-        let o = runtime
-            .call(
-                &scope,
-                "mcp__demo__echo",
-                Some(args.clone()),
-                CallOptions::default(),
-            )
-            .await;
-        samples.push(t.elapsed());
-        if !o.is_ok() {
-            anyhow::bail!("call failed during bench: {}", o.projection);
-        }
-    }
-    let total = start.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu);
-    let rt = runtime.clone();
-    let concurrent = concurrent_rate(calls, move || {
-        let rt = rt.clone();
-        let args = args.clone();
-        async move {
-            rt.call(
-                &Scope::Global,
-                "mcp__demo__echo",
-                Some(args),
-                CallOptions::default(),
-            )
-            .await
-            .is_ok()
-        }
-    })
-    .await;
-    runtime.shutdown(Duration::from_secs(20)).await;
-    let mut l = summarize(samples, total);
-    l.concurrent_per_s = concurrent;
-    l.cpu_us_per_call = cpu.as_secs_f64() * 1e6 / calls.max(1) as f64;
-    Ok(l)
+    (done, start.elapsed())
 }
 
 async fn catalog_sync(n: usize) -> anyhow::Result<(f64, f64)> {
@@ -785,7 +855,7 @@ async fn measure(
         none
     };
     let (bare, ours) = if want(Row::Calls) {
-        (bare_rmcp(calls).await?, through_runtime(calls).await?)
+        tools_call(calls).await?
     } else {
         (Latency::none(), Latency::none())
     };
@@ -837,8 +907,8 @@ async fn measure(
     Ok(json!({
         "calls": calls,
         "tools_call": {
-            "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s, "client_cpu_us_per_call": ours.cpu_us_per_call},
-            "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s, "client_cpu_us_per_call": bare.cpu_us_per_call},
+            "runtime": {"p50_us": ours.p50_us, "p99_us": ours.p99_us, "calls_per_s": ours.calls_per_s, "concurrent_64_calls_per_s": ours.concurrent_per_s, "client_cpu_us_per_call": ours.cpu_us_per_call, "client_switches_per_call": ours.switches_per_call},
+            "bare_rmcp": {"p50_us": bare.p50_us, "p99_us": bare.p99_us, "calls_per_s": bare.calls_per_s, "concurrent_64_calls_per_s": bare.concurrent_per_s, "client_cpu_us_per_call": bare.cpu_us_per_call, "client_switches_per_call": bare.switches_per_call},
             "ratio_p50": ours.p50_us / bare.p50_us.max(1e-9),
             "ratio_p99": ours.p99_us / bare.p99_us.max(1e-9),
             "ratio_concurrent_64": ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9),
@@ -866,7 +936,7 @@ fn print_human(f: &serde_json::Value) {
             .unwrap_or(f64::NAN)
     };
     println!(
-        "tools/call echo, {} sequential calls, demo server over stdio",
+        "tools/call echo, {} sequential calls each side, demo server over stdio, bare and runtime interleaved in blocks of {BLOCK}",
         f["calls"]
     );
     println!(
