@@ -541,7 +541,7 @@ impl Dead {
 
 /// Bound of [`StdioTransport::calls_pending`]: ids of calls whose reply
 /// never came and whose cancel notice was never written.
-const CALLS_PENDING_MAX: usize = 4096;
+const CALLS_PENDING_MAX: usize = 1024;
 
 /// A reply line as the `tools/call` fast path reads it: its result kept as
 /// raw JSON.
@@ -652,7 +652,8 @@ impl StdioTransport {
                 }
                 ClientRequest::CallToolRequest(_) => {
                     if self.calls_pending.len() >= CALLS_PENDING_MAX {
-                        self.calls_pending.clear();
+                        // Its memory too, not only its entries.
+                        self.calls_pending = std::collections::HashSet::new();
                     }
                     self.calls_pending.insert(r.id.clone());
                 }
@@ -708,10 +709,18 @@ fn call_reply(
     line: &[u8],
 ) -> Option<RxJsonRpcMessage<RoleClient>> {
     let reply = serde_json::from_slice::<RawReply>(line).ok()?;
-    // A request from the server has an id too (from its own id space):
-    // only a reply with a result may take an awaited id.
-    let (Some(id), Some(result), None) = (reply.id, reply.result, reply.error) else {
-        return None;
+    let id = reply.id?;
+    let result = match (reply.result, reply.error) {
+        (Some(result), None) => result,
+        // An error reply answers the call too: its id is not awaited any
+        // more (rmcp reads the error as usual).
+        (_, Some(_)) => {
+            pending.remove(&id);
+            return None;
+        }
+        // A request from the server: it has an id too, from its own id
+        // space, and must not take an awaited one.
+        (None, None) => return None,
     };
     if !pending.remove(&id) {
         return None;
@@ -1056,7 +1065,7 @@ mod tests {
         let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
         let (client_in, _server_in) = tokio::io::duplex(1 << 20);
         let mut t = StdioTransport::new(client_in, client_out, Arc::new(Diagnostics::default()));
-        for id in [1, 2, 3, 4] {
+        for id in [1, 2, 3, 4, 5] {
             let call = ClientJsonRpcMessage::request(
                 ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
                     "echo",
@@ -1084,6 +1093,9 @@ mod tests {
             serde_json::json!({"jsonrpc": "2.0", "id": 3,
                 "result": {"content": [], "resultType": "input_required"}}),
             serde_json::json!({"jsonrpc": "2.0", "id": 4, "result": raw}),
+            // An error reply answers awaited id 5.
+            serde_json::json!({"jsonrpc": "2.0", "id": 5,
+                "error": {"code": -32602, "message": "no such tool"}}),
         ];
         for line in &lines {
             server_out
@@ -1110,6 +1122,7 @@ mod tests {
             (3, "no content"),
             (4, "another resultType"),
             (5, "cancelled"),
+            (6, "an error reply"),
         ] {
             let usual: RxJsonRpcMessage<RoleClient> =
                 serde_json::from_value(lines[at].clone()).unwrap();
