@@ -259,6 +259,40 @@ pub fn unique_temp_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("mcpvisor-chaos-{}-{n}-{tag}", std::process::id()))
 }
 
+/// A fresh directory at a [`unique_temp_path`], removed with everything in
+/// it when dropped: a test leaves nothing behind in the temp directory.
+/// Derefs to its path.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Create it.
+    pub fn new(tag: &str) -> std::io::Result<Self> {
+        let dir = unique_temp_path(tag);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// `(pid, ppid, state)` of every process in `/proc`.
 fn proc_table() -> Vec<(u32, u32, char)> {
     let Ok(rd) = std::fs::read_dir("/proc") else {

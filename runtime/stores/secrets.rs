@@ -332,6 +332,7 @@ mod tests {
         assert!(open.contains("can be read by others"), "{open}");
         assert!(!open.contains("s3cr3t"));
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("lock"));
     }
 
     #[test]

@@ -15,18 +15,16 @@ use mcpvisor::{
     StopVerdict, ToolGuard, TrustMode,
 };
 use mcpvisor_chaos::{
-    RequestLog, ScriptedApprover, process_alive, shutdown_checked, start_logged_server,
-    unique_temp_path,
+    RequestLog, ScriptedApprover, TempDir, process_alive, shutdown_checked, start_logged_server,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 const G: Scope = Scope::Global;
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = unique_temp_path(tag);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// Removed, with what the test wrote in it, when the test ends.
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new(tag).unwrap()
 }
 
 fn write_hooks(dir: &Path, name: &str, hooks: Value) -> PathBuf {
@@ -280,7 +278,7 @@ async fn t19_matchers_select_per_dialect() {
     let seen = |d: Dialect, input: HookInput| {
         let _ = std::fs::remove_file(&log);
         let hooks = hooks.clone();
-        let dir = dir.clone();
+        let dir = dir.to_path_buf();
         let log = log.clone();
         async move {
             run_one(d, hooks, &input, &dir).await;
@@ -567,12 +565,13 @@ impl PipelineBuilder {
     /// only given when there are hooks (or approved hashes) to set.
     async fn start(self) -> Pipeline {
         let mut b = Runtime::builder();
+        let mut hooks_dir = None;
         if self.claude.is_some() || self.codex.is_some() || self.approved.is_some() {
-            let dir = temp_dir("pipe");
+            let dir = hooks_dir.insert(temp_dir("pipe"));
             b = b.hooks(HookSettings {
-                claude: self.claude.map(|h| write_hooks(&dir, "cc.json", h)),
-                codex: self.codex.map(|h| write_hooks(&dir, "cx.json", h)),
-                session: session(&dir),
+                claude: self.claude.map(|h| write_hooks(dir, "cc.json", h)),
+                codex: self.codex.map(|h| write_hooks(dir, "cx.json", h)),
+                session: session(dir),
                 approved: self.approved.map(|a| a.into_iter().collect()),
                 ..HookSettings::default()
             });
@@ -584,7 +583,11 @@ impl PipelineBuilder {
             b = b.guard(g);
         }
         let (rt, log) = start_logged_server(b, self.trust).await.unwrap();
-        Pipeline { rt, log }
+        Pipeline {
+            rt,
+            log,
+            _hooks_dir: hooks_dir,
+        }
     }
 }
 
@@ -592,6 +595,8 @@ impl PipelineBuilder {
 struct Pipeline {
     rt: Runtime,
     log: RequestLog,
+    /// The hooks files are read when a hook runs: kept for the pipeline's life.
+    _hooks_dir: Option<TempDir>,
 }
 
 impl Pipeline {
@@ -892,7 +897,8 @@ async fn hook8_in_turn_runs_leave_a_matched_invoked_result_triple() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook3_cancelling_a_call_kills_its_running_hook_and_the_server_never_sees_it() {
-    let hook = fifo_hook(&temp_dir("cancel"));
+    let dir = temp_dir("cancel");
+    let hook = fifo_hook(&dir);
     let p = pipeline()
         .hooks(Dialect::Claude, one("PreToolUse", None, &hook.command))
         .start()
@@ -1101,7 +1107,8 @@ async fn conformance_rows_through_real_shells_in_both_dialects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook3_a_call_given_up_by_its_caller_kills_its_running_hook() {
-    let hook = fifo_hook(&temp_dir("dropped"));
+    let dir = temp_dir("dropped");
+    let hook = fifo_hook(&dir);
     let p = pipeline()
         .hooks(Dialect::Claude, one("PreToolUse", None, &hook.command))
         .start()
@@ -1158,7 +1165,6 @@ async fn claude_hooks_see_the_project_dir_override_and_plugin_data_as_env_and_su
         std::fs::read_to_string(&out).unwrap(),
         format!("{p}|{d}|{d}|{p}")
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1192,7 +1198,6 @@ async fn codex_hooks_run_through_the_users_login_shell() {
         "{line:?} (SHELL {shell})"
     );
     assert_eq!(project, "unset", "Codex hooks get no Claude variables");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1247,7 +1252,6 @@ async fn hook8_the_event_log_file_holds_each_runs_matched_invoked_result_triple(
         assert!(run.iter().all(|(_, i)| *i == id), "{run:?}");
     }
     assert_ne!(seen[0].1, seen[3].1, "each run has its own id");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The first `run_id` anywhere in `v`.

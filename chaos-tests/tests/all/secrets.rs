@@ -92,6 +92,8 @@ async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_n
     assert!(!events.contains(VALUE), "the value is not in the event log");
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&file);
+    // The store's lock file, beside it.
+    let _ = std::fs::remove_file(file.with_extension("lock"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,6 +126,8 @@ async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
     assert!(!events.contains(VALUE), "the value is not in the event log");
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&file);
+    // The store's lock file, beside it.
+    let _ = std::fs::remove_file(file.with_extension("lock"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
