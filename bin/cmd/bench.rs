@@ -149,15 +149,6 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     let args = json!({ "message": message });
     let (client, mut child) = bare_client(0).await?;
     let map = args.as_object().cloned().unwrap_or_default();
-    let bare = median_ms(calls, || async {
-        client
-            .call_tool(CallToolRequestParams::new("echo").with_arguments(map.clone()))
-            .await?;
-        Ok(())
-    })
-    .await?;
-    let _ = client.cancel().await;
-    let _ = child.kill().await;
     let dir = std::env::temp_dir().join(format!("mcpvisor-bench-{}", std::process::id()));
     let runtime = Runtime::builder()
         .server(Scope::Global, crate::config::demo_config("demo", 0)?)
@@ -168,25 +159,39 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
         .policy(std::sync::Arc::new(Bystander))
         .start()
         .await?;
-    runtime
-        .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
-        .await?;
-    let ours = median_ms(calls, || async {
-        let o = runtime
-            .call(
-                &Scope::Global,
-                "mcp__demo__echo",
-                Some(args.clone()),
-                CallOptions::default(),
-            )
-            .await;
-        anyhow::ensure!(o.is_ok(), "call failed during bench: {}", o.projection);
-        Ok(())
-    })
+    let measured = async {
+        runtime
+            .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
+            .await?;
+        median_ms_pair(
+            calls,
+            || async {
+                client
+                    .call_tool(CallToolRequestParams::new("echo").with_arguments(map.clone()))
+                    .await?;
+                Ok(())
+            },
+            || async {
+                let o = runtime
+                    .call(
+                        &Scope::Global,
+                        "mcp__demo__echo",
+                        Some(args.clone()),
+                        CallOptions::default(),
+                    )
+                    .await;
+                anyhow::ensure!(o.is_ok(), "call failed during bench: {}", o.projection);
+                Ok(())
+            },
+        )
+        .await
+    }
     .await;
     runtime.shutdown(Duration::from_secs(20)).await;
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((bare, ours?))
+    measured
 }
 
 /// Median µs of an echo call made by a bare rmcp client straight to the
@@ -197,16 +202,7 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
         .as_object()
         .cloned()
         .unwrap_or_default();
-    let (client, mut child) = bare_client(0).await?;
-    let direct = median_ms(calls, || async {
-        client
-            .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
-            .await?;
-        Ok(())
-    })
-    .await?;
-    let _ = client.cancel().await;
-    let _ = child.kill().await;
+    let (direct_client, mut child) = bare_client(0).await?;
 
     let exe = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("mcpvisor-bench-gw-{}", std::process::id()));
@@ -246,14 +242,27 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let through = median_ms(calls, || async {
-        let r = client
-            .call_tool(CallToolRequestParams::new("mcp__demo__echo").with_arguments(args.clone()))
-            .await?;
-        anyhow::ensure!(r.is_error != Some(true), "call failed through the gateway");
-        Ok(())
-    })
+    let measured = median_ms_pair(
+        calls,
+        || async {
+            direct_client
+                .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
+                .await?;
+            Ok(())
+        },
+        || async {
+            let r = client
+                .call_tool(
+                    CallToolRequestParams::new("mcp__demo__echo").with_arguments(args.clone()),
+                )
+                .await?;
+            anyhow::ensure!(r.is_error != Some(true), "call failed through the gateway");
+            Ok(())
+        },
+    )
     .await;
+    let _ = direct_client.cancel().await;
+    let _ = child.kill().await;
     // Closing stdin stops the gateway, which reaps its backend.
     let _ = client.cancel().await;
     if tokio::time::timeout(Duration::from_secs(20), gateway.wait())
@@ -263,28 +272,43 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
         let _ = gateway.kill().await;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((direct * 1e3, through? * 1e3))
+    let (direct, through) = measured?;
+    Ok((direct * 1e3, through * 1e3))
 }
 
-/// The median ms of `calls` runs of `one`, after 3 warm-up runs.
-async fn median_ms<F, Fut>(calls: usize, one: F) -> anyhow::Result<f64>
+/// The median ms of `calls` runs of `bare` and of `ours`, after 3
+/// warm-up runs of each, the two interleaved call by call (which goes
+/// first flips every call): both sides of a ratio under the same
+/// conditions. (bare, ours).
+async fn median_ms_pair<A, AF, B, BF>(calls: usize, bare: A, ours: B) -> anyhow::Result<(f64, f64)>
 where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
+    A: Fn() -> AF,
+    AF: std::future::Future<Output = anyhow::Result<()>>,
+    B: Fn() -> BF,
+    BF: std::future::Future<Output = anyhow::Result<()>>,
 {
     for _ in 0..3 {
-        one().await?;
+        bare().await?;
+        ours().await?;
     }
-    let mut samples = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let t = Instant::now();
-        one().await?;
-        samples.push(t.elapsed());
+    let (mut a, mut b) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for i in 0..calls {
+        for bare_first in [i % 2 == 0, i % 2 != 0] {
+            let t = Instant::now();
+            if bare_first {
+                bare().await?;
+                a.push(t.elapsed());
+            } else {
+                ours().await?;
+                b.push(t.elapsed());
+            }
+        }
     }
-    samples.sort();
-    Ok(samples
-        .get(samples.len() / 2)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e3))
+    let median = |mut xs: Vec<Duration>| {
+        xs.sort();
+        xs.get(xs.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    Ok((median(a), median(b)))
 }
 
 /// The sequential calls of the tools/call row interleave in blocks of this
@@ -701,16 +725,6 @@ async fn memory_soak(secs: u64) -> anyhow::Result<serde_json::Value> {
 /// runtime runs one PreToolUse command hook `true` (spawn in its own group,
 /// payload on stdin, output parsed, group reaped). (bare, runtime).
 async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
-    let bare = median_ms(n, || async {
-        tokio::process::Command::new("sh")
-            .args(["-c", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .await?;
-        Ok(())
-    })
-    .await?;
     let dir = std::env::temp_dir().join(format!("mcpvisor-bench-hook-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("hooks.json");
@@ -732,14 +746,26 @@ async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
         tool_use_id: "bench".into(),
     };
     let cancel = mcpvisor::CancellationToken::new();
-    let ours = median_ms(n, || async {
-        let _ = hooks.run(hooks.session(), &input, None, &cancel).await;
-        Ok(())
-    })
+    let measured = median_ms_pair(
+        n,
+        || async {
+            tokio::process::Command::new("sh")
+                .args(["-c", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .status()
+                .await?;
+            Ok(())
+        },
+        || async {
+            let _ = hooks.run(hooks.session(), &input, None, &cancel).await;
+            Ok(())
+        },
+    )
     .await;
     runtime.shutdown(Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((bare, ours?))
+    measured
 }
 
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
