@@ -125,6 +125,30 @@ async fn bare_client(
     Ok((client, child))
 }
 
+/// One `echo` call by a bare rmcp client: the baseline side of a row.
+async fn bare_echo(
+    peer: &rmcp::service::Peer<rmcp::RoleClient>,
+    args: &serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    peer.call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
+        .await?;
+    Ok(())
+}
+
+/// One `echo` call through the runtime; a failed call fails the bench.
+async fn runtime_echo(runtime: &Runtime, args: &serde_json::Value) -> anyhow::Result<()> {
+    let o = runtime
+        .call(
+            &Scope::Global,
+            "mcp__demo__echo",
+            Some(args.clone()),
+            CallOptions::default(),
+        )
+        .await;
+    anyhow::ensure!(o.is_ok(), "call failed during bench: {}", o.projection);
+    Ok(())
+}
+
 /// Bytes of the message echoed in the large-result row.
 const LARGE_BYTES: usize = 1024 * 1024;
 
@@ -165,24 +189,8 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
             .await?;
         median_ms_pair(
             calls,
-            || async {
-                client
-                    .call_tool(CallToolRequestParams::new("echo").with_arguments(map.clone()))
-                    .await?;
-                Ok(())
-            },
-            || async {
-                let o = runtime
-                    .call(
-                        &Scope::Global,
-                        "mcp__demo__echo",
-                        Some(args.clone()),
-                        CallOptions::default(),
-                    )
-                    .await;
-                anyhow::ensure!(o.is_ok(), "call failed during bench: {}", o.projection);
-                Ok(())
-            },
+            || bare_echo(&client, &map),
+            || runtime_echo(&runtime, &args),
         )
         .await
     }
@@ -244,12 +252,7 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
     }
     let measured = median_ms_pair(
         calls,
-        || async {
-            direct_client
-                .call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone()))
-                .await?;
-            Ok(())
-        },
+        || bare_echo(&direct_client, &args),
         || async {
             let r = client
                 .call_tool(
@@ -383,37 +386,8 @@ async fn tools_call(calls: usize) -> anyhow::Result<(Latency, Latency)> {
         // Sequential calls borrow their client, as a caller would; the
         // 64 concurrent callers each hold a clone.
         let peer = client.peer();
-        let bare = || {
-            let map = map.clone();
-            async move {
-                peer.call_tool(CallToolRequestParams::new("echo").with_arguments(map))
-                    .await
-                    .map(drop)
-                    .map_err(anyhow::Error::from)
-            }
-        };
-        let rt = &runtime;
-        let ours = || {
-            let args = args.clone();
-            async move {
-                let o = rt
-                    .call(
-                        &Scope::Global,
-                        "mcp__demo__echo",
-                        Some(args),
-                        CallOptions::default(),
-                    )
-                    .await;
-                if o.is_ok() {
-                    Ok(())
-                } else {
-                    Err(anyhow::anyhow!(
-                        "call failed during bench: {}",
-                        o.projection
-                    ))
-                }
-            }
-        };
+        let bare = || bare_echo(peer, &map);
+        let ours = || runtime_echo(&runtime, &args);
         // Warm-up, then the sequential blocks.
         let (mut b, mut o) = (Tally::default(), Tally::default());
         Tally::default().block(100, &bare).await?;
