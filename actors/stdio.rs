@@ -500,9 +500,9 @@ pub struct StdioTransport {
     diag: Arc<Diagnostics>,
     /// The ids of `tools/call` requests sent and not yet answered or
     /// cancelled: their replies are read once, as raw JSON (see
-    /// [`StdioTransport::call_reply`]). Only a fast path: an id missing
-    /// from it (the set is cleared past [`CALLS_PENDING_MAX`]) makes its
-    /// reply read the usual way.
+    /// [`call_reply`]). Only a fast path: an id missing from it (the set is
+    /// dropped past [`CALLS_PENDING_MAX`]) makes its reply read the usual
+    /// way.
     calls_pending: std::collections::HashSet<rmcp::model::RequestId>,
     /// Test-only break switch (`ChaosSwitches::lossy_line_reader`).
     lossy: bool,

@@ -193,21 +193,22 @@ impl Runtime {
 
     /// The cached handle of a scope whose supervisor still runs (a failed
     /// scope is dropped by the root and made again on next use).
-    fn cached_scope(&self, scope: &Scope) -> Option<ScopeHandle> {
+    /// `f` of the scope's live handle, read in place (no handle cloned).
+    fn with_scope<T>(&self, scope: &Scope, f: impl FnOnce(&ScopeHandle) -> T) -> Option<T> {
         self.inner
             .scopes
             .read()
             .ok()
-            .and_then(|m| m.get(scope).filter(|h| h.is_alive()).cloned())
+            .and_then(|m| m.get(scope).filter(|h| h.is_alive()).map(f))
     }
 
+    fn cached_scope(&self, scope: &Scope) -> Option<ScopeHandle> {
+        self.with_scope(scope, ScopeHandle::clone)
+    }
+
+    /// Every call reads it (twice): in place, the handle is not cloned.
     fn snapshot(&self, scope: &Scope) -> Option<Arc<ScopeSnapshot>> {
-        // Read in place: every call reads it (twice), no handle is cloned.
-        self.inner.scopes.read().ok().and_then(|m| {
-            m.get(scope)
-                .filter(|h| h.is_alive())
-                .map(|h| h.snapshot.borrow().clone())
-        })
+        self.with_scope(scope, |h| h.snapshot.borrow().clone())
     }
 
     /// Add and start a server in a scope (CONN-4) and return its server_name
