@@ -109,6 +109,17 @@ impl ProcessGroup {
     /// and `PR_SET_PDEATHSIG = SIGKILL` (it dies with the runtime's process,
     /// also a SIGKILLed one), and start the task that reaps it.
     pub fn spawn(cmd: &Spawn) -> std::io::Result<(Self, Pipes)> {
+        Self::spawn_notifying(cmd, Box::new(|| {}))
+    }
+
+    /// [`ProcessGroup::spawn`], and `on_exit` runs in the reaper task once
+    /// the leader was reaped (before any waiter hears of it). The stdio
+    /// transport learns this way that its server is gone even while another
+    /// process still holds the server's stdout open (CONN-14).
+    pub fn spawn_notifying(
+        cmd: &Spawn,
+        on_exit: Box<dyn FnOnce() + Send>,
+    ) -> std::io::Result<(Self, Pipes)> {
         let spawned = spawn_leader(cmd)?;
         let pid = spawned.pid;
         let (exit_tx, exit) = watch::channel(None);
@@ -123,6 +134,7 @@ impl ProcessGroup {
         let reaping = reap(spawned.child, pid, reaper_gone);
         tokio::spawn(async move {
             let exit = reaping.await;
+            on_exit();
             let _ = exit_tx.send(Some(exit));
             let _ = reaped_tx.send(true);
         });

@@ -382,10 +382,22 @@ pub fn spawn(
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
-    let (group, pipes) = ProcessGroup::spawn(&cmd).map_err(|e| SpawnError::Start {
-        exe: exe.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    // The leader's exit ends the transport even when stdout stays open (a
+    // process it started holds it): what the pipe still holds is read for
+    // LEADER_EXIT_DRAIN, then the transport is dead (CONN-14).
+    let dead = Arc::new(Dead::default());
+    let leader_gone = dead.clone();
+    let on_exit = Box::new(move || {
+        tokio::spawn(async move {
+            tokio::time::sleep(LEADER_EXIT_DRAIN).await;
+            leader_gone.set_leader_exited();
+        });
+    });
+    let (group, pipes) =
+        ProcessGroup::spawn_notifying(&cmd, on_exit).map_err(|e| SpawnError::Start {
+            exe: exe.display().to_string(),
+            reason: e.to_string(),
+        })?;
     let (stderr_done_tx, stderr_done) = watch::channel(false);
     let d = diag.clone();
     tokio::spawn(async move {
@@ -408,6 +420,7 @@ pub fn spawn(
     Ok(SpawnedChild {
         transport: StdioTransport {
             lossy: chaos.lossy_line_reader,
+            dead,
             ..StdioTransport::new(pipes.stdin, pipes.stdout, diag)
         },
         process: ProcessHandle {
@@ -508,20 +521,39 @@ pub struct StdioTransport {
     lossy: bool,
 }
 
-/// The transport's death by a stalled write, as the reader waits for it:
-/// a flag and one waker. rmcp makes a new `receive()` for every event of
-/// its loop, and a `CancellationToken` would take a lock to be cloned, to
-/// be waited on and to be dropped each time (PERF-1).
+/// The transport's death by a stalled write or by its server's exit, as
+/// the reader waits for it: flags and one waker. rmcp makes a new
+/// `receive()` for every event of its loop, and a `CancellationToken`
+/// would take a lock to be cloned, to be waited on and to be dropped each
+/// time (PERF-1).
 #[derive(Default)]
 struct Dead {
     set: std::sync::atomic::AtomicBool,
+    /// Set with `set` when the server's process exited (not by a stall).
+    leader_exited: std::sync::atomic::AtomicBool,
     reader: futures::task::AtomicWaker,
 }
+
+/// How long the transport still reads stdout after the server's process
+/// was reaped: what it wrote before exiting is in the pipe, and is read;
+/// then the transport ends, whether or not stdout reached its end (a
+/// process the server started may hold it open for ever; CONN-14).
+pub const LEADER_EXIT_DRAIN: Duration = Duration::from_millis(250);
 
 impl Dead {
     fn set(&self) {
         self.set.store(true, std::sync::atomic::Ordering::SeqCst);
         self.reader.wake();
+    }
+
+    fn set_leader_exited(&self) {
+        self.leader_exited
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.set();
+    }
+
+    fn leader_exited(&self) -> bool {
+        self.leader_exited.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn poll(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
@@ -814,9 +846,19 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
         loop {
             let dead = self.dead.clone();
             // read_line is cancel-safe, so losing this race loses nothing.
+            // Death first: a process that keeps writing to a dead server's
+            // stdout must not keep its transport alive.
             let read = tokio::select! {
+                biased;
+                () = std::future::poll_fn(|cx| dead.poll(cx)) => {
+                    if dead.leader_exited() {
+                        self.diag.set_fatal(
+                            "the server's process exited, but its stdout stayed open (a process it started holds it)".into(),
+                        );
+                    }
+                    None
+                }
                 read = self.read_line() => read,
-                () = std::future::poll_fn(|cx| dead.poll(cx)) => None,
             };
             let n = read?;
             let line = trim_cr(&self.line[..n]);

@@ -154,6 +154,12 @@ struct Args {
     /// "daemon pid N" to stderr.
     #[arg(long)]
     daemonize: bool,
+    /// Start `sleep 1000` in a session of its own that keeps this server's
+    /// stdout and stderr open (a background process that inherited them),
+    /// and print "daemon pid N" to stderr: once the server exits, its
+    /// stdout never reaches its end while the daemon lives.
+    #[arg(long)]
+    daemon_holds_stdout: bool,
     /// `echo` writes "echo: MESSAGE" to stderr before it answers.
     #[arg(long)]
     stderr_on_echo: bool,
@@ -802,6 +808,25 @@ fn daemonize(env_clear: bool) {
     eprintln!("daemon pid {pid}");
 }
 
+fn daemon_holding_stdout() {
+    // setsid(1) execs at once here: the child is no group leader.
+    match std::process::Command::new("setsid")
+        .args(["sleep", "1000"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(child) => {
+            let pid = child.id().to_string();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < deadline && !leads_own_group(&pid) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            eprintln!("daemon pid {pid}");
+        }
+        Err(e) => eprintln!("the daemon could not be started: {e}"),
+    }
+}
+
 /// Whether `/proc/<pid>/stat` says the process leads its own group.
 fn leads_own_group(pid: &str) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -1029,6 +1054,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.grandchild {
         spawn_grandchild();
+    }
+    if args.daemon_holds_stdout {
+        daemon_holding_stdout();
     }
     if args.daemonize {
         daemonize(args.daemon_env_clear);

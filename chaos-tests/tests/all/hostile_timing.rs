@@ -303,3 +303,73 @@ async fn wait_ready_right_after_a_restart_waits_for_the_new_connection() {
     }
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_while_a_daemon_holds_its_stdout_ends_its_connection_at_once() {
+    // CONN-14, RECO (issue 31, defect 1): the server starts a background
+    // process in a session of its own that inherits its stdout, then exits
+    // mid-call. stdout never reaches its end, yet the leader's exit ends
+    // the connection: the call in flight ends transport_lost_during_call
+    // at once (not after its 60 s timeout), the daemon is swept, and the
+    // reconnect policy brings the server back.
+    let mut cfg = fault_server_config("held", ["--daemon-holds-stdout"]).trusted();
+    cfg.tool_call_timeout = Duration::from_secs(60);
+    cfg.reconnect.initial_delay = Duration::from_millis(100);
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let mut events = runtime.subscribe();
+    let first = wait_for_status(
+        &runtime,
+        &mut events,
+        "held",
+        Duration::from_secs(10),
+        |s| s.stderr_tail.contains("daemon pid "),
+    )
+    .await
+    .unwrap();
+    let daemon = daemon_pid(&runtime, "held").unwrap();
+    assert!(mcpvisor_chaos::process_alive(daemon), "the daemon runs");
+    let t = Instant::now();
+    let crashed = runtime
+        .call(&G, "mcp__held__crash", None, CallOptions::default())
+        .await;
+    assert_eq!(
+        crashed.kind,
+        OutcomeKind::TransportLostDuringCall,
+        "{crashed:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the call waited {:?} for a server that had exited",
+        t.elapsed()
+    );
+    let error = crashed.error.unwrap_or_default();
+    assert!(error.contains("exited with status 5"), "{error}");
+    assert!(
+        mcpvisor_chaos::wait_gone(daemon, Duration::from_secs(10)).await,
+        "the daemon {daemon} outlived its server's connection"
+    );
+    // Never `ready` with the dead pid; back with a new process.
+    let back = wait_for_status(
+        &runtime,
+        &mut events,
+        "held",
+        Duration::from_secs(20),
+        |s| s.state == ServerState::Ready && s.connection_generation > first.connection_generation,
+    )
+    .await
+    .unwrap();
+    assert_ne!(back.pid, first.pid);
+    assert!(back.restarts >= 1, "{back:?}");
+    let after = runtime
+        .call(
+            &G,
+            "mcp__held__echo",
+            Some(json!({"message": "again"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(after.kind, OutcomeKind::Ok, "{after:?}");
+    let daemon2 = daemon_pid(&runtime, "held").unwrap();
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+    assert!(mcpvisor_chaos::wait_gone(daemon2, Duration::from_secs(10)).await);
+}
