@@ -701,32 +701,32 @@ impl StdioTransport {
             _ => {}
         }
     }
+}
 
-    /// A `tools/list` reply, read once as raw JSON: its `tools` are kept
-    /// for the catalog fetch and rmcp gets the reply with an empty array
-    /// (nothing typed per tool, no re-serialisation; PERF-1). `None` when
-    /// the line is no awaited reply with a `tools` array (then it is read
-    /// as usual, and a malformed page still reaches the fetch).
-    fn tools_page(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-        // The id first, by a scan that stops at it: a line that answers
-        // something else is not parsed twice.
-        let id = top_level_id(line)?.to_string();
-        if !self.diag.take_tools_pending(&id) {
-            return None;
-        }
-        let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
-        let Some(serde_json::Value::Array(tools)) = v
-            .pointer_mut("/result/tools")
-            .map(|t| std::mem::replace(t, serde_json::Value::Array(Vec::new())))
-        else {
-            // Not a page (an error reply, no tools array): read as usual.
-            return None;
-        };
-        self.diag.stash_tools_page(id, tools);
-        // What rmcp cannot type (a bad nextCursor) is its CustomResult,
-        // as before: the fetch takes the stashed page either way.
-        serde_json::from_value(v).ok()
+/// A `tools/list` reply, read once as raw JSON: its `tools` are kept for
+/// the catalog fetch and rmcp gets the reply with an empty array (nothing
+/// typed per tool, no re-serialisation; PERF-1). `None` when the line is
+/// no awaited reply with a `tools` array (then it is read as usual, and a
+/// malformed page still reaches the fetch).
+fn tools_page(diag: &Diagnostics, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+    // The id first, by a scan that stops at it: a line that answers
+    // something else is not parsed twice.
+    let id = top_level_id(line)?.to_string();
+    if !diag.take_tools_pending(&id) {
+        return None;
     }
+    let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+    let Some(serde_json::Value::Array(tools)) = v
+        .pointer_mut("/result/tools")
+        .map(|t| std::mem::replace(t, serde_json::Value::Array(Vec::new())))
+    else {
+        // Not a page (an error reply, no tools array): read as usual.
+        return None;
+    };
+    diag.stash_tools_page(id, tools);
+    // What rmcp cannot type (a bad nextCursor) is its CustomResult,
+    // as before: the fetch takes the stashed page either way.
+    serde_json::from_value(v).ok()
 }
 
 /// The reply to an awaited `tools/call`, read once as raw JSON: rmcp
@@ -865,29 +865,30 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            if self.diag.tools_awaited()
-                && let Some(msg) = self.tools_page(line)
-            {
-                return Some(msg);
-            }
-            if !self.calls_pending.is_empty()
-                && let Some(msg) = call_reply(&mut self.calls_pending, line)
-            {
-                return Some(msg);
-            }
-            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
+            let mut failed = match decode(&self.diag, &mut self.calls_pending, line) {
                 Ok(msg) => return Some(msg),
-                // Valid JSON nested past serde_json's limit is a reply the
-                // call must get an outcome for, not a line to skip (the call
-                // would wait its whole timeout).
-                Err(e) if e.to_string().contains("recursion limit") => {
-                    if let Some(reply) = unreadable_reply(line) {
-                        return Some(reply);
-                    }
-                    self.diag.note_non_json(line);
+                Err(e) => e,
+            };
+            // A lone UTF-16 surrogate escape (`"\ud800"`: Node writes one
+            // when it cuts text mid-emoji, Python for a file name that is
+            // not UTF-8) is read as U+FFFD, as JavaScript's and Python's
+            // parsers read it, instead of losing the whole message.
+            if let Some(fixed) = replace_lone_surrogates(line) {
+                match decode(&self.diag, &mut self.calls_pending, &fixed) {
+                    Ok(msg) => return Some(msg),
+                    Err(e) => failed = e,
                 }
-                Err(_) => self.diag.note_non_json(line),
             }
+            // A reply that cannot be read still answers its request: the
+            // call ends at once with the reason, instead of waiting its
+            // whole timeout for a reply that came (CALL-4).
+            if let Some(reply) = unreadable_reply(line, &unreadable_reason(&failed)) {
+                if let Ok(id) = serde_json::from_value(reply.1) {
+                    self.calls_pending.remove(&id);
+                }
+                return Some(reply.0);
+            }
+            self.diag.note_non_json(line);
         }
     }
 
@@ -899,30 +900,145 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
     }
 }
 
-/// The JSON-RPC error code of a reply the runtime could not read (nested
-/// past serde_json's 128-level limit); the call path maps it to
+/// One line as rmcp's message: an awaited `tools/list` page or
+/// `tools/call` reply by its fast path, anything else typed.
+fn decode(
+    diag: &Diagnostics,
+    calls_pending: &mut std::collections::HashSet<rmcp::model::RequestId>,
+    line: &[u8],
+) -> Result<RxJsonRpcMessage<RoleClient>, serde_json::Error> {
+    if diag.tools_awaited()
+        && let Some(msg) = tools_page(diag, line)
+    {
+        return Ok(msg);
+    }
+    if !calls_pending.is_empty()
+        && let Some(msg) = call_reply(calls_pending, line)
+    {
+        return Ok(msg);
+    }
+    serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line)
+}
+
+/// The JSON-RPC error code of a reply the runtime could not read (not
+/// JSON-RPC, invalid UTF-8, both `result` and `error`, nested past
+/// serde_json's 128-level limit); the call path maps it to
 /// `invalid_result` (CALL-4).
 pub const UNREADABLE_REPLY_CODE: i32 = -32099;
 
-/// For a reply too deeply nested to parse: an error response to the same
-/// request id, so the call ends at once with the reason. `None` when the
-/// line has no top-level `id` (a notification: nothing waits for it).
-fn unreadable_reply(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+/// How the message of an [`UNREADABLE_REPLY_CODE`] error starts.
+pub const UNREADABLE_REPLY_PREFIX: &str = "the server's reply cannot be read";
+
+/// Why a line was not a message, as the call's outcome says it.
+fn unreadable_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    if text.contains("recursion limit") {
+        format!("{UNREADABLE_REPLY_PREFIX}: it is nested more than 128 levels deep")
+    } else {
+        format!("{UNREADABLE_REPLY_PREFIX}: {text}")
+    }
+}
+
+/// For a reply that cannot be read: an error response to the same request
+/// id, so the call ends at once with `reason`, and that id. `None` when
+/// the line has no top-level `id`, or has a `method` (a request or a
+/// notification of the server's: its id is from the server's own id
+/// space, and nothing of ours waits for it).
+fn unreadable_reply(
+    line: &[u8],
+    reason: &str,
+) -> Option<(RxJsonRpcMessage<RoleClient>, serde_json::Value)> {
     let id = top_level_id(line)?;
+    if top_level_key(line, "method") {
+        return None;
+    }
     let error = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {
             "code": UNREADABLE_REPLY_CODE,
-            "message": "the server's reply is nested more than 128 levels deep and cannot be read",
+            "message": reason,
         },
     });
-    serde_json::from_value(error).ok()
+    Some((serde_json::from_value(error).ok()?, id))
+}
+
+/// `line` with every lone UTF-16 surrogate escape (a `\uD800`–`\uDFFF`
+/// not in a high–low pair) written as `\uFFFD`; `None` when it has none.
+fn replace_lone_surrogates(line: &[u8]) -> Option<Vec<u8>> {
+    fn hex4(line: &[u8], at: usize) -> Option<u16> {
+        let digits = std::str::from_utf8(line.get(at..at + 4)?).ok()?;
+        u16::from_str_radix(digits, 16).ok()
+    }
+    // `\u` + 4 hex digits at `at` (the backslash's index).
+    let unit = |at: usize| -> Option<u16> {
+        (line.get(at + 1) == Some(&b'u'))
+            .then(|| hex4(line, at + 2))
+            .flatten()
+    };
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(u) = unit(i) else {
+            // Any other escape: two bytes.
+            i += 2;
+            continue;
+        };
+        let lone = match u {
+            0xD800..=0xDBFF => match unit(i + 6) {
+                Some(0xDC00..=0xDFFF) => {
+                    i += 12;
+                    continue;
+                }
+                _ => true,
+            },
+            0xDC00..=0xDFFF => true,
+            _ => false,
+        };
+        if lone {
+            let o = out.get_or_insert_with(|| Vec::with_capacity(line.len()));
+            o.extend_from_slice(&line[copied..i]);
+            o.extend_from_slice(b"\\uFFFD");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    let mut out = out?;
+    out.extend_from_slice(&line[copied..]);
+    Some(out)
 }
 
 /// The value of the top-level `"id"` of a JSON object, found by scanning
 /// (no recursion): a number or a string, as JSON.
 fn top_level_id(line: &[u8]) -> Option<serde_json::Value> {
+    let i = top_level_value_at(line, "id")?;
+    let value_end = if line.get(i) == Some(&b'"') {
+        string_end(line, i + 1)? + 1
+    } else {
+        let len = line[i..]
+            .iter()
+            .position(|b| matches!(b, b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n'))
+            .unwrap_or(line.len() - i);
+        i + len
+    };
+    let id: serde_json::Value = serde_json::from_slice(&line[i..value_end]).ok()?;
+    (id.is_number() || id.is_string()).then_some(id)
+}
+
+/// Whether the JSON object in `line` has the top-level key `key`, found
+/// by scanning (no recursion).
+fn top_level_key(line: &[u8], key: &str) -> bool {
+    top_level_value_at(line, key).is_some()
+}
+
+/// Where the value of the first top-level `key` of the JSON object in
+/// `line` starts, found by scanning (no recursion).
+fn top_level_value_at(line: &[u8], wanted: &str) -> Option<usize> {
     let mut depth = 0usize;
     let mut i = 0usize;
     while i < line.len() {
@@ -931,14 +1047,14 @@ fn top_level_id(line: &[u8]) -> Option<serde_json::Value> {
                 let start = i + 1;
                 let end = string_end(line, start)?;
                 let key = &line[start..end];
-                // A key may spell `id` with escapes (`"\u0069d"`): decode those.
-                let is_key_id = depth == 1
-                    && (key == b"id"
+                // A key may be spelt with escapes (`"\u0069d"`): decode those.
+                let is_wanted = depth == 1
+                    && (key == wanted.as_bytes()
                         || (key.contains(&b'\\')
                             && serde_json::from_slice::<String>(&line[i..=end])
-                                .is_ok_and(|k| k == "id")));
+                                .is_ok_and(|k| k == wanted)));
                 i = end + 1;
-                if is_key_id {
+                if is_wanted {
                     while i < line.len() && line[i].is_ascii_whitespace() {
                         i += 1;
                     }
@@ -949,17 +1065,7 @@ fn top_level_id(line: &[u8]) -> Option<serde_json::Value> {
                     while i < line.len() && line[i].is_ascii_whitespace() {
                         i += 1;
                     }
-                    let value_end = if line.get(i) == Some(&b'"') {
-                        string_end(line, i + 1)? + 1
-                    } else {
-                        let len = line[i..]
-                            .iter()
-                            .position(|b| matches!(b, b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n'))
-                            .unwrap_or(line.len() - i);
-                        i + len
-                    };
-                    let id: serde_json::Value = serde_json::from_slice(&line[i..value_end]).ok()?;
-                    return (id.is_number() || id.is_string()).then_some(id);
+                    return Some(i);
                 }
                 continue;
             }
@@ -1382,11 +1488,9 @@ mod tests {
         let v = serde_json::to_value(&msg).unwrap();
         assert_eq!(v["id"], 7);
         assert_eq!(v["error"]["code"], UNREADABLE_REPLY_CODE);
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("128 levels")
+        assert_eq!(
+            v["error"]["message"],
+            "the server's reply cannot be read: it is nested more than 128 levels deep"
         );
         assert_eq!(diag.non_json().0, 0);
         assert_eq!(
@@ -1394,6 +1498,77 @@ mod tests {
             Some(serde_json::json!("x\"y"))
         );
         assert_eq!(top_level_id(br#"{"method":"n"}"#), None);
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_become_the_replacement_character_and_pairs_stay() {
+        // CALL-4 (issue 31, defect 3): read leniently, as JS and Python do.
+        let fixed =
+            |s: &str| replace_lone_surrogates(s.as_bytes()).map(|b| String::from_utf8(b).unwrap());
+        assert_eq!(
+            fixed(r#"{"t":"a\ud83d"}"#).as_deref(),
+            Some(r#"{"t":"a\uFFFD"}"#)
+        );
+        assert_eq!(
+            fixed(r#"{"t":"\udc00x\ud800\u0041"}"#).as_deref(),
+            Some(r#"{"t":"\uFFFDx\uFFFD\u0041"}"#)
+        );
+        assert_eq!(
+            fixed(r#"{"t":"\ud83d\ude00 and \\ud800"}"#),
+            None,
+            "a pair, and an escaped backslash"
+        );
+        assert_eq!(
+            fixed(r#"{"t":"\ud83d\ud83d\ude00"}"#).as_deref(),
+            Some(r#"{"t":"\uFFFD\ud83d\ude00"}"#)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&fixed(r#"{"t":"cut \ud83d"}"#).unwrap()).unwrap();
+        assert_eq!(v["t"], "cut \u{fffd}");
+    }
+
+    #[tokio::test]
+    async fn a_reply_that_cannot_be_read_answers_its_id_and_a_server_request_stays_noise() {
+        // CALL-4 (issue 31, defect 3): invalid UTF-8 and result+error end
+        // the call at once with the parser's reason; a broken line that is
+        // the server's own request (a `method`) has an id of the server's
+        // id space and must never end a call of ours.
+        use futures::FutureExt;
+        use rmcp::transport::Transport;
+        let (client_out, mut server_out) = tokio::io::duplex(1 << 20);
+        let (client_in, _server_in) = tokio::io::duplex(1 << 20);
+        let diag = Arc::new(Diagnostics::default());
+        let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+        let mut lines: Vec<Vec<u8>> = vec![
+            br#"{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{"x":"#.to_vec(),
+            br#"{"jsonrpc":"2.0","id":4,"result":{"content":[]},"error":{"code":1,"message":"m"}}"#
+                .to_vec(),
+        ];
+        let mut bad =
+            br#"{"jsonrpc":"2.0","id":"s","result":{"content":[{"type":"text","text":""#.to_vec();
+        bad.extend_from_slice(b"\xff\"}]}}");
+        lines.push(bad);
+        for l in &lines {
+            server_out.write_all(l).await.unwrap();
+            server_out.write_all(b"\n").await.unwrap();
+        }
+        for want in [serde_json::json!(4), serde_json::json!("s")] {
+            let msg = t.receive().now_or_never().flatten().expect("a message");
+            let v = serde_json::to_value(&msg).unwrap();
+            assert_eq!(v["id"], want, "{v}");
+            assert_eq!(v["error"]["code"], UNREADABLE_REPLY_CODE);
+            let why = v["error"]["message"].as_str().unwrap();
+            assert!(
+                why.starts_with("the server's reply cannot be read: "),
+                "{why}"
+            );
+        }
+        assert_eq!(diag.non_json().0, 1, "the broken request is noise");
+        assert!(top_level_key(br#"{"id":1,"method":"x"}"#, "method"));
+        assert!(!top_level_key(
+            br#"{"id":1,"result":{"method":"x"}}"#,
+            "method"
+        ));
     }
 
     #[test]
@@ -1778,7 +1953,8 @@ mod props {
         fn line_scanners_never_panic_on_arbitrary_bytes(bytes in jsonish_bytes(), start in 0usize..64) {
             let id = top_level_id(&bytes);
             prop_assert!(id.as_ref().is_none_or(|v| v.is_number() || v.is_string()));
-            let _ = unreadable_reply(&bytes);
+            let _ = unreadable_reply(&bytes, "why");
+            let _ = replace_lone_surrogates(&bytes);
             let start = start.min(bytes.len());
             if let Some(end) = string_end(&bytes, start) {
                 prop_assert!(end >= start && bytes[end] == b'"');
@@ -1817,7 +1993,7 @@ mod props {
             let deep_at = at % (members.len() + 1);
             members.insert(deep_at, ("deep".to_owned(), deep, false));
             let text = object_text(&members, Some(&(id.clone(), false)), at, &spaces);
-            let msg = unreadable_reply(text.as_bytes()).expect("an error reply");
+            let (msg, _) = unreadable_reply(text.as_bytes(), "why").expect("an error reply");
             let v = serde_json::to_value(&msg).unwrap();
             prop_assert_eq!(&v["id"], &id);
             prop_assert_eq!(&v["error"]["code"], &json!(UNREADABLE_REPLY_CODE));

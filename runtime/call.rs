@@ -484,11 +484,13 @@ impl Runtime {
                     "the server answered tools/call with another result type",
                 );
             }
-            // The stdio reader's answer for a reply it could not parse
-            // (nested past serde_json's limit): the server did answer.
+            // The stdio reader's answer for a reply it could not read
+            // (not JSON-RPC, nested past serde_json's limit): the server
+            // did answer.
             Err(ServiceError::McpError(e))
                 if e.code.0 == crate::actors::stdio::UNREADABLE_REPLY_CODE
-                    && e.message.contains("128 levels") =>
+                    && e.message
+                        .starts_with(crate::actors::stdio::UNREADABLE_REPLY_PREFIX) =>
             {
                 return ToolOutcome::failure(OutcomeKind::InvalidResult, e.message.to_string());
             }

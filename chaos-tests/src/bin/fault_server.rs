@@ -90,6 +90,13 @@ struct Args {
     /// (stdio only: the reply is written raw).
     #[arg(long)]
     invalid_result: bool,
+    /// List a tool `unreadable` (stdio only) whose reply is written raw and
+    /// cannot be read as JSON-RPC as it stands, by its argument `kind`:
+    /// `surrogate` (a lone UTF-16 surrogate escape in its text, as Node
+    /// writes when it cuts text mid-emoji), `utf8` (a byte that is not
+    /// UTF-8), `both` (`result` and `error`).
+    #[arg(long)]
+    unreadable_replies: bool,
     /// List a tool `huge` that returns a text block of BYTES bytes.
     #[arg(long, value_name = "BYTES")]
     huge_result: Option<usize>,
@@ -285,6 +292,11 @@ impl FaultServer {
             args.invalid_result,
             "invalid",
             "Answers with an invalid CallToolResult",
+        );
+        fault_tool(
+            args.unreadable_replies,
+            "unreadable",
+            "Answers with a reply that cannot be read as it stands (kind: surrogate, utf8, both)",
         );
         fault_tool(
             args.huge_result.is_some(),
@@ -640,6 +652,36 @@ impl ServerHandler for FaultServer {
                 {
                     let mut out = std::io::stdout().lock();
                     let _ = writeln!(out, "{raw}");
+                    let _ = out.flush();
+                }
+                // The raw reply answered the request; never send a second one.
+                ctx.ct.cancelled().await;
+                return Err(McpError::internal_error("cancelled", None));
+            }
+            "unreadable" => {
+                let kind = args.get("kind").and_then(Value::as_str).unwrap_or_default();
+                let id = serde_json::to_string(&ctx.id).unwrap_or_default();
+                let content = r#"{"content":[{"type":"text","text":"cut "#;
+                let raw: Vec<u8> = match kind {
+                    "surrogate" => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{content}\ud83d"}}]}}}}"#
+                    )
+                    .into_bytes(),
+                    "utf8" => {
+                        let mut b = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{content}"#)
+                            .into_bytes();
+                        b.extend_from_slice(b"\xff\xfe\"}]}}");
+                        b
+                    }
+                    _ => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{content}both"}}]}},"error":{{"code":-32000,"message":"and an error"}}}}"#
+                    )
+                    .into_bytes(),
+                };
+                {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(&raw);
+                    let _ = out.write_all(b"\n");
                     let _ = out.flush();
                 }
                 // The raw reply answered the request; never send a second one.

@@ -373,3 +373,61 @@ async fn a_server_that_exits_while_a_daemon_holds_its_stdout_ends_its_connection
     shutdown_checked(&runtime, &[]).await.assert_clean();
     assert!(mcpvisor_chaos::wait_gone(daemon2, Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_cannot_be_read_ends_its_call_at_once_and_a_lone_surrogate_is_read_leniently()
+{
+    // CALL-4 (issue 31, defect 3): a reply to an awaited call that does not
+    // parse as it stands is an outcome at once, never a skipped line and a
+    // 60 s wait. A lone surrogate escape (Node cuts text mid-emoji) reads as
+    // U+FFFD; a byte that is not UTF-8, and `result` with `error`, end the
+    // call invalid_result with the parser's reason.
+    let mut cfg = fault_server_config("bad", ["--unreadable-replies"]).trusted();
+    cfg.tool_call_timeout = Duration::from_secs(60);
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let call = |kind: &'static str| {
+        let runtime = runtime.clone();
+        async move {
+            let t = Instant::now();
+            let out = runtime
+                .call(
+                    &G,
+                    "mcp__bad__unreadable",
+                    Some(json!({ "kind": kind })),
+                    CallOptions::default(),
+                )
+                .await;
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{kind}: took {:?}",
+                t.elapsed()
+            );
+            out
+        }
+    };
+    let surrogate = call("surrogate").await;
+    assert_eq!(surrogate.kind, OutcomeKind::Ok, "{surrogate:?}");
+    assert_eq!(surrogate.projection, "cut \u{fffd}");
+    for kind in ["utf8", "both"] {
+        let out = call(kind).await;
+        assert_eq!(out.kind, OutcomeKind::InvalidResult, "{kind}: {out:?}");
+        assert!(
+            out.projection
+                .contains("the server's reply cannot be read: "),
+            "{kind}: {}",
+            out.projection
+        );
+    }
+    // None of them was counted as noise, and the connection stays usable.
+    assert_eq!(runtime.status()[0].non_json_lines, 0);
+    let after = runtime
+        .call(
+            &G,
+            "mcp__bad__echo",
+            Some(json!({"message": "still here"})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(after.kind, OutcomeKind::Ok, "{after:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
