@@ -144,6 +144,14 @@ impl ClientHandler for SupervisedClient {
         })
     }
 
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        Err(no_capabilities(&request.method))
+    }
+
     async fn on_resource_updated(
         &self,
         params: rmcp::model::ResourceUpdatedNotificationParam,

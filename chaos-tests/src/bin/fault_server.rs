@@ -97,6 +97,11 @@ struct Args {
     /// UTF-8), `both` (`result` and `error`).
     #[arg(long)]
     unreadable_replies: bool,
+    /// List a tool `ask_client` that sends the client a request of its
+    /// argument `method` (default `x/unknown`) and answers with what came
+    /// back: "error CODE: MESSAGE" or "answered: RESULT".
+    #[arg(long)]
+    ask_client: bool,
     /// List a tool `huge` that returns a text block of BYTES bytes.
     #[arg(long, value_name = "BYTES")]
     huge_result: Option<usize>,
@@ -297,6 +302,11 @@ impl FaultServer {
             args.unreadable_replies,
             "unreadable",
             "Answers with a reply that cannot be read as it stands (kind: surrogate, utf8, both)",
+        );
+        fault_tool(
+            args.ask_client,
+            "ask_client",
+            "Sends the client a request of the given method and says what came back",
         );
         fault_tool(
             args.huge_result.is_some(),
@@ -687,6 +697,26 @@ impl ServerHandler for FaultServer {
                 // The raw reply answered the request; never send a second one.
                 ctx.ct.cancelled().await;
                 return Err(McpError::internal_error("cancelled", None));
+            }
+            "ask_client" => {
+                let method = args
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("x/unknown");
+                let request = rmcp::model::ServerRequest::CustomRequest(
+                    rmcp::model::CustomRequest::new(method, Some(json!({}))),
+                );
+                let said = match ctx.peer.send_request(request).await {
+                    Ok(r) => format!(
+                        "answered: {}",
+                        serde_json::to_string(&r).unwrap_or_default()
+                    ),
+                    Err(rmcp::service::ServiceError::McpError(e)) => {
+                        format!("error {}: {}", e.code.0, e.message)
+                    }
+                    Err(e) => format!("failed: {e}"),
+                };
+                CallToolResult::success(vec![text(said)])
             }
             "huge" => {
                 let n = self.args.huge_result.unwrap_or(0);

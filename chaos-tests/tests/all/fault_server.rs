@@ -930,3 +930,30 @@ async fn stderr_written_after_ready_shows_in_status_without_another_publish() {
     }
     finish(&runtime, &[]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_to_client_request_gets_32601_saying_the_client_exposes_no_capabilities() {
+    // CONN-11 (issue 31, defect 8): the methods MCP names and any other one
+    // alike get -32601 and the sentence, not a bare method name.
+    let (runtime, _events, _) = start_ready("ask", &["--ask-client"]).await;
+    for method in ["x/unknown", "roots/list", "sampling/createMessage"] {
+        let out = runtime
+            .call(
+                &G,
+                "mcp__ask__ask_client",
+                Some(json!({ "method": method })),
+                CallOptions::default(),
+            )
+            .await;
+        assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+        assert!(
+            out.projection.starts_with("error -32601: ")
+                && out
+                    .projection
+                    .contains("this client exposes no MCP capabilities"),
+            "{method}: {}",
+            out.projection
+        );
+    }
+    finish(&runtime, &[]).await;
+}
