@@ -41,6 +41,16 @@ use crate::messages::capabilities::{
 use crate::messages::config::{ServerConfig, TransportConfig};
 use crate::messages::server::{ConnInfo, ServerSupervisorMsg, Unreaped};
 
+/// The protocol versions a server may answer `initialize` with (mcp.md:
+/// down to 2025-03-26; and 2024-11-05, which rmcp speaks too and many
+/// stdio servers still answer). Anything else ends the attempt.
+pub const SPOKEN_VERSIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2024_11_05,
+];
+
 /// Most `tools/list` pages accepted in one catalog (SYNC-3).
 pub const MAX_CATALOG_PAGES: usize = 1000;
 /// How long a crash error waits for the exit status and stderr (CONN-7).
@@ -844,6 +854,18 @@ where
     let Some(server) = peer.peer_info() else {
         return Err("initialize finished without server info".into());
     };
+    if !SPOKEN_VERSIONS.contains(&server.protocol_version) {
+        return Err(format!(
+            "initialize failed: the server answered with protocol version {:?}, which this client does not speak: it offered {} and speaks {}",
+            server.protocol_version.as_str(),
+            ProtocolVersion::LATEST_WITH_INITIALIZE,
+            SPOKEN_VERSIONS
+                .iter()
+                .map(ProtocolVersion::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let instructions = crate::messages::resources::attribute_instructions(
         &cfg.server_name,
         server.instructions.as_deref().unwrap_or(""),

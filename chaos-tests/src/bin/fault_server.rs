@@ -102,6 +102,10 @@ struct Args {
     /// back: "error CODE: MESSAGE" or "answered: RESULT".
     #[arg(long)]
     ask_client: bool,
+    /// Answer `initialize` with this protocol version, whatever the client
+    /// asked for.
+    #[arg(long, value_name = "VERSION")]
+    protocol_version: Option<String>,
     /// List a tool `huge` that returns a text block of BYTES bytes.
     #[arg(long, value_name = "BYTES")]
     huge_result: Option<usize>,
@@ -446,6 +450,14 @@ fn text(t: impl Into<String>) -> ContentBlock {
     ContentBlock::text(t.into())
 }
 
+impl FaultServer {
+    /// `--protocol-version`, as rmcp's type.
+    fn pinned_version(&self) -> Option<rmcp::model::ProtocolVersion> {
+        let v = self.args.protocol_version.as_ref()?;
+        serde_json::from_value(json!(v)).ok()
+    }
+}
+
 impl ServerHandler for FaultServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.args.resources_only {
@@ -469,6 +481,15 @@ impl ServerHandler for FaultServer {
             )
     }
 
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        match self.pinned_version() {
+            Some(v) => std::borrow::Cow::Owned(vec![v]),
+            None => std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::KNOWN_VERSIONS),
+        }
+    }
+
     async fn initialize(
         &self,
         request: InitializeRequestParams,
@@ -479,7 +500,11 @@ impl ServerHandler for FaultServer {
             std::future::pending::<()>().await;
         }
         ctx.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
+        let mut result = self.negotiate_initialize(&request)?;
+        if let Some(v) = self.pinned_version() {
+            result.protocol_version = v;
+        }
+        Ok(result)
     }
 
     async fn ping(&self, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {

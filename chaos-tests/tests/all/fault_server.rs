@@ -957,3 +957,31 @@ async fn every_server_to_client_request_gets_32601_saying_the_client_exposes_no_
     }
     finish(&runtime, &[]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_version_this_client_does_not_speak_is_refused_naming_both() {
+    // CONN-10, mcp.md "Protocol" (issue 31, defect 5): a server that answers
+    // initialize with a version this client does not speak is not ready,
+    // and its error names the server's version and the client's.
+    let (runtime, mut events) = start(G, fault("odd", &["--protocol-version", "1999-01-01"])).await;
+    let failed = wait_for_status(&runtime, &mut events, "odd", READY, |s| {
+        s.error.as_deref().is_some_and(|e| e.contains("1999-01-01"))
+    })
+    .await
+    .unwrap();
+    assert_ne!(failed.state, ServerState::Ready, "{failed:?}");
+    let error = failed.error.unwrap_or_default();
+    assert!(
+        error.contains(
+            "the server answered with protocol version \"1999-01-01\", which this client does not speak: it offered 2025-11-25"
+        ),
+        "{error}"
+    );
+    assert!(runtime.tools(&G).is_empty());
+    finish(&runtime, &[]).await;
+    // A version it speaks is taken and shown.
+    let (runtime, _events, status) =
+        start_ready("older", &["--protocol-version", "2025-06-18"]).await;
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-06-18"));
+    finish(&runtime, &[]).await;
+}
