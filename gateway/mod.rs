@@ -29,8 +29,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
-    ServerConfig, Tool,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -201,9 +201,12 @@ impl Gateway {
         Ok(())
     }
 
-    /// The HTTP side: streamable HTTP at `/mcp` (sessions; `Host` checked
-    /// against `allowed_hosts`, loopback by default, against DNS
-    /// rebinding) and the OBS-1 status as JSON at `/health`.
+    /// The HTTP side: streamable HTTP at `/mcp` (sessions) and the OBS-1
+    /// status as JSON at `/health`. Every route checks `Host` against
+    /// `allowed_hosts` (loopback names by default; an empty list allows
+    /// any), against DNS rebinding, and refuses a browser's request from
+    /// another origin (GW-5): see [`RequestGuard`]. Serve it on
+    /// [`no_delay`]`(listener)` (GW-6).
     pub fn http_router(&self, allowed_hosts: Option<Vec<String>>) -> axum::Router {
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::streamable_http_server::{
@@ -211,6 +214,7 @@ impl Gateway {
         };
         let mut config = StreamableHttpServerConfig::default()
             .with_cancellation_token(self.shared.stop.child_token());
+        let allowed = allowed_hosts.clone();
         if let Some(hosts) = allowed_hosts {
             config = config.with_allowed_hosts(hosts);
         }
@@ -221,18 +225,33 @@ impl Gateway {
             config,
         );
         let health = self.clone();
-        axum::Router::new().nest_service("/mcp", service).route(
-            "/health",
-            axum::routing::get(move || {
-                let g = health.clone();
-                async move {
-                    (
-                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                        g.health().to_string(),
-                    )
-                }
-            }),
-        )
+        let guard = Arc::new(RequestGuard::new(allowed_hosts_or_loopback(&allowed)));
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .route(
+                "/health",
+                axum::routing::get(move || {
+                    let g = health.clone();
+                    async move {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            g.health().to_string(),
+                        )
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let refused = guard.refuses(req.headers());
+                    async move {
+                        use axum::response::IntoResponse;
+                        match refused {
+                            None => next.run(req).await,
+                            Some(why) => (axum::http::StatusCode::FORBIDDEN, why).into_response(),
+                        }
+                    }
+                },
+            ))
     }
 
     /// What `/health` and the status tool return: every server's OBS-1
@@ -248,6 +267,97 @@ impl Gateway {
             "servers": servers,
         })
     }
+}
+
+/// The loopback names the gateway answers to when no hosts are given.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+fn allowed_hosts_or_loopback(allowed: &Option<Vec<String>>) -> Vec<String> {
+    match allowed {
+        Some(hosts) => hosts.clone(),
+        None => LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect(),
+    }
+}
+
+/// What every HTTP route of the gateway checks before anything else
+/// (GW-5, the transport spec's "Security Warning"):
+///
+/// - `Host` must name an allowed host (any port): a web page that got a
+///   name of its own resolved to 127.0.0.1 (DNS rebinding) is refused. An
+///   empty list allows any host (a remote gateway, guarded by its token).
+/// - An `Origin`, when a browser sends one, must be an allowed host too
+///   (http or https, any port), or the very host the request was sent to
+///   (same origin): a page of another site is refused, also one that
+///   reached the gateway by its real address. Clients that are not
+///   browsers send no `Origin` and are not affected.
+///
+/// A refusal is `403 Forbidden` with a sentence naming what was refused.
+#[derive(Debug, Clone)]
+pub struct RequestGuard {
+    /// Lowercase host names, without brackets or port.
+    hosts: Vec<String>,
+}
+
+impl RequestGuard {
+    /// A guard allowing `hosts` (names or `name:port`; an empty list allows
+    /// any host).
+    pub fn new(hosts: Vec<String>) -> Self {
+        Self {
+            hosts: hosts.iter().map(|h| host_name(h)).collect(),
+        }
+    }
+
+    /// `None` when the request may pass; otherwise why it is refused.
+    pub fn refuses(&self, headers: &axum::http::HeaderMap) -> Option<String> {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(host_name);
+        let allowed = |name: &str| self.hosts.is_empty() || self.hosts.iter().any(|h| h == name);
+        match &host {
+            Some(h) if allowed(h) => {}
+            Some(h) => return Some(format!("Forbidden: the Host {h:?} is not allowed")),
+            None => return Some("Forbidden: the request names no Host".into()),
+        }
+        let origin = headers.get(axum::http::header::ORIGIN)?;
+        let text = origin.to_str().unwrap_or("");
+        let parsed = url::Url::parse(text).ok();
+        let origin_host = parsed
+            .as_ref()
+            .filter(|u| matches!(u.scheme(), "http" | "https"))
+            .and_then(|u| u.host_str())
+            .map(host_name);
+        match origin_host {
+            Some(o) if (!self.hosts.is_empty() && allowed(&o)) || Some(&o) == host.as_ref() => None,
+            _ => Some(format!("Forbidden: the Origin {text:?} is not allowed")),
+        }
+    }
+}
+
+/// `name`, `name:port`, `[v6]:port` or `v6`: the lowercase name alone.
+fn host_name(authority: &str) -> String {
+    let a = authority.trim();
+    let name = if let Some(rest) = a.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if a.matches(':').count() == 1 {
+        a.split(':').next().unwrap_or(a)
+    } else {
+        a
+    };
+    name.to_ascii_lowercase()
+}
+
+/// `listener` with `TCP_NODELAY` on every socket it accepts (GW-6): without
+/// it a small reply waits for the client's delayed ACK, about 40 ms per
+/// sequential request over loopback.
+pub fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY could not be set: {e}");
+        }
+    })
 }
 
 /// See [`Gateway::hold_notifications`].
@@ -433,6 +543,17 @@ impl ServerHandler for GatewaySession {
             Some(text) => info.with_instructions(text),
             None => info,
         }
+    }
+
+    /// The session era only (up to 2025-11-25): what the gateway serves.
+    /// rmcp's default lists 2026-07-28 too, in `server/discover`, and a
+    /// modern client then picks it and rejects every relayed result (they
+    /// carry no `resultType`). Without it such clients fall back to
+    /// `initialize` (issue 31, defect 9; docs/gateway.md).
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
@@ -890,5 +1011,73 @@ async fn resource_updates(
                 .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_guard_checks_host_on_every_request_and_refuses_a_foreign_origin() {
+        // GW-5 (issue 31, defect 11).
+        let loopback = RequestGuard::new(allowed_hosts_or_loopback(&None));
+        for host in ["127.0.0.1:8931", "localhost", "[::1]:80", "LOCALHOST:1"] {
+            assert_eq!(
+                loopback.refuses(&headers(&[("host", host)])),
+                None,
+                "{host}"
+            );
+        }
+        let refused = loopback.refuses(&headers(&[("host", "evil.example")]));
+        assert_eq!(
+            refused.as_deref(),
+            Some("Forbidden: the Host \"evil.example\" is not allowed")
+        );
+        assert!(loopback.refuses(&headers(&[])).is_some(), "no Host");
+        for origin in [
+            "http://localhost:3000",
+            "https://127.0.0.1",
+            "http://[::1]:9",
+        ] {
+            let h = headers(&[("host", "127.0.0.1:8931"), ("origin", origin)]);
+            assert_eq!(loopback.refuses(&h), None, "{origin}");
+        }
+        for origin in [
+            "http://evil.example",
+            "null",
+            "file://x",
+            "http://127.0.0.1.evil.example",
+        ] {
+            let h = headers(&[("host", "127.0.0.1:8931"), ("origin", origin)]);
+            assert!(loopback.refuses(&h).is_some(), "{origin}");
+        }
+        // A remote gateway (any host, its token guards it): only its own
+        // origin, never another site's page.
+        let remote = RequestGuard::new(Vec::new());
+        let same = headers(&[("host", "gw.example:443"), ("origin", "https://gw.example")]);
+        assert_eq!(remote.refuses(&same), None);
+        let other = headers(&[("host", "gw.example"), ("origin", "https://evil.example")]);
+        assert!(remote.refuses(&other).is_some());
+    }
+
+    #[tokio::test]
+    async fn every_socket_the_listener_accepts_has_tcp_nodelay() {
+        // GW-6 (issue 31, defect 10): no 40 ms wait for a delayed ACK.
+        use axum::serve::Listener;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut listener = no_delay(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await;
+        assert!(accepted.nodelay().unwrap());
     }
 }

@@ -259,6 +259,8 @@ async fn callback(
             .accept()
             .await
             .map_err(|e| format!("the redirect listener failed: {e}"))?;
+        // GW-6: every accepted socket answers without waiting for an ACK.
+        let _ = conn.set_nodelay(true);
         let mut buf = vec![0u8; 8192];
         let n = match tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await {
             Ok(Ok(n)) => n,

@@ -40,7 +40,7 @@ pub enum Row {
     Catalog,
     /// The 1 MiB result.
     Large,
-    /// A call through the gateway.
+    /// A call through the gateway, over stdio and over HTTP.
     Gateway,
     /// Start to ready of 1, 10 and 100 servers.
     Ready,
@@ -203,9 +203,10 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
 }
 
 /// Median µs of an echo call made by a bare rmcp client straight to the
-/// demo server, and through `mcpvisor gateway --stdio` fronting the same
-/// demo server (PERF-1's gateway row): (direct, through the gateway).
-async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
+/// demo server, and through `mcpvisor gateway` fronting the same demo
+/// server, over stdio (`http` false) or `--http 127.0.0.1:0` (PERF-1's
+/// gateway rows): (direct, through the gateway).
+async fn gateway_call(calls: usize, http: bool) -> anyhow::Result<(f64, f64)> {
     let args = json!({"message": "bench"})
         .as_object()
         .cloned()
@@ -213,7 +214,11 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
     let (direct_client, mut child) = bare_client(0).await?;
 
     let exe = std::env::current_exe()?;
-    let dir = std::env::temp_dir().join(format!("mcpvisor-bench-gw-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "mcpvisor-bench-gw-{}-{}",
+        std::process::id(),
+        if http { "http" } else { "stdio" }
+    ));
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("mcpvisor.toml");
     std::fs::write(
@@ -223,20 +228,41 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
             exe.to_string_lossy()
         ),
     )?;
-    let mut gateway = tokio::process::Command::new(&exe)
+    let mut gateway = tokio::process::Command::new(&exe);
+    gateway
         .arg("--config")
         .arg(&config)
-        .args(["gateway", "--stdio"])
+        .arg("gateway")
         .env_remove("MCPVISOR_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
+        .kill_on_drop(true);
+    if http {
+        gateway
+            .args(["--http", "127.0.0.1:0"])
+            .stderr(Stdio::piped());
+    } else {
+        gateway.arg("--stdio").stderr(Stdio::null());
+    }
+    let mut gateway = gateway.spawn()?;
     let (Some(stdin), Some(stdout)) = (gateway.stdin.take(), gateway.stdout.take()) else {
         anyhow::bail!("no pipes to the gateway");
     };
-    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    let client = if http {
+        let Some(stderr) = gateway.stderr.take() else {
+            anyhow::bail!("no stderr of the gateway");
+        };
+        let url = tokio::time::timeout(Duration::from_secs(30), gateway_url(stderr))
+            .await
+            .map_err(|_| anyhow::anyhow!("the gateway never said where it serves"))??;
+        ClientConfig::default()
+            .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                url,
+            ))
+            .await?
+    } else {
+        ClientConfig::default().serve((stdout, stdin)).await?
+    };
     // The backend connects in the background: wait until its tools are listed.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -266,8 +292,17 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
     .await;
     let _ = direct_client.cancel().await;
     let _ = child.kill().await;
-    // Closing stdin stops the gateway, which reaps its backend.
+    // Closing stdin (stdio) or SIGTERM (http) stops the gateway, which
+    // reaps its backend.
     let _ = client.cancel().await;
+    if http && let Some(pid) = gateway.id().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our
+        // child's, not yet reaped.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
     if tokio::time::timeout(Duration::from_secs(20), gateway.wait())
         .await
         .is_err()
@@ -277,6 +312,23 @@ async fn gateway_call(calls: usize) -> anyhow::Result<(f64, f64)> {
     let _ = std::fs::remove_dir_all(&dir);
     let (direct, through) = measured?;
     Ok((direct * 1e3, through * 1e3))
+}
+
+/// The `/mcp` URL an HTTP gateway prints on stderr; stderr is drained on
+/// after it so the gateway never blocks on a full pipe.
+async fn gateway_url(stderr: tokio::process::ChildStderr) -> anyhow::Result<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Some(line) = lines.next_line().await? {
+        if let Some(rest) = line.split("serving ").nth(1)
+            && let Some(url) = rest.split_whitespace().next()
+        {
+            let url = url.to_owned();
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return Ok(url);
+        }
+    }
+    anyhow::bail!("the gateway exited before it served")
 }
 
 /// The median ms of `calls` runs of `bare` and of `ours`, after 3
@@ -750,6 +802,7 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("client CPU per call", "/tools_call/ratio_client_cpu"),
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
+    ("gateway --http call p50", "/gateway_http_call_p50_us/ratio"),
     ("start to ready, 1", "/start_to_ready_ms/1/ratio"),
     ("start to ready, 10", "/start_to_ready_ms/10/ratio"),
     ("start to ready, 100", "/start_to_ready_ms/100/ratio"),
@@ -875,7 +928,12 @@ async fn measure(
         none
     };
     let (gw_direct, gw_through) = if want(Row::Gateway) {
-        gateway_call((calls / 4).max(50)).await?
+        gateway_call((calls / 4).max(50), false).await?
+    } else {
+        none
+    };
+    let (gw_http_direct, gw_http_through) = if want(Row::Gateway) {
+        gateway_call((calls / 4).max(50), true).await?
     } else {
         none
     };
@@ -916,6 +974,7 @@ async fn measure(
         },
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
+        "gateway_http_call_p50_us": {"bare": gw_http_direct, "runtime": gw_http_through, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
         "start_to_ready_ms": ready_json,
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
@@ -972,6 +1031,12 @@ fn print_human(f: &serde_json::Value) {
         n("/gateway_call_p50_us/bare"),
         n("/gateway_call_p50_us/runtime"),
         n("/gateway_call_p50_us/ratio")
+    );
+    println!(
+        "echo through `mcpvisor gateway --http` (loopback) vs straight to the demo server over stdio (bare rmcp client both), median µs: direct {:.1}, gateway {:.1}, ratio {:.2}",
+        n("/gateway_http_call_p50_us/bare"),
+        n("/gateway_http_call_p50_us/runtime"),
+        n("/gateway_http_call_p50_us/ratio")
     );
     println!("start to ready (spawn → initialize → catalog registered), ms");
     if let Some(rows) = f["start_to_ready_ms"].as_object() {

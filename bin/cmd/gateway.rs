@@ -275,7 +275,7 @@ async fn serve_http(
     eprintln!("mcpvisor gateway: serving http://{local}/mcp (status at http://{local}/health)");
     // Open SSE streams end with their sessions when the gateway stops.
     let stop = gateway.stopped();
-    let server = axum::serve(listener, router)
+    let server = axum::serve(mcpvisor::gateway::no_delay(listener), router)
         .with_graceful_shutdown(stop.clone().cancelled_owned())
         .into_future();
     tokio::pin!(server);

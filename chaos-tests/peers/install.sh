@@ -86,6 +86,24 @@ else
         "@playwright/mcp@$PLAYWRIGHT_MCP_VERSION" "chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION")
 fi
 
+# The official Python SDK (mcp 2.x), a client of the gateway in the SDK's
+# default connect mode (chaos-tests/peers/gateway_client.py): a venv of its
+# own. The marker directory says this version was installed whole.
+PY_MCP_VERSION="2.3.0"
+if [ -d "$dir/venv/installed-mcp-$PY_MCP_VERSION" ] && [ -x "$dir/venv/bin/python" ]; then
+    echo "peers: the Python SDK mcp==$PY_MCP_VERSION already installed"
+else
+    if ! command -v python3 >/dev/null 2>&1; then
+        echo "peers/install.sh: python3 is not installed" >&2
+        exit 1
+    fi
+    echo "peers: installing the Python SDK mcp==$PY_MCP_VERSION into $dir/venv"
+    rm -rf "$dir/venv"
+    python3 -m venv "$dir/venv"
+    "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$PY_MCP_VERSION"
+    mkdir -p "$dir/venv/installed-mcp-$PY_MCP_VERSION"
+fi
+
 # The loopback preload (see shared notes, crates.md §3.1): a numeric port with
 # no host, or an options object without host, gets host 127.0.0.1.
 cat >"$dir/force-loopback.cjs" <<'JS'

@@ -163,6 +163,13 @@ fn peers_with(parts: &[&str]) -> Option<PathBuf> {
     installed(&dir).then_some(dir)
 }
 
+/// The Python interpreter of the peers' venv, where the official Python
+/// SDK (`mcp` 2.3.0) is installed, installing it on first use (as
+/// [`everything_dir`] does).
+pub fn python_sdk() -> Option<PathBuf> {
+    peers_with(&["venv/installed-mcp-2.3.0"]).map(|d| d.join("venv/bin/python"))
+}
+
 /// Chromium for the browser tests (Debian's `chromium`, which `.ci/run`
 /// installs). Missing, the test fails with what to do, unless the person
 /// running the tests opted out with `MCPVISOR_SKIP_BROWSER=1` (then None:

@@ -80,7 +80,7 @@ impl ScriptedModel {
             async move { answer(st, req).await }
         });
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
         });
         Ok(Self {
             addr,

@@ -1101,7 +1101,7 @@ async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let real = listener.local_addr()?.port();
     eprintln!("listening on http://127.0.0.1:{real}/mcp");
-    axum::serve(listener, app)
+    axum::serve(mcpvisor::gateway::no_delay(listener), app)
         .with_graceful_shutdown(async {
             let mut term =
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

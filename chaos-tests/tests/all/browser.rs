@@ -74,7 +74,7 @@ async fn site() -> Site {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
     });
     Site {
         addr,

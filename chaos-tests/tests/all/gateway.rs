@@ -1049,3 +1049,120 @@ echo "script done"
     assert!(!config.contains("test-token"), "{config}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// The pid of the gateway's one backend, as `/health` shows it (once it
+/// answered a call).
+async fn health_backend_pid(addr: &str) -> Option<u32> {
+    let (_, body) = http_get(addr, "/health", "127.0.0.1").await;
+    let health: Value = serde_json::from_str(&body).unwrap();
+    let pid = health["servers"][0]["pid"].as_u64();
+    assert!(pid.is_some(), "no backend pid: {body}");
+    pid.and_then(|p| u32::try_from(p).ok())
+}
+
+/// A raw HTTP/1.1 GET on loopback with extra headers; the status code.
+async fn http_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_checks_host_and_refuses_a_foreign_origin() {
+    // GW-5 (issue 31, defect 11): /health told a rebinding page every
+    // server's status, stderr and pids, and no Origin was ever checked.
+    let work = workdir(&fault_section("s", &[], "always"));
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let (handler, mut events) = client(None);
+    let c = http_client(&addr, handler).await;
+    tools_when(&c, &mut events, |n| n.iter().any(|t| t == "mcp__s__echo")).await;
+    let local = [("Host", addr.as_str())];
+    assert_eq!(http_get_with(&addr, "/health", &local).await, 200);
+    for path in ["/health", "/mcp"] {
+        let evil_host = http_get_with(&addr, path, &[("Host", "evil.example")]).await;
+        assert_eq!(evil_host, 403, "{path}: Host evil.example");
+        let evil_origin = [("Host", addr.as_str()), ("Origin", "http://evil.example")];
+        assert_eq!(
+            http_get_with(&addr, path, &evil_origin).await,
+            403,
+            "{path}: Origin http://evil.example"
+        );
+    }
+    let own_origin = [("Host", addr.as_str()), ("Origin", "http://localhost:3000")];
+    assert_eq!(http_get_with(&addr, "/health", &own_origin).await, 200);
+    let backend = health_backend_pid(&addr).await;
+    drop(c);
+    terminate_and_check_reaped(&mut child, backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_in_its_default_mode_gets_the_session_era_and_every_relayed_result() {
+    // Issue 31, defect 9: the gateway offered 2026-07-28 in server/discover,
+    // the Python SDK 2.x (default mode `auto`) took it, and every relayed
+    // result failed ("missing required resultType"). Offering only what it
+    // serves, the SDK falls back to initialize, over stdio and over HTTP.
+    let Some(python) = mcpvisor_chaos::python_sdk() else {
+        println!("note: the_python_sdk… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/gateway_client.py");
+    let work = workdir(&fault_section("s", &[], "always"));
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let run = |args: Vec<String>| {
+        let (python, script) = (python.clone(), script.clone());
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(90),
+                tokio::process::Command::new(python)
+                    .arg(script)
+                    .args(args)
+                    .stdin(Stdio::null())
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await
+            .expect("the Python client finished in time")
+            .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            let v: Value = serde_json::from_str(stdout.trim())
+                .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+            assert!(out.status.success(), "{v}");
+            v
+        }
+    };
+    let stdio = run(vec![
+        "stdio".into(),
+        mcpvisor.to_string_lossy().into(),
+        work.config().to_string_lossy().into(),
+        "mcp__s__echo".into(),
+    ])
+    .await;
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let http = run(vec![
+        "http".into(),
+        format!("http://{addr}/mcp"),
+        "mcp__s__echo".into(),
+    ])
+    .await;
+    for (how, v) in [("stdio", &stdio), ("http", &http)] {
+        assert_eq!(v["protocol_version"], "2025-11-25", "{how}: {v}");
+        assert_eq!(v["call"]["is_error"], false, "{how}: {v}");
+        assert_eq!(v["call"]["text"], "Echo: from python", "{how}: {v}");
+    }
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
+}

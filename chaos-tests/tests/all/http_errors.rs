@@ -21,7 +21,7 @@ where
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let app = axum::Router::new().route("/mcp", post(handler));
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
     });
     (url, task)
 }
@@ -210,7 +210,7 @@ async fn a_legacy_sse_url_is_named_as_unsupported() {
         axum::routing::get(|| async { "event: endpoint\ndata: /messages\n\n" }),
     );
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
     });
     let err = first_error(&url).await;
     assert!(

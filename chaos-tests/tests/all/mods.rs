@@ -473,7 +473,7 @@ async fn spawn_is_reaped_even_past_the_deadline_and_fetch_passes_the_endpoint_ru
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/page", axum::routing::get(|| async { "hello mod" }));
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
     });
     let src = SPAWNER.replace("__URL__", &format!("{:?}", format!("http://{addr}/page")));
     let dir = dir_with(&[("spawner.js", &src, &["spawn", "http"])], "");

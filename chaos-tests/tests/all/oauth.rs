@@ -212,7 +212,7 @@ async fn start() -> Fixture {
         )
         .with_state(f.clone());
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
     });
     f
 }

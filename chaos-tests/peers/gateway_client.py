@@ -1,0 +1,79 @@
+"""A third-party client (the official Python SDK, `mcp` 2.x) driving
+`mcpvisor gateway` in the SDK's default connect mode (`auto`: it probes
+`server/discover` and falls back to `initialize`) unless told otherwise.
+
+    python gateway_client.py stdio <mcpvisor> <config> <tool> [--mode M]
+    python gateway_client.py http <url> <tool> [--mode M]
+
+It lists the gateway's tools until <tool> is listed (20 s at most), calls it
+with {"message": "from python"}, and prints one JSON object on stdout:
+{"protocol_version", "tools", "call": {"is_error", "text"}}; on failure
+{"error": "..."} and exit status 1. The Rust test
+(chaos-tests/tests/all/gateway.rs) reads it.
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+LIMIT_S = 20.0
+
+
+async def run(server, tool, mode):
+    async with Client(server, mode=mode) as client:
+        deadline = time.monotonic() + LIMIT_S
+        while True:
+            listed = await client.list_tools(cache_mode="bypass")
+            names = [t.name for t in listed.tools]
+            if tool in names:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tool} never listed; got {names}")
+            await asyncio.sleep(0.2)
+        result = await client.call_tool(tool, {"message": "from python"})
+        text = "\n".join(
+            b.text for b in result.content if getattr(b, "type", None) == "text"
+        )
+        return {
+            "protocol_version": client.protocol_version,
+            "tools": names,
+            "call": {"is_error": bool(result.is_error), "text": text},
+        }
+
+
+def describe(e):
+    """An exception in words, the ones inside an exception group included."""
+    if isinstance(e, BaseExceptionGroup):
+        return "; ".join(describe(x) for x in e.exceptions)
+    return f"{type(e).__name__}: {e}"
+
+
+def main(argv):
+    mode = "auto"
+    if "--mode" in argv:
+        at = argv.index("--mode")
+        mode = argv[at + 1]
+        del argv[at : at + 2]
+    if argv[1] == "stdio":
+        _, _, mcpvisor, config, tool = argv
+        server = StdioServerParameters(
+            command=mcpvisor, args=["--config", config, "gateway", "--stdio"]
+        )
+    else:
+        _, _, url, tool = argv
+        server = url
+    try:
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode), 60))
+    except BaseException as e:  # noqa: BLE001 - every failure is reported
+        print(json.dumps({"error": describe(e)}))
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(list(sys.argv)))
