@@ -40,6 +40,7 @@ use crate::messages::capabilities::{
 };
 use crate::messages::config::{ServerConfig, TransportConfig};
 use crate::messages::server::{ConnInfo, ServerSupervisorMsg, Unreaped};
+use crate::messages::trust::redact;
 
 /// The protocol versions a server may answer `initialize` with (mcp.md:
 /// down to 2025-03-26; and 2024-11-05, which rmcp speaks too and many
@@ -70,6 +71,8 @@ pub struct SupervisedClient {
     server: String,
     supervisor: ActorRef<ServerSupervisorMsg>,
     handlers: ClientHandlers,
+    /// The connection's diagnostics: its secret values (TRUST-2).
+    diag: Arc<Diagnostics>,
 }
 
 fn no_capabilities(method: &str) -> McpError {
@@ -141,6 +144,16 @@ impl ClientHandler for SupervisedClient {
             },
             _ => return Err(no_capabilities("elicitation/create (unknown mode)")),
         };
+        // TRUST-2: what the server asks is its output; a user reads it.
+        let secrets = self.diag.redactions();
+        let mut request = request;
+        if !secrets.is_empty() {
+            request.message = redact(&request.message, &secrets);
+            if let Some(schema) = request.requested_schema.as_mut() {
+                crate::messages::trust::redact_value(schema, &secrets);
+            }
+            request.url = request.url.map(|u| redact(&u, &secrets));
+        }
         Ok(match handler.elicit(&request).await {
             ElicitationResponse::Accept(content) => {
                 let content = match &request.requested_schema {
@@ -190,13 +203,15 @@ impl ClientHandler for SupervisedClient {
         else {
             return;
         };
+        // TRUST-2: a progress message is the server's output.
+        let message = params.message.map(|m| redact(&m, &self.diag.redactions()));
         let _ = events.send(crate::messages::status::RuntimeEvent::CallProgress {
             scope: scope.clone(),
             server: self.server.clone(),
             call_id,
             progress: params.progress,
             total: params.total,
-            message: params.message,
+            message,
         });
     }
 
@@ -458,6 +473,7 @@ impl Actor for Connection {
             server: state.config.server_name.clone(),
             supervisor: state.supervisor.clone(),
             handlers: args.handlers.clone(),
+            diag: state.diag.clone(),
         };
         let cfg = state.config.clone();
         let diag = state.diag.clone();
@@ -674,6 +690,9 @@ async fn compose_cause(
     if let Some(fatal) = state.diag.fatal() {
         cause = format!("{fatal} ({cause})");
     }
+    // TRUST-2: the reason may quote what the server sent (an error of its
+    // `initialize` answer); the stderr tail is redacted already.
+    let mut cause = redact(&cause, &state.diag.redactions());
     cause.push_str(&state.diag.explain());
     cause
 }
@@ -866,9 +885,11 @@ where
                 .join(", ")
         ));
     }
+    // TRUST-2: what the server says of itself is its output too.
+    let secrets = diag.redactions();
     let instructions = crate::messages::resources::attribute_instructions(
         &cfg.server_name,
-        server.instructions.as_deref().unwrap_or(""),
+        &redact(server.instructions.as_deref().unwrap_or(""), &secrets),
         cfg.max_instruction_bytes,
         cfg.oversized_instructions,
     )?;
@@ -878,7 +899,7 @@ where
         server_info: server
             .server_info
             .as_ref()
-            .map(|i| format!("{} {}", i.name, i.version)),
+            .map(|i| redact(&format!("{} {}", i.name, i.version), &secrets)),
         instructions,
         has_resources: server.capabilities.resources.is_some(),
         has_prompts: server.capabilities.prompts.is_some(),

@@ -31,7 +31,48 @@ pub struct BuiltCatalog {
 ///   (dropped, with every problem in the warning);
 /// - `execution.taskSupport == "required"` in the entry
 ///   marks the tool as refused at call time;
-/// - a duplicate raw or public name rejects the whole catalog (SYNC-3).
+/// - a duplicate raw or public name rejects the whole catalog (SYNC-3);
+/// - the server's secret values (`secrets`) are redacted from every string
+///   of every entry first (TRUST-2), and an entry whose name holds one is
+///   dropped with a warning: a name cannot be shown, and a redacted one
+///   would no longer be the server's.
+pub fn build_catalog_redacted(
+    scope: &Scope,
+    server: &str,
+    generation: u64,
+    mut entries: Vec<Value>,
+    secrets: &[String],
+) -> Result<BuiltCatalog, CatalogError> {
+    let mut warnings = Vec::new();
+    if secrets.iter().any(|s| !s.is_empty()) {
+        let mut index = 0;
+        entries.retain_mut(|entry| {
+            index += 1;
+            let named = entry.get("name").and_then(Value::as_str).is_some_and(|n| {
+                secrets
+                    .iter()
+                    .any(|s| !s.is_empty() && n.contains(s.as_str()))
+            });
+            if named {
+                warnings.push(format!(
+                    "tools/list entry {} dropped: its name holds a secret value of the server",
+                    index - 1
+                ));
+                return false;
+            }
+            crate::messages::trust::redact_value(entry, secrets);
+            true
+        });
+    }
+    let mut built = build_catalog(scope, server, generation, entries)?;
+    warnings.append(&mut built.warnings);
+    built.warnings = warnings;
+    Ok(built)
+}
+
+/// Build one generation from raw `tools/list` entries (see
+/// [`build_catalog_redacted`], which redacts a server's secret values
+/// first; this is that without secrets).
 pub fn build_catalog(
     scope: &Scope,
     server: &str,
@@ -183,6 +224,42 @@ mod tests {
 
     fn build(entries: Vec<Value>) -> Result<BuiltCatalog, CatalogError> {
         build_catalog(&Scope::Global, "srv", 3, entries)
+    }
+
+    #[test]
+    fn a_servers_secret_is_redacted_from_its_entries_and_a_tool_named_with_it_is_dropped() {
+        // TRUST-2 (issue 31, defect 2).
+        let secrets = vec!["s3cr3t".to_owned(), String::new()];
+        let c = build_catalog_redacted(
+            &Scope::Global,
+            "srv",
+            1,
+            vec![
+                json!({"name": "get_s3cr3t", "inputSchema": {"type": "object"}}),
+                json!({
+                    "name": "echo",
+                    "title": "Echo s3cr3t",
+                    "description": "uses s3cr3t",
+                    "inputSchema": {"type": "object", "properties": {"s3cr3t": {"default": "xs3cr3tx"}}}
+                }),
+            ],
+            &secrets,
+        )
+        .unwrap();
+        assert_eq!(c.tools.len(), 1);
+        let t = &c.tools[0];
+        assert_eq!(t.raw_name, "echo");
+        assert_eq!(t.title.as_deref(), Some("Echo [redacted]"));
+        assert_eq!(t.description.as_deref(), Some("uses [redacted]"));
+        assert_eq!(
+            Value::Object((*t.input_schema).clone()),
+            json!({"type": "object", "properties": {"[redacted]": {"default": "x[redacted]x"}}})
+        );
+        assert_eq!(
+            c.warnings,
+            ["tools/list entry 0 dropped: its name holds a secret value of the server"]
+        );
+        assert!(!format!("{c:?}").contains("s3cr3t"));
     }
 
     #[test]

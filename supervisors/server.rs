@@ -59,7 +59,7 @@ use crate::actors::catalog_sync::{CatalogSync, CatalogSyncArgs, CatalogSyncMsg};
 use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg, OpenTransports};
 use crate::actors::stdio::Diagnostics;
 use crate::messages::capabilities::ClientHandlers;
-use crate::messages::catalog::build_catalog;
+use crate::messages::catalog::build_catalog_redacted;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
 use crate::messages::registry::{
     Activity, LiveConn, OutputSlot, Published, RegistryMsg, ServerEntry,
@@ -1268,7 +1268,13 @@ async fn apply_catalog(
     first: bool,
 ) {
     let generation = st.catalog_gen + 1;
-    let built = build_catalog(&st.scope, st.name(), generation, entries);
+    let built = build_catalog_redacted(
+        &st.scope,
+        st.name(),
+        generation,
+        entries,
+        &st.diag.redactions(),
+    );
     match built {
         Ok(mut catalog) => {
             if st.chaos.half_catalogs {

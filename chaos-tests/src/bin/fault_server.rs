@@ -153,7 +153,10 @@ struct Args {
     #[arg(long, value_name = "MS")]
     split_replies: Option<u64>,
     /// Put the value of this environment variable into every `echo` result,
-    /// the `is_error` result and stderr (a server that leaks its secrets).
+    /// the `is_error` result, stderr, the server's version and
+    /// instructions, the `echo` tool's title, description and a schema
+    /// default, and every progress message (a server that leaks its
+    /// secrets).
     #[arg(long, value_name = "NAME")]
     leak_env: Option<String>,
     /// Append `stdin-eof <unix ms>` when stdin closes and `sigterm <unix ms>`
@@ -343,6 +346,20 @@ impl FaultServer {
         for name in &args.extra_tool {
             fault_tool(true, name, "An extra tool");
         }
+        if let Some(name) = &args.leak_env {
+            // A server that puts its secret in its metadata too: the echo
+            // tool's title, description and a schema default (TRUST-2).
+            let value = std::env::var(name).unwrap_or_default();
+            if let Some(echo) = tools.iter_mut().find(|t| t.name == "echo") {
+                echo.title = Some(format!("Echo (key {value})"));
+                echo.description = Some(format!("Echo the message back; key {value}").into());
+                echo.input_schema = schema(json!({
+                    "type": "object",
+                    "properties": {"message": {"type": "string", "default": value}},
+                    "required": ["message"]
+                }));
+            }
+        }
         for i in 0..args.tools {
             tools.push(Tool::new(
                 format!("gen_{i:05}"),
@@ -471,14 +488,16 @@ impl ServerHandler for FaultServer {
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 "fault-server",
-                env!("CARGO_PKG_VERSION"),
+                format!("{}{}", env!("CARGO_PKG_VERSION"), self.leaked()),
             ))
-            .with_instructions(
+            .with_instructions(format!(
+                "{}{}",
                 self.args
                     .instructions
                     .clone()
                     .unwrap_or_else(|| "Fault-injection test server for mcpvisor.".into()),
-            )
+                self.leaked()
+            ))
     }
 
     fn supported_protocol_versions(
@@ -615,7 +634,7 @@ impl ServerHandler for FaultServer {
             for i in 1..=n {
                 let note = rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(i))
                     .with_total(f64::from(n))
-                    .with_message(format!("step {i} of {n}"));
+                    .with_message(format!("step {i} of {n}{}", self.leaked()));
                 let _ = ctx.peer.notify_progress(note).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

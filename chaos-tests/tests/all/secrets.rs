@@ -131,6 +131,61 @@ async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_a_servers_metadata_and_progress_is_redacted_before_it_is_published() {
+    // TRUST-2 (issue 31, defect 2): the server puts its own secret in its
+    // version, its instructions, a tool's title, description and schema,
+    // and its progress messages. None of it reaches the catalog, the
+    // instructions, the status, the events or the event log.
+    let (runtime, file, log) = secret_runtime("meta-secrets").await;
+    let mut cfg = server("leaky", "api_key");
+    if let TransportConfig::Stdio(s) = &mut cfg.transport {
+        s.args
+            .extend(["--leak-env", "API_KEY", "--progress", "2"].map(String::from));
+    }
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    runtime
+        .wait_ready(&G, "leaky", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let out = runtime
+        .call(
+            &G,
+            "mcp__leaky__echo",
+            Some(serde_json::json!({ "message": "hi" })),
+            mcpvisor::CallOptions::default(),
+        )
+        .await;
+    assert_eq!(out.kind, mcpvisor::OutcomeKind::Ok, "{out:?}");
+    let tools = serde_json::to_string(&runtime.tools(&G)).unwrap();
+    assert!(tools.contains("key [redacted]"), "{tools}");
+    let instructions = runtime.instructions(&G).join("\n");
+    assert!(instructions.contains("[redacted]"), "{instructions}");
+    let status = serde_json::to_string(&runtime.status()).unwrap();
+    assert!(status.contains("[redacted]"), "{status}");
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(format!("{e:?}"));
+    }
+    let seen = seen.join("\n");
+    assert!(seen.contains("CallProgress"), "{seen}");
+    for (what, text) in [
+        ("tools", &tools),
+        ("instructions", &instructions),
+        ("status", &status),
+        ("events", &seen),
+    ] {
+        assert!(!text.contains(VALUE), "{what}: {text}");
+    }
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains(VALUE), "the event log: {logged}");
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(file.with_extension("lock"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_cli_run_never_prints_a_secret_value() {
     // TRUST-2 end to end: env-variable store, check / status / tools / call
     // with --json, an event log, and a server that prints the value.
@@ -139,7 +194,7 @@ async fn a_full_cli_run_never_prints_a_secret_value() {
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("events.jsonl");
     let toml = format!(
-        "[events]\nlog = {:?}\n[servers.x]\ncommand = {:?}\nargs = [\"--print-env\", \"API_KEY\"]\ntrust = \"always\"\nidle_stop_after_s = 0\nenv_secrets = {{ API_KEY = \"MCPVISOR_TEST_SECRET\" }}\n",
+        "[events]\nlog = {:?}\n[servers.x]\ncommand = {:?}\nargs = [\"--print-env\", \"API_KEY\", \"--leak-env\", \"API_KEY\", \"--progress\", \"2\"]\ntrust = \"always\"\nidle_stop_after_s = 0\nenv_secrets = {{ API_KEY = \"MCPVISOR_TEST_SECRET\" }}\n",
         log.to_string_lossy(),
         fault_server_path().to_string_lossy()
     );
@@ -157,6 +212,11 @@ async fn a_full_cli_run_never_prints_a_secret_value() {
             r#"{"message":"hello"}"#,
         ],
         vec!["check"],
+        // Human output too (issue 31, defect 2): the server's version,
+        // instructions and tool texts, and the progress lines of a call.
+        vec!["status"],
+        vec!["tools"],
+        vec!["call", "mcp__x__echo", "--args", r#"{"message":"hello"}"#],
     ] {
         let out = tokio::process::Command::new(&bin)
             .args(&args)
