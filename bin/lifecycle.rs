@@ -9,6 +9,7 @@ use mcpvisor::{
 };
 
 use crate::config::builder_for;
+use crate::render::errln;
 
 /// Start a runtime with the servers of `cfg` and wait until they settled;
 /// `quiet` keeps the progress line off stderr.
@@ -109,7 +110,7 @@ fn warn_tool_trust_typos(runtime: &Runtime, keys: &[(String, Vec<String>)]) {
             let hint = mcpvisor::closest(n, raw.iter().copied())
                 .map(|c| format!(" (did you mean {c:?}?)"))
                 .unwrap_or_default();
-            eprintln!(
+            errln!(
                 "mcpvisor: warning: [servers.{server}] tool_trust names {n:?}, which the server does not list{hint}"
             );
         }

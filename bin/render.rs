@@ -1,8 +1,54 @@
 //! Output shaping shared by the commands: status lines and JSON, outcomes,
 //! tool definitions.
 
+use std::borrow::Cow;
+
 use mcpvisor::{ServerState, ServerStatus, ToolDefinition};
 use serde_json::{Value, json};
+
+/// `text` made safe for a terminal, for human output: every control
+/// character but newline and tab (C0, DEL, C1: escape sequences such as an
+/// OSC 52 clipboard write, a carriage return that overwrites a line) and
+/// every bidirectional override (text that reads other than it is) is
+/// written as a visible escape, `\x1b` or `\u{202e}`. What servers and
+/// models send reaches the screen this way; `--json` keeps the exact
+/// strings (JSON escapes them itself).
+pub(crate) fn term(text: &str) -> Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+        } else if (c as u32) < 0x100 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `println!` for human output: the line goes through [`term`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::render::term(&format!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `eprintln!` for human output: the line goes through [`term`].
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::render::term(&format!($($arg)*)))
+    };
+}
+pub(crate) use errln;
 
 /// One status as a line: server, state, tools, generation, protocol, pid.
 pub(crate) fn status_line(s: &ServerStatus) -> String {
@@ -68,4 +114,23 @@ pub(crate) fn indent(text: &str, pad: &str) -> String {
         .map(|l| format!("{pad}{l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_and_bidi_overrides_are_shown_not_obeyed() {
+        // Issue 31, defect 7: an OSC 52 clipboard write from a server.
+        assert_eq!(
+            term("copy\x1b]52;c;ZXZpbA==\x07 me\r\nnext\tcol"),
+            "copy\\x1b]52;c;ZXZpbA==\\x07 me\\x0d\nnext\tcol"
+        );
+        assert_eq!(
+            term("a\u{9b}31m b\u{202e}gpj.exe"),
+            "a\\x9b31m b\\u{202e}gpj.exe"
+        );
+        assert!(matches!(term("plain: é 😀\n"), Cow::Borrowed(_)));
+    }
 }

@@ -14,6 +14,7 @@ use crate::cmd::hooks;
 use crate::config::{builder_for, load_for_target};
 use crate::lifecycle::{finish, start_with};
 use crate::render::outcome_json;
+use crate::render::{errln, outln};
 
 /// `call`'s options beyond the name and arguments.
 pub(crate) struct CallFlags {
@@ -181,6 +182,7 @@ impl ProgressLine {
                     }) => {
                         let tool = tools.get(&call_id).map_or("a call", String::as_str);
                         let line = progress_text(tool, progress, total, message.as_deref());
+                        let line = crate::render::term(&line);
                         if tty {
                             eprint!("\r\x1b[2K{line}");
                             drawn = true;
@@ -398,20 +400,20 @@ pub(crate) async fn run(
     if cli.json {
         println!("{}", outcome_json(&outcome));
     } else {
-        println!("{}", outcome.projection);
+        outln!("{}", outcome.projection);
         if let Some(e) = &outcome.error
             && !outcome.projection.contains(e.as_str())
         {
-            eprintln!("{}: {e}", outcome.kind.name());
+            errln!("{}: {e}", outcome.kind.name());
         }
         for note in &outcome.notes {
-            eprintln!("{note}");
+            errln!("{note}");
         }
         if let Some(r) = &outcome.stop {
-            eprintln!("a hook stopped the turn: {r}");
+            errln!("a hook stopped the turn: {r}");
         }
         if outcome.kind == mcpvisor::OutcomeKind::UnknownTool {
-            eprintln!("(`mcpvisor tools` lists the tool names)");
+            errln!("(`mcpvisor tools` lists the tool names)");
         }
         if !outcome.images.is_empty()
             && let Some(dir) = &attachments

@@ -400,7 +400,7 @@ async fn print_event(e: &TurnEvent, as_json: bool, render: Option<&Arc<mcpvisor:
         return;
     }
     if let TurnEvent::Text { text } = e {
-        print!("{text}");
+        print!("{}", crate::render::term(text));
         let _ = std::io::stdout().flush();
         return;
     }
@@ -422,6 +422,7 @@ async fn print_event(e: &TurnEvent, as_json: bool, render: Option<&Arc<mcpvisor:
         }
         None => text,
     };
+    let text = crate::render::term(&text);
     match kind {
         "tool_call" => eprintln!("\n⏺ {text}"),
         "tool_result" => eprintln!("  ⎿ {text}"),

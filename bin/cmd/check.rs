@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::cli::Cli;
 use crate::lifecycle::{finish, start};
+use crate::render::outln;
 use crate::render::{indent, status_json};
 
 /// Run `check` for every server, or `only` that one.
@@ -43,14 +44,14 @@ pub(crate) async fn run_at(
         .filter(|s| s.state != ServerState::Ready)
         .count();
     if cli.json {
-        println!(
+        outln!(
             "{}",
             Value::Array(statuses.iter().map(status_json).collect())
         );
     } else {
         for s in &statuses {
             if s.state == ServerState::Ready {
-                println!(
+                outln!(
                     "ok     {:<16} protocol {}  {} tool(s){}",
                     s.server,
                     s.protocol_version.as_deref().unwrap_or("?"),
@@ -61,17 +62,17 @@ pub(crate) async fn run_at(
                         .unwrap_or_default()
                 );
                 for w in &s.warnings {
-                    println!("       warning: {w}");
+                    outln!("       warning: {w}");
                 }
             } else {
-                println!("FAILED {:<16} {}", s.server, s.state);
+                outln!("FAILED {:<16} {}", s.server, s.state);
                 if let Some(e) = &s.error {
-                    println!("       error: {e}");
+                    outln!("       error: {e}");
                 }
                 if !s.stderr_tail.is_empty()
                     && !s.error.as_deref().unwrap_or("").contains(&s.stderr_tail)
                 {
-                    println!(
+                    outln!(
                         "       stderr tail:\n{}",
                         indent(&s.stderr_tail, "         ")
                     );

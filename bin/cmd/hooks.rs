@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::{Cli, DialectArg, HooksCommand};
 use crate::config::load_config;
+use crate::render::{errln, outln};
 
 /// The `[hooks]` table as runtime settings; `strict` turns on HOOK-12 with
 /// the table's approved hashes.
@@ -42,7 +43,7 @@ fn load_warnings(runtime: &mcpvisor::Runtime) -> Vec<String> {
 /// Hook files that could not be loaded, or parts that were skipped, on stderr.
 pub(crate) fn print_load_warnings(runtime: &mcpvisor::Runtime) {
     for w in load_warnings(runtime) {
-        eprintln!("mcpvisor: hooks: {w}");
+        errln!("mcpvisor: hooks: {w}");
     }
 }
 
@@ -99,13 +100,13 @@ async fn list(cli: &Cli, cfg: &FileConfig) -> anyhow::Result<u8> {
                 })
             })
             .collect();
-        println!("{}", json!({"hooks": rows, "warnings": warnings}));
+        outln!("{}", json!({"hooks": rows, "warnings": warnings}));
         return Ok(0);
     }
     let mut any = false;
     for (set, event, group, handler) in hooks {
         any = true;
-        println!(
+        outln!(
             "{} {event} matcher={} timeout={}ms sha256={}\n    {}",
             set.dialect.name(),
             group.pattern.as_deref().unwrap_or("*"),
@@ -115,10 +116,10 @@ async fn list(cli: &Cli, cfg: &FileConfig) -> anyhow::Result<u8> {
         );
     }
     if !any {
-        println!("no hooks configured");
+        outln!("no hooks configured");
     }
     for w in warnings {
-        eprintln!("mcpvisor: hooks: {w}");
+        errln!("mcpvisor: hooks: {w}");
     }
     Ok(0)
 }
@@ -188,7 +189,7 @@ async fn test(
     warnings.extend(m.warnings.iter().cloned());
     let (decision, reason) = m.verdict();
     if cli.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "event": event.name(),
@@ -201,18 +202,18 @@ async fn test(
             })
         );
     } else {
-        println!("decision: {decision}");
+        outln!("decision: {decision}");
         if let Some(r) = reason {
-            println!("reason: {r}");
+            outln!("reason: {r}");
         }
         for c in &m.context {
-            println!("context: {c}");
+            outln!("context: {c}");
         }
         for w in &warnings {
-            println!("warning: {w}");
+            outln!("warning: {w}");
         }
         for e in &m.errors {
-            println!("error: {e}");
+            outln!("error: {e}");
         }
         for r in &report.runs {
             let how = match (r.skipped, r.timed_out, r.exit_code) {
@@ -221,7 +222,7 @@ async fn test(
                 (_, _, Some(c)) => format!("exit {c}"),
                 _ => "no exit code".to_owned(),
             };
-            println!(
+            outln!(
                 "run: [{}] {how} in {} ms: {}",
                 r.dialect.name(),
                 r.duration_ms,
@@ -229,7 +230,7 @@ async fn test(
             );
         }
         if report.runs.is_empty() {
-            println!("(no hook matched {})", event.name());
+            outln!("(no hook matched {})", event.name());
         }
     }
     Ok(0)

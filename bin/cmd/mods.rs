@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::cli::{Cli, ModsCommand};
 use crate::config::load_config;
+use crate::render::{errln, outln};
 
 /// The mod host for the config's `[mods]`; an error when mods are off.
 fn host(cli: &Cli) -> anyhow::Result<ModHost> {
@@ -31,10 +32,10 @@ pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
             .await
             .context("the mod host failed")?;
             if cli.json {
-                println!("{}", json!({"registrations": regs, "reports": reports}));
+                outln!("{}", json!({"registrations": regs, "reports": reports}));
             } else {
                 for r in &regs {
-                    println!(
+                    outln!(
                         "{:<24} {:<16} {}{}",
                         r.mod_name,
                         r.event,
@@ -43,7 +44,7 @@ pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
                     );
                 }
                 for r in &reports {
-                    eprintln!("{}: {}: {}", r.mod_name, r.kind, r.message);
+                    errln!("{}: {}: {}", r.mod_name, r.kind, r.message);
                 }
             }
             let load_failed = reports.iter().any(|r| r.kind == "load_error");
@@ -70,7 +71,7 @@ pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
             let mut reports = load_reports;
             reports.extend(outcome.reports.iter().cloned());
             if cli.json {
-                println!(
+                outln!(
                     "{}",
                     json!({
                         "event": outcome.event,
@@ -84,17 +85,17 @@ pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
                 );
             } else {
                 if let Some(p) = &outcome.prompt {
-                    println!("prompt: {p}");
+                    outln!("prompt: {p}");
                 }
                 for c in &outcome.context {
-                    println!("context: {c}");
+                    outln!("context: {c}");
                 }
-                println!("ran: {}", outcome.ran.join(", "));
+                outln!("ran: {}", outcome.ran.join(", "));
                 if let Some(s) = &outcome.stopped_by {
-                    println!("stopped by: {s}");
+                    outln!("stopped by: {s}");
                 }
                 for r in &reports {
-                    eprintln!("{}: {}: {}", r.mod_name, r.kind, r.message);
+                    errln!("{}: {}: {}", r.mod_name, r.kind, r.message);
                 }
             }
             Ok(0)

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{Cli, PromptsCommand};
 use crate::config::load_config;
 use crate::lifecycle::{finish, start};
+use crate::render::{errln, outln};
 
 /// Run `prompts` `what`; exit 1 when a server could not answer.
 pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> {
@@ -33,9 +34,9 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
                         Err(e) => json!({"server": server, "error": e}),
                     })
                     .collect();
-                println!("{}", Value::Array(out));
+                outln!("{}", Value::Array(out));
             } else if listed.is_empty() {
-                println!("No server offers prompts.");
+                outln!("No server offers prompts.");
             } else {
                 for (server, r) in &listed {
                     match r {
@@ -58,7 +59,7 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
                                     })
                                     .unwrap_or_default();
                                 let desc = p["description"].as_str().unwrap_or("");
-                                println!(
+                                outln!(
                                     "{:<16} {:<32} {:<24} {}",
                                     server,
                                     name,
@@ -67,7 +68,7 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
                                 );
                             }
                         }
-                        Err(e) => eprintln!("mcpvisor: server {server:?}: {e}"),
+                        Err(e) => errln!("mcpvisor: server {server:?}: {e}"),
                     }
                 }
             }
@@ -76,7 +77,7 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
         PromptsCommand::Get { server, name, .. } => {
             match runtime.get_prompt(&Scope::Global, server, name, args).await {
                 Ok(v) if cli.json => {
-                    println!("{v}");
+                    outln!("{v}");
                     0
                 }
                 Ok(v) => {
@@ -87,12 +88,12 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
                             .as_str()
                             .map(str::to_owned)
                             .unwrap_or_else(|| content.to_string());
-                        println!("[{role}] {text}");
+                        outln!("[{role}] {text}");
                     }
                     0
                 }
                 Err(e) => {
-                    eprintln!("mcpvisor: {e}");
+                    errln!("mcpvisor: {e}");
                     1
                 }
             }

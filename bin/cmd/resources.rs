@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::cli::{Cli, ResourcesCommand};
 use crate::config::load_config;
 use crate::lifecycle::{finish, start};
+use crate::render::outln;
 
 /// Run `resources` `what`; exit 1 unless the call was ok.
 pub(crate) async fn run(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8> {
@@ -39,9 +40,9 @@ pub(crate) async fn run(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8
         } else {
             json!({"outcome": outcome.kind.name(), "error": outcome.error})
         };
-        println!("{body}");
+        outln!("{body}");
     } else if !outcome.is_ok() {
-        println!("{}", outcome.projection);
+        outln!("{}", outcome.projection);
     } else {
         print_human(what, outcome.canonical.as_ref().unwrap_or(&Value::Null));
     }
@@ -60,10 +61,10 @@ fn print_human(what: &ResourcesCommand, per_server: &Value) {
                 ResourcesCommand::List { .. } => ("resources", "uri"),
                 _ => ("resourceTemplates", "uriTemplate"),
             };
-            println!("{:<16} {:<40} {:<24} MIME", "SERVER", "URI", "NAME");
+            outln!("{:<16} {:<40} {:<24} MIME", "SERVER", "URI", "NAME");
             for (server, page) in per_server {
                 for r in page[key].as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "{:<16} {:<40} {:<24} {}",
                         server,
                         r[uri_key].as_str().unwrap_or("?"),
@@ -72,7 +73,7 @@ fn print_human(what: &ResourcesCommand, per_server: &Value) {
                     );
                 }
                 if let Some(c) = page["nextCursor"].as_str() {
-                    println!("{server}: more with --server {server} --cursor {c}");
+                    outln!("{server}: more with --server {server} --cursor {c}");
                 }
             }
         }
@@ -80,8 +81,8 @@ fn print_human(what: &ResourcesCommand, per_server: &Value) {
             for (_, result) in per_server {
                 for c in result["contents"].as_array().into_iter().flatten() {
                     match (c["text"].as_str(), c["blob"].as_str()) {
-                        (Some(text), _) => println!("{text}"),
-                        (None, Some(blob)) => println!(
+                        (Some(text), _) => outln!("{text}"),
+                        (None, Some(blob)) => outln!(
                             "[{} binary, {} bytes of base64: use --json for the data]",
                             c["mimeType"].as_str().unwrap_or("content"),
                             blob.len()

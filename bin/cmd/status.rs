@@ -9,13 +9,14 @@ use serde_json::{Value, json};
 use crate::cli::Cli;
 use crate::config::{builder_for, load_config};
 use crate::lifecycle::{finish, start};
+use crate::render::{errln, outln};
 use crate::render::{status_json, status_line};
 
 /// Run `status`, once or (`watch`) until interrupted.
 pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     let cfg = load_config(cli, true)?;
     if cfg.servers.is_empty() && crate::config::provider_names(&cfg).is_empty() {
-        eprintln!("mcpvisor: the config defines no servers");
+        errln!("mcpvisor: the config defines no servers");
         return Ok(1);
     }
     if !watch {
@@ -37,24 +38,24 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
             // each an object with a "seat" key.
             let mut all: Vec<Value> = statuses.iter().map(status_json).collect();
             all.extend(seats.iter().filter_map(|s| serde_json::to_value(s).ok()));
-            println!("{}", Value::Array(all));
+            outln!("{}", Value::Array(all));
         } else {
-            println!(
+            outln!(
                 "Runtime\n└── RootSupervisor\n    └── ScopeSupervisor(global)\n        ├── ToolRegistry(global)"
             );
             let n = statuses.len();
             for (i, s) in statuses.iter().enumerate() {
                 let branch = if i + 1 == n { "└──" } else { "├──" };
-                println!("        {branch} ServerSupervisor {}", status_line(s));
+                outln!("        {branch} ServerSupervisor {}", status_line(s));
                 if let Some(e) = &s.error {
-                    println!(
+                    outln!(
                         "        {}       error: {e}",
                         if i + 1 == n { " " } else { "│" }
                     );
                 }
             }
             for s in &seats {
-                println!("    Seat({}) {}", s.seat, seat_line(s));
+                outln!("    Seat({}) {}", s.seat, seat_line(s));
             }
         }
         return Ok(u8::from(not_ready > 0));
@@ -90,7 +91,7 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
                         v["ts_ms"] = json!(unix_ms());
                         v.to_string()
                     } else {
-                        human
+                        crate::render::term(&human).into_owned()
                     };
                     let _ = writeln!(out, "{line}");
                     let _ = out.flush();

@@ -15,6 +15,7 @@ use crate::cli::Cli;
 use crate::config::load_for_target;
 use crate::lifecycle::{finish, start_showing};
 use crate::render::tool_json;
+use crate::render::{errln, outln};
 
 /// Run `tools` for every server, or `only` that one; exit 1 when a server
 /// (of those listed) is not ready.
@@ -45,7 +46,7 @@ pub(crate) async fn run(
         }
     }
     if cfg.servers.iter().all(|c| !c.enabled) && crate::config::provider_names(&cfg).is_empty() {
-        eprintln!("mcpvisor: the config enables no servers, so there are no tools to list");
+        errln!("mcpvisor: the config enables no servers, so there are no tools to list");
         return Ok(1);
     }
     // What `never` refuses, marked in the listing (the server's own trust,
@@ -87,10 +88,10 @@ pub(crate) async fn run(
     let _ = finish(runtime).await;
     if json_out {
         let arr: Vec<Value> = tools.iter().map(|t| tool_json(t)).collect();
-        println!("{}", Value::Array(arr));
+        outln!("{}", Value::Array(arr));
     }
     for s in &not_ready {
-        eprintln!(
+        errln!(
             "mcpvisor: server {:?} is not ready ({}): {}",
             s.server,
             s.state,
@@ -103,11 +104,11 @@ pub(crate) async fn run(
                 .unwrap_or("")
                 .contains(s.stderr_tail.trim())
         {
-            eprintln!("  stderr: {}", s.stderr_tail.trim());
+            errln!("  stderr: {}", s.stderr_tail.trim());
         }
     }
     if !not_ready.is_empty() {
-        eprintln!("  (`mcpvisor check SERVER` shows one server's handshake)");
+        errln!("  (`mcpvisor check SERVER` shows one server's handshake)");
     }
     Ok(u8::from(!not_ready.is_empty()))
 }
@@ -119,7 +120,7 @@ fn print_tool(t: &mcpvisor::ToolDefinition, never: &[(String, Vec<String>)]) {
     let refused = never.iter().any(|(server, tools)| {
         *server == t.server && (tools.is_empty() || tools.contains(&t.raw_name))
     });
-    println!(
+    outln!(
         "{:<48} {}{}",
         t.name,
         if refused {
@@ -136,7 +137,7 @@ fn print_tool(t: &mcpvisor::ToolDefinition, never: &[(String, Vec<String>)]) {
     );
     let args = arguments(t);
     if !args.is_empty() {
-        println!("    {}", args.join("  "));
+        outln!("    {}", args.join("  "));
     }
 }
 

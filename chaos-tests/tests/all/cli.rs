@@ -1311,3 +1311,44 @@ async fn resources_list_is_a_table_and_read_prints_the_text() {
     .await;
     assert_eq!(text(&out.stdout).trim(), "note at mem://note/a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_sequences_from_a_server_are_shown_not_obeyed_and_json_keeps_them() {
+    // Issue 31, defect 7: a server's OSC 52 clipboard write in its tool
+    // description, version, results and stderr reaches the terminal
+    // escaped in human output; `--json` keeps the exact strings.
+    let w = workdir(&["--terminal-escapes"], "");
+    let mut human = String::new();
+    for args in [
+        vec!["tools"],
+        vec!["check"],
+        vec!["status"],
+        vec!["call", "mcp__x__echo", "--args", r#"{"message":"hi"}"#],
+    ] {
+        let out = run(&w.dir, &args).await;
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        human.push_str(&text(&out.stdout));
+        human.push_str(&text(&out.stderr));
+    }
+    assert!(
+        !human.contains('\u{1b}') && !human.contains('\u{7}'),
+        "{human:?}"
+    );
+    assert!(human.contains("\\x1b]52;c;ZXZpbA==\\x07"), "{human}");
+    let out = run(
+        &w.dir,
+        &[
+            "--json",
+            "call",
+            "mcp__x__echo",
+            "--args",
+            r#"{"message":"hi"}"#,
+        ],
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["projection"], "Echo: hi\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[31m",
+        "{v}"
+    );
+}
