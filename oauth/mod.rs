@@ -25,6 +25,8 @@
 //!   executed) naming the scope to log in with: the runtime never opens an
 //!   authorization by itself in the middle of a call.
 
+mod dial;
+
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -182,6 +184,16 @@ impl CredentialStore for SecretCredentials {
     }
 }
 
+/// rmcp's authorization manager for `server` at `url`, dialing through
+/// [`dial::CheckedClient`]: every URL of discovery, registration, the
+/// token and refresh requests passes the endpoint validator (TRUST-3).
+async fn new_manager(server: &str, url: &str) -> Result<AuthorizationManager, String> {
+    let client = dial::CheckedClient::new(url).map_err(|e| format!("server {server}: {e}"))?;
+    AuthorizationManager::new_with_oauth_http_client(url, Arc::new(client))
+        .await
+        .map_err(|e| describe(server, &e))
+}
+
 /// An authorization manager for `server` at `url` whose tokens come from
 /// (and rotated ones go to) `store`; `Ok(false)` with it when nothing is
 /// stored yet.
@@ -190,9 +202,7 @@ pub(crate) async fn manager(
     url: &str,
     store: Arc<dyn SecretStore>,
 ) -> Result<(AuthorizationManager, bool), String> {
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|e| describe(server, &e))?;
+    let mut manager = new_manager(server, url).await?;
     let creds = SecretCredentials::new(store, server, url);
     let held = creds
         .load()
@@ -337,9 +347,7 @@ pub async fn login(
         })?),
         None => None,
     };
-    let mut manager = AuthorizationManager::new(http.url.as_str())
-        .await
-        .map_err(|e| describe(server, &e))?;
+    let mut manager = new_manager(server, &http.url).await?;
     manager.set_credential_store(SecretCredentials::new(store.clone(), server, &http.url));
     if oauth.grant == OAuthGrant::Enterprise {
         return enterprise(server, http, &oauth, store, &manager, client_secret, scopes).await;
@@ -654,6 +662,10 @@ pub(crate) fn describe(server: &str, e: &AuthError) -> String {
         AuthError::ProtectedResourceMetadataInvalid { .. } => format!(
             "the server's protected-resource metadata is refused ({e}): it does not name this server as its resource"
         ),
+        // The request's own reason (a URL the endpoint rule refuses, an
+        // address that may not be reached, a refused connection) after
+        // rmcp's words.
+        AuthError::DiscoveryRequestFailed { source, .. } => format!("{e}: {source}"),
         other => other.to_string(),
     };
     format!("server {server}: OAuth: {why}")

@@ -37,6 +37,8 @@ struct Issued {
     cleartext_token_endpoint: bool,
     /// Registrations received.
     registrations: u32,
+    /// The challenge's `resource_metadata` URL, when not the fixture's own.
+    metadata_at: Option<String>,
 }
 
 #[derive(Clone)]
@@ -159,10 +161,10 @@ async fn mcp(State(f): State<Fixture>, headers: HeaderMap, body: Bytes) -> Respo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if current.is_none() || sent != current.as_deref() {
-        let challenge = format!(
-            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\", scope=\"notes\"",
-            f.base
-        );
+        let elsewhere = f.issued.lock().unwrap().metadata_at.clone();
+        let metadata = elsewhere
+            .unwrap_or_else(|| format!("{}/.well-known/oauth-protected-resource/mcp", f.base));
+        let challenge = format!("Bearer resource_metadata=\"{metadata}\", scope=\"notes\"");
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, challenge)],
@@ -366,6 +368,42 @@ async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_se
         store.get("oauth.notes").await.is_err(),
         "nothing was stored"
     );
+}
+
+#[tokio::test]
+async fn a_challenge_pointing_at_cleartext_metadata_elsewhere_is_refused_without_dialing_it() {
+    // TRUST-3 (issue 31, defect 6): every URL the runtime dials goes
+    // through the one endpoint validator, OAuth discovery included. The
+    // 401 names protected-resource metadata on http://127.0.0.2, which is
+    // not a loopback name the rule allows (only localhost, 127.0.0.1 and
+    // [::1]), though it reaches a listener here: it must never be asked.
+    let f = start().await;
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let elsewhere = format!("http://{}/prm", listener.local_addr().unwrap());
+    let count = asked.clone();
+    let app = axum::Router::new().fallback(move || {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { StatusCode::NOT_FOUND }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(mcpvisor::gateway::no_delay(listener), app).await;
+    });
+    f.issued.lock().unwrap().metadata_at = Some(elsewhere.clone());
+    let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base));
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(Box::new(OAuthConfig::default()));
+    let e = login_error(&cfg, &store).await;
+    assert!(e.contains(&elsewhere) && e.contains("refused"), "{e}");
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the cleartext metadata URL was dialed"
+    );
+    assert_eq!(f.issued.lock().unwrap().registrations, 0);
 }
 
 /// The error of a headless login to `cfg`'s server (which must fail).
