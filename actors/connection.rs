@@ -240,12 +240,12 @@ pub async fn fetch_catalog(
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
             .await
-            .map_err(|e| format!("tools/list could not be sent: {e}"))?;
+            .map_err(|e| format!("tools/list could not be sent: {}", service_words(&e)))?;
         let id = super::stdio::request_id_key(&handle.id);
         let response = handle
             .await_response()
             .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
+            .map_err(|e| format!("tools/list failed: {}", service_words(&e)))?;
         // The page as the server wrote it, when the transport kept it
         // (stdio always, HTTP for SSE replies): its entries keep what
         // rmcp's typed Tool drops (execution.taskSupport, SYNC-7) and any
@@ -692,7 +692,7 @@ async fn compose_cause(
     }
     // TRUST-2: the reason may quote what the server sent (an error of its
     // `initialize` answer); the stderr tail is redacted already.
-    let mut cause = redact(&cause, &state.diag.redactions());
+    let mut cause = without_type_names(&redact(&cause, &state.diag.redactions()));
     cause.push_str(&state.diag.explain());
     cause
 }
@@ -817,6 +817,41 @@ async fn resolve_secrets(
     Ok(out)
 }
 
+/// An rmcp service error in words, without rmcp's wrapper and its type
+/// names: `Transport [rmcp::transport::worker::WorkerTransport<…>] error:
+/// Session expired (HTTP 404)` reads "Session expired (HTTP 404)".
+pub(crate) fn service_words(e: &(dyn std::error::Error + 'static)) -> String {
+    let text = e.to_string();
+    match text.split_once("] error: ") {
+        Some((head, rest)) if head.contains('[') => rest.to_owned(),
+        _ => without_type_names(&text),
+    }
+}
+
+/// `text` with every `Transport [<a Rust type>] error: ` of rmcp's error
+/// texts written `transport error: ` (no type names in what a user or a
+/// model reads).
+pub(crate) fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("Transport [") {
+        let after = &rest[at + "Transport [".len()..];
+        let Some(end) = after.find("] error: ") else {
+            break;
+        };
+        if !after[..end].contains("::") {
+            out.push_str(&rest[..at + "Transport [".len()]);
+            rest = after;
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        out.push_str("transport error: ");
+        rest = &after[end + "] error: ".len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The words of a failed `initialize`. Over HTTP, when the transport
 /// already named the cause (`reqwest_cause`, a refused connection, DNS,
 /// TLS, a timeout; or an HTTP status), the error says only that
@@ -840,9 +875,8 @@ fn initialize_error(
         return format!("initialize failed{legacy}");
     }
     // Strip `Send message error Transport [type<…>] error: ` and the tail.
-    let inner = text
-        .split_once("] error: ")
-        .map_or(text.as_str(), |(_, rest)| rest);
+    let inner = service_words(e);
+    let inner = inner.as_str();
     let inner = inner
         .split(", when send initialize request")
         .next()
@@ -943,7 +977,7 @@ fn spawn_pinger(
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
-                    last = e.to_string();
+                    last = service_words(&e);
                 }
             }
             if failures >= threshold {
@@ -954,4 +988,22 @@ fn spawn_pinger(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmcp_error_texts_lose_their_type_names() {
+        // Issue 31, defect 4: no `WorkerTransport<…>` in what a user reads.
+        let raw = "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<mcpvisor::actors::http::TappedClient>>] error: Session expired (HTTP 404)";
+        assert_eq!(
+            without_type_names(raw),
+            "Send message error transport error: Session expired (HTTP 404)"
+        );
+        let plain = "Transport [closed] error: x; nothing else";
+        assert_eq!(without_type_names(plain), plain);
+        assert_eq!(without_type_names("no types here"), "no types here");
+    }
 }

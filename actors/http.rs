@@ -15,9 +15,12 @@
 //!   rmcp's own recovery (`reinit_on_expired_session`) re-sends the request
 //!   that got the 404 on a new session, and CALL-5 says a call is never sent
 //!   twice. So the recovery is off: the call that got the 404 ends
-//!   `server_not_ready` (the server proved it never ran it), the calls still
-//!   waiting on the old session end "transport lost", and the reconnect
-//!   policy opens a new connection, with a new session, for the next calls.
+//!   `server_not_ready` (the server proved it never ran it), and the
+//!   reconnect policy opens a new connection, with a new session, for the
+//!   next calls;
+//! - records which `tools/call` requests reached the wire, and which were
+//!   refused unrun (`Deliveries`): a call lost with its connection is "not
+//!   sent" (side effects none) or "side effects unknown" by that record.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -244,6 +247,21 @@ fn unexpected_response(text: &str) -> String {
     )
 }
 
+/// Why a POST that failed with `e` certainly did not run its request, in
+/// words; `None` when the server may have received it.
+fn refused_unrun(e: &StreamableHttpError<reqwest::Error>) -> Option<String> {
+    match e {
+        StreamableHttpError::SessionExpired => Some(
+            "the server had ended the session (HTTP 404 for its Mcp-Session-Id) and refused the request"
+                .into(),
+        ),
+        StreamableHttpError::Client(re) if re.is_connect() => {
+            Some(format!("the request never reached the server ({})", reqwest_cause(re)))
+        }
+        _ => None,
+    }
+}
+
 /// The client under the taps: plain, or sending an OAuth token (CONN-13).
 #[derive(Clone, Debug)]
 enum Inner {
@@ -381,6 +399,18 @@ impl StreamableHttpClient for TappedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        // CALL-5: a failed call the server never received is "not sent",
+        // so what reached the wire is recorded, and what was refused unrun.
+        let call_id = match &message {
+            rmcp::model::JsonRpcMessage::Request(r)
+                if matches!(r.request, rmcp::model::ClientRequest::CallToolRequest(_)) =>
+            {
+                let key = super::stdio::request_id_key(&r.id);
+                self.diag.deliveries.handed(key.clone());
+                Some(key)
+            }
+            _ => None,
+        };
         let r = on_inner!(self, c => c
             .post_message_with_response_limits(
                 uri,
@@ -391,6 +421,11 @@ impl StreamableHttpClient for TappedClient {
                 limits,
             )
             .await);
+        if let (Some(id), Err(e)) = (&call_id, &r)
+            && let Some(why) = refused_unrun(e)
+        {
+            self.diag.deliveries.refused(id, why);
+        }
         match self.note_error(r)? {
             StreamableHttpPostResponse::Sse(stream, session) => Ok(
                 StreamableHttpPostResponse::Sse(self.tap_stream(stream), session),

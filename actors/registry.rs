@@ -362,6 +362,7 @@ mod tests {
             conn_gen,
             peer: running.peer().clone(),
             redactions: Arc::new([]),
+            deliveries: None,
         };
         (live, running)
     }

@@ -53,6 +53,9 @@ impl crate::messages::registry::LiveOutput for Diagnostics {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     inner: Mutex<DiagInner>,
+    /// What became of each `tools/call` request on the wire, where the
+    /// transport can tell (the HTTP client records it).
+    pub(crate) deliveries: Arc<crate::messages::registry::Deliveries>,
 }
 
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! activity a server's idle stop reads (RECO-6), and the registry's
 //! protocol ([`RegistryMsg`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -123,6 +123,90 @@ pub struct LiveConn {
     /// The server's secret values (TRUST-2): redacted from everything the
     /// runtime makes of this connection's output. Empty for most servers.
     pub redactions: Arc<[String]>,
+    /// What became of each `tools/call` request on the wire, where the
+    /// transport can tell (streamable HTTP): a failed call the server never
+    /// received is "not sent", not "side effects unknown" (CALL-5).
+    pub deliveries: Option<Arc<Deliveries>>,
+}
+
+/// What became of a request on the wire, as far as the transport saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Never handed to the wire (the connection ended first).
+    NotSent,
+    /// Handed over, and the server may have received it.
+    MayHaveArrived,
+    /// The server answered the request itself without running it (HTTP
+    /// 404 for an ended session), or it never got through (the connection
+    /// was refused): nothing ran. Why, in words.
+    Refused(String),
+}
+
+/// Per connection, the `tools/call` requests the transport handed to the
+/// wire, by JSON-RPC id (its JSON text), and the ones refused unrun; the
+/// call path forgets each once its call ended. Bounded: past
+/// [`Deliveries::MAX`] in flight the oldest are forgotten, and from then
+/// on an unknown id reads "may have arrived" (the safe side).
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    inner: std::sync::Mutex<DeliveriesInner>,
+}
+
+#[derive(Debug, Default)]
+struct DeliveriesInner {
+    order: std::collections::VecDeque<String>,
+    states: HashMap<String, Delivery>,
+    /// Ids forgotten past the bound: not "never sent".
+    forgot: bool,
+}
+
+impl Deliveries {
+    /// How many requests are remembered.
+    pub const MAX: usize = 4096;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DeliveriesInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The request `id` goes on the wire now.
+    pub fn handed(&self, id: String) {
+        let mut d = self.lock();
+        if d.order.len() >= Self::MAX
+            && let Some(old) = d.order.pop_front()
+        {
+            d.states.remove(&old);
+            d.forgot = true;
+        }
+        d.order.push_back(id.clone());
+        d.states.insert(id, Delivery::MayHaveArrived);
+    }
+
+    /// The request `id` was refused unrun, for `why`.
+    pub fn refused(&self, id: &str, why: String) {
+        if let Some(state) = self.lock().states.get_mut(id) {
+            *state = Delivery::Refused(why);
+        }
+    }
+
+    /// The call of request `id` ended: it is not looked up any more.
+    pub fn forget(&self, id: &str) {
+        let mut d = self.lock();
+        if d.states.remove(id).is_some()
+            && let Some(at) = d.order.iter().rposition(|i| i == id)
+        {
+            d.order.remove(at);
+        }
+    }
+
+    /// What became of request `id`.
+    pub fn of(&self, id: &str) -> Delivery {
+        let d = self.lock();
+        match d.states.get(id) {
+            Some(state) => state.clone(),
+            None if d.forgot => Delivery::MayHaveArrived,
+            None => Delivery::NotSent,
+        }
+    }
 }
 
 /// One server as the scope's snapshot shows it.

@@ -32,7 +32,7 @@ use crate::messages::call::{
 };
 use crate::messages::config::Scope;
 use crate::messages::projection::{parts_to_text, project_parts};
-use crate::messages::registry::{ActivityGuard, LiveConn, ScopeSnapshot, ServerEntry};
+use crate::messages::registry::{ActivityGuard, Delivery, LiveConn, ScopeSnapshot, ServerEntry};
 use crate::messages::resources::ResourceOp;
 use crate::messages::schema::kind_with_article;
 use crate::messages::status::{RuntimeEvent, ServerState};
@@ -409,7 +409,13 @@ impl Runtime {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
                 return self
-                    .lost(scope, def, live.conn_gen, e.to_string(), false)
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        crate::actors::connection::service_words(&e),
+                        Lost::NotSent,
+                    )
                     .await;
             }
             Err(_) => {
@@ -443,6 +449,20 @@ impl Runtime {
             r = &mut handle.rx => Ended::Response(r),
             () = &mut deadline => Ended::Timeout,
             _ = cancelled => Ended::Cancelled,
+        };
+        // CALL-5: where the transport can tell, a failed call the server
+        // never received says so (not sent, nothing ran), and only one it
+        // may have received says "side effects unknown".
+        let delivered = live.deliveries.as_ref().map(|d| {
+            let id = crate::actors::stdio::request_id_key(&handle.id);
+            let delivery = d.of(&id);
+            d.forget(&id);
+            delivery
+        });
+        let lost_as = match delivered {
+            Some(Delivery::NotSent) => Lost::NotSent,
+            Some(Delivery::Refused(why)) => Lost::Refused(why),
+            Some(Delivery::MayHaveArrived) | None => Lost::InFlight,
         };
         let response = match ended {
             Ended::Response(Ok(r)) => r,
@@ -513,7 +533,7 @@ impl Runtime {
                         def,
                         live.conn_gen,
                         "the transport closed".into(),
-                        true,
+                        lost_as,
                     )
                     .await;
             }
@@ -533,16 +553,28 @@ impl Runtime {
             }
             Err(e) if live.peer.is_transport_closed() => {
                 return self
-                    .lost(scope, def, live.conn_gen, e.to_string(), true)
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        crate::actors::connection::service_words(&e),
+                        lost_as,
+                    )
                     .await;
             }
             // The transport is still up (e.g. HTTP 500 on this one request): no
             // connection-level cause to wait for.
             Err(e) => {
-                return ToolOutcome::failure(
-                    OutcomeKind::TransportLostDuringCall,
-                    format!("the request failed in transport, side effects unknown: {e}"),
-                );
+                return match lost_as {
+                    Lost::Refused(why) => not_sent(def, &why),
+                    Lost::NotSent | Lost::InFlight => ToolOutcome::failure(
+                        OutcomeKind::TransportLostDuringCall,
+                        format!(
+                            "the request failed in transport, side effects unknown: {}",
+                            crate::actors::connection::service_words(&e)
+                        ),
+                    ),
+                };
             }
         };
         // TRUST-2: a server that echoes its own secret shows "[redacted]",
@@ -571,8 +603,11 @@ impl Runtime {
         def: &ToolDefinition,
         conn_gen: u64,
         fallback: String,
-        in_flight: bool,
+        how: Lost,
     ) -> ToolOutcome {
+        if let Lost::Refused(why) = how {
+            return not_sent(def, &why);
+        }
         let mut cause = fallback;
         if let Some(h) = self.cached_scope(scope) {
             let mut rx = h.snapshot.clone();
@@ -595,18 +630,43 @@ impl Runtime {
                 cause = real;
             }
         }
-        if in_flight {
-            ToolOutcome::failure(
+        match how {
+            Lost::InFlight => ToolOutcome::failure(
                 OutcomeKind::TransportLostDuringCall,
                 format!("connection lost during the call, side effects unknown: {cause}"),
-            )
-        } else {
-            ToolOutcome::failure(
+            ),
+            Lost::NotSent | Lost::Refused(_) => ToolOutcome::failure(
                 OutcomeKind::ServerNotReady,
-                format!("server \"{}\": {cause}", def.server),
-            )
+                format!(
+                    "server \"{}\": not sent, nothing ran: the connection ended before the request left ({cause})",
+                    def.server
+                ),
+            ),
         }
     }
+}
+
+/// How a call's connection was lost, as far as the request goes.
+enum Lost {
+    /// The request was never handed to the wire.
+    NotSent,
+    /// The server refused it unrun (why, in words).
+    Refused(String),
+    /// The server may have received it.
+    InFlight,
+}
+
+/// A call the server never ran: `server_not_ready`, side effects none,
+/// with `why` (CALL-5; docs/runtime-semantics.md "Outcomes of a lost
+/// connection").
+fn not_sent(def: &ToolDefinition, why: &str) -> ToolOutcome {
+    ToolOutcome::failure(
+        OutcomeKind::ServerNotReady,
+        format!(
+            "server \"{}\": not sent, nothing ran: {why}; the next call reconnects",
+            def.server
+        ),
+    )
 }
 
 /// The text of a call the server refused for its authorization (CONN-13):

@@ -838,6 +838,11 @@ async fn on_conn_up(
             conn_gen,
             peer,
             redactions: st.diag.redactions().into(),
+            deliveries: matches!(
+                st.config.transport,
+                crate::messages::config::TransportConfig::StreamableHttp(_)
+            )
+            .then(|| st.diag.deliveries.clone()),
         },
         idle: None,
         sync: None,

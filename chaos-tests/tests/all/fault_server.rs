@@ -985,3 +985,68 @@ async fn a_protocol_version_this_client_does_not_speak_is_refused_naming_both() 
     assert_eq!(status.protocol_version.as_deref(), Some("2025-06-18"));
     finish(&runtime, &[]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_http_session_says_not_sent_for_every_call_the_server_never_received() {
+    // CALL-5 (issue 31, defect 4): the server ends the session under a
+    // concurrent batch larger than the client's 16 concurrent POSTs. The
+    // call it answered 404 never ran; the calls still queued in the client
+    // never left it: both end server_not_ready, side effects none. A call
+    // handed to the wire may have arrived: side effects unknown. No call
+    // that ran says "none", and no text names a Rust type.
+    let log = RequestLog::new("session-kinds");
+    let mut args = log.args();
+    args.extend(["--http-fault", "session-loss:1", "--slow-ms", "300"].map(String::from));
+    let HttpFaultServer {
+        child: _server,
+        url,
+    } = HttpFaultServer::start(&args, READY).await.unwrap();
+    let (runtime, mut events) = start(G, ServerConfig::http("web", url).trusted()).await;
+    ready(&runtime, &mut events, &G, "web", 0).await;
+    let first = call(&runtime, "mcp__web__echo", json!({"message": "first"})).await;
+    assert_eq!(first.kind, OutcomeKind::Ok, "{first:?}");
+    let batch: Vec<_> = (0..24)
+        .map(|i| {
+            let runtime = runtime.clone();
+            async move {
+                let nonce = format!("batch-{i}");
+                let out = call(&runtime, "mcp__web__echo", json!({ "message": nonce })).await;
+                (nonce, out)
+            }
+        })
+        .collect();
+    let outcomes = futures::future::join_all(batch).await;
+    let logged = log.text();
+    // The handler's own lines (`tools/call ID {args}`): the calls that ran.
+    let ran = |nonce: &str| {
+        logged
+            .lines()
+            .any(|l| l.starts_with("tools/call") && l.contains(&format!("\"{nonce}\"")))
+    };
+    let (mut refused, mut never_left) = (0, 0);
+    for (nonce, out) in &outcomes {
+        let text = format!("{} {}", out.projection, out.error.as_deref().unwrap_or(""));
+        assert!(!text.contains("::"), "{nonce}: a type name: {text}");
+        if text.contains("and refused the request") {
+            refused += 1;
+        }
+        if text.contains("before the request left") {
+            never_left += 1;
+        }
+        if out.side_effects == mcpvisor::SideEffects::None {
+            assert_eq!(out.kind, OutcomeKind::ServerNotReady, "{nonce}: {out:?}");
+            assert!(text.contains("not sent, nothing ran"), "{nonce}: {text}");
+            assert!(!ran(nonce), "{nonce} ran, yet says nothing ran");
+        }
+        if ran(nonce) {
+            assert_ne!(out.side_effects, mcpvisor::SideEffects::None, "{nonce}");
+        }
+    }
+    assert_eq!(refused, 1, "{outcomes:#?}\n{logged}");
+    assert!(never_left >= 1, "{outcomes:#?}\n{logged}");
+    // The next connection serves again.
+    ready(&runtime, &mut events, &G, "web", 1).await;
+    let again = call(&runtime, "mcp__web__echo", json!({"message": "again"})).await;
+    assert_eq!(again.kind, OutcomeKind::Ok, "{again:?}");
+    finish(&runtime, &[]).await;
+}
