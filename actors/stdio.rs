@@ -423,6 +423,7 @@ pub fn spawn(
     Ok(SpawnedChild {
         transport: StdioTransport {
             lossy: chaos.lossy_line_reader,
+            cross: chaos.cross_replies.then(Default::default),
             dead,
             ..StdioTransport::new(pipes.stdin, pipes.stdout, diag)
         },
@@ -522,6 +523,9 @@ pub struct StdioTransport {
     calls_pending: std::collections::HashSet<rmcp::model::RequestId>,
     /// Test-only break switch (`ChaosSwitches::lossy_line_reader`).
     lossy: bool,
+    /// Test-only break switch (`ChaosSwitches::cross_replies`): which
+    /// call gets the reply to which (see [`cross_reply`]).
+    cross: Option<std::collections::HashMap<rmcp::model::RequestId, rmcp::model::RequestId>>,
 }
 
 /// The transport's death by a stalled write or by its server's exit, as
@@ -607,6 +611,7 @@ impl StdioTransport {
             diag,
             calls_pending: std::collections::HashSet::new(),
             lossy: false,
+            cross: None,
         }
     }
 
@@ -778,6 +783,30 @@ fn call_reply(
     ))
 }
 
+/// The chaos runner's `cross-replies` break switch: call X's reply goes
+/// to another call Y still in flight, and Y's reply, when it comes, to X
+/// (`map` holds Y → X): every call gets one reply, another call's.
+fn cross_reply(
+    pending: &std::collections::HashSet<rmcp::model::RequestId>,
+    map: &mut std::collections::HashMap<rmcp::model::RequestId, rmcp::model::RequestId>,
+    msg: &mut RxJsonRpcMessage<RoleClient>,
+) {
+    let rmcp::model::JsonRpcMessage::Response(r) = msg else {
+        return;
+    };
+    if let Some(to) = map.remove(&r.id) {
+        r.id = to;
+    } else if let Some(other) = pending
+        .iter()
+        .find(|p| !map.contains_key(*p) && !map.values().any(|v| v == *p))
+        .cloned()
+    {
+        // Y stays awaited (its reply comes the fast way, then to X).
+        let own = std::mem::replace(&mut r.id, other.clone());
+        map.insert(other, own);
+    }
+}
+
 /// A JSON-RPC id as the catalog fetch and the transport both key it: its
 /// JSON text (`2`, `"abc"`).
 pub(crate) fn request_id_key(id: &rmcp::model::RequestId) -> String {
@@ -868,16 +897,17 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let mut failed = match decode(&self.diag, &mut self.calls_pending, line) {
-                Ok(msg) => return Some(msg),
-                Err(e) => e,
-            };
+            let mut failed =
+                match decode(&self.diag, &mut self.calls_pending, line, &mut self.cross) {
+                    Ok(msg) => return Some(msg),
+                    Err(e) => e,
+                };
             // A lone UTF-16 surrogate escape (`"\ud800"`: Node writes one
             // when it cuts text mid-emoji, Python for a file name that is
             // not UTF-8) is read as U+FFFD, as JavaScript's and Python's
             // parsers read it, instead of losing the whole message.
             if let Some(fixed) = replace_lone_surrogates(line) {
-                match decode(&self.diag, &mut self.calls_pending, &fixed) {
+                match decode(&self.diag, &mut self.calls_pending, &fixed, &mut self.cross) {
                     Ok(msg) => return Some(msg),
                     Err(e) => failed = e,
                 }
@@ -909,6 +939,7 @@ fn decode(
     diag: &Diagnostics,
     calls_pending: &mut std::collections::HashSet<rmcp::model::RequestId>,
     line: &[u8],
+    cross: &mut Option<std::collections::HashMap<rmcp::model::RequestId, rmcp::model::RequestId>>,
 ) -> Result<RxJsonRpcMessage<RoleClient>, serde_json::Error> {
     if diag.tools_awaited()
         && let Some(msg) = tools_page(diag, line)
@@ -916,8 +947,11 @@ fn decode(
         return Ok(msg);
     }
     if !calls_pending.is_empty()
-        && let Some(msg) = call_reply(calls_pending, line)
+        && let Some(mut msg) = call_reply(calls_pending, line)
     {
+        if let Some(map) = cross {
+            cross_reply(calls_pending, map, &mut msg);
+        }
         return Ok(msg);
     }
     serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line)

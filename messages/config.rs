@@ -90,6 +90,12 @@ pub struct ChaosSwitches {
     /// `shutdown_within_deadline`: the root supervisor is killed just before
     /// the shutdown asks it to stop (a dead root must not report clean).
     pub dead_root: bool,
+    /// `reply_to_its_call`: the stdio transport hands a `tools/call` reply
+    /// to another call in flight.
+    pub cross_replies: bool,
+    /// `expected_consequences` (recovery): once a server has reconnected,
+    /// its calls are refused as if it never came back.
+    pub no_recovery: bool,
 }
 
 /// Reconnect policy of one server (RECO-1).

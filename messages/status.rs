@@ -101,6 +101,10 @@ pub struct ServerStatus {
     pub budget_left: u32,
     /// Milliseconds the current connection has been up.
     pub uptime_ms: Option<u64>,
+    /// When the last failure of a connection (or an attempt) was
+    /// registered, in Unix milliseconds: the instant the reconnect delay
+    /// runs from (RECO-1).
+    pub last_failure_unix_ms: Option<u64>,
     /// Seconds until idle stop, when an idle timer runs.
     pub idle_stop_in_s: Option<u64>,
     /// Last error, with the stderr tail when there was one.
@@ -148,6 +152,7 @@ impl ServerStatus {
             consecutive_failures: 0,
             budget_left: budget,
             uptime_ms: None,
+            last_failure_unix_ms: None,
             idle_stop_in_s: None,
             error: None,
             stderr_tail: String::new(),

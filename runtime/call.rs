@@ -389,6 +389,12 @@ impl Runtime {
         options: &CallOptions,
     ) -> ToolOutcome {
         let timeout = entry.config.tool_call_timeout;
+        if self.inner.chaos.no_recovery && live.conn_gen > 1 {
+            return ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\" never came back (chaos)", def.server),
+            );
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Handing the request to rmcp's service loop is inside the call's
         // deadline too: a loop stuck on a blocked transport must not hold

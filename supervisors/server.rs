@@ -1217,6 +1217,10 @@ fn register_failure(
     st.failures += 1;
     st.status.pid = None;
     st.status.error = Some(cause.clone());
+    st.status.last_failure_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok());
     st.answer_waiters(Err(cause));
     if !policy.enabled {
         if st.config.on_disconnect == OnDisconnect::Remove {

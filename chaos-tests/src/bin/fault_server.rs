@@ -107,6 +107,12 @@ struct Args {
     /// every `echo` result and stderr: text a client must not print raw.
     #[arg(long)]
     terminal_escapes: bool,
+    /// stdio only: concurrent `echo` calls answer out of order (each waits
+    /// 60, 45, 30 or 15 ms by its arrival, so a later one answers first),
+    /// each after a raw server→client `ping` whose id is the call's id as a
+    /// string (`"3"` for 3), which the client must not take for the reply.
+    #[arg(long)]
+    reorder_replies: bool,
     /// Answer `initialize` with this protocol version, whatever the client
     /// asked for.
     #[arg(long, value_name = "VERSION")]
@@ -800,6 +806,21 @@ impl ServerHandler for FaultServer {
                 if self.args.freeze_on_echo && msg == "freeze" {
                     std::thread::sleep(Duration::from_secs(3600));
                 }
+                if self.args.reorder_replies {
+                    let seq = self.calls.load(Ordering::SeqCst) as u64;
+                    let id = match &ctx.id {
+                        rmcp::model::NumberOrString::Number(n) => n.to_string(),
+                        rmcp::model::NumberOrString::String(s) => s.to_string(),
+                    };
+                    let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+                    {
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "{ping}");
+                        let _ = out.flush();
+                    }
+                    let wait = 60 - (seq % 4) * 15;
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
                 let escapes = if self.args.terminal_escapes {
                     TERMINAL_ESCAPES
                 } else {
@@ -1013,6 +1034,14 @@ async fn serve_stdio(
             }
         });
     }
+    // Hung in its handshake (rmcp reads no more while the handler runs),
+    // the server still notices its stdin closing and exits at once: the
+    // runtime's close is then quick, and its reconnect backoff, not the
+    // close sequence's graces, decides when the next start comes
+    // (budget_respected, issue 31).
+    if server.args.hang_on_initialize {
+        std::thread::spawn(exit_when_stdin_hangs_up);
+    }
     let running = server.serve(rmcp::transport::stdio_pipes()).await;
     match running {
         Ok(running) => {
@@ -1027,6 +1056,26 @@ async fn serve_stdio(
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// Wait, without reading, until the writer of stdin is gone (poll's
+/// `POLLHUP`), then exit.
+fn exit_when_stdin_hangs_up() {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: 0,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: poll reads and writes the one pollfd it is given.
+        let n = unsafe { libc::poll(&mut fd, 1, -1) };
+        if n > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            std::process::exit(0);
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }
 
 /// `--http-fault`: what the HTTP layer does wrong.

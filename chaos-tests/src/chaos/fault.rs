@@ -111,6 +111,11 @@ pub enum Fault {
         /// Pause between the pieces.
         ms: u64,
     },
+    /// Replies to concurrent `echo` calls come out of order (a later call
+    /// answers first), each after a server→client `ping` whose id is the
+    /// call's own id as a string (`"3"` for 3): every call must get its
+    /// own answer, whatever the order and the id types (CONN-6, CALL-4).
+    ReorderedReplies,
     /// Every workload call carries `bytes` of extra arguments (with
     /// [`Fault::StdinFreeze`]: a server that stops reading with large
     /// arguments queued).
@@ -195,6 +200,7 @@ impl Fault {
             Self::HangOnInitialize => "hang_on_initialize",
             Self::HangOnCall => "hang_on_call",
             Self::SlowResponses { .. } => "slow_responses",
+            Self::ReorderedReplies => "reordered_replies",
             Self::NonJsonLines => "non_json_lines",
             Self::OverlongLine => "overlong_line",
             Self::NoiseBeforeHandshake { .. } => "noise_before_handshake",
@@ -286,6 +292,7 @@ impl Fault {
             Self::CrashAtStart { code } => vec!["--crash-at-start".into(), code.to_string()],
             Self::CrashAfterCalls { n } => vec!["--crash-after-calls".into(), n.to_string()],
             Self::SlowResponses { ms } => vec!["--slow-ms".into(), ms.to_string()],
+            Self::ReorderedReplies => v(&["--reorder-replies"]),
             Self::NonJsonLines => v(&["--garbage-on-call"]),
             Self::OverlongLine => v(&["--overlong-line"]),
             Self::HangOnInitialize => v(&["--hang-on-initialize"]),
@@ -373,6 +380,7 @@ impl Fault {
     pub(super) fn keeps_answering(&self) -> bool {
         match self {
             Self::SlowResponses { .. }
+            | Self::ReorderedReplies
             | Self::NonJsonLines
             | Self::NoiseBeforeHandshake { .. }
             | Self::IgnoreSigterm
@@ -475,10 +483,19 @@ impl Fault {
     pub(super) fn expected_in_workload(&self) -> &'static [&'static str] {
         match self {
             Self::CrashAfterCalls { .. } => &["transport_lost_during_call"],
-            Self::HttpSessionLoss { .. } => &["ok"],
-            Self::SupervisorPanic => &["ok"],
             _ => &[],
         }
+    }
+
+    /// The server comes back after this fault's trigger (a reconnect, a new
+    /// session, a restarted supervisor): a workload call made after the
+    /// trigger ends `ok`. Counted after the trigger only: calls made before
+    /// the fault prove nothing.
+    pub(super) fn recovers(&self) -> bool {
+        matches!(
+            self,
+            Self::CrashMidCall | Self::HttpSessionLoss { .. } | Self::SupervisorPanic
+        )
     }
 
     /// How often the server must have been asked `method`, at least, over
@@ -604,6 +621,7 @@ impl Fault {
             | Self::CrashAfterCalls { .. }
             | Self::HangOnInitialize
             | Self::SlowResponses { .. }
+            | Self::ReorderedReplies
             | Self::NoiseBeforeHandshake { .. }
             | Self::IgnoreSigterm
             | Self::Grandchild

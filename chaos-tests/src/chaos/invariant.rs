@@ -39,6 +39,9 @@ pub enum Invariant {
     NoLostReply,
     /// The run's secret value appears in no event, outcome, status or log (TRUST-2).
     NoSecretLeak,
+    /// Every workload call that ended `ok` got its own answer, not another
+    /// call's (its echo names its own nonce).
+    ReplyToItsCall,
     /// Each fault's own consequence, as docs/chaos.md promises it: its
     /// trigger's outcome kind, what the status says, how many syncs.
     ExpectedConsequences,
@@ -59,6 +62,7 @@ impl Invariant {
             Self::BoundedOutcome => "bounded_outcome",
             Self::ShutdownWithinDeadline => "shutdown_within_deadline",
             Self::NoLostReply => "no_lost_reply",
+            Self::ReplyToItsCall => "reply_to_its_call",
             Self::NoSecretLeak => "no_secret_leak",
             Self::ExpectedConsequences => "expected_consequences",
             Self::BoundedMemory => "bounded_memory",
@@ -320,6 +324,94 @@ pub(super) fn check_spawns(
     problems
 }
 
+/// How long after a failure's delay the next start may come: the
+/// replacement waits for the old process's close to be confirmed (a hung
+/// server is SIGTERMed 1 s after its stdin closed, RECO-3), then spawns;
+/// plus a loaded 2-core machine.
+pub(super) const RESTART_SLACK: Duration = Duration::from_secs(4);
+
+/// budget_respected from each failure to the next start (RECO-1): every
+/// `reconnecting(k)` status of a stdio server carries when the runtime
+/// registered the failure (`last_failure_unix_ms`); the server's next
+/// `start` line (its own clock, the same machine's) must come at least
+/// delay(k) after it (a runtime without backoff fails this, however long
+/// its spawns take) and at most delay(k) + [`RESTART_SLACK`] after it (so
+/// does one that never reconnects). Not judged: a wait that spans a
+/// supervisor restart (`restarts_ms`), and a failure too close to the
+/// shutdown (`shutdown_ms`) for its restart to be due.
+pub(super) fn check_restarts(
+    events: &[(Instant, RuntimeEvent)],
+    log: &Path,
+    policy: &ReconnectPolicy,
+    server: &str,
+    tag: &str,
+    restarts_ms: &[u128],
+    shutdown_ms: u128,
+) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        // check_spawns reports an unreadable log.
+        return Vec::new();
+    };
+    let mut starts: Vec<u128> = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some("start") && w.next() == Some(tag))
+                .then(|| w.nth(1).and_then(|ms| ms.parse().ok()))
+                .flatten()
+        })
+        .collect();
+    starts.sort_unstable();
+    let mut failures: Vec<(u128, u32)> = Vec::new();
+    for (_, e) in events {
+        let RuntimeEvent::ServerStatus(s) = e else {
+            continue;
+        };
+        if let (ServerState::Reconnecting { attempt, .. }, Some(at), "stdio") =
+            (&s.state, s.last_failure_unix_ms, s.transport)
+            && s.server == server
+            && !failures.iter().any(|(f, _)| *f == u128::from(at))
+        {
+            failures.push((u128::from(at), *attempt));
+        }
+    }
+    let mut problems = Vec::new();
+    for (failed, attempt) in failures {
+        let want = policy.delay_for_attempt(attempt).as_millis();
+        let ceiling = want + RESTART_SLACK.as_millis();
+        let restarted = |until: u128| {
+            restarts_ms
+                .iter()
+                .any(|r| failed <= *r + 250 && *r <= until)
+        };
+        match starts.iter().find(|s| **s > failed) {
+            Some(next) if restarted(*next) => {}
+            Some(next) => {
+                let gap = next - failed;
+                if gap + 1 < want {
+                    problems.push(format!(
+                        "{tag}: attempt {attempt} started {gap} ms after the failure, the schedule says {want} ms"
+                    ));
+                }
+                if gap > ceiling {
+                    problems.push(format!(
+                        "{tag}: attempt {attempt} started only {gap} ms after the failure, past {want} ms plus {} ms of slack",
+                        RESTART_SLACK.as_millis()
+                    ));
+                }
+            }
+            None if failed + ceiling < shutdown_ms && !restarted(shutdown_ms) => {
+                problems.push(format!(
+                    "{tag}: attempt {attempt} never started ({} ms between the failure and the shutdown)",
+                    shutdown_ms - failed
+                ));
+            }
+            None => {}
+        }
+    }
+    problems
+}
+
 /// no_double_send (CALL-5): every nonce of this run was executed at most
 /// once (the handler's lines) and sent at most once (the HTTP layer's `post`
 /// lines, which include requests answered with an error); and every call
@@ -408,7 +500,7 @@ mod tests {
         // A supervisor restart in between starts the schedule anew.
         assert!(check_budget(&early, &p, &[t0 + Duration::from_millis(1)]).is_empty());
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("schedule says 40ms"), "{problems:?}");
+        assert!(problems[0].contains("schedule says 200ms"), "{problems:?}");
         let past = vec![(
             t0,
             status(ServerState::Reconnecting { attempt: 4, of: 3 }, 1, 4),
@@ -420,7 +512,7 @@ mod tests {
                 status(ServerState::Reconnecting { attempt: 1, of: 3 }, 1, 1),
             ),
             (
-                t0 + Duration::from_millis(20),
+                t0 + Duration::from_millis(100),
                 status(ServerState::Connecting, 2, 1),
             ),
         ];
@@ -434,7 +526,7 @@ mod tests {
         let p = policy();
         std::fs::write(
             &log,
-            "start r-s 1 1000\nstart r-s 2 1030\nstart r-s 3 1035\nstart r-s__t 4 1000\n",
+            "start r-s 1 1000\nstart r-s 2 1150\nstart r-s 3 1155\nstart r-s__t 4 1000\n",
         )
         .unwrap();
         let problems = check_spawns(&log, &p, true, &["r-s", "r-s__t"], &[]);
@@ -446,21 +538,21 @@ mod tests {
         assert!(problems[1].contains("started 3 times"), "{problems:?}");
         std::fs::write(
             &log,
-            "start r-s 1 1000\nstart r-s 2 1020\nstart r-s 3 1060\nstart r-s 4 1140\n",
+            "start r-s 1 1000\nstart r-s 2 1100\nstart r-s 3 1300\nstart r-s 4 1700\n",
         )
         .unwrap();
         assert!(check_spawns(&log, &p, true, &["r-s"], &[]).is_empty());
-        // One outage's restarts 25 ms apart: past the first delay, short of
-        // the second and the third.
+        // One outage's restarts 125 ms apart: past the first delay, short
+        // of the second and the third.
         std::fs::write(
             &log,
-            "start r-s 1 1000\nstart r-s 2 1025\nstart r-s 3 1050\nstart r-s 4 1075\n",
+            "start r-s 1 1000\nstart r-s 2 1125\nstart r-s 3 1250\nstart r-s 4 1375\n",
         )
         .unwrap();
         let problems = check_spawns(&log, &p, true, &["r-s"], &[]);
         assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].contains("at least 40 ms"), "{problems:?}");
-        assert!(problems[1].contains("at least 80 ms"), "{problems:?}");
+        assert!(problems[0].contains("at least 200 ms"), "{problems:?}");
+        assert!(problems[1].contains("at least 400 ms"), "{problems:?}");
         // Starts of separate outages (a server that connects in between)
         // are held to the first delay only.
         assert!(check_spawns(&log, &p, false, &["r-s"], &[]).is_empty());
@@ -468,6 +560,48 @@ mod tests {
         std::fs::write(&log, "start r-s 1 1000\nstart r-s 2 1005\n").unwrap();
         assert!(check_spawns(&log, &p, false, &["r-s"], &[1003]).is_empty());
         assert_eq!(check_spawns(&log, &p, false, &["r-s"], &[]).len(), 1);
+        let _ = std::fs::remove_file(&log);
+    }
+
+    #[test]
+    fn restart_check_flags_a_restart_without_backoff_one_past_the_schedule_and_none_at_all() {
+        // CHAOS-2 budget_respected (issue 31): from each failure the runtime
+        // registered to the server's next start, both bounds.
+        let log = unique_temp_path("restarts.log");
+        let p = policy();
+        let want = p.delay_for_attempt(2).as_millis();
+        let slack = RESTART_SLACK.as_millis();
+        let t0 = Instant::now();
+        let mut failed = status(ServerState::Reconnecting { attempt: 2, of: 3 }, 1, 2);
+        if let RuntimeEvent::ServerStatus(s) = &mut failed {
+            s.transport = "stdio";
+            s.last_failure_unix_ms = Some(2000);
+        }
+        let events = vec![(t0, failed.clone()), (t0, failed)];
+        let check = |next: Option<u128>, shutdown: u128, restarts: &[u128]| {
+            let mut text = "start r-s 1 1000\n".to_owned();
+            if let Some(n) = next {
+                text.push_str(&format!("start r-s 2 {n}\n"));
+            }
+            std::fs::write(&log, text).unwrap();
+            check_restarts(&events, &log, &p, "s", "r-s", restarts, shutdown)
+        };
+        assert!(check(Some(2000 + want), 99_999, &[]).is_empty());
+        let early = check(Some(2005), 99_999, &[]);
+        assert_eq!(early.len(), 1, "{early:?}");
+        assert!(
+            early[0].contains("started 5 ms after the failure"),
+            "{early:?}"
+        );
+        assert!(
+            check(Some(2005), 99_999, &[2003]).is_empty(),
+            "a supervisor restart"
+        );
+        let late = check(Some(2000 + want + slack + 1), 99_999, &[]);
+        assert!(late[0].contains("started only"), "{late:?}");
+        let never = check(None, 2000 + want + slack + 1, &[]);
+        assert!(never[0].contains("never started"), "{never:?}");
+        assert!(check(None, 2000 + want + slack - 1, &[]).is_empty());
         let _ = std::fs::remove_file(&log);
     }
 

@@ -10,7 +10,8 @@ use mcpvisor::{Runtime, RuntimeEvent, ShutdownReport};
 
 use super::fault::Fault;
 use super::invariant::{
-    Invariant, ScenarioReport, Verdict, check_budget, check_double_send, check_spawns, verdict,
+    Invariant, ScenarioReport, Verdict, check_budget, check_double_send, check_restarts,
+    check_spawns, verdict,
 };
 use super::observe::{Observed, Recorder, Sampler};
 use super::scenario::Scenario;
@@ -84,6 +85,12 @@ pub const BREAKS: &[(&str, Invariant, &str)] = &[
         "slow_responses",
     ),
     ("outcome-kinds", Invariant::ExpectedConsequences, "is_error"),
+    ("cross-replies", Invariant::ReplyToItsCall, "slow_responses"),
+    (
+        "no-recovery",
+        Invariant::ExpectedConsequences,
+        "crash_mid_call",
+    ),
 ];
 
 impl RunOptions {
@@ -103,6 +110,8 @@ impl RunOptions {
             "backoff" => b.no_backoff = true,
             "outcome-events" => b.silent_outcomes = true,
             "outcome-kinds" => b.wrong_kinds = true,
+            "cross-replies" => b.cross_replies = true,
+            "no-recovery" => b.no_recovery = true,
             // Judged over a soak only (chaos --soak): see chaos_runner.rs.
             "leak" => b.leak = true,
             // A harder fault than the runtime handles (RECO-7's documented
@@ -207,6 +216,8 @@ struct Seen {
     /// The hooks' backgrounded processes still alive just before the
     /// shutdown (each hook's group kill should have taken them).
     hook_lingerers: Vec<u32>,
+    /// When the shutdown began, Unix ms (the servers' clock).
+    shutdown_ms: u128,
 }
 
 /// Run one scenario and judge it.
@@ -226,6 +237,7 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
     sequential_calls(&run, &mut tally).await;
     concurrent_calls(&run, &mut tally).await;
     trigger(&run, &mut tally).await;
+    tally.after_trigger = true;
     sequential_calls(&run, &mut tally).await;
     let seen = shutdown(&mut run, observers).await;
     let invariants = judge(&run, &seen, &tally).await;
@@ -256,6 +268,9 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
     }
     let last_status = serde_json::to_string(&run.runtime.status()).unwrap_or_default();
     let hook_lingerers = crate::processes_with_arg(&run.ids.hook_tag);
+    let shutdown_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let shut_started = Instant::now();
     let report = run.runtime.shutdown(SHUTDOWN_DEADLINE).await;
     let took = shut_started.elapsed();
@@ -274,6 +289,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         events,
         last_status,
         hook_lingerers,
+        shutdown_ms,
     }
 }
 
@@ -308,6 +324,15 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         &[&run.ids.main_tag, &run.ids.other_tag],
         &tally.supervisor_failures_ms,
     ));
+    budget.extend(check_restarts(
+        &seen.events,
+        &run.ids.log,
+        &policy(),
+        "s",
+        &run.ids.main_tag,
+        &tally.supervisor_failures_ms,
+        seen.shutdown_ms,
+    ));
     invariants.insert(
         Invariant::BudgetRespected,
         verdict(budget.is_empty(), || budget.join("; ")),
@@ -323,6 +348,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
     );
     invariants.insert(Invariant::BoundedOutcome, bounded_outcome(run, tally));
     invariants.insert(Invariant::NoLostReply, no_lost_reply(run, tally));
+    invariants.insert(Invariant::ReplyToItsCall, reply_to_its_call(tally));
     invariants.insert(Invariant::NoSecretLeak, no_secret_leak(run, seen, tally));
     invariants.insert(
         Invariant::ExpectedConsequences,
@@ -450,6 +476,24 @@ fn no_lost_reply(run: &Run<'_>, tally: &Tally) -> Verdict {
     })
 }
 
+/// reply_to_its_call: every workload call that ended `ok` got its own
+/// answer: the echo (or the resource read) names the call's own nonce,
+/// never another call's (a reply given to the wrong call is a silent wrong
+/// answer to the model).
+fn reply_to_its_call(tally: &Tally) -> Verdict {
+    if tally.answered == 0 {
+        return Verdict::Skip;
+    }
+    verdict(tally.crossed.is_empty(), || {
+        format!(
+            "{} of {} answers went to another call: {}",
+            tally.crossed.len(),
+            tally.answered,
+            summarise(&tally.crossed)
+        )
+    })
+}
+
 /// no_secret_leak (TRUST-2): the run's secret value appears in no event,
 /// outcome, status or event-log line.
 fn no_secret_leak(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
@@ -530,6 +574,35 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
                     "{}: no workload call ended {want}: {:?}",
                     fault.name(),
                     tally.workload_kinds
+                ));
+            }
+        }
+        // CALL-5 (issue 31): the call the server answered 404 for its
+        // session says it never ran.
+        if let Fault::HttpSessionLoss { .. } = fault {
+            judged = true;
+            let refused = tally.not_ok.iter().any(|n| {
+                n.contains("server_not_ready")
+                    && n.contains("not sent, nothing ran")
+                    && n.contains("HTTP 404")
+            });
+            if !refused {
+                problems.push(format!(
+                    "{}: no call says the server refused it unrun (HTTP 404): {}",
+                    fault.name(),
+                    summarise(&tally.not_ok)
+                ));
+            }
+        }
+        // Recovery is counted after the trigger only: calls made before
+        // the fault prove nothing about the server coming back.
+        if fault.recovers() && run.sc.calls > 0 {
+            judged = true;
+            if !tally.after_trigger_kinds.iter().any(|k| k == "ok") {
+                problems.push(format!(
+                    "{}: no workload call after the fault ended ok (the server never came back): {:?}",
+                    fault.name(),
+                    tally.after_trigger_kinds
                 ));
             }
         }

@@ -42,6 +42,7 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("slow_responses", |r| {
             vec![Fault::SlowResponses { ms: r.range(5, 40) }]
         }),
+        ("reordered_replies", |_| vec![Fault::ReorderedReplies]),
         ("non_json_lines", |_| vec![Fault::NonJsonLines]),
         ("overlong_line", |_| vec![Fault::OverlongLine]),
         ("noise_before_handshake", |r| {

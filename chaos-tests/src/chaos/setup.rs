@@ -28,8 +28,11 @@ use crate::{
 pub(super) fn policy() -> ReconnectPolicy {
     ReconnectPolicy {
         enabled: true,
-        initial_delay: Duration::from_millis(20),
-        max_delay: Duration::from_millis(160),
+        // Delays well above what a restart costs without any backoff
+        // (about 10–50 ms from a crash to the next start), so that
+        // budget_respected tells the two apart (issue 31).
+        initial_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(400),
         max_attempts: 3,
         jitter: false,
     }

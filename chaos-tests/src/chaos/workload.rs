@@ -57,6 +57,16 @@ pub(super) struct Tally {
     /// message (`none` when it finished), and the `tools/call` requests the
     /// server received during it.
     pub(super) turns: Vec<(&'static str, String, String, usize)>,
+    /// Workload calls that ended `ok` with another call's answer (the echo
+    /// or the resource names a nonce that is not theirs).
+    pub(super) crossed: Vec<String>,
+    /// Workload calls that ended `ok` (each answer was checked).
+    pub(super) answered: u64,
+    /// The trigger phase is over: workload calls from now on are the
+    /// recovery's.
+    pub(super) after_trigger: bool,
+    /// Each workload call's outcome kind after the trigger phase.
+    pub(super) after_trigger_kinds: Vec<String>,
     /// `browser_wont_die`: each browser call and its outcome kind, and the
     /// browser's pid (the seat's owned pid) before the shutdown.
     pub(super) browser: Vec<(&'static str, String)>,
@@ -94,6 +104,14 @@ impl Tally {
                 && o.kind.name() == "ok"
             {
                 self.ok_nonces.push(nonce.clone());
+                self.answered += 1;
+                if !answers(&o.projection, nonce) {
+                    self.crossed
+                        .push(format!("{what} ({nonce}) got {:?}", clip(&o.projection)));
+                }
+            }
+            if nonce.is_some() && self.after_trigger {
+                self.after_trigger_kinds.push(o.kind.name().to_owned());
             }
             if nonce.is_some() && o.kind.name() != "ok" {
                 let why = o.error.as_deref().unwrap_or_default();
@@ -118,6 +136,23 @@ impl Tally {
             Err(_) => self.hung.push(what),
         }
     }
+}
+
+/// True when `projection` is the answer to the call carrying `nonce`: it
+/// names that nonce (the echo's text, the resource's URI), and not as the
+/// start of a longer one (`run#1` in `run#12`).
+pub(super) fn answers(projection: &str, nonce: &str) -> bool {
+    projection.match_indices(nonce).any(|(at, _)| {
+        !projection[at + nonce.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
+/// The first 80 characters of `text`, for a violation's message.
+fn clip(text: &str) -> String {
+    text.chars().take(80).collect()
 }
 
 /// True when anything of `o` the caller or the model sees shows `secret`.

@@ -23,7 +23,7 @@ async fn a_stubborn_server_whose_connection_breaks_never_overlaps_its_replacemen
     // ~2.5 s; the replacement waits for its reap.
     let r = run_scenario(&scenario("overlong_line_stubborn"), &RunOptions::default()).await;
     assert!(r.violations().is_empty(), "{:#?}", r.violations());
-    assert_eq!(r.invariants.len(), 11);
+    assert_eq!(r.invariants.len(), 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,12 +138,34 @@ async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_sess
         r.invariants.get(&Invariant::NoDoubleSend),
         Some(&Verdict::Pass)
     );
-    assert!(
-        ended(&r, "server_not_ready") >= 1,
-        "the 404'd call is refused, not replayed: {:?}",
-        r.outcomes
+    // The 404'd call's own kind and words are expected_consequences' (issue
+    // 31): "not sent, nothing ran … HTTP 404", server_not_ready.
+    assert_eq!(
+        r.invariants.get(&Invariant::ExpectedConsequences),
+        Some(&Verdict::Pass)
     );
     assert!(ended(&r, "ok") >= 1, "{:?}", r.outcomes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_without_backoff_fails_budget_respected_where_it_once_passed() {
+    // Issue 31: zero backoff passed in hang_on_initialize and
+    // crash_after_calls (judged start to start, with no upper bound). From
+    // each failure to the next start, it fails there too, and only there.
+    for name in ["hang_on_initialize", "crash_after_calls", "crash_mid_call"] {
+        let mut opts = RunOptions::default();
+        assert!(opts.set_break("backoff"));
+        let r = run_scenario(&scenario(name), &opts).await;
+        let failed: Vec<Invariant> = r.violations().into_iter().map(|(i, _)| i).collect();
+        assert_eq!(
+            failed,
+            vec![Invariant::BudgetRespected],
+            "{name}: {:#?}",
+            r.violations()
+        );
+        let r = run_scenario(&scenario(name), &RunOptions::default()).await;
+        assert!(r.violations().is_empty(), "{name}: {:#?}", r.violations());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
