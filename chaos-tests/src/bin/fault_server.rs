@@ -214,6 +214,9 @@ const RESOURCE_CURSOR: &str = " opaque/+=cursor?&é ";
 /// A 1×1 PNG, canonical base64.
 const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
+/// The stderr tail a client keeps (mcpvisor's CONN-7 ring).
+const STDERR_TAIL: usize = 8 * 1024;
+
 /// What `--terminal-escapes` writes: an OSC 52 clipboard write and a
 /// colour change.
 const TERMINAL_ESCAPES: &str = "\x1b]52;c;ZXZpbA==\x07\x1b[31m";
@@ -1241,6 +1244,24 @@ fn main() -> std::process::ExitCode {
     }
     for name in args.print_env.iter().chain(&args.leak_env) {
         eprintln!("env {name}={}", std::env::var(name).unwrap_or_default());
+    }
+    // A leaked secret of 16 bytes or more is then cut in two by the 8 KiB
+    // stderr tail a client keeps: what follows it fills the tail but for
+    // the secret's second half (TRUST-2: a cut secret is still a secret).
+    if let Some(name) = &args.leak_env {
+        let len = std::env::var(name).unwrap_or_default().len();
+        if len >= 16 {
+            let fill = STDERR_TAIL - len / 2 - 1;
+            let line = "-".repeat(63);
+            let mut err = std::io::stderr().lock();
+            for _ in 0..fill / 64 {
+                let _ = writeln!(err, "{line}");
+            }
+            if !fill.is_multiple_of(64) {
+                let _ = writeln!(err, "{}", "-".repeat(fill % 64 - 1));
+            }
+            let _ = err.flush();
+        }
     }
     if args.terminal_escapes {
         eprintln!("starting{TERMINAL_ESCAPES}");

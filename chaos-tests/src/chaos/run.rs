@@ -218,6 +218,9 @@ struct Seen {
     hook_lingerers: Vec<u32>,
     /// When the shutdown began, Unix ms (the servers' clock).
     shutdown_ms: u128,
+    /// The scope's catalog and instructions just before the shutdown, as
+    /// JSON and text.
+    published: String,
 }
 
 /// Run one scenario and judge it.
@@ -267,6 +270,15 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         }
     }
     let last_status = serde_json::to_string(&run.runtime.status()).unwrap_or_default();
+    // What the runtime publishes of the servers (TRUST-2, issue 31): the
+    // catalog and the instructions, as a host or a gateway reads them.
+    let published = format!(
+        "{}\n{}",
+        serde_json::to_string(&run.runtime.tools(&mcpvisor::Scope::Global)).unwrap_or_default(),
+        run.runtime
+            .instructions(&mcpvisor::Scope::Global)
+            .join("\n")
+    );
     let hook_lingerers = crate::processes_with_arg(&run.ids.hook_tag);
     let shutdown_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -288,6 +300,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         excluded,
         events,
         last_status,
+        published,
         hook_lingerers,
         shutdown_ms,
     }
@@ -346,7 +359,7 @@ async fn judge(run: &Run<'_>, seen: &Seen, tally: &Tally) -> BTreeMap<Invariant,
         Invariant::OneOutcomePerCall,
         one_outcome_per_call(tally, &seen.events),
     );
-    invariants.insert(Invariant::BoundedOutcome, bounded_outcome(run, tally));
+    invariants.insert(Invariant::BoundedOutcome, bounded_outcome(tally));
     invariants.insert(Invariant::NoLostReply, no_lost_reply(run, tally));
     invariants.insert(Invariant::ReplyToItsCall, reply_to_its_call(tally));
     invariants.insert(Invariant::NoSecretLeak, no_secret_leak(run, seen, tally));
@@ -450,16 +463,12 @@ fn one_outcome_per_call(tally: &Tally, events: &[(Instant, RuntimeEvent)]) -> Ve
     })
 }
 
-/// bounded_outcome (CALL-4): the slowest call ended within its timeout, the
-/// cancel notice's margin (1 s), the PreToolUse hooks it waited for, and 2 s
-/// of slack for a loaded 2-core machine.
-fn bounded_outcome(run: &Run<'_>, tally: &Tally) -> Verdict {
-    let hooks: u64 = run.sc.faults.iter().map(Fault::hook_wait_s).sum();
-    let bound = run.sc.call_timeout() + Duration::from_secs(1 + hooks + 2);
-    let (slowest, what) = &tally.slowest;
-    verdict(*slowest <= bound, || {
-        format!("{what} took {slowest:?}, over the bound of {bound:?}")
-    })
+/// bounded_outcome (CALL-4): every call ended within its own bound: its
+/// timeout (a browser call's is the provider's), the cancel notice's 1 s
+/// margin, the PreToolUse hooks it waited for, and 1.5 s of slack for a
+/// loaded 2-core machine (`workload::call_bound`).
+fn bounded_outcome(tally: &Tally) -> Verdict {
+    verdict(tally.over_bound.is_empty(), || summarise(&tally.over_bound))
 }
 
 /// no_lost_reply: when every fault of the plan leaves the server answering,
@@ -474,6 +483,23 @@ fn no_lost_reply(run: &Run<'_>, tally: &Tally) -> Verdict {
         all.extend(tally.hung.iter().map(|h| format!("{h}: no outcome")));
         summarise(&all)
     })
+}
+
+/// The length of a piece of the secret that counts as showing it: a cut
+/// (a ring buffer's, a byte budget's) can leave part of it.
+const SECRET_WINDOW: usize = 8;
+
+/// True when `text` shows `secret`, or any [`SECRET_WINDOW`] characters of
+/// it in a row.
+pub(super) fn shows_part(text: &str, secret: &str) -> bool {
+    let bytes = secret.as_bytes();
+    if bytes.len() <= SECRET_WINDOW {
+        return text.contains(secret);
+    }
+    bytes
+        .windows(SECRET_WINDOW)
+        .filter_map(|w| std::str::from_utf8(w).ok())
+        .any(|w| text.contains(w))
 }
 
 /// reply_to_its_call: every workload call that ended `ok` got its own
@@ -501,27 +527,31 @@ fn no_secret_leak(run: &Run<'_>, seen: &Seen, tally: &Tally) -> Verdict {
         return Verdict::Skip;
     }
     let secret = run.ids.secret.as_str();
-    let mut leaks = tally.leaks.clone();
+    // The runtime's own surfaces first, then each call's outcome.
+    let mut leaks = Vec::new();
     let in_events = seen
         .events
         .iter()
-        .filter(|(_, e)| {
-            serde_json::to_string(e)
-                .unwrap_or_default()
-                .contains(secret)
-        })
+        .filter(|(_, e)| shows_part(&serde_json::to_string(e).unwrap_or_default(), secret))
         .count();
     if in_events > 0 {
         leaks.push(format!("{in_events} runtime event(s)"));
     }
-    if seen.last_status.contains(secret) {
+    if shows_part(&seen.last_status, secret) {
         leaks.push("the servers' status".into());
     }
+    if shows_part(&seen.published, secret) {
+        leaks.push("the published catalog or instructions".into());
+    }
+    if shows_part(&tally.model_requests, secret) {
+        leaks.push("a model request of a turn".into());
+    }
     match std::fs::read_to_string(&run.ids.event_log) {
-        Ok(log) if log.contains(secret) => leaks.push("the event log".into()),
+        Ok(log) if shows_part(&log, secret) => leaks.push("the event log".into()),
         Ok(_) => {}
         Err(e) => leaks.push(format!("the event log could not be read: {e}")),
     }
+    leaks.extend(tally.leaks.iter().cloned());
     verdict(leaks.is_empty(), || {
         format!("the secret value is in {}", summarise(&leaks))
     })

@@ -15,9 +15,32 @@ use crate::{wait_for, wait_for_status};
 /// Every server's `tool_call_timeout`.
 pub(super) const TOOL_CALL_TIMEOUT: Duration = Duration::from_millis(800);
 
-/// How long the runner waits for any one call's outcome before it counts
-/// the call as hung.
-const CALL_LIMIT: Duration = TOOL_CALL_TIMEOUT.saturating_add(Duration::from_secs(6));
+/// The documented margin past a call's timeout (CALL-4: the cancel
+/// notice is waited for at most 1 s, `CANCEL_NOTICE_WAIT`).
+const CANCEL_MARGIN: Duration = Duration::from_secs(1);
+
+/// Slack for a loaded 2-core machine, past a call's timeout and margin.
+const LOAD_SLACK: Duration = Duration::from_millis(1500);
+
+/// How much longer than its bound the runner waits for a call's outcome
+/// before it counts the call as hung (then `one_outcome_per_call` fails).
+const HANG_PAST_BOUND: Duration = Duration::from_secs(4);
+
+/// A browser call's own timeout: the native provider's, two actions and a
+/// launch (`BrowserNativeConfig`'s defaults, 15 s and 20 s).
+const BROWSER_CALL_TIMEOUT: Duration = Duration::from_secs(15 * 2 + 20);
+
+/// The bound of one call of server `s` (`bounded_outcome`): its timeout,
+/// the margin, the PreToolUse hooks it waits for, and the load slack.
+pub(super) fn call_bound(run: &Run<'_>) -> Duration {
+    let hooks: u64 = run.sc.faults.iter().map(Fault::hook_wait_s).sum();
+    run.sc.call_timeout() + CANCEL_MARGIN + Duration::from_secs(hooks) + LOAD_SLACK
+}
+
+/// The bound of a browser call: its own timeout, the margin and the slack.
+fn browser_bound() -> Duration {
+    BROWSER_CALL_TIMEOUT + CANCEL_MARGIN + LOAD_SLACK
+}
 
 /// The calls of a run and what came of them.
 #[derive(Debug, Default)]
@@ -26,8 +49,11 @@ pub(super) struct Tally {
     pub(super) issued: u64,
     /// Calls that returned an outcome.
     pub(super) returned: u64,
-    /// Calls with no outcome within [`CALL_LIMIT`].
+    /// Calls with no outcome within their bound plus [`HANG_PAST_BOUND`].
     pub(super) hung: Vec<String>,
+    /// Calls whose outcome came after their own bound, with how long each
+    /// took and its bound.
+    pub(super) over_bound: Vec<String>,
     /// Outcome kind → count.
     pub(super) outcomes: BTreeMap<String, u64>,
     /// The last echo nonce used.
@@ -67,6 +93,10 @@ pub(super) struct Tally {
     pub(super) after_trigger: bool,
     /// Each workload call's outcome kind after the trigger phase.
     pub(super) after_trigger_kinds: Vec<String>,
+    /// `secret_echo`: every request a tool-loop turn sent the model, as
+    /// JSON (its tools, instructions and tool results come from the leaky
+    /// server).
+    pub(super) model_requests: String,
     /// `browser_wont_die`: each browser call and its outcome kind, and the
     /// browser's pid (the seat's owned pid) before the shutdown.
     pub(super) browser: Vec<(&'static str, String)>,
@@ -89,11 +119,15 @@ impl Tally {
     /// showing `secret` is kept for `no_secret_leak`.
     fn record(
         &mut self,
-        (result, took): (Result<ToolOutcome, Elapsed>, Duration),
+        (result, took, bound): (Result<ToolOutcome, Elapsed>, Duration, Duration),
         what: String,
         nonce: Option<String>,
         secret: &str,
     ) {
+        if took > bound {
+            self.over_bound
+                .push(format!("{what} took {took:?}, over its bound of {bound:?}"));
+        }
         if let Ok(o) = &result {
             if nonce.is_some() {
                 self.workload_kinds.push(o.kind.name().to_owned());
@@ -155,29 +189,65 @@ fn clip(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
-/// True when anything of `o` the caller or the model sees shows `secret`.
+/// True when anything of `o` the caller or the model sees shows `secret`
+/// (or a piece of it, see [`super::run::shows_part`]).
 fn shows_secret(o: &ToolOutcome, secret: &str) -> bool {
-    o.projection.contains(secret)
-        || o.error.as_deref().is_some_and(|e| e.contains(secret))
-        || o.canonical
-            .as_ref()
-            .is_some_and(|c| c.to_string().contains(secret))
-        || o.notes.iter().any(|n| n.contains(secret))
+    let shows = |t: &str| super::run::shows_part(t, secret);
+    shows(&o.projection)
+        || o.error.as_deref().is_some_and(shows)
+        || o.canonical.as_ref().is_some_and(|c| shows(&c.to_string()))
+        || o.notes.iter().any(|n| shows(n))
 }
 
-/// Call the public tool `name`, bounded by [`CALL_LIMIT`].
+/// `secret_echo`: a tool-loop turn against a scripted model that calls
+/// `echo` once, then answers: the requests it got carry the scope's tools,
+/// the servers' instructions and the tool's result, all of them from the
+/// leaky server (TRUST-2, issue 31).
+async fn secret_turn(run: &Run<'_>, tally: &mut Tally) {
+    use crate::model::{ScriptedModel, openai_text, openai_tool_calls};
+    let replies = vec![
+        openai_tool_calls(&[("c1", "mcp__s__echo", r#"{"message":"from the model"}"#)]),
+        openai_text("done"),
+    ];
+    let Ok(model) = ScriptedModel::start(replies).await else {
+        tally.not_ok.push("the scripted model did not start".into());
+        return;
+    };
+    let mut route = mcpvisor::ModelRoute::new(
+        mcpvisor::Provider::OpenAi,
+        format!("{}/v1", model.base_url()),
+        "chaos",
+    );
+    route.idle_timeout = MODEL_IDLE;
+    let request = mcpvisor::TurnRequest::new(Scope::Global, route, "echo something");
+    // The turn's one tool call is a call of the run (its CallFinished).
+    tally.issued += 1;
+    tally.returned += 1;
+    let limit = (call_bound(run) + HANG_PAST_BOUND) * 2;
+    let _ = tokio::time::timeout(limit, run.runtime.turn(request, None)).await;
+    tally.model_requests = model
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+}
+
+/// Call the public tool `name`, whose outcome is due within `bound`;
+/// waited for at most [`HANG_PAST_BOUND`] longer.
 async fn call(
     runtime: &Runtime,
     name: &str,
     args: serde_json::Value,
-) -> (Result<ToolOutcome, Elapsed>, Duration) {
+    bound: Duration,
+) -> (Result<ToolOutcome, Elapsed>, Duration, Duration) {
     let started = tokio::time::Instant::now();
     let result = tokio::time::timeout(
-        CALL_LIMIT,
+        bound + HANG_PAST_BOUND,
         runtime.call(&Scope::Global, name, Some(args), CallOptions::default()),
     )
     .await;
-    (result, started.elapsed())
+    (result, started.elapsed(), bound)
 }
 
 /// The scenario's sequential workload calls, one after the other. Under an
@@ -214,7 +284,7 @@ pub(super) async fn sequential_calls(run: &Run<'_>, tally: &mut Tally) {
         let (tool, args, nonce) = tally.next_call(run);
         let n = tally.nonce;
         tally.issued += 1;
-        let result = call(&run.runtime, tool, args).await;
+        let result = call(&run.runtime, tool, args, call_bound(run)).await;
         tally.record(result, format!("{tool} #{n}"), Some(nonce), &run.ids.secret);
     }
 }
@@ -224,7 +294,10 @@ pub(super) async fn concurrent_calls(run: &Run<'_>, tally: &mut Tally) {
     let batch: Vec<_> = (0..run.sc.concurrent)
         .map(|_| {
             let (tool, args, nonce) = tally.next_call(run);
-            ((tool, nonce), call(&run.runtime, tool, args))
+            (
+                (tool, nonce),
+                call(&run.runtime, tool, args, call_bound(run)),
+            )
         })
         .collect();
     tally.issued += run.sc.concurrent;
@@ -270,11 +343,18 @@ async fn model_turn(run: &Run<'_>, fault: &Fault, tally: &mut Tally) {
     route.idle_timeout = MODEL_IDLE;
     let request = mcpvisor::TurnRequest::new(Scope::Global, route, "use echo");
     let started = tokio::time::Instant::now();
-    let outcome = tokio::time::timeout(CALL_LIMIT, run.runtime.turn(request, None)).await;
+    let bound = call_bound(run);
+    let outcome =
+        tokio::time::timeout(bound + HANG_PAST_BOUND, run.runtime.turn(request, None)).await;
     let took = started.elapsed();
     let what = format!("the {} turn", fault.name());
     if took > tally.slowest.0 {
         tally.slowest = (took, what.clone());
+    }
+    if took > bound {
+        tally
+            .over_bound
+            .push(format!("{what} took {took:?}, over its bound of {bound:?}"));
     }
     let (kind, message) = match outcome {
         Err(_) => ("no outcome".to_owned(), String::new()),
@@ -303,7 +383,7 @@ async fn browser_calls(run: &Run<'_>, tally: &mut Tally) {
         ("snapshot", "mcp__browser__snapshot", serde_json::json!({})),
     ] {
         tally.issued += 1;
-        let result = call(&run.runtime, tool, args).await;
+        let result = call(&run.runtime, tool, args, browser_bound()).await;
         let kind = match &result.0 {
             Ok(o) => o.kind.name().to_owned(),
             Err(_) => "no outcome".to_owned(),
@@ -335,6 +415,9 @@ fn tool_calls_logged(run: &Run<'_>) -> usize {
 pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     for fault in &run.sc.faults {
         model_turn(run, fault, tally).await;
+        if *fault == Fault::SecretEcho {
+            secret_turn(run, tally).await;
+        }
         if *fault == Fault::BrowserWontDie {
             browser_calls(run, tally).await;
         }
@@ -357,7 +440,7 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
         if let Some(map) = args.as_object_mut() {
             map.insert("nonce".into(), nonce.clone().into());
         }
-        let result = call(&run.runtime, &name, args).await;
+        let result = call(&run.runtime, &name, args, call_bound(run)).await;
         let (kind, notes) = match &result.0 {
             Ok(o) => (o.kind.name().to_owned(), o.notes.join("; ")),
             Err(_) => ("no outcome".to_owned(), String::new()),
