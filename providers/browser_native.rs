@@ -223,6 +223,9 @@ pub(crate) fn chromium_for(executable: Option<&std::path::Path>) -> Result<PathB
 /// page, and the snapshot generation.
 pub struct BrowserSession {
     pid: u32,
+    /// The launched browser's `MCPVISOR_TAG`: what it started that left
+    /// its process group dies with it (RECO-7).
+    tag: Option<String>,
     profile: PathBuf,
     cancel: CancellationToken,
     reaped: tokio::sync::watch::Receiver<bool>,
@@ -260,6 +263,13 @@ async fn launch(
             profile.display()
         )
     })?;
+    // One tag per launch: what this browser started is found, and killed,
+    // when it exits, without touching a browser launched after it.
+    let tag = format!(
+        "{}/{:016x}",
+        activation.process_tag("browser"),
+        rand::random::<u64>()
+    );
     let mut cmd = crate::actors::process::command(&exe);
     cmd.args([
         "--headless",
@@ -284,8 +294,31 @@ async fn launch(
     .arg(format!("--user-data-dir={}", profile.display()))
     .args(&config.extra_args)
     .arg("about:blank")
-    .env(TAG_VAR, activation.process_tag("browser"));
-    let (mut group, pipes) = ProcessGroup::spawn(&cmd).map_err(|e| {
+    .env(TAG_VAR, &tag);
+    // Everything Chromium writes outside its profile (dconf's cache, a
+    // crash database) goes inside it, and is removed with it.
+    let home = profile.join("home");
+    std::fs::create_dir_all(&home)
+        .map_err(|e| format!("cannot make the browser's home {}: {e}", home.display()))?;
+    cmd.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_DATA_HOME", home.join(".local/share"));
+    // Chromium's crash handlers run in sessions of their own (out of
+    // reach of the group kill) and outlive a browser that dies: swept by
+    // the tag when the leader has been reaped, however it ended.
+    let sweep_tag = tag.clone();
+    let on_exit = Box::new(move || {
+        tokio::spawn(async move {
+            let swept = crate::actors::process::kill_tagged(&sweep_tag, false, None);
+            let _ = crate::actors::process::still_running(
+                &swept.killed,
+                crate::actors::process::SWEPT_EXIT_WAIT,
+            )
+            .await;
+        });
+    });
+    let (mut group, pipes) = ProcessGroup::spawn_notifying(&cmd, on_exit).map_err(|e| {
         let _ = std::fs::remove_dir_all(&profile);
         format!("cannot start {}: {e}", exe.display())
     })?;
@@ -337,6 +370,7 @@ async fn launch(
     let reaped = group.unreaped().reaped;
     Ok(BrowserSession {
         pid,
+        tag: Some(tag),
         profile,
         cancel: CancellationToken::new(),
         reaped,
@@ -388,6 +422,7 @@ async fn attach(
     state.changed(activation);
     Ok(BrowserSession {
         pid: 0,
+        tag: None,
         profile: PathBuf::new(),
         cancel: CancellationToken::new(),
         reaped: cdp.gone,
@@ -567,6 +602,25 @@ impl BrowserSession {
             Some(_) => {
                 report.processes_reaped.push(self.pid);
                 *group = None;
+                // A process the browser started that left its group goes
+                // too: Chromium's crash handlers run in sessions of their
+                // own and outlive the browser (they cannot be turned off
+                // without breaking its network service).
+                if let Some(tag) = &self.tag {
+                    let swept = crate::actors::process::kill_tagged(tag, false, Some(self.pid));
+                    let left = crate::actors::process::still_running(
+                        &swept.killed,
+                        crate::actors::process::SWEPT_EXIT_WAIT,
+                    )
+                    .await;
+                    report.escaped.extend(swept.escaped);
+                    report.unconfirmed.extend(left.iter().map(|p| {
+                        format!(
+                            "process {p} of browser {} still runs after SIGKILL",
+                            self.pid
+                        )
+                    }));
+                }
                 if let Err(e) = std::fs::remove_dir_all(&self.profile)
                     && e.kind() != std::io::ErrorKind::NotFound
                 {

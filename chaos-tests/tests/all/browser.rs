@@ -486,6 +486,11 @@ async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
     let pids = browser_pids(&rt).await;
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_ne!(pids[0], pids[1]);
+    // Issue 31: what the browsers write outside their profiles (dconf's
+    // cache, a crash database) goes to a home inside them; and their
+    // crash handlers (in sessions of their own) die with them (below).
+    let ours = processes_homed_under(&root);
+    assert!(ours.len() >= 2, "the browsers' HOME is not under {root:?}");
     // Each activation sees its own page.
     let sa = call(&rt, &a, "snapshot", json!({})).await;
     let sb = call(&rt, &b, "snapshot", json!({})).await;
@@ -500,9 +505,19 @@ async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
         !rt.tools(&a).iter().any(|t| t.name.ends_with("__evaluate")),
         "evaluate is offered by default"
     );
+    let homes: Vec<(u32, std::path::PathBuf)> =
+        pids.iter().map(|p| (*p, home_of(*p).unwrap())).collect();
     let report = act_a.close().await.unwrap();
     assert_eq!(report.processes_reaped.len(), 1, "{report:?}");
     let gone = report.processes_reaped[0];
+    // Nothing the closed browser started lives on (its crash handlers
+    // left its group: the tag sweep takes them).
+    let (_, home) = homes.iter().find(|(p, _)| *p == gone).unwrap();
+    let left = processes_homed_under(home);
+    assert!(
+        left.is_empty(),
+        "the closed browser's processes live on: {left:?}"
+    );
     assert!(pids.contains(&gone));
     // Reported reaped means reaped: not running, and not even a zombie.
     assert!(
@@ -517,6 +532,44 @@ async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
     let report = rt.shutdown(Duration::from_secs(20)).await;
     assert!(report.is_clean(), "{report:?}");
     assert_nothing_left(&root).await;
+    let left = processes_homed_under(&root);
+    assert!(
+        left.is_empty(),
+        "processes of the browsers live on: {left:?}"
+    );
+}
+
+/// The `MCPVISOR_TAG` in process `pid`'s environment.
+fn tag_of(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"MCPVISOR_TAG="))
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+}
+
+/// The `HOME` in process `pid`'s environment.
+fn home_of(pid: u32) -> Option<std::path::PathBuf> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"HOME="))
+        .map(|h| std::path::PathBuf::from(String::from_utf8_lossy(h).into_owned()))
+}
+
+/// Processes whose `HOME` is under `root` (a browser's, and whatever it
+/// started).
+fn processes_homed_under(root: &Path) -> Vec<u32> {
+    let wanted = format!("HOME={}", root.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|v| v.starts_with(wanted.as_bytes()))
+            })
+        })
+        .collect()
 }
 
 /// CALL-4: a navigation to a page that never answers ends at the action
@@ -605,11 +658,20 @@ async fn a_browser_killed_mid_action_fails_that_call_and_the_next_gets_a_new_bro
     };
     // The browser is in the middle of the navigation: kill it.
     site.hung.recv().await.unwrap();
+    let tag = tag_of(old[0]).expect("the browser carries its tag");
     let started = tokio::time::Instant::now();
     unsafe {
         libc::kill(old[0] as i32, libc::SIGKILL);
     }
     let out = hanging.await.unwrap();
+    // Issue 31: nothing the killed browser started outlives it, not even
+    // its crash handlers, which run in sessions of their own.
+    for p in mcpvisor_chaos::tagged_processes("MCPVISOR_TAG", &tag) {
+        assert!(
+            mcpvisor_chaos::wait_gone(p, Duration::from_secs(5)).await,
+            "process {p} of the killed browser lives on"
+        );
+    }
     assert_eq!(
         out.kind,
         OutcomeKind::TransportLostDuringCall,
