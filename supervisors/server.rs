@@ -1107,7 +1107,7 @@ async fn connect_when_clear(
     st: &mut ServerSupervisorState,
     attempt: u32,
 ) {
-    if st.barrier.is_clear() {
+    if st.barrier.is_clear() || st.chaos.skip_close_barrier {
         start_connection(myself, st, attempt).await;
     } else {
         st.enter(Phase::AwaitingClose { attempt });

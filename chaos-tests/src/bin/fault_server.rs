@@ -1156,6 +1156,12 @@ async fn http_fault_layer(
         }
         // Once: the session is forgotten, as if the server restarted.
         HttpFault::SessionLoss(after) if is_call && has_session && n == after + 1 => {
+            if let Some(path) = &state.log
+                && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+            {
+                let body = String::from_utf8_lossy(&bytes).replace('\n', " ");
+                let _ = f.write_all(format!("refused-404 tools/call {body}\n").as_bytes());
+            }
             return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
         }
         // The reply starts as an SSE stream and then never sends an event.

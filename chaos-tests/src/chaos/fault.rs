@@ -116,6 +116,11 @@ pub enum Fault {
     /// call's own id as a string (`"3"` for 3): every call must get its
     /// own answer, whatever the order and the id types (CONN-6, CALL-4).
     ReorderedReplies,
+    /// After the trigger phase the runner drives the admin paths against
+    /// server `s`: `restart_server`, turning it off and on, removing it and
+    /// adding it again; each must leave it ready, with its old process
+    /// gone before the new one starts (RECO-3, TRUST-1).
+    AdminPaths,
     /// Every workload call carries `bytes` of extra arguments (with
     /// [`Fault::StdinFreeze`]: a server that stops reading with large
     /// arguments queued).
@@ -201,6 +206,7 @@ impl Fault {
             Self::HangOnCall => "hang_on_call",
             Self::SlowResponses { .. } => "slow_responses",
             Self::ReorderedReplies => "reordered_replies",
+            Self::AdminPaths => "admin_paths",
             Self::NonJsonLines => "non_json_lines",
             Self::OverlongLine => "overlong_line",
             Self::NoiseBeforeHandshake { .. } => "noise_before_handshake",
@@ -293,6 +299,7 @@ impl Fault {
             Self::CrashAfterCalls { n } => vec!["--crash-after-calls".into(), n.to_string()],
             Self::SlowResponses { ms } => vec!["--slow-ms".into(), ms.to_string()],
             Self::ReorderedReplies => v(&["--reorder-replies"]),
+            Self::AdminPaths => Vec::new(),
             Self::NonJsonLines => v(&["--garbage-on-call"]),
             Self::OverlongLine => v(&["--overlong-line"]),
             Self::HangOnInitialize => v(&["--hang-on-initialize"]),
@@ -381,6 +388,7 @@ impl Fault {
         match self {
             Self::SlowResponses { .. }
             | Self::ReorderedReplies
+            | Self::AdminPaths
             | Self::NonJsonLines
             | Self::NoiseBeforeHandshake { .. }
             | Self::IgnoreSigterm
@@ -494,7 +502,10 @@ impl Fault {
     pub(super) fn recovers(&self) -> bool {
         matches!(
             self,
-            Self::CrashMidCall | Self::HttpSessionLoss { .. } | Self::SupervisorPanic
+            Self::CrashMidCall
+                | Self::HttpSessionLoss { .. }
+                | Self::SupervisorPanic
+                | Self::AdminPaths
         )
     }
 
@@ -622,6 +633,7 @@ impl Fault {
             | Self::HangOnInitialize
             | Self::SlowResponses { .. }
             | Self::ReorderedReplies
+            | Self::AdminPaths
             | Self::NoiseBeforeHandshake { .. }
             | Self::IgnoreSigterm
             | Self::Grandchild

@@ -63,6 +63,13 @@ pub const BREAKS: &[(&str, Invariant, &str)] = &[
         Invariant::NoOverlap,
         "overlong_line_stubborn",
     ),
+    // The same switch on the admin paths: a restart, a switch-on and a
+    // re-add must wait for the stubborn old process too.
+    (
+        "close-barrier",
+        Invariant::NoOverlap,
+        "admin_paths_stubborn",
+    ),
     (
         "escape-sweep",
         Invariant::NoOrphans,
@@ -189,6 +196,8 @@ pub(super) struct Run<'a> {
     pub(super) hook_files: Vec<PathBuf>,
     /// What went wrong while setting up (judged by shutdown_within_deadline).
     pub(super) problems: Vec<String>,
+    /// Server `s`'s config as it was added (the admin paths add it again).
+    pub(super) main_config: Option<mcpvisor::ServerConfig>,
 }
 
 /// The observers of a run, stopped at shutdown.
@@ -608,20 +617,23 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
             }
         }
         // CALL-5 (issue 31): the call the server answered 404 for its
-        // session says it never ran.
+        // session (fault-server logs it) says it never ran. One that ended
+        // `ok` was re-sent: that is `no_double_send`'s to judge.
         if let Fault::HttpSessionLoss { .. } = fault {
             judged = true;
-            let refused = tally.not_ok.iter().any(|n| {
-                n.contains("server_not_ready")
-                    && n.contains("not sent, nothing ran")
-                    && n.contains("HTTP 404")
+            let log = std::fs::read_to_string(&run.ids.log).unwrap_or_default();
+            let refused = tally.by_nonce.iter().filter(|(nonce, _, _)| {
+                log.lines()
+                    .any(|l| l.starts_with("refused-404 ") && l.contains(&format!("\"{nonce}\"")))
             });
-            if !refused {
-                problems.push(format!(
-                    "{}: no call says the server refused it unrun (HTTP 404): {}",
-                    fault.name(),
-                    summarise(&tally.not_ok)
-                ));
+            for (nonce, kind, error) in refused {
+                let said = kind == "server_not_ready" && error.contains("not sent, nothing ran");
+                if kind != "ok" && !said {
+                    problems.push(format!(
+                        "{}: the call the server answered 404 ({nonce}) ended {kind}, not \"not sent\": {error}",
+                        fault.name()
+                    ));
+                }
             }
         }
         // Recovery is counted after the trigger only: calls made before

@@ -43,6 +43,10 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
             vec![Fault::SlowResponses { ms: r.range(5, 40) }]
         }),
         ("reordered_replies", |_| vec![Fault::ReorderedReplies]),
+        ("admin_paths", |_| vec![Fault::AdminPaths]),
+        ("admin_paths_stubborn", |_| {
+            vec![Fault::AdminPaths, Fault::IgnoreSigterm]
+        }),
         ("non_json_lines", |_| vec![Fault::NonJsonLines]),
         ("overlong_line", |_| vec![Fault::OverlongLine]),
         ("noise_before_handshake", |r| {

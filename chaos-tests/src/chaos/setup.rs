@@ -123,6 +123,7 @@ pub(super) async fn setup<'a>(
         peer: None,
         hook_files,
         problems,
+        main_config: None,
     };
     add_servers(&mut run, &sampler).await;
     // Settle: every server ready, or failed/exhausted.
@@ -229,6 +230,7 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
         }
         if cfg.server_name == "s" {
             cfg.idle_stop_after = sc.idle_stop();
+            run.main_config = Some(cfg.clone());
         }
         if let Err(e) = run.runtime.add_server(Scope::Global, cfg).await {
             run.problems.push(e.to_string());

@@ -62,6 +62,8 @@ pub(super) struct Tally {
     pub(super) slowest: (Duration, String),
     /// Workload calls (not triggers) that ended other than `ok`, with how.
     pub(super) not_ok: Vec<String>,
+    /// Every workload call's nonce, outcome kind and error text.
+    pub(super) by_nonce: Vec<(String, String, String)>,
     /// Outcomes that showed the run's secret value.
     pub(super) leaks: Vec<String>,
     /// The nonces of the workload calls that ended `ok`.
@@ -76,7 +78,8 @@ pub(super) struct Tally {
     pub(super) workload_took: Vec<Duration>,
     /// When the runner made the server's supervisor fail (a restart starts
     /// the reconnect schedule anew, so `budget_respected` skips across it),
-    /// on the runner's clock and as Unix ms (fault-server's start lines).
+    /// on the runner's clock and as Unix ms (fault-server's start lines);
+    /// the Unix ms also hold when an admin path started it anew.
     pub(super) supervisor_failures: Vec<std::time::Instant>,
     pub(super) supervisor_failures_ms: Vec<u128>,
     /// Each model fault's turn: the fault, its `TurnError` kind and
@@ -129,6 +132,13 @@ impl Tally {
                 .push(format!("{what} took {took:?}, over its bound of {bound:?}"));
         }
         if let Ok(o) = &result {
+            if let Some(nonce) = &nonce {
+                self.by_nonce.push((
+                    nonce.clone(),
+                    o.kind.name().to_owned(),
+                    o.error.clone().unwrap_or_default(),
+                ));
+            }
             if nonce.is_some() {
                 self.workload_kinds.push(o.kind.name().to_owned());
                 self.workload_notes.push(o.notes.join("\n"));
@@ -476,6 +486,9 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
                 .fail_server_supervisor_for_chaos(&Scope::Global, "s");
         }
     }
+    if run.sc.faults.contains(&Fault::AdminPaths) {
+        admin_paths(run, tally).await;
+    }
     // A lost session is mended by a reconnect, and the last phase's calls
     // are to go over it: wait for it, bounded. (`settle` alone can return
     // before the supervisor has even seen the 404'd connection go; then the
@@ -501,6 +514,86 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
     }
     // Give a reconnect the chance to happen, bounded.
     settle(&run.runtime, Duration::from_secs(5)).await;
+}
+
+/// How long one admin operation, and the server's return to `ready`
+/// after it, may take (a stubborn old process needs about 2.5 s to close).
+const ADMIN_LIMIT: Duration = Duration::from_secs(15);
+
+/// `admin_paths`: restart server `s`, turn it off and on, remove it and
+/// add it again, each time waiting until it is ready on a new connection.
+/// What goes wrong is a workload failure (`no_lost_reply`); that no two
+/// processes of `s` overlapped on the way is `no_overlap`'s.
+async fn admin_paths(run: &Run<'_>, tally: &mut Tally) {
+    let g = Scope::Global;
+    let rt = &run.runtime;
+    let conn_gen = || {
+        rt.status()
+            .iter()
+            .find(|s| s.server == "s")
+            .map_or(0, |s| s.connection_generation)
+    };
+    let mut problems = Vec::new();
+    for op in ["restart", "off and on", "remove and add"] {
+        let before = conn_gen();
+        // An admin path starts the server anew, with no backoff: the
+        // reconnect schedule is judged around it, not across it.
+        tally.supervisor_failures_ms.push(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis()),
+        );
+        let mut events = rt.subscribe();
+        let done = tokio::time::timeout(ADMIN_LIMIT, async {
+            match op {
+                "restart" => rt.restart_server(&g, "s").await.map_err(|e| e.to_string()),
+                "off and on" => {
+                    rt.set_server_enabled(&g, "s", false)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())?;
+                    rt.set_server_enabled(&g, "s", true)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+                _ => {
+                    rt.remove_server(&g, "s")
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())?;
+                    let Some(cfg) = run.main_config.clone() else {
+                        return Err("no config of s to add again".to_owned());
+                    };
+                    rt.add_server(g.clone(), cfg)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            }
+        })
+        .await;
+        match done {
+            Err(_) => problems.push(format!("{op}: no answer within {ADMIN_LIMIT:?}")),
+            Ok(Err(e)) => problems.push(format!("{op}: {e}")),
+            Ok(Ok(())) => {
+                // A re-added server counts its connections anew.
+                let fresh = op == "remove and add";
+                let back = wait_for_status(rt, &mut events, "s", ADMIN_LIMIT, |s| {
+                    s.state == ServerState::Ready
+                        && s.tools > 0
+                        && (fresh || s.connection_generation > before)
+                })
+                .await;
+                if let Err(e) = back {
+                    problems.push(format!("{op}: not ready again: {e}"));
+                }
+            }
+        }
+    }
+    tally
+        .not_ok
+        .extend(problems.into_iter().map(|p| format!("admin path {p}")));
 }
 
 /// Wait until every server has left `connecting`/`reconnecting` and no
