@@ -2040,17 +2040,17 @@ mod props {
 
 #[cfg(test)]
 mod call_reply_props {
-    //! Property tests of the `tools/call` reply fast path (`call_reply`,
-    //! reached through `decode`, beside `tools_page`): replies to awaited
-    //! calls, in any order, among decoys that must never answer a call
-    //! (issue 31, "The runner must be able to see these").
+    //! Property tests of the raw reply fast paths (`call_reply` and
+    //! `tools_page`, reached through `decode`): replies to awaited calls and
+    //! to a `tools/list`, in any order, among decoys that must never answer
+    //! them (issue 31, "The runner must be able to see these").
 
     use super::*;
     use crate::messages::prop_gen::{config, tricky_text};
     use proptest::prelude::*;
     use rmcp::model::{
         CallToolRequest, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest,
-        JsonRpcMessage, NumberOrString,
+        JsonRpcMessage, ListToolsRequest, NumberOrString,
     };
     use rmcp::transport::Transport;
     use serde_json::{Value, json};
@@ -2069,6 +2069,10 @@ mod call_reply_props {
         /// A request of the server's, with an id from its own id space
         /// (a string, or a number an awaited call has too).
         Request { id: Value },
+        /// The page answering the awaited `tools/list` `id`.
+        Page { id: i64, tools: Vec<Value> },
+        /// A page whose id is the string form of the awaited `tools/list`'s.
+        StringPage { id: i64, tools: Vec<Value> },
     }
 
     impl Wire {
@@ -2084,15 +2088,33 @@ mod call_reply_props {
                     json!({"jsonrpc": "2.0", "id": id.to_string(), "result": result(text)})
                 }
                 Wire::Request { id } => json!({"jsonrpc": "2.0", "id": id, "method": "ping"}),
+                Wire::Page { id, tools } => {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}})
+                }
+                Wire::StringPage { id, tools } => {
+                    json!({"jsonrpc": "2.0", "id": id.to_string(), "result": {"tools": tools}})
+                }
             };
             format!("{v}\n")
         }
     }
 
-    /// The calls sent (distinct numeric ids, each with its reply's text and
-    /// whether it is answered by a reply with both `result` and `error`),
-    /// and every line the server writes, shuffled.
-    fn exchange() -> impl Strategy<Value = (Vec<i64>, Vec<Wire>)> {
+    /// The tools of a page: well formed, or not (the catalog judges them).
+    fn tools() -> impl Strategy<Value = Vec<Value>> {
+        let tool = prop_oneof![
+            3 => tricky_text().prop_map(|name| json!({"name": name, "inputSchema": {"type": "object"}})),
+            1 => tricky_text().prop_map(|t| json!({"name": 3, "title": t})),
+        ];
+        prop::collection::vec(tool, 0..4)
+    }
+
+    /// An exchange: the calls sent (distinct numeric ids; each answered by
+    /// its reply with its own text, or by a reply with both `result` and
+    /// `error`), maybe a `tools/list` sent (an id no call has), and every
+    /// line the server writes, shuffled.
+    type Exchange = (Vec<i64>, Option<i64>, Vec<Wire>);
+
+    fn exchange() -> impl Strategy<Value = Exchange> {
         let ids = prop::collection::btree_set(prop_oneof![3 => 0i64..20, 1 => any::<i64>()], 1..8);
         ids.prop_flat_map(|ids| {
             let ids: Vec<i64> = ids.into_iter().collect();
@@ -2108,9 +2130,13 @@ mod call_reply_props {
                 (0..n).prop_map(|at| (at, None, None)),
             ];
             let decoys = prop::collection::vec(decoy, 0..6);
-            (Just(ids), answers, decoys)
+            // The list's id, its page, and whether a string-id page comes too.
+            let taken = ids.clone();
+            let list = prop::option::weighted(0.5, (0i64..40, tools(), tools(), any::<bool>()))
+                .prop_map(move |l| l.filter(|(id, ..)| !taken.contains(id)));
+            (Just(ids), answers, decoys, list)
         })
-        .prop_flat_map(|(ids, answers, decoys)| {
+        .prop_flat_map(|(ids, answers, decoys, list)| {
             let mut lines: Vec<Wire> = ids
                 .iter()
                 .zip(answers)
@@ -2131,13 +2157,28 @@ mod call_reply_props {
                     (None, None) => Wire::Request { id: json!(id) },
                 });
             }
-            (Just(ids), Just(lines).prop_shuffle())
+            let list_id = list.as_ref().map(|(id, ..)| *id);
+            if let Some((id, tools, decoy_tools, decoy)) = list {
+                lines.push(Wire::Page { id, tools });
+                if decoy {
+                    lines.push(Wire::StringPage {
+                        id,
+                        tools: decoy_tools,
+                    });
+                }
+            }
+            (Just(ids), Just(list_id), Just(lines).prop_shuffle())
         })
     }
 
-    /// Mark `ids` as sent `tools/call` requests, write `lines`, close
-    /// stdout, and read every message the transport hands out.
-    fn run(ids: &[i64], lines: &[Wire]) -> (Vec<RxJsonRpcMessage<RoleClient>>, usize) {
+    /// What the transport handed out, in order, how many calls it still
+    /// awaits, and the connection's diagnostics (with the stashed pages).
+    type Run = (Vec<RxJsonRpcMessage<RoleClient>>, usize, Arc<Diagnostics>);
+
+    /// Mark `ids` as sent `tools/call` requests (and `list` as a sent
+    /// `tools/list`), write `lines`, close stdout, and read every message
+    /// the transport hands out.
+    fn run(ids: &[i64], list: Option<i64>, lines: &[Wire]) -> Run {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -2146,8 +2187,14 @@ mod call_reply_props {
             let bytes: String = lines.iter().map(Wire::line).collect();
             let (client_out, mut server_out) = tokio::io::duplex(bytes.len() + 1);
             let (client_in, _server_in) = tokio::io::duplex(64);
-            let mut t =
-                StdioTransport::new(client_in, client_out, Arc::new(Diagnostics::default()));
+            let diag = Arc::new(Diagnostics::default());
+            let mut t = StdioTransport::new(client_in, client_out, diag.clone());
+            if let Some(id) = list {
+                t.note_sent(&ClientJsonRpcMessage::request(
+                    ClientRequest::ListToolsRequest(ListToolsRequest::default()),
+                    NumberOrString::Number(id),
+                ));
+            }
             for &id in ids {
                 t.note_sent(&ClientJsonRpcMessage::request(
                     ClientRequest::CallToolRequest(CallToolRequest::new(
@@ -2162,7 +2209,7 @@ mod call_reply_props {
             while let Some(msg) = t.receive().await {
                 got.push(msg);
             }
-            (got, t.calls_pending.len())
+            (got, t.calls_pending.len(), diag)
         })
     }
 
@@ -2184,19 +2231,23 @@ mod call_reply_props {
 
         #[test]
         fn every_awaited_call_gets_its_own_reply_once_and_decoys_answer_none(
-            (ids, lines) in exchange(),
+            (ids, list, lines) in exchange(),
         ) {
             // CALL-3, CALL-4 (issue 31): whatever the order, each awaited
             // call is answered once, by its own reply (or, for a reply with
             // both result and error, by an unreadable-reply error); a reply
             // whose id is the string "3" answers no call 3; a server request
-            // keeps its id, whatever number it reuses.
-            let (got, still_pending) = run(&ids, &lines);
+            // keeps its id, whatever number it reuses. The awaited
+            // tools/list's page is stashed raw, its string twin is not.
+            let (got, still_pending, diag) = run(&ids, list, &lines);
             prop_assert_eq!(got.len(), lines.len(), "one message per line: {:?}", got);
             prop_assert_eq!(still_pending, 0, "calls_pending ends empty");
             let mut answers: Vec<i64> = got.iter().filter_map(answered).collect();
             answers.sort_unstable();
-            prop_assert_eq!(&answers, &ids, "each awaited call answered exactly once");
+            let mut expected = ids.clone();
+            expected.extend(list);
+            expected.sort_unstable();
+            prop_assert_eq!(&answers, &expected, "each awaited request answered exactly once");
 
             for (wire, msg) in lines.iter().zip(&got) {
                 let v = serde_json::to_value(msg).unwrap();
@@ -2216,6 +2267,22 @@ mod call_reply_props {
                         prop_assert!(matches!(msg, JsonRpcMessage::Error(_)), "{}", v);
                         prop_assert_eq!(answered(msg), Some(*id));
                         prop_assert_eq!(&v["error"]["code"], &json!(UNREADABLE_REPLY_CODE));
+                    }
+                    Wire::Page { id, tools } => {
+                        prop_assert_eq!(answered(msg), Some(*id), "{}", v);
+                        // rmcp gets the page with no tools; the fetch takes
+                        // them raw, once.
+                        let mut typed = serde_json::to_value(typed.unwrap()).unwrap();
+                        typed["result"]["tools"] = json!([]);
+                        prop_assert_eq!(&v["result"]["tools"], &json!([]));
+                        prop_assert_eq!(&v["id"], &typed["id"]);
+                        prop_assert_eq!(diag.take_tools_page(&id.to_string()), Some(tools.clone()));
+                    }
+                    Wire::StringPage { id, .. } => {
+                        prop_assert_eq!(answered(msg), None, "{}", v);
+                        let typed = serde_json::to_value(typed.unwrap()).unwrap();
+                        prop_assert_eq!(&v, &typed);
+                        prop_assert_eq!(diag.take_tools_page(&json!(id.to_string()).to_string()), None);
                     }
                     Wire::StringId { .. } | Wire::Request { .. } => {
                         // Read exactly as rmcp reads it, and never a call's answer.
