@@ -82,3 +82,50 @@ pub(crate) fn any_name() -> BoxedStrategy<String> {
     ]
     .boxed()
 }
+
+/// `text` cut at the char boundaries nearest `cuts` (in any order, repeats
+/// allowed): the pieces, some maybe empty, that concatenate back to `text`.
+pub(crate) fn cut(text: &str, cuts: &[prop::sample::Index]) -> Vec<String> {
+    let mut at: Vec<usize> = cuts
+        .iter()
+        .map(|c| crate::messages::budget::floor_char_boundary(text, c.index(text.len() + 1)))
+        .collect();
+    at.sort_unstable();
+    let mut pieces = Vec::with_capacity(at.len() + 1);
+    let mut from = 0;
+    for to in at {
+        pieces.push(text[from..to].to_owned());
+        from = to;
+    }
+    pieces.push(text[from..].to_owned());
+    pieces
+}
+
+/// One sequence made of `streams`, each stream's items in their order,
+/// the streams' items interleaved as `picks` choose. With `starts_in_order`
+/// a stream's first item comes only after the first item of every stream
+/// before it (calls that open in the order they were made).
+pub(crate) fn interleave<T>(
+    streams: Vec<Vec<T>>,
+    picks: &[prop::sample::Index],
+    starts_in_order: bool,
+) -> Vec<T> {
+    let mut streams: Vec<std::collections::VecDeque<T>> =
+        streams.into_iter().map(Into::into).collect();
+    let mut started = vec![false; streams.len()];
+    let mut out = Vec::new();
+    let mut picks = picks.iter().cycle();
+    loop {
+        // The streams that may give their next item now.
+        let ready: Vec<usize> = (0..streams.len())
+            .filter(|&s| !streams[s].is_empty())
+            .filter(|&s| !starts_in_order || started[s] || started[..s].iter().all(|b| *b))
+            .collect();
+        let Some(&first) = ready.first() else {
+            return out;
+        };
+        let s = picks.next().map_or(first, |p| ready[p.index(ready.len())]);
+        started[s] = true;
+        out.extend(streams[s].pop_front());
+    }
+}

@@ -447,3 +447,240 @@ mod tests {
         assert!(e.contains("rate limited"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the Chat Completions stream decoder (issue 31,
+    //! "The runner must be able to see these"): a round comes out the same
+    //! however its text and each call's arguments are cut into deltas, and
+    //! no chunk, however wrong, makes it panic.
+
+    use super::*;
+    use crate::messages::prop_gen::{config, cut, interleave, json_value, key, tricky_text};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    /// A tool call as the model makes it: its id, name and arguments' text.
+    type Call = (String, String, String);
+
+    /// What a round says, before it is streamed.
+    #[derive(Debug, Clone)]
+    struct Spoken {
+        text: String,
+        calls: Vec<Call>,
+        usage: (u64, u64),
+        finish_reason: String,
+    }
+
+    /// The arguments of a call as JSON text: an object, written compact or
+    /// pretty, or nothing at all (`{}`).
+    fn arguments() -> impl Strategy<Value = String> {
+        let object = prop::collection::vec((key(), json_value()), 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()));
+        prop_oneof![
+            4 => (object, any::<bool>()).prop_map(|(o, pretty)| if pretty {
+                serde_json::to_string_pretty(&o).unwrap_or_default()
+            } else {
+                o.to_string()
+            }),
+            1 => Just(String::new()),
+        ]
+    }
+
+    fn spoken() -> impl Strategy<Value = Spoken> {
+        let call = ("[a-zA-Z0-9]{0,6}", tricky_text(), arguments());
+        (
+            prop_oneof![tricky_text(), "[a-z é😀\n]{0,300}"],
+            prop::collection::vec(call, 0..4),
+            (any::<u32>(), any::<u32>()),
+            prop::sample::select(vec!["stop", "tool_calls", "length"]),
+        )
+            .prop_map(|(text, calls, (i, o), reason)| Spoken {
+                text,
+                calls: calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, (tag, name, args))| (format!("call_{n}_{tag}"), name, args))
+                    .collect(),
+                usage: (u64::from(i), u64::from(o)),
+                finish_reason: reason.to_owned(),
+            })
+    }
+
+    /// The chunks of `round`: its text in `text_pieces`, each call's
+    /// arguments in its pieces, interleaved as `picks` say (each call opened
+    /// after the one before it), then the finish reason, usage and `[DONE]`.
+    fn chunks(
+        round: &Spoken,
+        text_pieces: &[String],
+        arg_pieces: &[Vec<String>],
+        picks: &[Index],
+    ) -> Vec<String> {
+        let text: Vec<String> = text_pieces
+            .iter()
+            .map(|t| json!({"choices": [{"index": 0, "delta": {"content": t}}]}).to_string())
+            .collect();
+        let mut streams = vec![text];
+        for (i, ((id, name, _), pieces)) in round.calls.iter().zip(arg_pieces).enumerate() {
+            let calls = pieces.iter().enumerate().map(|(k, piece)| {
+                let call = if k == 0 {
+                    json!({"index": i, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": piece}})
+                } else {
+                    json!({"index": i, "function": {"arguments": piece}})
+                };
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}).to_string()
+            });
+            streams.push(calls.collect());
+        }
+        // The text stream is not a call: any order against the calls.
+        let text = streams.remove(0);
+        let mut all = interleave(streams, picks, true);
+        let mixed = interleave(vec![text, std::mem::take(&mut all)], picks, false);
+        let (input, output) = round.usage;
+        let end = [
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": round.finish_reason}]})
+                .to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}})
+                .to_string(),
+            "[DONE]".to_owned(),
+        ];
+        mixed.into_iter().chain(end).collect()
+    }
+
+    fn decode(chunks: &[String]) -> Result<Round, String> {
+        let mut d = Decoder::default();
+        for c in chunks {
+            d.feed(c)?;
+        }
+        d.finish()
+    }
+
+    /// A chunk roughly of the right shape, its fields of any type.
+    fn rough_chunk() -> impl Strategy<Value = String> {
+        let index = prop_oneof![
+            (0u64..3).prop_map(|i| json!(i)),
+            any::<u64>().prop_map(|i| json!(i)),
+            json_value(),
+        ];
+        let call = (
+            prop::option::of(index),
+            prop::option::of(prop_oneof![
+                "[ab]{0,1}".prop_map(Value::String),
+                json_value()
+            ]),
+            prop::option::of(json_value()),
+            prop::option::of(prop_oneof![
+                tricky_text().prop_map(Value::String),
+                json_value()
+            ]),
+        )
+            .prop_map(|(index, id, name, arguments)| {
+                let mut c = json!({"function": {}});
+                if let Some(i) = index {
+                    c["index"] = i;
+                }
+                if let Some(id) = id {
+                    c["id"] = id;
+                }
+                if let Some(n) = name {
+                    c["function"]["name"] = n;
+                }
+                if let Some(a) = arguments {
+                    c["function"]["arguments"] = a;
+                }
+                c
+            });
+        let delta = (
+            prop::option::of(prop_oneof![
+                tricky_text().prop_map(Value::String),
+                json_value()
+            ]),
+            prop::option::of(prop::collection::vec(
+                prop_oneof![4 => call, 1 => json_value()],
+                0..3,
+            )),
+            prop::option::of(json_value()),
+        )
+            .prop_map(|(content, calls, reasoning)| {
+                let mut d = json!({});
+                if let Some(c) = content {
+                    d["content"] = c;
+                }
+                if let Some(calls) = calls {
+                    d["tool_calls"] = Value::Array(calls);
+                }
+                if let Some(r) = reasoning {
+                    d["reasoning_content"] = r;
+                }
+                d
+            });
+        let choice = (
+            prop_oneof![4 => delta, 1 => json_value()],
+            prop::option::of(json_value()),
+        )
+            .prop_map(|(delta, reason)| json!({"delta": delta, "finish_reason": reason}));
+        prop_oneof![
+            6 => choice.prop_map(|c| json!({"choices": [c]}).to_string()),
+            1 => json_value().prop_map(|u| json!({"choices": [], "usage": u}).to_string()),
+            1 => json_value().prop_map(|e| json!({"error": e}).to_string()),
+            1 => json_value().prop_map(|v| v.to_string()),
+            1 => tricky_text(),
+            1 => Just("[DONE]".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn a_round_is_the_same_however_its_text_and_arguments_are_cut_into_deltas(
+            round in spoken(),
+            text_cuts in prop::collection::vec(any::<Index>(), 0..8),
+            arg_cuts in prop::collection::vec(prop::collection::vec(any::<Index>(), 0..6), 4),
+            picks in prop::collection::vec(any::<Index>(), 1..40),
+        ) {
+            // LOOP-5: text concatenated, each call's arguments reassembled
+            // by its index and parsed, usage and finish reason kept, whether
+            // each came in one delta or many, the calls' deltas interleaved.
+            let whole_args: Vec<Vec<String>> =
+                round.calls.iter().map(|(_, _, a)| vec![a.clone()]).collect();
+            let whole = decode(&chunks(&round, std::slice::from_ref(&round.text), &whole_args, &[]));
+            let arg_pieces: Vec<Vec<String>> = round
+                .calls
+                .iter()
+                .zip(&arg_cuts)
+                .map(|((_, _, a), cuts)| cut(a, cuts))
+                .collect();
+            let split = decode(&chunks(&round, &cut(&round.text, &text_cuts), &arg_pieces, &picks));
+            prop_assert_eq!(&split, &whole);
+            let whole = whole.unwrap();
+            prop_assert_eq!(&whole.text, &round.text);
+            let calls: Vec<ToolCallRequest> = round
+                .calls
+                .iter()
+                .map(|(id, name, args)| ToolCallRequest {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: Ok(serde_json::from_str(args).unwrap_or(json!({}))),
+                })
+                .collect();
+            prop_assert_eq!(&whole.calls, &calls);
+            prop_assert_eq!(whole.usage, Usage { input_tokens: round.usage.0, output_tokens: round.usage.1 });
+            prop_assert_eq!(whole.stop_reason.as_deref(), Some(round.finish_reason.as_str()));
+        }
+
+        #[test]
+        fn no_sequence_of_chunks_makes_the_decoder_panic(
+            data in prop::collection::vec(rough_chunk(), 0..12),
+        ) {
+            // A model endpoint (or a proxy before it) may send anything: an
+            // error, never a panic.
+            let mut d = Decoder::default();
+            for c in &data {
+                let _ = d.feed(c);
+            }
+            let _ = d.finish();
+        }
+    }
+}
