@@ -135,6 +135,14 @@ impl Decoder {
             }
             "content_block_start" => {
                 let mut value = v.get("content_block").cloned().unwrap_or(Value::Null);
+                // Its deltas are written into it as keys: anything but an
+                // object (or nothing yet) cannot take them.
+                if !(value.is_object() || value.is_null()) {
+                    return Err(format!(
+                        "an unreadable stream event: content block {index} is {}, not an object",
+                        crate::messages::schema::kind_with_article(&value)
+                    ));
+                }
                 if value.get("type").and_then(Value::as_str) == Some("tool_use") {
                     // The input comes as input_json_delta fragments.
                     value["input"] = Value::Object(Map::new());
@@ -466,5 +474,39 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.contains("Overloaded"), "{e}");
+    }
+
+    #[test]
+    fn a_content_block_that_is_not_an_object_is_an_error_not_a_panic() {
+        // Found by `no_sequence_of_events_makes_the_decoder_panic` (issue
+        // 31): a block started as `5` (or `false`, `[…]`, `"…"`) and then
+        // given a text delta panicked in serde_json's `value["text"] = …`,
+        // taking the turn's task with it. Now the start is refused.
+        let mut d = Decoder::default();
+        let e = d
+            .feed(
+                Some("content_block_start"),
+                r#"{"index":0,"content_block":5}"#,
+            )
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "an unreadable stream event: content block 0 is a number, not an object"
+        );
+        let e = d
+            .feed(
+                Some("content_block_delta"),
+                r#"{"index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+            )
+            .unwrap_err();
+        assert!(e.contains("never started"), "{e}");
+        // A start with no block at all still takes its deltas.
+        d.feed(Some("content_block_start"), r#"{"index":1}"#)
+            .unwrap();
+        d.feed(
+            Some("content_block_delta"),
+            r#"{"index":1,"delta":{"type":"text_delta","text":"x"}}"#,
+        )
+        .unwrap();
     }
 }
