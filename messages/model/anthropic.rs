@@ -510,3 +510,265 @@ mod tests {
         .unwrap();
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the Messages stream decoder (issue 31, "The runner
+    //! must be able to see these"): a round comes out the same however its
+    //! text, thinking and each tool call's `partial_json` are cut into
+    //! deltas and the blocks' deltas interleaved, and no event, however
+    //! wrong, makes it panic.
+
+    use super::*;
+    use crate::messages::prop_gen::{config, cut, interleave, json_value, key, tricky_text};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    /// One content block as the model says it.
+    #[derive(Debug, Clone)]
+    enum Said {
+        Text(String),
+        Thinking {
+            thinking: String,
+            signature: String,
+        },
+        ToolUse {
+            id: String,
+            name: String,
+            input: String,
+        },
+    }
+
+    impl Said {
+        /// The block's start, and the texts its deltas carry, each with
+        /// the delta's shape: `(delta type, field)`.
+        fn start(&self) -> (Value, &'static str, &'static str, &str) {
+            match self {
+                Said::Text(t) => (json!({"type": "text", "text": ""}), "text_delta", "text", t),
+                Said::Thinking { thinking, .. } => (
+                    json!({"type": "thinking", "thinking": ""}),
+                    "thinking_delta",
+                    "thinking",
+                    thinking,
+                ),
+                Said::ToolUse { id, name, input } => (
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    "input_json_delta",
+                    "partial_json",
+                    input,
+                ),
+            }
+        }
+    }
+
+    /// A tool call's input as JSON text: an object, compact or pretty, or
+    /// nothing at all (`{}`).
+    fn input() -> impl Strategy<Value = String> {
+        let object = prop::collection::vec((key(), json_value()), 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()));
+        prop_oneof![
+            4 => (object, any::<bool>()).prop_map(|(o, pretty)| if pretty {
+                serde_json::to_string_pretty(&o).unwrap_or_default()
+            } else {
+                o.to_string()
+            }),
+            1 => Just(String::new()),
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = Said> {
+        prop_oneof![
+            2 => prop_oneof![tricky_text(), "[a-z é😀\n]{0,200}"].prop_map(Said::Text),
+            1 => (tricky_text(), "[A-Za-z0-9+/]{0,20}")
+                .prop_map(|(thinking, signature)| Said::Thinking { thinking, signature }),
+            2 => ("toolu_[a-z0-9]{1,6}", tricky_text(), input())
+                .prop_map(|(id, name, input)| Said::ToolUse { id, name, input }),
+        ]
+    }
+
+    /// The events of a round of `blocks`: each block's start, deltas (its
+    /// text in `pieces[i]`) and stop, the blocks interleaved as `picks`
+    /// say; usage and the stop reason around them. `named`: the SSE
+    /// `event:` name is sent too (else the decoder reads `type`).
+    fn events(
+        blocks: &[Said],
+        pieces: &[Vec<String>],
+        picks: &[Index],
+        usage: (u64, u64),
+        named: bool,
+    ) -> Vec<(Option<String>, String)> {
+        let event = |v: Value| {
+            let name = v["type"].as_str().map(str::to_owned).filter(|_| named);
+            (name, v.to_string())
+        };
+        let mut streams = Vec::new();
+        for (i, (b, pieces)) in blocks.iter().zip(pieces).enumerate() {
+            let (start, kind, field, _) = b.start();
+            let mut s = vec![event(
+                json!({"type": "content_block_start", "index": i, "content_block": start}),
+            )];
+            for p in pieces {
+                s.push(event(json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": kind, field: p}})));
+            }
+            if let Said::Thinking { signature, .. } = b {
+                s.push(event(json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "signature_delta", "signature": signature}})));
+            }
+            s.push(event(json!({"type": "content_block_stop", "index": i})));
+            streams.push(s);
+        }
+        let start = event(json!({"type": "message_start",
+            "message": {"content": [], "usage": {"input_tokens": usage.0, "output_tokens": 1}}}));
+        let end = [
+            event(
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": usage.1}}),
+            ),
+            event(json!({"type": "message_stop"})),
+        ];
+        std::iter::once(start)
+            .chain(interleave(streams, picks, false))
+            .chain(end)
+            .collect()
+    }
+
+    fn decode(events: &[(Option<String>, String)]) -> Result<Round, String> {
+        let mut d = Decoder::default();
+        for (name, data) in events {
+            d.feed(name.as_deref(), data)?;
+        }
+        d.finish()
+    }
+
+    /// An event roughly of the right shape, its fields of any type.
+    fn rough_event() -> impl Strategy<Value = (Option<String>, String)> {
+        let kind = prop::sample::select(vec![
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "error",
+            "ping",
+        ]);
+        let index = prop_oneof![
+            8 => (0u64..2).prop_map(|i| json!(i)),
+            1 => any::<u64>().prop_map(|i| json!(i)),
+            1 => json_value(),
+        ];
+        let block = prop_oneof![
+            3 => prop::sample::select(vec!["text", "thinking", "tool_use", "image"])
+                .prop_map(|t| json!({"type": t})),
+            2 => json_value(),
+        ];
+        let delta = prop_oneof![
+            3 => (
+                prop::sample::select(vec![
+                    "text_delta", "thinking_delta", "signature_delta", "input_json_delta", "other",
+                ]),
+                prop_oneof![tricky_text().prop_map(Value::String), json_value()],
+            )
+                .prop_map(|(t, v)| json!({"type": t, "text": v, "thinking": v,
+                    "signature": v, "partial_json": v})),
+            1 => json_value(),
+        ];
+        // The `event:` name: none (the decoder reads `type`), the same as
+        // `type`, or another.
+        let named = prop_oneof![
+            3 => Just(None),
+            3 => Just(Some(None)),
+            1 => tricky_text().prop_map(|t| Some(Some(t))),
+        ];
+        prop_oneof![
+            6 => (named, kind, index, block, delta, json_value()).prop_map(
+                |(named, kind, index, block, delta, other)| {
+                    let v = json!({"type": kind, "index": index, "content_block": block,
+                        "delta": delta, "message": {"usage": other}, "usage": other,
+                        "error": other});
+                    let named = named.map(|n| n.unwrap_or_else(|| kind.to_owned()));
+                    (named, v.to_string())
+                }
+            ),
+            1 => json_value().prop_map(|v| (None, v.to_string())),
+            1 => tricky_text().prop_map(|t| (None, t)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn a_round_is_the_same_however_its_blocks_are_cut_into_deltas(
+            blocks in prop::collection::vec(block(), 0..5),
+            cuts in prop::collection::vec(prop::collection::vec(any::<Index>(), 0..6), 5),
+            picks in prop::collection::vec(any::<Index>(), 1..40),
+            usage in (any::<u32>(), any::<u32>()),
+            named in any::<bool>(),
+        ) {
+            // LOOP-5: text blocks concatenated in index order, each tool
+            // call's input reassembled and parsed at its block's stop,
+            // thinking and signatures kept for the echo, usage kept,
+            // whether each came in one delta or many.
+            let usage = (u64::from(usage.0), u64::from(usage.1));
+            let texts: Vec<&str> = blocks.iter().map(|b| b.start().3).collect();
+            let whole_pieces: Vec<Vec<String>> = texts.iter().map(|t| vec![(*t).to_owned()]).collect();
+            let whole = decode(&events(&blocks, &whole_pieces, &[], usage, named));
+            let pieces: Vec<Vec<String>> = texts.iter().zip(&cuts).map(|(t, c)| cut(t, c)).collect();
+            let split = decode(&events(&blocks, &pieces, &picks, usage, named));
+            prop_assert_eq!(&split, &whole);
+            let whole = whole.unwrap();
+            let text: String = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Said::Text(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect();
+            prop_assert_eq!(&whole.text, &text);
+            let calls: Vec<ToolCallRequest> = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Said::ToolUse { id, name, input } => Some(ToolCallRequest {
+                        id: id.clone(),
+                        name: name.clone(),
+                        arguments: Ok(serde_json::from_str(input).unwrap_or(json!({}))),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            prop_assert_eq!(&whole.calls, &calls);
+            prop_assert_eq!(whole.usage, Usage { input_tokens: usage.0, output_tokens: usage.1 });
+            let thinking: Vec<Value> = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Said::Thinking { thinking, signature } => Some(
+                        json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                    ),
+                    _ => None,
+                })
+                .collect();
+            let echoed: Vec<Value> = whole
+                .raw
+                .iter()
+                .flat_map(|r| r.as_array().cloned().unwrap_or_default())
+                .filter(|b| b["type"] == "thinking")
+                .collect();
+            prop_assert_eq!(echoed, thinking, "thinking echoed unchanged");
+        }
+
+        #[test]
+        fn no_sequence_of_events_makes_the_decoder_panic(
+            events in prop::collection::vec(rough_event(), 0..16),
+        ) {
+            // A model endpoint (or a proxy before it) may send anything: an
+            // error, never a panic.
+            let mut d = Decoder::default();
+            for (name, data) in &events {
+                let _ = d.feed(name.as_deref(), data);
+            }
+            let _ = d.finish();
+        }
+    }
+}
