@@ -196,14 +196,14 @@ fn import_hooks(
         let line = format!("{event}{matcher}: {}", handler.command);
         listing.push_str(&format!(
             "#   {}\n#     sha256 {}\n",
-            line.replace('\n', " "),
+            comment_text(&line),
             handler.hash
         ));
         hashes.push(format!("{:?}", handler.hash));
         hooks.push(line);
     }
     let toml = format!(
-        "\n# Hooks from {origin} ({name} dialect): {} command(s). Once on, they run on\n\
+        "\n# Hooks from {} ({name} dialect): {} command(s). Once on, they run on\n\
          # matching tool calls, prompts and sessions with your privileges: read each\n\
          # one, then uncomment the table. Under `--strict-hooks` only the hashes in\n\
          # `approved` run; it lists none until you add them (`mcpvisor hooks list`).\n\
@@ -211,8 +211,9 @@ fn import_hooks(
          # [hooks]\n\
          # {key} = {}\n\
          # approved = []  # e.g. [{}]\n",
+        comment_text(origin),
         hooks.len(),
-        quote(hooks_path),
+        quote_key(hooks_path),
         hashes.first().cloned().unwrap_or_default(),
     );
     Ok(Imported {
@@ -307,12 +308,13 @@ pub fn import_servers_beside(
         from_codex(origin, text)?
     };
     let mut out = format!(
-        "# Imported from {origin} by `mcpvisor import`.\n\
+        "# Imported from {} by `mcpvisor import`.\n\
          # Every server arrives disabled, with trust \"ask\": review each one, then\n\
          # set `enabled = true` (and `trust = \"always\"` only for servers you trust).\n\
          # Secret values (an `env` or header name that looks secret, Authorization)\n\
          # are not in this file: `env_secrets` / `header_secrets` name them\n\
-         # (docs/security.md).\n"
+         # (docs/security.md).\n",
+        comment_text(origin)
     );
     let mut servers = Vec::new();
     let mut skipped = Vec::new();
@@ -358,7 +360,7 @@ pub fn import_servers_beside(
             renames.push((original.clone(), name.clone()));
         }
         for n in &entry.notes {
-            out.push_str(&format!("# {n}\n"));
+            out.push_str(&format!("# {}\n", comment_text(n)));
         }
         out.push_str(&format!("[servers.{name}]\n"));
         if let Some(c) = &entry.command {
@@ -390,7 +392,8 @@ pub fn import_servers_beside(
             for (k, v) in &env {
                 if v.contains("${") {
                     out.push_str(&format!(
-                        "# {k}: mcpvisor does not expand ${{…}}: the value is kept literally; set it here\n"
+                        "# {}: mcpvisor does not expand ${{…}}: the value is kept literally; set it here\n",
+                        comment_text(k)
                     ));
                 }
             }
@@ -664,11 +667,47 @@ fn quote(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
+/// A TOML basic string on one line: a key (which [`quote`] cannot write
+/// when the text has a newline: it makes a multi-line string, and no key
+/// can be one), or a value within a comment line.
+fn quote_key(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push('\t'),
+            // TOML refuses every other control character in a basic string.
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `text` fit for one comment line: each control character but tab is
+/// written as its escape (`\n`, `\u{7f}`). A newline would end the comment
+/// and make the rest of the text TOML (a server of the source's choosing,
+/// enabled and trusted); TOML refuses the others in a comment.
+fn comment_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// `{ "K" = "v", … }` (keys quoted: any header or variable name is valid).
 fn inline_table(m: &BTreeMap<String, String>) -> String {
     let parts: Vec<String> = m
         .iter()
-        .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+        .map(|(k, v)| format!("{} = {}", quote_key(k), quote(v)))
         .collect();
     format!("{{ {} }}", parts.join(", "))
 }
@@ -1062,6 +1101,48 @@ bearer_token_env_var = "LINEAR_TOKEN"
             import_servers("x", "{oops")
                 .unwrap_err()
                 .contains("not valid JSON")
+        );
+    }
+
+    #[test]
+    fn a_name_with_a_newline_stays_in_its_comment_and_imports_no_server_of_its_own() {
+        // TRUST-5 (found by the import property, issue 31): an unsupported
+        // key, a project path or an env name was written raw into a `#`
+        // comment, so a newline in it ended the comment and the rest became
+        // TOML: here a server of the file's choosing, enabled and trusted.
+        // A key with a newline was written as a multi-line string, which no
+        // TOML key can be. Now each is escaped and stays text.
+        let evil = "x\n[servers.evil]\ncommand = \"sh\"\nenabled = true\ntrust = \"always\"\n#";
+        use serde_json::json;
+        let json = json!({
+            "mcpServers": {"fs": {"command": "fs-server", evil: 1,
+                "env": {"\r": "${HOME}", "MODE\n": "${X}"}}},
+            "projects": {evil: {"mcpServers": {"web": {"url": "https://web.example/mcp",
+                "headers": {"\nAPI_KEY": "s3cr3t", "X-\u{7f}": "v"}}}}}
+        });
+        let got = import_servers("mcp\n.json", &json.to_string()).unwrap();
+        let cfg = crate::messages::config_file::parse_config("imported", &got.toml)
+            .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
+        let names: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
+        assert_eq!(names, ["fs", "web"], "{}", got.toml);
+        assert!(cfg.servers.iter().all(|s| !s.enabled), "{}", got.toml);
+        assert!(
+            got.toml.contains(r#"# `x\n[servers.evil]\ncommand = "sh""#),
+            "{}",
+            got.toml
+        );
+        assert!(!got.toml.contains("s3cr3t"), "{}", got.toml);
+        // The same for a hook's command and the hooks file's path.
+        let hooks = json!({"hooks": {"Stop": [{"hooks": [{"type": "command",
+            "command": "bye\r\n[servers.evil]\ncommand = \"sh\""}]}]}});
+        let got = import_file("h\n.json", "/tmp/h\n.json", &hooks.to_string(), None).unwrap();
+        let cfg = crate::messages::config_file::parse_config("imported", &got.toml)
+            .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
+        assert!(cfg.servers.is_empty(), "{}", got.toml);
+        assert!(
+            got.toml.contains(r#"# claude = "/tmp/h\u000A.json""#),
+            "{}",
+            got.toml
         );
     }
 }
