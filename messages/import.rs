@@ -343,7 +343,13 @@ pub fn import_servers_beside(
             let base = name.clone();
             let mut n = 2;
             while servers.contains(&name) || existing.contains(&name) {
-                name = format!("{base}-{n}");
+                // The base cut so that the name stays a valid server_name
+                // (a valid name is ASCII: any cut is a char boundary).
+                let suffix = format!("-{n}");
+                let keep = base
+                    .len()
+                    .min(crate::messages::naming::SERVER_NAME_MAX.saturating_sub(suffix.len()));
+                name = format!("{}{suffix}", &base[..keep]);
                 n += 1;
             }
             renamed = Some(format!(
@@ -1144,5 +1150,22 @@ bearer_token_env_var = "LINEAR_TOKEN"
             "{}",
             got.toml
         );
+    }
+
+    #[test]
+    fn a_second_server_of_a_long_name_is_renamed_within_the_name_limit() {
+        // Found by the import property (issue 31): the second of two
+        // servers named with 31 or 32 characters (`~/.claude.json`, the
+        // user's and a project's) became `<name>-2`, past the 32-character
+        // limit, and the imported config did not load.
+        let long = "a".repeat(32);
+        let json = serde_json::json!({
+            "mcpServers": {long.as_str(): {"command": "x"}},
+            "projects": {"/p": {"mcpServers": {long.as_str(): {"command": "y"}}}}
+        });
+        let got = import_servers("c.json", &json.to_string()).unwrap();
+        assert_eq!(got.servers, [long.clone(), format!("{}-2", &long[..30])]);
+        crate::messages::config_file::parse_config("imported", &got.toml)
+            .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
     }
 }
