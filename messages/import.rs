@@ -620,11 +620,14 @@ fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> 
             e.notes.extend(unsupported(t.keys(), &CODEX_KEYS));
         }
         e.cwd = get("cwd").and_then(toml::Value::as_str).map(str::to_owned);
+        // Milliseconds within TOML's integers (i64): `as i64` saturates
+        // (a u64 past i64::MAX would make the output no TOML at all); a
+        // negative or NaN time is 0, which the config then refuses by name.
         let secs = |k: &str| {
             get(k).and_then(|v| {
                 v.as_float()
                     .or_else(|| v.as_integer().map(|i| i as f64))
-                    .map(|s| (s * 1000.0) as u64)
+                    .map(|s| u64::try_from((s * 1000.0) as i64).unwrap_or(0))
             })
         };
         e.startup_timeout_ms = get("startup_timeout_ms")
@@ -1167,5 +1170,27 @@ bearer_token_env_var = "LINEAR_TOKEN"
         assert_eq!(got.servers, [long.clone(), format!("{}-2", &long[..30])]);
         crate::messages::config_file::parse_config("imported", &got.toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
+    }
+
+    #[test]
+    fn a_codex_timeout_past_tomls_integers_is_capped_and_the_output_stays_toml() {
+        // Found by the import property (issue 31): `startup_timeout_sec =
+        // 1e300` became `startup_timeout_ms = 18446744073709551615`, a u64
+        // that is no TOML integer (they are i64): no file at all. Now it is
+        // capped at i64::MAX; a negative time is 0, which the config then
+        // refuses by name.
+        let codex = "[mcp_servers.a]\ncommand = \"x\"\nstartup_timeout_sec = 1e300\ntool_timeout_sec = -2.0\n";
+        let got = import_servers("config.toml", codex).unwrap();
+        assert!(
+            got.toml
+                .contains(&format!("startup_timeout_ms = {}\n", i64::MAX)),
+            "{}",
+            got.toml
+        );
+        let e = crate::messages::config_file::parse_config("imported", &got.toml).unwrap_err();
+        assert_eq!(
+            e.problems,
+            ["imported: servers.a.tool_call_timeout_ms must be greater than 0"]
+        );
     }
 }
