@@ -331,3 +331,96 @@ mod tests {
         assert_eq!(m.decision, None);
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the hook matchers under hostile patterns (issue
+    //! 31): `regex` (Codex) matches in linear time whatever the pattern;
+    //! `regress` (Claude Code's ECMAScript) backtracks, so only its compile
+    //! is bounded here (see the ignored test below for its matching).
+
+    use super::*;
+    use crate::messages::prop_gen::{config, tricky_text};
+    use proptest::prelude::*;
+    use std::time::{Duration, Instant};
+
+    /// Patterns that backtrack catastrophically in a backtracking engine,
+    /// long alternations, or anything regex-like.
+    fn hostile_pattern() -> impl Strategy<Value = String> {
+        let alternation = (2usize..400).prop_map(|n| {
+            let words: Vec<String> = (0..n).map(|i| format!("mcp__s{i}")).collect();
+            format!("^({})+$", words.join("|"))
+        });
+        prop_oneof![
+            3 => prop::sample::select(vec![
+                "(a+)+$", "(a|a)*$", "(a|aa)+$", "^(a?){30}a{30}$", "(x+x+)+y",
+                "((a|b|ab)*)*c", "(.*a){25}", "(?=(a+))+b", "(a*)*\\1b", "a{99999}",
+                "(a{1,1000}){1,1000}", "[",
+            ])
+            .prop_map(str::to_owned),
+            1 => alternation,
+            1 => "[a-z|.*+?()\\[\\]{}^$\\\\]{0,30}",
+        ]
+    }
+
+    /// Subjects up to a few KiB that make a backtracking engine work.
+    fn subject() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0usize..4096, prop::sample::select(vec!["", "!", "b", "y"]))
+                .prop_map(|(n, end)| format!("{}{end}", "a".repeat(n))),
+            (0usize..2048).prop_map(|n| format!("{}y", "x".repeat(n))),
+            tricky_text(),
+        ]
+    }
+
+    /// A bound against catastrophic backtracking, not a speed test.
+    const BOUND: Duration = Duration::from_secs(2);
+
+    proptest! {
+        #![proptest_config(config(64))]
+
+        #[test]
+        fn a_codex_matcher_compiles_and_matches_within_a_bound_whatever_the_pattern(
+            pattern in hostile_pattern(),
+            subject in subject(),
+        ) {
+            // HOOK-1: a Codex matcher is a Rust regex (linear time); a
+            // pattern too big to compile drops its group with a warning.
+            let started = Instant::now();
+            if let Ok((m, _)) = Matcher::compile(Dialect::Codex, Some(&pattern)) {
+                let _ = m.matches(&subject);
+            }
+            let took = started.elapsed();
+            prop_assert!(took < BOUND, "{:?} for {:?} on {} bytes", took, pattern, subject.len());
+        }
+
+        #[test]
+        fn a_claude_matcher_compiles_within_a_bound_whatever_the_pattern(
+            pattern in hostile_pattern(),
+        ) {
+            // HOOK-1: an invalid ECMAScript pattern never matches, with a
+            // warning; compiling any pattern ends in bounded time.
+            let started = Instant::now();
+            let compiled = Matcher::compile(Dialect::Claude, Some(&pattern));
+            let took = started.elapsed();
+            prop_assert!(compiled.is_ok(), "Claude keeps a bad matcher as Never: {:?}", compiled.err());
+            prop_assert!(took < BOUND, "{:?} for {:?}", took, pattern);
+        }
+    }
+
+    #[test]
+    #[ignore = "known defect (issue 31): regress backtracks exponentially; \
+                `(a+)+$` on 26 a's and `!` takes minutes"]
+    fn a_claude_matcher_with_nested_quantifiers_matches_a_tool_name_within_a_bound() {
+        // A Claude Code matcher is an ECMAScript regex run by regress, a
+        // backtracking engine (its PikeVM backend is exponential here too).
+        // A matcher such as `(a+)+$` in a hooks file, against a tool name a
+        // server chose (public names are up to 64 characters), holds the
+        // hook selection, and the call, for minutes or for ever.
+        let (m, _) = Matcher::compile(Dialect::Claude, Some("(a+)+$")).unwrap();
+        let subject = format!("{}!", "a".repeat(26));
+        let started = Instant::now();
+        assert!(!m.matches(&subject));
+        assert!(started.elapsed() < BOUND, "{:?}", started.elapsed());
+    }
+}
