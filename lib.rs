@@ -160,6 +160,11 @@ pub use runtime::turn::{
 };
 pub use tokio_util::sync::CancellationToken;
 
+// The fuzz targets' entry points (feature `fuzzing`; not API).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use runtime::fuzzing;
+
 // Results: limits, budgets, images and where they are saved.
 pub use messages::budget::{ResultLimits, TurnBudget};
 pub use messages::images::{AdmittedImage, AttachmentStore};

@@ -16,6 +16,8 @@
 mod builder;
 pub use builder::RuntimeBuilder;
 mod call;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod hooks;
 pub mod policies;
 mod resources;
