@@ -59,23 +59,38 @@
 //! # Layout
 //!
 //! The modules are private; everything an embedder uses is re-exported at
-//! the crate root (below). Inside, the layers only point down:
-//! `messages` ← `actors` ← `supervisors` ← `runtime` ← the crate root ← `bin/`.
+//! the crate root (below). Each room names only the rooms below it, and the
+//! test `layers::every_room_names_only_the_rooms_below_it` reads the
+//! sources to keep it so (ADR 0014). Bottom to top:
 //!
-//! - `messages/`: the vocabulary. Config types, protocol message enums,
-//!   events, errors, the ports (traits such as [`SecretStore`],
+//! - `messages/` (L0): the vocabulary. Config types (`config/`, with the
+//!   TOML layer in `config/file.rs`), protocol message enums, events,
+//!   errors, the ports (traits such as [`SecretStore`],
 //!   [`AttachmentStore`], [`Approver`], [`CallPolicy`], [`ToolGuard`]) and
 //!   the pure rules on them (naming, catalog validation, projection, hook
-//!   dialects). No I/O, no tasks.
-//! - `actors/`: one file per actor (connection, tool registry, hook run,
-//!   event log), with the transport glue (stdio child processes, streamable
-//!   HTTP) beside the actor that owns it.
-//! - `supervisors/`: supervision only. The OTP vocabulary on ractor and the
-//!   supervisors of the tree.
-//! - `runtime/`: the [`Runtime`] facade. Its lifecycle API, the builder, the
-//!   call pipeline (`call.rs`, with the result half in `results.rs`), the
-//!   resource tools, the policy chain's stages (`policies/`), the hook engine,
-//!   and the adapters behind the ports (`stores/`).
+//!   dialects, the model wire codecs). No I/O, no tasks, no environment.
+//! - `process/` (L1): child processes: a process group from spawn to reap,
+//!   signals, the tag sweep. Every process `unsafe` of the library.
+//! - `oauth/` (L1, feature `oauth`): OAuth 2.1 on rmcp's `auth`, and the one
+//!   client every OAuth request dials through.
+//! - `import/` (L1): other tools' configs to mcpvisor TOML (`mcpvisor
+//!   import`), pure, in the library for its property tests and fuzz target.
+//! - `transport/` (L2): the MCP wire. rmcp's client handler and handshake,
+//!   the catalog fetch, liveness pings, the stdio transport (the child's
+//!   pipes, the line guard, the close sequence), streamable HTTP, a
+//!   connection's diagnostics, the transports still closing.
+//! - `mods/`, `providers/` (L2): JS mods; the seat providers.
+//! - `actors/` (L3): one file per actor (connection, catalog sync, tool
+//!   registry, hook run, event log, session resources, mod host).
+//! - `supervisors/` (L4): supervision only. The OTP vocabulary on ractor and
+//!   the supervisors of the tree.
+//! - `runtime/` (L5): the [`Runtime`] facade. Its lifecycle API, the
+//!   builder, the call pipeline (`call.rs`, with the result half in
+//!   `results.rs`), the resource tools, the policy chain's stages
+//!   (`policies/`), the hook engine, the tool loop, and the adapters behind
+//!   the ports (`stores/`).
+//! - `gateway/` (L6, feature `gateway`): the runtime served as one MCP
+//!   server, through the crate root's names only.
 //! - `bin/`: the reference binary `mcpvisor` (and the built-in demo server).
 //!
 //! # The supervision tree
@@ -109,15 +124,18 @@ struct ReadmeExamples;
 mod actors;
 #[cfg(feature = "gateway")]
 pub mod gateway;
+mod import;
 mod messages;
 #[cfg(feature = "mods")]
 pub mod mods;
 #[cfg(feature = "oauth")]
 pub mod oauth;
+mod process;
 #[cfg(feature = "browser")]
 pub mod providers;
 mod runtime;
 mod supervisors;
+mod transport;
 
 // ===== The public surface =====
 //
@@ -131,15 +149,16 @@ pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.
 pub use messages::config::ChaosSwitches;
+pub use messages::config::file::{
+    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModLoad, RawModel, RawMods, RawProvider,
+    RawProviders, RawReconnect, RawSecrets, RawServerConfig, parse_config_at,
+};
 pub use messages::config::{
     ConfigError, HttpConfig, OAuthConfig, OAuthGrant, OnDisconnect, OversizedInstructions,
     ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
 };
-pub use messages::config_file::{
-    FileConfig, RawConfigFile, RawEvents, RawHooks, RawModLoad, RawModel, RawMods, RawProvider,
-    RawProviders, RawReconnect, RawSecrets, RawServerConfig, parse_config, parse_config_file,
-};
 pub use messages::transport::{InProcessConnection, InProcessConnector};
+pub use runtime::config::{parse_config, parse_config_file};
 
 // Calls, outcomes and the policy chain.
 pub use messages::call::{
@@ -148,13 +167,13 @@ pub use messages::call::{
 };
 pub use messages::projection::ProjectionPart;
 
-pub use actors::stdio::looks_secret;
-pub use messages::import::{
+pub use import::{
     FoundSecret, HooksFrom, Imported, import_file, import_file_beside, import_servers,
     import_servers_beside,
 };
 pub use messages::model::{Provider, Usage};
 pub use messages::naming::{closest, derive_slug, public_tool_name, validate_server_name};
+pub use messages::trust::looks_secret;
 pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };
@@ -166,8 +185,9 @@ pub use tokio_util::sync::CancellationToken;
 pub use runtime::fuzzing;
 
 // Results: limits, budgets, images and where they are saved.
-pub use messages::budget::{ResultLimits, TurnBudget};
+pub use messages::budget::{ResultLimits, TurnBudget, apply_budget};
 pub use messages::images::{AdmittedImage, AttachmentStore};
+pub use messages::resources::ResourceOp;
 pub use messages::store::StoreError;
 pub use runtime::stores::attachments::FileAttachmentStore;
 
@@ -205,3 +225,175 @@ pub use messages::hooks::engine::{
 pub use messages::hooks::input::{HookInput, HookSession};
 pub use messages::hooks::{Dialect, HookOutcome, Matcher, Merged};
 pub use runtime::hooks::{HookEngine, load_hook_file};
+
+/// The layering test: the rooms of `# Layout` and the arrows between them,
+/// read from the sources (ADR 0014). A `crate::<room>` path in a room's
+/// product code (tests are not read) that its row does not allow fails
+/// it, so the layers cannot drift unseen again. Paths to the crate root's
+/// re-exports (`crate::Runtime`) are every room's.
+#[cfg(test)]
+mod layers {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    /// Each room, and the rooms its code may name.
+    const ARROWS: &[(&str, &[&str])] = &[
+        ("messages", &[]),
+        ("process", &["messages"]),
+        ("oauth", &["messages", "process"]),
+        ("transport", &["messages", "process", "oauth"]),
+        ("import", &["messages"]),
+        ("mods", &["messages", "process"]),
+        ("providers", &["messages", "process"]),
+        ("actors", &["messages", "process", "transport", "mods"]),
+        (
+            "supervisors",
+            &["messages", "process", "transport", "actors", "mods"],
+        ),
+        (
+            "runtime",
+            &[
+                "messages",
+                "process",
+                "oauth",
+                "transport",
+                "import",
+                "mods",
+                "providers",
+                "actors",
+                "supervisors",
+            ],
+        ),
+        ("gateway", &[]),
+    ];
+
+    /// The rooms named by `crate::` paths in `code`, comments and test
+    /// modules left out; grouped imports (`crate::{a::X, b::Y}`) give
+    /// each of their first segments.
+    fn named_rooms(code: &str) -> Vec<String> {
+        let product = code.split("#[cfg(test)]").next().unwrap_or(code);
+        let mut out = Vec::new();
+        for line in product.lines() {
+            let line = line.split("//").next().unwrap_or("");
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        let seg = item.trim().split("::").next().unwrap_or("");
+                        out.push(seg.to_owned());
+                    }
+                } else {
+                    let seg: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    out.push(seg);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every `.rs` file under `dir`.
+    fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The arrows of `room`'s files that its row forbids.
+    fn forbidden(room: &str, files: &[(String, String)]) -> Vec<String> {
+        let rooms: Vec<&str> = ARROWS.iter().map(|(r, _)| *r).collect();
+        let allowed = ARROWS
+            .iter()
+            .find(|(r, _)| *r == room)
+            .map(|(_, a)| *a)
+            .unwrap_or(&[]);
+        let mut bad = Vec::new();
+        for (name, code) in files {
+            // Tests beside the code, and the property-test generators.
+            if name.ends_with("_tests.rs") || name.ends_with("prop_gen.rs") {
+                continue;
+            }
+            for target in named_rooms(code) {
+                if target != room
+                    && rooms.contains(&target.as_str())
+                    && !allowed.contains(&target.as_str())
+                {
+                    bad.push(format!("{name} → crate::{target}"));
+                }
+            }
+        }
+        bad.sort();
+        bad.dedup();
+        bad
+    }
+
+    #[test]
+    fn every_room_names_only_the_rooms_below_it() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut bad = Vec::new();
+        for (room, _) in ARROWS {
+            let mut paths = Vec::new();
+            sources(&root.join(room), &mut paths);
+            let files: Vec<(String, String)> = paths
+                .iter()
+                .map(|p| {
+                    let name = p.strip_prefix(root).unwrap().display().to_string();
+                    (name, std::fs::read_to_string(p).unwrap())
+                })
+                .collect();
+            bad.extend(forbidden(room, &files));
+        }
+        assert!(
+            bad.is_empty(),
+            "arrows the layers forbid:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn every_directory_of_library_code_is_a_room() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let rooms: Vec<&str> = ARROWS.iter().map(|(r, _)| *r).collect();
+        let outside = ["bin", "chaos-tests", "fuzz", "target", "docs"];
+        for entry in std::fs::read_dir(root).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !entry.path().is_dir() || name.starts_with('.') || outside.contains(&name.as_str()) {
+                continue;
+            }
+            let mut paths = Vec::new();
+            sources(&entry.path(), &mut paths);
+            assert!(
+                paths.is_empty() || rooms.contains(&name.as_str()),
+                "{name}/ holds Rust code but is no room of the layers"
+            );
+        }
+    }
+
+    #[test]
+    fn the_check_fails_on_an_upward_arrow() {
+        // What messages/import.rs did before the vocabulary was made pure
+        // again: a call into the actors' layer.
+        let files = vec![(
+            "messages/import.rs".to_owned(),
+            "use crate::messages::naming;\nlet s = crate::actors::stdio::looks_secret(k);\n\
+             use crate::{Runtime, transport::stdio};\n// crate::supervisors in a comment\n\
+             #[cfg(test)]\nmod tests { use crate::runtime::X; }\n"
+                .to_owned(),
+        )];
+        assert_eq!(
+            forbidden("messages", &files),
+            [
+                "messages/import.rs → crate::actors",
+                "messages/import.rs → crate::transport"
+            ]
+        );
+    }
+}

@@ -21,9 +21,9 @@ use rmcp::service::RoleClient;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::connection::fetch_catalog;
-use super::stdio::Diagnostics;
 use crate::messages::server::ServerSupervisorMsg;
+use crate::transport::client::fetch_catalog;
+use crate::transport::stdio::Diagnostics;
 
 /// The actor.
 pub struct CatalogSync;

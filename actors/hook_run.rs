@@ -22,8 +22,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::process::ProcessGroup;
 use crate::messages::hooks::codec::RawRun;
+use crate::process::ProcessGroup;
 
 /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
 pub const OUTPUT_CAP: usize = 256 * 1024;
@@ -152,7 +152,7 @@ async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> String {
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-fn shell_command(shell: &HookShell, command: &str) -> crate::actors::process::Spawn {
+fn shell_command(shell: &HookShell, command: &str) -> crate::process::Spawn {
     let (program, flag) = match shell {
         HookShell::Sh => ("sh".to_owned(), "-c"),
         HookShell::Login => {
@@ -163,7 +163,7 @@ fn shell_command(shell: &HookShell, command: &str) -> crate::actors::process::Sp
             (login, "-lc")
         }
     };
-    let mut cmd = crate::actors::process::command(program);
+    let mut cmd = crate::process::command(program);
     cmd.arg(flag).arg(command);
     cmd
 }

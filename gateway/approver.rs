@@ -10,8 +10,7 @@ use rmcp::model::{ElicitRequestParams, ElicitationAction};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
 
-use crate::messages::approval::{ApprovalRequest, Approver};
-use crate::messages::trust::Approval;
+use crate::{Approval, ApprovalRequest, Approver};
 
 /// The [`Approver`] of a gateway's runtime: finds the client session of a
 /// call by its chat id (`gateway-<n>`) and asks that client. Build the
@@ -79,8 +78,7 @@ impl Approver for ClientApprover {
                 message.push_str(&format!("\nA hook asks: {r}"));
             }
             let args = serde_json::to_string(&request.arguments).unwrap_or_default();
-            let (args, _) =
-                crate::messages::budget::apply_budget(&args, 2000, "the arguments shown");
+            let (args, _) = crate::apply_budget(&args, 2000, "the arguments shown");
             message.push_str(&format!("\nArguments: {args}"));
             let params = json!({
                 "mode": "form",

@@ -37,11 +37,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::messages::call::{CallOptions, OutcomeKind, ToolDefinition};
-use crate::messages::config::Scope;
-use crate::messages::resources::ResourceOp;
-use crate::messages::status::RuntimeEvent;
-use crate::runtime::Runtime;
+use crate::{CallOptions, OutcomeKind, ResourceOp, Runtime, RuntimeEvent, Scope, ToolDefinition};
 
 pub use approver::ClientApprover;
 
@@ -401,14 +397,7 @@ impl GatewaySession {
         }
         let text = all.join("\n\n");
         let max = self.shared.options.max_instruction_bytes;
-        Some(
-            crate::messages::budget::apply_budget(
-                &text,
-                max,
-                "the gateway's combined instructions",
-            )
-            .0,
-        )
+        Some(crate::apply_budget(&text, max, "the gateway's combined instructions").0)
     }
 
     /// A call of the shared resource tool `op`; its canonical value per server.
@@ -654,7 +643,7 @@ impl ServerHandler for GatewaySession {
                 else {
                     continue;
                 };
-                let public = crate::messages::naming::public_tool_name(&server, &raw);
+                let public = crate::public_tool_name(&server, &raw);
                 if let Some(obj) = prompt.as_object_mut() {
                     obj.insert("name".into(), Value::String(public.clone()));
                     let meta = obj

@@ -2,7 +2,7 @@
 
 use rmcp::model::{CallToolResult, ContentBlock as Content};
 
-use crate::messages::call::{ModelEdit, OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, ToolOutcome};
+use crate::{ModelEdit, OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, ToolOutcome};
 
 /// The client's result for `outcome`:
 /// - `ok` and `server_error` (the server's own `isError`): the backend's

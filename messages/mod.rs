@@ -7,10 +7,8 @@ pub mod call;
 pub mod capabilities;
 pub mod catalog;
 pub mod config;
-pub mod config_file;
 pub mod hooks;
 pub mod images;
-pub mod import;
 pub mod model;
 #[cfg(feature = "mods")]
 pub mod mods;

@@ -264,6 +264,24 @@ pub trait SecretStore: Send + Sync + 'static {
     }
 }
 
+/// Whether a variable or header name looks like it holds a secret (`KEY`,
+/// `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`…): such values are
+/// never shown, and `mcpvisor add` will not write one into a config file.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|s| upper.contains(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -737,12 +737,12 @@ fn host_spawn(
     };
     io.block_on(async move {
         use tokio::io::AsyncReadExt as _;
-        let mut command = crate::actors::process::command(cmd);
+        let mut command = crate::process::command(cmd);
         command.args(&args);
         if let Some(tag) = tag {
-            command.env(crate::actors::process::TAG_VAR, tag);
+            command.env(crate::process::TAG_VAR, tag);
         }
-        let (mut group, pipes) = match crate::actors::process::ProcessGroup::spawn(&command) {
+        let (mut group, pipes) = match crate::process::ProcessGroup::spawn(&command) {
             Ok(g) => g,
             Err(e) => return json!({"error": format!("cannot spawn {cmd:?}: {e}")}),
         };

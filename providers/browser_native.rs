@@ -32,7 +32,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::snapshot::{SNAPSHOT_JS, Snapshot, check_token};
 use super::{Exclusive, ToolFailure};
-use crate::actors::process::{CloseGraces, ProcessGroup, TAG_VAR};
 use crate::messages::call::OutcomeKind;
 use crate::messages::config::ServerConfig;
 use crate::messages::seat::{
@@ -40,6 +39,7 @@ use crate::messages::seat::{
 };
 use crate::messages::status::ShutdownReport;
 use crate::messages::trust::TrustMode;
+use crate::process::{CloseGraces, ProcessGroup, TAG_VAR};
 
 /// The guidance every tool description carries (SEAT-6).
 pub const GUIDANCE: &str = "Take a snapshot before acting and act on the elements it lists; verify the result with a fresh snapshot after acting; a completed click or keypress cannot be undone.";
@@ -270,7 +270,7 @@ async fn launch(
         activation.process_tag("browser"),
         rand::random::<u64>()
     );
-    let mut cmd = crate::actors::process::command(&exe);
+    let mut cmd = crate::process::command(&exe);
     cmd.args([
         "--headless",
         "--no-sandbox",
@@ -310,12 +310,9 @@ async fn launch(
     let sweep_tag = tag.clone();
     let on_exit = Box::new(move || {
         tokio::spawn(async move {
-            let swept = crate::actors::process::kill_tagged(&sweep_tag, false, None);
-            let _ = crate::actors::process::still_running(
-                &swept.killed,
-                crate::actors::process::SWEPT_EXIT_WAIT,
-            )
-            .await;
+            let swept = crate::process::kill_tagged(&sweep_tag, false, None);
+            let _ =
+                crate::process::still_running(&swept.killed, crate::process::SWEPT_EXIT_WAIT).await;
         });
     });
     let (mut group, pipes) = ProcessGroup::spawn_notifying(&cmd, on_exit).map_err(|e| {
@@ -607,10 +604,10 @@ impl BrowserSession {
                 // own and outlive the browser (they cannot be turned off
                 // without breaking its network service).
                 if let Some(tag) = &self.tag {
-                    let swept = crate::actors::process::kill_tagged(tag, false, Some(self.pid));
-                    let left = crate::actors::process::still_running(
+                    let swept = crate::process::kill_tagged(tag, false, Some(self.pid));
+                    let left = crate::process::still_running(
                         &swept.killed,
-                        crate::actors::process::SWEPT_EXIT_WAIT,
+                        crate::process::SWEPT_EXIT_WAIT,
                     )
                     .await;
                     report.escaped.extend(swept.escaped);
@@ -1117,7 +1114,7 @@ pub fn sweep_orphans(profile_root: &std::path::Path) -> Vec<u32> {
                     && !alive(owner)
                     && let Ok(pid_t) = i32::try_from(pid)
                 {
-                    crate::actors::process::kill_pid(pid_t);
+                    crate::process::kill_pid(pid_t);
                     killed.push(pid);
                     break;
                 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::messages::call::{OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, SideEffects};
 use crate::messages::seat::ActivationId;
 
-use crate::messages::config_file::RawProvider;
+use crate::messages::config::file::RawProvider;
 use crate::messages::seat::SeatProvider;
 use crate::messages::transport::{InProcessConnection, InProcessConnector};
 

@@ -419,7 +419,7 @@ impl Runtime {
                         scope,
                         def,
                         live.conn_gen,
-                        crate::actors::connection::service_words(&e),
+                        crate::transport::client::service_words(&e),
                         Lost::NotSent,
                     )
                     .await;
@@ -460,7 +460,7 @@ impl Runtime {
         // never received says so (not sent, nothing ran), and only one it
         // may have received says "side effects unknown".
         let delivered = live.deliveries.as_ref().map(|d| {
-            let id = crate::actors::stdio::request_id_key(&handle.id);
+            let id = crate::transport::stdio::request_id_key(&handle.id);
             let delivery = d.of(&id);
             d.forget(&id);
             delivery
@@ -514,9 +514,9 @@ impl Runtime {
             // (not JSON-RPC, nested past serde_json's limit): the server
             // did answer.
             Err(ServiceError::McpError(e))
-                if e.code.0 == crate::actors::stdio::UNREADABLE_REPLY_CODE
+                if e.code.0 == crate::transport::stdio::UNREADABLE_REPLY_CODE
                     && e.message
-                        .starts_with(crate::actors::stdio::UNREADABLE_REPLY_PREFIX) =>
+                        .starts_with(crate::transport::stdio::UNREADABLE_REPLY_PREFIX) =>
             {
                 return ToolOutcome::failure(OutcomeKind::InvalidResult, e.message.to_string());
             }
@@ -563,7 +563,7 @@ impl Runtime {
                         scope,
                         def,
                         live.conn_gen,
-                        crate::actors::connection::service_words(&e),
+                        crate::transport::client::service_words(&e),
                         lost_as,
                     )
                     .await;
@@ -577,7 +577,7 @@ impl Runtime {
                         OutcomeKind::TransportLostDuringCall,
                         format!(
                             "the request failed in transport, side effects unknown: {}",
-                            crate::actors::connection::service_words(&e)
+                            crate::transport::client::service_words(&e)
                         ),
                     ),
                 };

@@ -22,12 +22,12 @@ use crate::messages::model::{Decoder, Provider};
 
 /// A stdio server's whole stdout (see [the table](self)).
 pub fn stdio_stdout(data: &[u8]) {
-    crate::actors::stdio::fuzz::stdout(data);
+    crate::transport::stdio::fuzz::stdout(data);
 }
 
 /// One stdout line through the `tools/call` reply fast path.
 pub fn stdio_call_reply(data: &[u8]) {
-    crate::actors::stdio::fuzz::call_reply(data);
+    crate::transport::stdio::fuzz::call_reply(data);
 }
 
 /// An OpenAI-compatible endpoint's SSE body.
@@ -74,12 +74,9 @@ fn model(provider: Provider, data: &[u8]) {
 /// TOML, whatever names and values the source holds.
 pub fn import(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(got) = crate::messages::import::import_file(
-        "fuzz.json",
-        "/fuzz/.claude/settings.json",
-        &text,
-        None,
-    ) {
+    if let Ok(got) =
+        crate::import::import_file("fuzz.json", "/fuzz/.claude/settings.json", &text, None)
+    {
         let parsed = toml::from_str::<toml::Table>(&got.toml);
         assert!(
             parsed.is_ok(),

@@ -273,7 +273,7 @@ impl HookEngine {
         };
         // RECO-7: what a hook leaves behind outside its group is found by it.
         let mut env = env;
-        env.push((crate::actors::process::TAG_VAR.to_owned(), self.tag.clone()));
+        env.push((crate::process::TAG_VAR.to_owned(), self.tag.clone()));
         HookCommand {
             command,
             shell,

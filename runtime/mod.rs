@@ -14,6 +14,7 @@
 //! engine; `stores/` the adapters behind the attachment and secret ports.
 
 mod builder;
+pub(crate) mod config;
 pub use builder::RuntimeBuilder;
 mod call;
 #[cfg(feature = "fuzzing")]
@@ -234,7 +235,7 @@ impl Runtime {
             // RECO-7: every descendant of the server, also one that leaves
             // its process group, carries the server's tag.
             stdio.env.insert(
-                crate::actors::process::TAG_VAR.to_owned(),
+                crate::process::TAG_VAR.to_owned(),
                 format!("{}/{scope}/{named}", self.inner.tag),
             );
         }
@@ -647,13 +648,9 @@ impl Runtime {
         report.hook_runs_aborted = hook_runs_aborted;
         // RECO-7: what left its server's or hook's process group is found by
         // this runtime's tag, killed, and reported.
-        let swept =
-            crate::actors::process::kill_tagged(&format!("{}/", self.inner.tag), true, None);
+        let swept = crate::process::kill_tagged(&format!("{}/", self.inner.tag), true, None);
         let escaped = swept.escaped;
-        for pid in
-            crate::actors::process::still_running(&escaped, crate::actors::process::SWEPT_EXIT_WAIT)
-                .await
-        {
+        for pid in crate::process::still_running(&escaped, crate::process::SWEPT_EXIT_WAIT).await {
             report.unconfirmed.push(format!(
                 "process {pid} had left its process group and still runs after SIGKILL"
             ));

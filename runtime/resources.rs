@@ -378,10 +378,10 @@ async fn request_value(
             rmcp::service::PeerRequestOptions::with_timeout(timeout),
         )
         .await
-        .map_err(|e| crate::actors::connection::service_words(&e))?;
+        .map_err(|e| crate::transport::client::service_words(&e))?;
     let result = handle
         .await_response()
         .await
-        .map_err(|e| crate::actors::connection::service_words(&e))?;
+        .map_err(|e| crate::transport::client::service_words(&e))?;
     serde_json::to_value(&result).map_err(|e| e.to_string())
 }

@@ -43,7 +43,6 @@ use super::server::{SHUTDOWN_DEADLINE, ServerSupervisor, ServerSupervisorArgs};
 use super::spec::{
     AskError, Child, ChildSpec, Children, Intensity, Restart, Shutdown, ask, derive_seed, quiesce,
 };
-use crate::actors::connection::OpenTransports;
 use crate::actors::registry::{RegistryArgs, ToolRegistry};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::config::{Scope, ServerConfig};
@@ -52,6 +51,7 @@ use crate::messages::registry::{Activity, RegistryMsg, ScopeSnapshot};
 use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ShutdownReport};
 use crate::messages::tree::{ScopeMsg, TreeError};
+use crate::transport::open::OpenTransports;
 
 /// Shutdown spec of the scope's children once they have quiesced.
 const WORKER_STOP: Shutdown = Shutdown::Timeout(Duration::from_secs(1));

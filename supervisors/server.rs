@@ -56,8 +56,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::actors::catalog_sync::{CatalogSync, CatalogSyncArgs, CatalogSyncMsg};
-use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg, OpenTransports};
-use crate::actors::stdio::Diagnostics;
+use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog_redacted;
 use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
@@ -66,6 +65,8 @@ use crate::messages::registry::{
 };
 use crate::messages::server::{ServerSupervisorMsg, Unreaped};
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
+use crate::transport::open::OpenTransports;
+use crate::transport::stdio::Diagnostics;
 
 /// A `send_after` timer; aborting it cancels the message.
 type Timer = JoinHandle<Result<(), ractor::MessagingErr<ServerSupervisorMsg>>>;

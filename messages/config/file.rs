@@ -1,6 +1,6 @@
 //! The TOML layer (`mcpvisor.toml`): the file as written ([`RawConfigFile`]
 //! and its tables), and its parse into the validated types of
-//! [`super::config`], every problem named with its field and position.
+//! [`super`], every problem named with its field and position.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::config::*;
-use super::trust::TrustMode;
+use super::*;
+use crate::messages::trust::TrustMode;
 
 /// The `mcpvisor.toml` file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -575,8 +575,14 @@ fn explain_toml_error(origin: &str, text: &str, message: &str) -> String {
     String::new()
 }
 
-/// Parse a whole config file; `origin` (the path) prefixes every problem.
-pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError> {
+/// Parse a whole config file; `origin` (the path) prefixes every problem,
+/// and relative paths in it are its directory's; `~/` is `home` (the
+/// caller's `HOME`: this layer reads no environment).
+pub fn parse_config_at(
+    origin: &str,
+    text: &str,
+    home: Option<&std::path::Path>,
+) -> Result<FileConfig, ConfigError> {
     let raw: RawConfigFile = toml::from_str(text).map_err(|e| ConfigError {
         problems: vec![format!(
             "{origin}: {}{}",
@@ -591,12 +597,12 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
         .events
         .as_ref()
         .and_then(|e| e.log.as_deref())
-        .map(|p| resolve_path(p, base.as_deref()));
+        .map(|p| resolve_path(p, base.as_deref(), home));
     let secrets_file = raw
         .secrets
         .as_ref()
         .and_then(|s| s.file.as_deref())
-        .map(|p| resolve_path(p, base.as_deref()));
+        .map(|p| resolve_path(p, base.as_deref(), home));
     let secrets_keyring = raw.secrets.as_ref().and_then(|s| s.keyring.clone());
     if secrets_file.is_some() && secrets_keyring.is_some() {
         return Err(ConfigError {
@@ -659,7 +665,7 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
             }
         }
     }
-    let servers = servers_of(origin, raw)?;
+    let servers = servers_of(origin, raw, home)?;
     Ok(FileConfig {
         mods,
         providers,
@@ -672,19 +678,18 @@ pub fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError>
     })
 }
 
-/// Parse a whole config file and return its servers.
-pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
-    parse_config(origin, text).map(|c| c.servers)
-}
-
 /// A stdio server's `command` (when it is a path, not a bare name looked
 /// up in PATH) and `cwd`, relative to the config file's directory; `~/`
 /// is the home directory. Arguments are the server's own and stay as written.
-fn resolve_paths(c: &mut ServerConfig, base: Option<&std::path::Path>) {
+fn resolve_paths(
+    c: &mut ServerConfig,
+    base: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) {
     let TransportConfig::Stdio(stdio) = &mut c.transport else {
         return;
     };
-    let resolve = |p: &std::path::Path| resolve_path(p, base);
+    let resolve = |p: &std::path::Path| resolve_path(p, base, home);
     if stdio.command.starts_with("~/")
         || (stdio.command.contains('/') && !stdio.command.starts_with('/'))
     {
@@ -698,11 +703,12 @@ fn resolve_paths(c: &mut ServerConfig, base: Option<&std::path::Path>) {
 }
 
 /// `p` with `~/` at home, and relative to `base` (the config file's directory).
-fn resolve_path(p: &std::path::Path, base: Option<&std::path::Path>) -> PathBuf {
-    if let (Ok(rest), Some(h)) = (
-        p.strip_prefix("~"),
-        std::env::var_os("HOME").map(PathBuf::from),
-    ) {
+fn resolve_path(
+    p: &std::path::Path,
+    base: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) -> PathBuf {
+    if let (Ok(rest), Some(h)) = (p.strip_prefix("~"), home) {
         return h.join(rest);
     }
     match base {
@@ -719,20 +725,43 @@ fn config_dir(origin: &str) -> Option<PathBuf> {
         .map(std::path::Path::to_path_buf)
 }
 
-fn servers_of(origin: &str, raw: RawConfigFile) -> Result<Vec<ServerConfig>, ConfigError> {
+fn servers_of(
+    origin: &str,
+    raw: RawConfigFile,
+    home: Option<&std::path::Path>,
+) -> Result<Vec<ServerConfig>, ConfigError> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     let base = config_dir(origin);
     for (name, server) in raw.servers {
         match ServerConfig::from_raw(&name, server) {
             Ok(mut c) => {
-                resolve_paths(&mut c, base.as_deref());
+                resolve_paths(&mut c, base.as_deref(), home);
                 out.push(c)
             }
             Err(e) => problems.extend(e.problems.into_iter().map(|p| format!("{origin}: {p}"))),
         }
     }
     ConfigError::from_problems(problems).map(|()| out)
+}
+
+/// The tests' home directory (`~/`).
+#[cfg(test)]
+pub(crate) const TEST_HOME: &str = "/home/tester";
+
+/// [`parse_config_at`] with [`TEST_HOME`], for the tests.
+#[cfg(test)]
+pub(crate) fn parse_config(origin: &str, text: &str) -> Result<FileConfig, ConfigError> {
+    parse_config_at(origin, text, Some(std::path::Path::new(TEST_HOME)))
+}
+
+/// The servers of [`parse_config`], for the tests.
+#[cfg(test)]
+pub(crate) fn parse_config_file(
+    origin: &str,
+    text: &str,
+) -> Result<Vec<ServerConfig>, ConfigError> {
+    parse_config(origin, text).map(|c| c.servers)
 }
 
 #[cfg(test)]
@@ -943,9 +972,10 @@ max_delay_ms = 100
             other.event_log,
             Some(PathBuf::from("/etc/mcp/logs/e.jsonl"))
         );
-        if let Some(home) = std::env::var_os("HOME") {
-            assert_eq!(other.secrets_file, Some(PathBuf::from(home).join("s.toml")));
-        }
+        assert_eq!(
+            other.secrets_file,
+            Some(PathBuf::from(TEST_HOME).join("s.toml"))
+        );
         assert_eq!(cfg.servers.len(), 1);
         assert!(parse_config("t.toml", "[events]\nlogs = 1\n").is_err());
     }

@@ -7,21 +7,21 @@
 //! [`rmcp::transport::Transport`] trait.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::process::{CloseGraces, ProcessGroup};
+pub use super::diagnostics::Diagnostics;
+#[cfg(test)]
+use super::diagnostics::STDERR_TAIL_BYTES;
 use crate::messages::config::StdioConfig;
-use crate::messages::trust::{redact, redact_cut_start};
+use crate::process::{CloseGraces, ProcessGroup};
 
 /// Longest stdout line accepted (CONN-6).
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
-/// Size of the stderr tail kept per instance (CONN-7).
-pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
 /// Parent variables passed to every stdio child (CONN-5).
 pub const ENV_ALLOWLIST: [&str; 10] = [
     "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
@@ -35,201 +35,6 @@ const CLOSE_GRACES: CloseGraces = CloseGraces {
     after_term: Duration::from_millis(1500),
     after_kill: Duration::from_millis(1500),
 };
-
-// ===== Diagnostics =====
-
-impl crate::messages::registry::LiveOutput for Diagnostics {
-    fn stderr_tail(&self) -> String {
-        Diagnostics::stderr_tail(self)
-    }
-
-    fn non_json_lines(&self) -> u64 {
-        self.non_json().0
-    }
-}
-
-/// What one connection learned about its server's output: shared between the
-/// transport, the stderr reader, the reaper and the connection actor.
-#[derive(Debug, Default)]
-pub struct Diagnostics {
-    inner: Mutex<DiagInner>,
-    /// What became of each `tools/call` request on the wire, where the
-    /// transport can tell (the HTTP client records it).
-    pub(crate) deliveries: Arc<crate::messages::registry::Deliveries>,
-}
-
-#[derive(Debug, Default)]
-struct DiagInner {
-    stderr: Vec<u8>,
-    non_json_lines: u64,
-    first_non_json: Option<String>,
-    fatal: Option<String>,
-    /// The JSON-RPC ids of `tools/list` requests sent and not yet answered
-    /// (the stdio transport sees both). Bounded.
-    tools_pending: std::collections::VecDeque<String>,
-    /// Raw `tools` arrays of `tools/list` replies, by the reply's JSON-RPC
-    /// id: the catalog fetch that sent the request takes its page, with
-    /// what rmcp's typed `Tool` would drop (`execution.taskSupport`,
-    /// SYNC-7) and any malformed entry (for build_catalog to judge). The
-    /// stdio transport parses the reply once for it and hands rmcp the page
-    /// with an empty array (PERF-1); the HTTP client taps SSE replies.
-    /// Bounded: pages nobody takes fall out.
-    tools_pages: std::collections::VecDeque<(String, Vec<serde_json::Value>)>,
-    /// Secret values of this connection: never shown (TRUST-2).
-    redact: Vec<String>,
-    /// Test-only break switch (`ChaosSwitches::no_redaction`): nothing is
-    /// added to `redact`, whoever adds it.
-    no_redaction: bool,
-}
-
-impl Diagnostics {
-    fn lock(&self) -> std::sync::MutexGuard<'_, DiagInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Append stderr bytes, keeping the last [`STDERR_TAIL_BYTES`].
-    pub fn push_stderr(&self, bytes: &[u8]) {
-        let mut d = self.lock();
-        d.stderr.extend_from_slice(bytes);
-        if d.stderr.len() > STDERR_TAIL_BYTES {
-            let cut = d.stderr.len() - STDERR_TAIL_BYTES;
-            d.stderr.drain(..cut);
-        }
-    }
-
-    /// The stderr tail as text (lossy UTF-8, trimmed), secret values
-    /// redacted, including a secret the ring cut in two at its start.
-    pub fn stderr_tail(&self) -> String {
-        let d = self.lock();
-        redact_cut_start(String::from_utf8_lossy(&d.stderr).trim(), &d.redact)
-    }
-
-    /// This connection's secret values (for what the call path makes of
-    /// the server's output).
-    pub fn redactions(&self) -> Vec<String> {
-        self.lock().redact.clone()
-    }
-
-    /// Secret values that must never be shown from this connection's output.
-    pub fn add_redactions(&self, values: impl IntoIterator<Item = String>) {
-        let mut d = self.lock();
-        if !d.no_redaction {
-            d.redact
-                .extend(values.into_iter().filter(|v| !v.is_empty()));
-        }
-    }
-
-    /// The chaos runner's `redaction` break switch: redact nothing.
-    pub(crate) fn break_redaction(&self) {
-        self.lock().no_redaction = true;
-    }
-
-    /// Count a non-JSON stdout line; keep the first one's start.
-    pub fn note_non_json(&self, line: &[u8]) {
-        let mut d = self.lock();
-        d.non_json_lines += 1;
-        if d.first_non_json.is_none() {
-            // Redacted before it is cut, so the cut cannot split a secret.
-            let whole = redact(&String::from_utf8_lossy(line), &d.redact);
-            let end = crate::messages::budget::floor_char_boundary(&whole, 200);
-            d.first_non_json = Some(whole[..end].trim().to_owned());
-        }
-    }
-
-    /// Non-JSON lines so far, and the first one.
-    pub fn non_json(&self) -> (u64, Option<String>) {
-        let d = self.lock();
-        (d.non_json_lines, d.first_non_json.clone())
-    }
-
-    /// Record why the transport failed on its own (e.g. an over-long line).
-    pub fn set_fatal(&self, why: String) {
-        let mut d = self.lock();
-        if d.fatal.is_none() {
-            d.fatal = Some(why);
-        }
-    }
-
-    /// The transport's own failure, if any.
-    pub fn fatal(&self) -> Option<String> {
-        self.lock().fatal.clone()
-    }
-
-    /// A `tools/list` request with this id was sent.
-    fn tools_requested(&self, id: String) {
-        let mut d = self.lock();
-        if d.tools_pending.len() >= 64 {
-            d.tools_pending.pop_front();
-        }
-        d.tools_pending.push_back(id);
-    }
-
-    /// Whether a `tools/list` reply is awaited (a cheap check per line).
-    fn tools_awaited(&self) -> bool {
-        !self.lock().tools_pending.is_empty()
-    }
-
-    /// Whether `id` is an awaited `tools/list` reply's; it is not any more.
-    fn take_tools_pending(&self, id: &str) -> bool {
-        let mut d = self.lock();
-        match d.tools_pending.iter().position(|i| i == id) {
-            Some(at) => {
-                d.tools_pending.remove(at);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Keep the raw `tools` of the reply with `id` for the catalog fetch.
-    fn stash_tools_page(&self, id: String, tools: Vec<serde_json::Value>) {
-        let mut d = self.lock();
-        if d.tools_pages.len() >= 64 {
-            d.tools_pages.pop_front();
-        }
-        d.tools_pages.push_back((id, tools));
-    }
-
-    /// The raw `tools` of the `tools/list` reply with `id`, when the
-    /// transport kept them (stdio); `None` otherwise (read rmcp's page).
-    pub(crate) fn take_tools_page(&self, id: &str) -> Option<Vec<serde_json::Value>> {
-        let mut d = self.lock();
-        let at = d.tools_pages.iter().position(|(i, _)| i == id)?;
-        d.tools_pages.remove(at).map(|(_, t)| t)
-    }
-
-    /// Keep the raw `tools` of `raw`, a JSON-RPC reply that has a
-    /// `result.tools` array (the HTTP client's SSE tap).
-    pub(crate) fn tap_tools_page(&self, raw: &[u8]) {
-        let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(raw) else {
-            return;
-        };
-        let Some(id) = v.get("id").map(serde_json::Value::to_string) else {
-            return;
-        };
-        if let Some(serde_json::Value::Array(tools)) =
-            v.pointer_mut("/result/tools").map(std::mem::take)
-        {
-            self.stash_tools_page(id, tools);
-        }
-    }
-
-    /// A one-paragraph explanation for an error message: stderr tail and non-JSON hints.
-    pub fn explain(&self) -> String {
-        let mut out = String::new();
-        let (count, first) = self.non_json();
-        if let Some(first) = first {
-            out.push_str(&format!(
-                "; the server wrote {count} non-JSON line(s) on stdout (first: {first:?}), the likely cause"
-            ));
-        }
-        let tail = self.stderr_tail();
-        if !tail.is_empty() {
-            out.push_str(&format!("; stderr: {tail}"));
-        }
-        out
-    }
-}
 
 // ===== Spawning =====
 
@@ -318,24 +123,6 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether a variable or header name looks like it holds a secret (`KEY`,
-/// `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`…): such values are
-/// never shown, and `mcpvisor add` will not write one into a config file.
-pub fn looks_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|s| upper.contains(s))
-}
-
 /// The environment of a stdio child (CONN-5): allowlisted parent variables,
 /// explicit passthrough, the instance's `env`, then `NO_COLOR=1`.
 pub fn child_environment(
@@ -357,7 +144,11 @@ pub fn child_environment(
         env.insert(k.clone(), v.clone());
     }
     env.insert("NO_COLOR".into(), "1".into());
-    debug_assert!(ENV_ALLOWLIST.iter().all(|n| !looks_secret(n)));
+    debug_assert!(
+        ENV_ALLOWLIST
+            .iter()
+            .all(|n| !crate::messages::trust::looks_secret(n))
+    );
     env.into_iter().collect()
 }
 
@@ -380,7 +171,7 @@ pub fn spawn(
         .map(|(_, v)| v.as_str());
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let exe = resolve_executable(&cfg.command, path, home.as_deref())?;
-    let mut cmd = super::process::command(&exe);
+    let mut cmd = crate::process::command(&exe);
     cmd.args(&cfg.args).env_clear().envs(env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
@@ -437,7 +228,7 @@ pub fn spawn(
 
 // ===== The process handle =====
 
-/// The server's process group (see `actors::process`) and its stderr
+/// The server's process group (see `crate::process`) and its stderr
 /// reader: closing it runs the close sequence; dropping it without a
 /// confirmed close SIGKILLs the group.
 #[derive(Debug)]

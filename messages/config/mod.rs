@@ -5,6 +5,8 @@
 //! validated form the runtime uses. [`ServerConfig::from_raw`] reports every
 //! problem it finds, each naming its field.
 
+pub mod file;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;

@@ -27,7 +27,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// A program to start: built like a `std::process::Command` (the methods
-/// the runtime uses), spawned by [`super::process::ProcessGroup::spawn`].
+/// the runtime uses), spawned by [`super::ProcessGroup::spawn`].
 #[derive(Debug, Clone)]
 pub struct Spawn {
     program: OsString,
@@ -193,11 +193,11 @@ mod linux {
 
     /// A started child: its pid (also its group id) and the parent's ends
     /// of its pipes.
-    pub(in crate::actors) struct Spawned {
-        pub(in crate::actors) pid: libc::pid_t,
-        pub(in crate::actors) stdin: OwnedFd,
-        pub(in crate::actors) stdout: OwnedFd,
-        pub(in crate::actors) stderr: OwnedFd,
+    pub(in crate::process) struct Spawned {
+        pub(in crate::process) pid: libc::pid_t,
+        pub(in crate::process) stdin: OwnedFd,
+        pub(in crate::process) stdout: OwnedFd,
+        pub(in crate::process) stderr: OwnedFd,
     }
 
     /// The child's stack: it runs a handful of system-call wrappers.
@@ -267,7 +267,7 @@ mod linux {
 
     /// Start `s` as the leader of a new process group, with piped stdio and
     /// `PR_SET_PDEATHSIG = SIGKILL`.
-    pub(in crate::actors) fn spawn(s: &Spawn) -> std::io::Result<Spawned> {
+    pub(in crate::process) fn spawn(s: &Spawn) -> std::io::Result<Spawned> {
         use std::os::unix::ffi::OsStrExt as _;
         let env = s.environment();
         let child_path = env

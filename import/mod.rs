@@ -380,7 +380,7 @@ pub fn import_servers_beside(
                 &name,
                 "env",
                 &entry.env,
-                crate::actors::stdio::looks_secret,
+                crate::messages::trust::looks_secret,
                 &mut secrets,
             );
             // `KEY = "${KEY}"` passes the runtime's own variable through (a
@@ -428,7 +428,8 @@ pub fn import_servers_beside(
                 "header",
                 &entry.headers,
                 |h| {
-                    h.eq_ignore_ascii_case("authorization") || crate::actors::stdio::looks_secret(h)
+                    h.eq_ignore_ascii_case("authorization")
+                        || crate::messages::trust::looks_secret(h)
                 },
                 &mut secrets,
             );
@@ -730,7 +731,7 @@ mod tests {
         let json = r#"{"mcpServers": {"x": {"command": "srv", "args": ["--root", "${HOME}/data"],
             "env": {"LANGUAGE": "${LANGUAGE}", "MODE": "${MODE:-fast}", "PLAIN": "1"}}}}"#;
         let got = import_servers(".mcp.json", json).unwrap();
-        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        let cfg = crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
         let crate::messages::config::TransportConfig::Stdio(st) = &cfg.servers[0].transport else {
             panic!("stdio")
         };
@@ -787,7 +788,7 @@ mod tests {
                 ),
             ]
         );
-        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        let cfg = crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
         let gh = cfg.servers.iter().find(|s| s.server_name == "gh").unwrap();
         let crate::messages::config::TransportConfig::Stdio(st) = &gh.transport else {
             panic!("stdio")
@@ -865,10 +866,10 @@ mod tests {
             got.skipped
         );
         // As written, the TOML configures no hooks at all.
-        let cfg = crate::messages::config_file::parse_config("out.toml", &got.toml).unwrap();
+        let cfg = crate::messages::config::file::parse_config("out.toml", &got.toml).unwrap();
         assert_eq!(cfg.hooks.claude, None);
         // Uncommented, it points at the file, absolutely, in its dialect.
-        let cfg = crate::messages::config_file::parse_config("out.toml", &uncommented(&got.toml))
+        let cfg = crate::messages::config::file::parse_config("out.toml", &uncommented(&got.toml))
             .unwrap();
         assert_eq!(
             cfg.hooks.claude.as_deref(),
@@ -901,7 +902,7 @@ mod tests {
         let got = import_file("s.json", "/tmp/s.json", both, None).unwrap();
         assert_eq!(got.servers, vec!["fs".to_owned()]);
         assert_eq!(got.hooks, vec!["Stop: bye".to_owned()]);
-        let cfg = crate::messages::config_file::parse_config("out.toml", &got.toml).unwrap();
+        let cfg = crate::messages::config::file::parse_config("out.toml", &got.toml).unwrap();
         assert!(cfg.servers.iter().all(|s| !s.enabled));
         assert_eq!(cfg.hooks.claude, None);
         // Not a hooks shape at all: the hook parser's error, naming the file.
@@ -929,7 +930,7 @@ mod tests {
             "{:?}",
             got.skipped
         );
-        let cfg = crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        let cfg = crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
         assert_eq!(cfg.servers.len(), 3);
         for s in &cfg.servers {
             assert!(!s.enabled, "{}", s.server_name);
@@ -970,7 +971,7 @@ mod tests {
             "nothing is dropped silently: {}",
             got.toml
         );
-        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
         // Beside a config that already has `notes`: that one is left out.
         let beside = import_servers_beside("c.json", json, &["notes".to_owned()]).unwrap();
         assert_eq!(beside.servers, ["fs", "fs-2"]);
@@ -1015,7 +1016,7 @@ mod tests {
             "Cursor's ${{env:VAR}} names the variable: {:?}",
             got.secrets
         );
-        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
     }
 
     #[test]
@@ -1058,7 +1059,7 @@ env_http_headers = { "X-Api-Key" = "API_KEY_VAR" }
             "{:?}",
             got.secrets
         );
-        crate::messages::config_file::parse_config("imported", t).unwrap();
+        crate::messages::config::file::parse_config("imported", t).unwrap();
     }
 
     #[test]
@@ -1091,7 +1092,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
             "{}",
             got.toml
         );
-        crate::messages::config_file::parse_config("imported", &got.toml).unwrap();
+        crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
     }
 
     #[test]
@@ -1130,7 +1131,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
                 "headers": {"\nAPI_KEY": "s3cr3t", "X-\u{7f}": "v"}}}}}
         });
         let got = import_servers("mcp\n.json", &json.to_string()).unwrap();
-        let cfg = crate::messages::config_file::parse_config("imported", &got.toml)
+        let cfg = crate::messages::config::file::parse_config("imported", &got.toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
         let names: Vec<&str> = cfg.servers.iter().map(|s| s.server_name.as_str()).collect();
         assert_eq!(names, ["fs", "web"], "{}", got.toml);
@@ -1145,7 +1146,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
         let hooks = json!({"hooks": {"Stop": [{"hooks": [{"type": "command",
             "command": "bye\r\n[servers.evil]\ncommand = \"sh\""}]}]}});
         let got = import_file("h\n.json", "/tmp/h\n.json", &hooks.to_string(), None).unwrap();
-        let cfg = crate::messages::config_file::parse_config("imported", &got.toml)
+        let cfg = crate::messages::config::file::parse_config("imported", &got.toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
         assert!(cfg.servers.is_empty(), "{}", got.toml);
         assert!(
@@ -1168,7 +1169,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
         });
         let got = import_servers("c.json", &json.to_string()).unwrap();
         assert_eq!(got.servers, [long.clone(), format!("{}-2", &long[..30])]);
-        crate::messages::config_file::parse_config("imported", &got.toml)
+        crate::messages::config::file::parse_config("imported", &got.toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", got.toml));
     }
 
@@ -1187,7 +1188,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
             "{}",
             got.toml
         );
-        let e = crate::messages::config_file::parse_config("imported", &got.toml).unwrap_err();
+        let e = crate::messages::config::file::parse_config("imported", &got.toml).unwrap_err();
         assert_eq!(
             e.problems,
             ["imported: servers.a.tool_call_timeout_ms must be greater than 0"]
@@ -1203,8 +1204,8 @@ mod props {
     //! a config mcpvisor loads when the source's servers were usable).
 
     use super::*;
-    use crate::actors::stdio::looks_secret;
     use crate::messages::prop_gen::{any_name, config, json_value, key, tricky_text};
+    use crate::messages::trust::looks_secret;
     use proptest::prelude::*;
     use serde_json::{Map, json};
 
@@ -1478,7 +1479,7 @@ mod props {
         let table = toml::from_str::<toml::Table>(&got.toml);
         prop_assert!(table.is_ok(), "{:?} in:\n{}", table.err(), got.toml);
         if usable {
-            let cfg = crate::messages::config_file::parse_config("imported.toml", &got.toml);
+            let cfg = crate::messages::config::file::parse_config("imported.toml", &got.toml);
             prop_assert!(cfg.is_ok(), "{:?} in:\n{}", cfg.err(), got.toml);
             let cfg = cfg.unwrap();
             prop_assert_eq!(cfg.servers.len(), got.servers.len());

@@ -38,7 +38,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 use tokio_util::sync::CancellationToken;
 
-use super::stdio::Diagnostics;
+use super::diagnostics::Diagnostics;
 use crate::messages::config::HttpConfig;
 
 /// Reconnects of the standalone SSE stream before rmcp gives up on it.

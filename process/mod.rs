@@ -27,7 +27,9 @@ use std::time::Duration;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
-pub use super::spawn::Spawn;
+mod spawn;
+
+pub use spawn::Spawn;
 
 use crate::messages::server::Unreaped;
 
@@ -258,7 +260,7 @@ struct Started {
 /// child (actors/spawn.rs).
 #[cfg(target_os = "linux")]
 fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
-    let s = super::spawn::spawn(cmd)?;
+    let s = spawn::spawn(cmd)?;
     let pid = u32::try_from(s.pid).map_err(|_| std::io::Error::other("negative pid"))?;
     Ok(Started {
         pid,

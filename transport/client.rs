@@ -1,0 +1,478 @@
+//! The client side of one MCP session: rmcp's client handler (explicit
+//! client info, empty capabilities unless an embedder installs handlers,
+//! CONN-10/11), the handshake and the first catalog, the catalog fetch
+//! (SYNC-3 phase 1), HTTP liveness pings (CONN-14), and rmcp's errors in
+//! words.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::ActorRef;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
+    ListToolsRequest, PaginatedRequestParams, PingRequest, ProtocolVersion, ServerResult,
+    UrlElicitationCapability,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+};
+use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
+use serde_json::Value;
+
+use super::diagnostics::Diagnostics;
+use crate::messages::capabilities::{
+    ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
+};
+use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::server::{ConnInfo, ServerSupervisorMsg};
+use crate::messages::trust::redact;
+
+/// The protocol versions a server may answer `initialize` with (mcp.md:
+/// down to 2025-03-26; and 2024-11-05, which rmcp speaks too and many
+/// stdio servers still answer). Anything else ends the attempt.
+pub const SPOKEN_VERSIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2024_11_05,
+];
+
+/// Most `tools/list` pages accepted in one catalog (SYNC-3).
+pub const MAX_CATALOG_PAGES: usize = 1000;
+
+/// The rmcp client handler: explicit client info, EMPTY capabilities, and -32601
+/// for every server→client request.
+#[derive(Debug, Clone)]
+pub struct SupervisedClient {
+    /// The connection generation it serves.
+    pub conn_gen: u64,
+    /// The server's name.
+    pub server: String,
+    /// Where catalog changes go.
+    pub supervisor: ActorRef<ServerSupervisorMsg>,
+    /// The embedder's opt-in capabilities (CONN-11).
+    pub handlers: ClientHandlers,
+    /// The connection's diagnostics: its secret values (TRUST-2).
+    pub diag: Arc<Diagnostics>,
+}
+
+fn no_capabilities(method: &str) -> McpError {
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("{method}: this client exposes no MCP capabilities"),
+        None,
+    )
+}
+
+#[allow(deprecated)]
+impl ClientHandler for SupervisedClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.handlers.elicitation.is_some() {
+            let mut elicitation = ElicitationCapability::new();
+            elicitation.form = Some(FormElicitationCapability::new());
+            elicitation.url = Some(UrlElicitationCapability::default());
+            capabilities.elicitation = Some(elicitation);
+        }
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("mcpvisor", env!("CARGO_PKG_VERSION")).with_title("mcpvisor"),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_message(
+        &self,
+        _: rmcp::model::CreateMessageRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        Err(no_capabilities("sampling/createMessage"))
+    }
+
+    async fn list_roots(
+        &self,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, McpError> {
+        Err(no_capabilities("roots/list"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let Some(handler) = &self.handlers.elicitation else {
+            return Err(no_capabilities("elicitation/create"));
+        };
+        let request = match params {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => ElicitationRequest {
+                server: self.server.clone(),
+                message,
+                requested_schema: Some(serde_json::to_value(&requested_schema).map_err(|e| {
+                    McpError::invalid_params(format!("unreadable requestedSchema: {e}"), None)
+                })?),
+                url: None,
+            },
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => ElicitationRequest {
+                server: self.server.clone(),
+                message,
+                requested_schema: None,
+                url: Some(url),
+            },
+            _ => return Err(no_capabilities("elicitation/create (unknown mode)")),
+        };
+        // TRUST-2: what the server asks is its output; a user reads it.
+        let secrets = self.diag.redactions();
+        let mut request = request;
+        if !secrets.is_empty() {
+            request.message = redact(&request.message, &secrets);
+            if let Some(schema) = request.requested_schema.as_mut() {
+                crate::messages::trust::redact_value(schema, &secrets);
+            }
+            request.url = request.url.map(|u| redact(&u, &secrets));
+        }
+        Ok(match handler.elicit(&request).await {
+            ElicitationResponse::Accept(content) => {
+                let content = match &request.requested_schema {
+                    Some(schema) => apply_schema_defaults(content, schema),
+                    None => content,
+                };
+                ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+            }
+            ElicitationResponse::Decline => ElicitResult::new(ElicitationAction::Decline),
+            ElicitationResponse::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        Err(no_capabilities(&request.method))
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        if let Some((scope, events)) = &self.handlers.notifications {
+            let _ = events.send(crate::messages::status::RuntimeEvent::ResourceUpdated {
+                scope: scope.clone(),
+                server: self.server.clone(),
+                uri: params.uri,
+            });
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        // Our tokens are call ids; any other token is not ours to route.
+        let rmcp::model::NumberOrString::Number(id) = params.progress_token.0 else {
+            return;
+        };
+        let (Some((scope, events)), Ok(call_id)) =
+            (&self.handlers.notifications, u64::try_from(id))
+        else {
+            return;
+        };
+        // TRUST-2: a progress message is the server's output.
+        let message = params.message.map(|m| redact(&m, &self.diag.redactions()));
+        let _ = events.send(crate::messages::status::RuntimeEvent::CallProgress {
+            scope: scope.clone(),
+            server: self.server.clone(),
+            call_id,
+            progress: params.progress,
+            total: params.total,
+            message,
+        });
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.supervisor.cast(ServerSupervisorMsg::ToolsListChanged {
+            conn_gen: self.conn_gen,
+        });
+    }
+}
+
+/// Fetch every page of `tools/list`, bypassing rmcp's response cache. Entries
+/// come back as raw JSON so malformed ones can be dropped one by one (SYNC-7).
+pub async fn fetch_catalog(
+    peer: &Peer<RoleClient>,
+    request_timeout: Duration,
+    diag: &Diagnostics,
+) -> Result<Vec<Value>, String> {
+    let mut entries = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
+    for _page in 0..MAX_CATALOG_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
+            .await
+            .map_err(|e| format!("tools/list could not be sent: {}", service_words(&e)))?;
+        let id = crate::transport::stdio::request_id_key(&handle.id);
+        let response = handle
+            .await_response()
+            .await
+            .map_err(|e| format!("tools/list failed: {}", service_words(&e)))?;
+        // The page as the server wrote it, when the transport kept it
+        // (stdio always, HTTP for SSE replies): its entries keep what
+        // rmcp's typed Tool drops (execution.taskSupport, SYNC-7) and any
+        // malformed entry, for build_catalog to judge one by one.
+        let stashed = diag.take_tools_page(&id);
+        let next = match response {
+            ServerResult::ListToolsResult(page) => {
+                match stashed {
+                    Some(raw) => entries.extend(raw),
+                    None => {
+                        for tool in &page.tools {
+                            entries.push(serde_json::to_value(tool).map_err(|e| e.to_string())?);
+                        }
+                    }
+                }
+                page.next_cursor
+            }
+            ServerResult::CustomResult(raw) => {
+                // A page rmcp's typed model could not read (e.g. one malformed entry).
+                let value = raw.0;
+                let tools = value
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
+                match stashed {
+                    Some(raw) => entries.extend(raw),
+                    None => entries.extend(tools.iter().cloned()),
+                }
+                value
+                    .get("nextCursor")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }
+            _ => return Err("tools/list answered with an unexpected result type".into()),
+        };
+        match next {
+            None => return Ok(entries),
+            Some(c) => {
+                if !seen.insert(c.clone()) {
+                    return Err(format!("tools/list repeated cursor {c:?}: invalid catalog"));
+                }
+                cursor = Some(c);
+            }
+        }
+    }
+    Err(format!(
+        "tools/list exceeded {MAX_CATALOG_PAGES} pages: invalid catalog"
+    ))
+}
+
+/// A finished handshake: the running service, what the server said of
+/// itself, and its first catalog.
+pub struct Established {
+    /// rmcp's service over the transport.
+    pub running: RunningService<RoleClient, SupervisedClient>,
+    /// What the server said of itself.
+    pub info: ConnInfo,
+    /// The first catalog's raw entries.
+    pub catalog: Vec<Value>,
+}
+
+/// An rmcp service error in words, without rmcp's wrapper and its type
+/// names: `Transport [rmcp::transport::worker::WorkerTransport<…>] error:
+/// Session expired (HTTP 404)` reads "Session expired (HTTP 404)".
+pub(crate) fn service_words(e: &(dyn std::error::Error + 'static)) -> String {
+    let text = e.to_string();
+    match text.split_once("] error: ") {
+        Some((head, rest)) if head.contains('[') => rest.to_owned(),
+        _ => without_type_names(&text),
+    }
+}
+
+/// `text` with every `Transport [<a Rust type>] error: ` of rmcp's error
+/// texts written `transport error: ` (no type names in what a user or a
+/// model reads).
+pub(crate) fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("Transport [") {
+        let after = &rest[at + "Transport [".len()..];
+        let Some(end) = after.find("] error: ") else {
+            break;
+        };
+        if !after[..end].contains("::") {
+            out.push_str(&rest[..at + "Transport [".len()]);
+            rest = after;
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        out.push_str("transport error: ");
+        rest = &after[end + "] error: ".len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The words of a failed `initialize`. Over HTTP, when the transport
+/// already named the cause (`reqwest_cause`, a refused connection, DNS,
+/// TLS, a timeout; or an HTTP status), the error says only that
+/// `initialize` failed, without rmcp's wrapper and its type names.
+fn initialize_error(
+    e: &(dyn std::error::Error + 'static),
+    transport: &TransportConfig,
+    diag: &Diagnostics,
+) -> String {
+    let text = e.to_string();
+    let TransportConfig::StreamableHttp(http) = transport else {
+        return format!("initialize failed: {text}");
+    };
+    // The legacy HTTP+SSE transport's endpoints end in /sse by convention.
+    let legacy = if http.url.trim_end_matches('/').ends_with("/sse") {
+        "; a URL ending in /sse is usually the legacy HTTP+SSE transport, which is not supported: use the server's streamable HTTP endpoint (often /mcp)"
+    } else {
+        ""
+    };
+    if diag.fatal().is_some() {
+        return format!("initialize failed{legacy}");
+    }
+    // Strip `Send message error Transport [type<…>] error: ` and the tail.
+    let inner = service_words(e);
+    let inner = inner.as_str();
+    let inner = inner
+        .split(", when send initialize request")
+        .next()
+        .unwrap_or(inner);
+    format!("initialize failed: {inner}{legacy}")
+}
+
+/// `initialize` (empty capabilities), `notifications/initialized`, then the whole
+/// catalog when the server has tools (CONN-10, SYNC-3).
+pub async fn handshake<T, E, A>(
+    handler: SupervisedClient,
+    transport: T,
+    cfg: Arc<ServerConfig>,
+    diag: Arc<Diagnostics>,
+    pid: Option<u32>,
+) -> Result<Box<Established>, String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = handler
+        .serve(transport)
+        .await
+        .map_err(|e| initialize_error(&e, &cfg.transport, &diag))?;
+    let peer = running.peer().clone();
+    peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
+        .await;
+    let Some(server) = peer.peer_info() else {
+        return Err("initialize finished without server info".into());
+    };
+    if !SPOKEN_VERSIONS.contains(&server.protocol_version) {
+        return Err(format!(
+            "initialize failed: the server answered with protocol version {:?}, which this client does not speak: it offered {} and speaks {}",
+            server.protocol_version.as_str(),
+            ProtocolVersion::LATEST_WITH_INITIALIZE,
+            SPOKEN_VERSIONS
+                .iter()
+                .map(ProtocolVersion::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    // TRUST-2: what the server says of itself is its output too.
+    let secrets = diag.redactions();
+    let instructions = crate::messages::resources::attribute_instructions(
+        &cfg.server_name,
+        &redact(server.instructions.as_deref().unwrap_or(""), &secrets),
+        cfg.max_instruction_bytes,
+        cfg.oversized_instructions,
+    )?;
+    let has_tools = server.capabilities.tools.is_some();
+    let info = ConnInfo {
+        protocol_version: server.protocol_version.to_string(),
+        server_info: server
+            .server_info
+            .as_ref()
+            .map(|i| redact(&format!("{} {}", i.name, i.version), &secrets)),
+        instructions,
+        has_resources: server.capabilities.resources.is_some(),
+        has_prompts: server.capabilities.prompts.is_some(),
+        pid,
+    };
+    let catalog = if has_tools {
+        fetch_catalog(&peer, cfg.request_timeout, &diag).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Box::new(Established {
+        running,
+        info,
+        catalog,
+    }))
+}
+
+/// Ping on an interval until the failure threshold is reached (CONN-14);
+/// then the reason the connection is lost.
+pub async fn ping_until_dead(
+    peer: Peer<RoleClient>,
+    cfg: &crate::messages::config::HttpConfig,
+) -> String {
+    let interval = cfg.ping_interval;
+    let timeout = cfg.ping_timeout;
+    let threshold = cfg.ping_failure_threshold.max(1);
+    {
+        let mut failures = 0u32;
+        let mut last = String::new();
+        loop {
+            tokio::time::sleep(interval).await;
+            let ping = ClientRequest::PingRequest(PingRequest::default());
+            let result = match peer
+                .send_request_with_option(ping, PeerRequestOptions::with_timeout(timeout))
+                .await
+            {
+                Ok(h) => h.await_response().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    last = service_words(&e);
+                }
+            }
+            if failures >= threshold {
+                return format!(
+                    "the endpoint failed {failures} consecutive liveness pings (last: {last})"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmcp_error_texts_lose_their_type_names() {
+        // Issue 31, defect 4: no `WorkerTransport<…>` in what a user reads.
+        let raw = "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<mcpvisor::actors::http::TappedClient>>] error: Session expired (HTTP 404)";
+        assert_eq!(
+            without_type_names(raw),
+            "Send message error transport error: Session expired (HTTP 404)"
+        );
+        let plain = "Transport [closed] error: x; nothing else";
+        assert_eq!(without_type_names(plain), plain);
+        assert_eq!(without_type_names("no types here"), "no types here");
+    }
+}
