@@ -359,6 +359,35 @@ mod layers {
     }
 
     #[test]
+    fn the_mcp_wire_is_spoken_in_transport_only() {
+        // ADR 0014: rmcp's client API (a request sent, a request built, the
+        // session's handle taken out of an `McpClient`) has one home.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut bad = Vec::new();
+        for (room, _) in ARROWS.iter().filter(|(r, _)| *r != "transport") {
+            let mut paths = Vec::new();
+            sources(&root.join(room), &mut paths);
+            for p in paths {
+                let code = std::fs::read_to_string(&p).unwrap();
+                let product = code.split("#[cfg(test)]").next().unwrap_or("");
+                for needle in ["send_request", "ClientRequest::", ".peer()"] {
+                    if product
+                        .lines()
+                        .any(|l| l.split("//").next().unwrap_or("").contains(needle))
+                    {
+                        bad.push(format!("{}: {needle}", p.display()));
+                    }
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "the MCP wire outside transport/:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
     fn every_directory_of_library_code_is_a_room() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let rooms: Vec<&str> = ARROWS.iter().map(|(r, _)| *r).collect();

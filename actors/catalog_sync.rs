@@ -2,7 +2,7 @@
 //! temporary actor, a child of its `ServerSupervisor` (ADR 0011).
 //!
 //! It fetches every page of `tools/list` (raw JSON, one pass) on the live
-//! connection's peer, reports `SyncDone { conn_gen, n, result }` to the
+//! connection's client, reports `SyncDone { conn_gen, n, result }` to the
 //! supervisor, and stops. The supervisor stops it when the connection ends,
 //! on restart and on shutdown; its `post_stop` aborts a fetch still under
 //! way, so a sync killed mid-page sends nothing. Coalescing (SYNC-5) and the
@@ -16,8 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rmcp::Peer;
-use rmcp::service::RoleClient;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
@@ -35,7 +33,7 @@ pub struct CatalogSyncArgs {
     /// Its number among the server's syncs (1, 2, …).
     pub n: u64,
     /// The live connection's rmcp handle.
-    pub peer: Peer<RoleClient>,
+    pub client: crate::messages::registry::McpClient,
     /// Per-request timeout of each page.
     pub timeout: Duration,
     /// The connection's diagnostics (task support seen on the wire).
@@ -71,13 +69,13 @@ impl Actor for CatalogSync {
         let CatalogSyncArgs {
             conn_gen,
             n,
-            peer,
+            client,
             timeout,
             diag,
             supervisor,
         } = args;
         let fetch = tokio::spawn(async move {
-            let result = fetch_catalog(&peer, timeout, &diag).await;
+            let result = fetch_catalog(&client, timeout, &diag).await;
             let _ = myself.cast(CatalogSyncMsg::Fetched(result));
         });
         Ok(CatalogSyncState {

@@ -297,7 +297,7 @@ impl Actor for Connection {
                             info,
                             catalog,
                         } = *est;
-                        let peer = running.peer().clone();
+                        let client = crate::messages::registry::McpClient::of(&running);
                         state.service_ct = Some(running.cancellation_token());
                         let me = myself.clone();
                         state.watcher = Some(tokio::spawn(async move {
@@ -309,15 +309,15 @@ impl Actor for Connection {
                             let _ = me.cast(ConnectionMsg::Lost(reason));
                         }));
                         if let TransportConfig::StreamableHttp(h) = &state.config.transport {
-                            let (peer, h, me) = (peer.clone(), h.clone(), myself.clone());
+                            let (client, h, me) = (client.clone(), h.clone(), myself.clone());
                             state.pinger = Some(tokio::spawn(async move {
-                                let why = ping_until_dead(peer, &h).await;
+                                let why = ping_until_dead(client, &h).await;
                                 let _ = me.cast(ConnectionMsg::Lost(why));
                             }));
                         }
                         state.supervisor.cast(ServerSupervisorMsg::ConnUp {
                             conn_gen: state.conn_gen,
-                            peer,
+                            client,
                             info,
                             catalog,
                         })?;

@@ -360,7 +360,7 @@ mod tests {
         let running = ().serve(client).await.unwrap();
         let live = LiveConn {
             conn_gen,
-            peer: running.peer().clone(),
+            client: crate::messages::registry::McpClient::new(running.peer().clone()),
             redactions: Arc::new([]),
             deliveries: None,
         };

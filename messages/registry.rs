@@ -118,8 +118,9 @@ impl Drop for ActivityGuard {
 pub struct LiveConn {
     /// Connection generation.
     pub conn_gen: u64,
-    /// rmcp call handle.
-    pub peer: Peer<RoleClient>,
+    /// The connection's MCP client: every request to the server goes
+    /// through its methods (`transport/client.rs`).
+    pub client: McpClient,
     /// The server's secret values (TRUST-2): redacted from everything the
     /// runtime makes of this connection's output. Empty for most servers.
     pub redactions: Arc<[String]>,
@@ -206,6 +207,27 @@ impl Deliveries {
             None if d.forgot => Delivery::MayHaveArrived,
             None => Delivery::NotSent,
         }
+    }
+}
+
+/// One live MCP session's client side, cheap to clone: the only way to
+/// send the server a request. Its methods are the MCP wire's, and live with
+/// it in `transport/client.rs` (ADR 0014): rmcp's client API is called
+/// there and nowhere else.
+#[derive(Debug, Clone)]
+pub struct McpClient {
+    peer: Peer<RoleClient>,
+}
+
+impl McpClient {
+    /// The client over rmcp's handle of a running session.
+    pub(crate) fn new(peer: Peer<RoleClient>) -> Self {
+        Self { peer }
+    }
+
+    /// rmcp's handle, for the wire's own code (`transport/`).
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
     }
 }
 

@@ -4,7 +4,6 @@
 //! quiescent shutdown are all expressed as these messages (RECO-1..7).
 
 use ractor::RpcReplyPort;
-use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 
 use super::status::ShutdownReport;
@@ -52,8 +51,8 @@ pub enum ServerSupervisorMsg {
     ConnUp {
         /// Connection generation.
         conn_gen: u64,
-        /// Cloneable call handle.
-        peer: Peer<RoleClient>,
+        /// The session's client.
+        client: super::registry::McpClient,
         /// Handshake facts.
         info: ConnInfo,
         /// Raw `tools/list` entries of all pages (empty without the tools capability).

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::ServerResult;
 use rmcp::service::ServiceError;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
@@ -326,16 +326,15 @@ impl Runtime {
                 scope,
                 &def,
                 &live,
-                call_params(
-                    &def,
+                Outgoing {
                     // The after half sees the arguments only when one exists.
-                    if self.has_after_half() {
+                    arguments: if self.has_after_half() {
                         call.arguments.clone()
                     } else {
                         std::mem::take(&mut call.arguments)
                     },
-                    call.call_id,
-                ),
+                    call_id: call.call_id,
+                },
                 entry,
                 options,
             )
@@ -378,13 +377,13 @@ impl Runtime {
         outcome
     }
 
-    /// Send `params` on `live` and turn what comes back into the outcome.
+    /// Send `out` on `live` and turn what comes back into the outcome.
     async fn send_call(
         &self,
         scope: &Scope,
         def: &ToolDefinition,
         live: &crate::messages::registry::LiveConn,
-        params: CallToolRequestParams,
+        out: Outgoing,
         entry: &ServerEntry,
         options: &CallOptions,
     ) -> ToolOutcome {
@@ -395,7 +394,6 @@ impl Runtime {
                 format!("server \"{}\" never came back (chaos)", def.server),
             );
         }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Handing the request to rmcp's service loop is inside the call's
         // deadline too: a loop stuck on a blocked transport must not hold
         // the caller (CALL-4).
@@ -403,9 +401,11 @@ impl Runtime {
         // hand-over does not finish at once.
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
+        // The call id is the progress token: the server's
+        // `notifications/progress` become this very call's events.
         let sending = live
-            .peer
-            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options());
+            .client
+            .send_call(&def.raw_name, out.arguments, out.call_id);
         let handed = tokio::select! {
             biased;
             handed = sending => Ok(handed),
@@ -557,7 +557,7 @@ impl Runtime {
                 )
                 .not_sent();
             }
-            Err(e) if live.peer.is_transport_closed() => {
+            Err(e) if live.client.is_closed() => {
                 return self
                     .lost(
                         scope,
@@ -650,6 +650,14 @@ impl Runtime {
             ),
         }
     }
+}
+
+/// What goes on the wire of one call.
+struct Outgoing {
+    /// The arguments, an object (CALL-2).
+    arguments: Map<String, Value>,
+    /// The call's id, also its progress token.
+    call_id: u64,
 }
 
 /// How a call's connection was lost, as far as the request goes.
@@ -845,24 +853,6 @@ fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<
         )
         .for_tool(def)
     })
-}
-
-/// The `tools/call` params of `def`. The call id is the progress token: a
-/// server's `notifications/progress` becomes `RuntimeEvent::CallProgress`
-/// of this very call.
-fn call_params(
-    def: &ToolDefinition,
-    arguments: Map<String, Value>,
-    call_id: u64,
-) -> CallToolRequestParams {
-    let mut params = CallToolRequestParams::new(def.raw_name.clone()).with_arguments(arguments);
-    if let Ok(token) = i64::try_from(call_id) {
-        use rmcp::model::RequestParamsMeta as _;
-        params.set_progress_token(rmcp::model::ProgressToken(
-            rmcp::model::NumberOrString::Number(token),
-        ));
-    }
-    params
 }
 
 #[cfg(test)]

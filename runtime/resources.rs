@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::ClientRequest;
 use serde_json::{Map, Value};
 
 use crate::messages::budget::apply_budget;
@@ -83,24 +82,20 @@ impl Runtime {
                     continue;
                 }
             };
-            let request = match op {
-                ResourceOp::List => ClientRequest::ListResourcesRequest(
-                    rmcp::model::ListResourcesRequest::with_param(
-                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
-                    ),
-                ),
-                ResourceOp::Templates => ClientRequest::ListResourceTemplatesRequest(
-                    rmcp::model::ListResourceTemplatesRequest::with_param(
-                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
-                    ),
-                ),
+            let asked = match op {
+                ResourceOp::List => live.client.list_resources(cursor.clone(), timeout).await,
+                ResourceOp::Templates => {
+                    live.client
+                        .list_resource_templates(cursor.clone(), timeout)
+                        .await
+                }
                 ResourceOp::Read => {
-                    ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
-                        rmcp::model::ReadResourceRequestParams::new(uri.unwrap_or_default()),
-                    ))
+                    live.client
+                        .read_resource(uri.unwrap_or_default().to_owned(), timeout)
+                        .await
                 }
             };
-            let value = match request_value(&live.peer, request, timeout).await {
+            let value = match asked {
                 Ok(mut v) => {
                     crate::messages::trust::redact_value(&mut v, &live.redactions);
                     v
@@ -235,11 +230,9 @@ impl Runtime {
         let mut prompts = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..100 {
-            let request =
-                ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(
-                    rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
-                ));
-            let mut page = request_value(&live.peer, request, entry_timeout(snap))
+            let mut page = live
+                .client
+                .list_prompts(cursor.clone(), entry_timeout(snap))
                 .await
                 .map_err(|e| crate::messages::trust::redact(&e, &live.redactions))?;
             crate::messages::trust::redact_value(&mut page, &live.redactions);
@@ -267,12 +260,8 @@ impl Runtime {
         name: &str,
         arguments: Option<Map<String, Value>>,
     ) -> Result<Value, RuntimeError> {
-        let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
-        if let Some(args) = arguments {
-            params = params.with_arguments(args);
-        }
-        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
-        self.server_request(scope, server, request).await
+        self.server_request(scope, server, Ask::Prompt { name, arguments })
+            .await
     }
 }
 
@@ -288,11 +277,9 @@ impl Runtime {
         server: &str,
         uri: &str,
     ) -> Result<(), RuntimeError> {
-        #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 servers speak
-        let request = ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
-            rmcp::model::SubscribeRequestParams::new(uri),
-        ));
-        self.resource_request(scope, server, request).await
+        self.server_request(scope, server, Ask::Subscribe { uri, on: true })
+            .await
+            .map(|_| ())
     }
 
     /// `resources/unsubscribe` from `uri` at `server`.
@@ -302,20 +289,7 @@ impl Runtime {
         server: &str,
         uri: &str,
     ) -> Result<(), RuntimeError> {
-        #[allow(deprecated)] // as above
-        let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
-            rmcp::model::UnsubscribeRequestParams::new(uri),
-        ));
-        self.resource_request(scope, server, request).await
-    }
-
-    async fn resource_request(
-        &self,
-        scope: &Scope,
-        server: &str,
-        request: ClientRequest,
-    ) -> Result<(), RuntimeError> {
-        self.server_request(scope, server, request)
+        self.server_request(scope, server, Ask::Subscribe { uri, on: false })
             .await
             .map(|_| ())
     }
@@ -326,7 +300,7 @@ impl Runtime {
         &self,
         scope: &Scope,
         server: &str,
-        request: ClientRequest,
+        ask: Ask<'_>,
     ) -> Result<Value, RuntimeError> {
         let err = |message: String| RuntimeError::Server {
             server: server.to_owned(),
@@ -339,9 +313,15 @@ impl Runtime {
             .live_for(scope, &snap, server)
             .await
             .map_err(|u| err(u.describe(server)))?;
-        let mut value = request_value(&live.peer, request, entry_timeout(&snap))
-            .await
-            .map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
+        let timeout = entry_timeout(&snap);
+        let asked = match ask {
+            Ask::Prompt { name, arguments } => {
+                live.client.get_prompt(name, arguments, timeout).await
+            }
+            Ask::Subscribe { uri, on } => live.client.subscription(uri, on, timeout).await,
+        };
+        let mut value =
+            asked.map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
         crate::messages::trust::redact_value(&mut value, &live.redactions);
         Ok(value)
     }
@@ -366,22 +346,13 @@ pub(super) fn entry_timeout(snap: &ScopeSnapshot) -> Duration {
         .unwrap_or(Duration::from_secs(15))
 }
 
-/// Send one request with a timeout and return its result as raw JSON.
-async fn request_value(
-    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
-    request: ClientRequest,
-    timeout: Duration,
-) -> Result<Value, String> {
-    let handle = peer
-        .send_request_with_option(
-            request,
-            rmcp::service::PeerRequestOptions::with_timeout(timeout),
-        )
-        .await
-        .map_err(|e| crate::transport::client::service_words(&e))?;
-    let result = handle
-        .await_response()
-        .await
-        .map_err(|e| crate::transport::client::service_words(&e))?;
-    serde_json::to_value(&result).map_err(|e| e.to_string())
+/// A request of [`Runtime::server_request`].
+enum Ask<'a> {
+    /// `prompts/get`.
+    Prompt {
+        name: &'a str,
+        arguments: Option<Map<String, Value>>,
+    },
+    /// `resources/subscribe` (`on`) or `resources/unsubscribe`.
+    Subscribe { uri: &'a str, on: bool },
 }

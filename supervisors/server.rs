@@ -650,10 +650,10 @@ impl Actor for ServerSupervisor {
             match msg {
                 ServerSupervisorMsg::ConnUp {
                     conn_gen,
-                    peer,
+                    client,
                     info,
                     catalog,
-                } => on_conn_up(&myself, st, conn_gen, peer, info, catalog).await,
+                } => on_conn_up(&myself, st, conn_gen, client, info, catalog).await,
                 ServerSupervisorMsg::ConnectionEnded {
                     conn_gen,
                     reaped,
@@ -813,7 +813,7 @@ async fn on_conn_up(
     myself: &ActorRef<ServerSupervisorMsg>,
     st: &mut ServerSupervisorState,
     conn_gen: u64,
-    peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    client: crate::messages::registry::McpClient,
     info: crate::messages::server::ConnInfo,
     catalog: Vec<serde_json::Value>,
 ) {
@@ -837,7 +837,7 @@ async fn on_conn_up(
         conn,
         live: LiveConn {
             conn_gen,
-            peer,
+            client,
             redactions: st.diag.redactions().into(),
             deliveries: matches!(
                 st.config.transport,
@@ -1377,7 +1377,7 @@ async fn start_sync(myself: &ActorRef<ServerSupervisorMsg>, st: &mut ServerSuper
     let args = CatalogSyncArgs {
         conn_gen: live.conn_gen,
         n,
-        peer: live.peer.clone(),
+        client: live.client.clone(),
         timeout: st.config.request_timeout,
         diag: st.diag.clone(),
         supervisor: myself.clone(),

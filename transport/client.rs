@@ -15,16 +15,17 @@ use rmcp::model::{
     UrlElicitationCapability,
 };
 use rmcp::service::{
-    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+    NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
 };
 use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
 use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::registry::McpClient;
 use crate::messages::server::{ConnInfo, ServerSupervisorMsg};
 use crate::messages::trust::redact;
 
@@ -207,7 +208,7 @@ impl ClientHandler for SupervisedClient {
 /// Fetch every page of `tools/list`, bypassing rmcp's response cache. Entries
 /// come back as raw JSON so malformed ones can be dropped one by one (SYNC-7).
 pub async fn fetch_catalog(
-    peer: &Peer<RoleClient>,
+    client: &McpClient,
     request_timeout: Duration,
     diag: &Diagnostics,
 ) -> Result<Vec<Value>, String> {
@@ -217,7 +218,8 @@ pub async fn fetch_catalog(
     for _page in 0..MAX_CATALOG_PAGES {
         let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
         let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
-        let handle = peer
+        let handle = client
+            .peer()
             .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
             .await
             .map_err(|e| format!("tools/list could not be sent: {}", service_words(&e)))?;
@@ -374,6 +376,7 @@ where
     let peer = running.peer().clone();
     peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
         .await;
+    let client = McpClient::new(peer.clone());
     let Some(server) = peer.peer_info() else {
         return Err("initialize finished without server info".into());
     };
@@ -410,7 +413,7 @@ where
         pid,
     };
     let catalog = if has_tools {
-        fetch_catalog(&peer, cfg.request_timeout, &diag).await?
+        fetch_catalog(&client, cfg.request_timeout, &diag).await?
     } else {
         Vec::new()
     };
@@ -424,9 +427,10 @@ where
 /// Ping on an interval until the failure threshold is reached (CONN-14);
 /// then the reason the connection is lost.
 pub async fn ping_until_dead(
-    peer: Peer<RoleClient>,
+    client: McpClient,
     cfg: &crate::messages::config::HttpConfig,
 ) -> String {
+    let peer = client.peer();
     let interval = cfg.ping_interval;
     let timeout = cfg.ping_timeout;
     let threshold = cfg.ping_failure_threshold.max(1);
@@ -456,6 +460,146 @@ pub async fn ping_until_dead(
                 );
             }
         }
+    }
+}
+
+// ===== The client's requests =====
+
+/// A request handed to the session's loop, its reply still to come.
+pub type PendingRequest = rmcp::service::RequestHandle<RoleClient>;
+
+impl McpClient {
+    /// The client of a running session.
+    pub(crate) fn of(running: &RunningService<RoleClient, SupervisedClient>) -> Self {
+        Self::new(running.peer().clone())
+    }
+
+    /// Hand `tools/call` of `raw_name` with `arguments` to the session's
+    /// loop; the reply is awaited on the returned handle. `progress` (the
+    /// call id) is the progress token: the server's
+    /// `notifications/progress` for it become the call's events.
+    pub async fn send_call(
+        &self,
+        raw_name: &str,
+        arguments: Map<String, Value>,
+        progress: u64,
+    ) -> Result<PendingRequest, rmcp::service::ServiceError> {
+        let mut params =
+            rmcp::model::CallToolRequestParams::new(raw_name.to_owned()).with_arguments(arguments);
+        if let Ok(token) = i64::try_from(progress) {
+            use rmcp::model::RequestParamsMeta as _;
+            params.set_progress_token(rmcp::model::ProgressToken(
+                rmcp::model::NumberOrString::Number(token),
+            ));
+        }
+        let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+        self.peer()
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+    }
+
+    /// Whether the session's transport is closed.
+    pub fn is_closed(&self) -> bool {
+        self.peer().is_transport_closed()
+    }
+
+    /// One page of `resources/list`, as raw JSON.
+    pub async fn list_resources(
+        &self,
+        cursor: Option<String>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListResourcesRequest(
+            rmcp::model::ListResourcesRequest::with_param(params),
+        );
+        self.request_value(request, timeout).await
+    }
+
+    /// One page of `resources/templates/list`, as raw JSON.
+    pub async fn list_resource_templates(
+        &self,
+        cursor: Option<String>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListResourceTemplatesRequest(
+            rmcp::model::ListResourceTemplatesRequest::with_param(params),
+        );
+        self.request_value(request, timeout).await
+    }
+
+    /// `resources/read` of `uri`, as raw JSON.
+    pub async fn read_resource(&self, uri: String, timeout: Duration) -> Result<Value, String> {
+        let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
+            rmcp::model::ReadResourceRequestParams::new(uri),
+        ));
+        self.request_value(request, timeout).await
+    }
+
+    /// One page of `prompts/list`, as raw JSON.
+    pub async fn list_prompts(
+        &self,
+        cursor: Option<String>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request =
+            ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(params));
+        self.request_value(request, timeout).await
+    }
+
+    /// `prompts/get` of `name` with `arguments`, as raw JSON.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
+        if let Some(args) = arguments {
+            params = params.with_arguments(args);
+        }
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
+        self.request_value(request, timeout).await
+    }
+
+    /// `resources/subscribe` (`on`) or `resources/unsubscribe` to `uri`.
+    pub async fn subscription(
+        &self,
+        uri: &str,
+        on: bool,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 servers speak
+        let request = if on {
+            ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
+                rmcp::model::SubscribeRequestParams::new(uri),
+            ))
+        } else {
+            ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
+                rmcp::model::UnsubscribeRequestParams::new(uri),
+            ))
+        };
+        self.request_value(request, timeout).await
+    }
+
+    /// Send one request with a timeout and return its result as raw JSON.
+    async fn request_value(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let handle = self
+            .peer()
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+            .map_err(|e| service_words(&e))?;
+        let result = handle
+            .await_response()
+            .await
+            .map_err(|e| service_words(&e))?;
+        serde_json::to_value(&result).map_err(|e| e.to_string())
     }
 }
 
