@@ -44,6 +44,8 @@
 //! Time is tokio's (paused in tests) and the jitter's random source is seeded
 //! per server (`RuntimeBuilder::seed`), so every transition is reproducible.
 
+mod decide;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,11 +57,13 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use decide::{AfterExit, AfterFailure, StopFor};
+
 use crate::actors::catalog_sync::{CatalogSync, CatalogSyncArgs, CatalogSyncMsg};
 use crate::actors::connection::{Connection, ConnectionArgs, ConnectionMsg};
 use crate::messages::capabilities::ClientHandlers;
 use crate::messages::catalog::build_catalog_redacted;
-use crate::messages::config::{OnDisconnect, Scope, ServerConfig, TransportConfig};
+use crate::messages::config::{Scope, ServerConfig, TransportConfig};
 use crate::messages::registry::{
     Activity, LiveConn, OutputSlot, Published, RegistryMsg, ServerEntry,
 };
@@ -159,15 +163,6 @@ impl ConnSlot {
         self.pending_since = None;
         self.last_notice = None;
     }
-}
-
-/// Why a connection is stopped on purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopFor {
-    /// Idle stop (RECO-6).
-    Idle,
-    /// Explicit restart (RECO-4).
-    Restart,
 }
 
 /// What a quiescent stop leads to.
@@ -1187,20 +1182,21 @@ async fn on_connection_exit(
         st.barrier.timers.push((conn_gen, timer));
     }
     st.status.pid = None;
-    match stopping {
-        // A Wake that arrived while it closed is answered by a new connection.
-        // A clean stop ends the outage (RECO-2): the next failure is the
-        // first of a new one.
-        Some(StopFor::Idle) if !st.waiters.is_empty() => {
-            st.failures = 0;
+    match decide::after_exit(stopping, !st.waiters.is_empty()) {
+        // A Wake that arrived while it closed is answered by a new
+        // connection; a restart's too. A clean stop ends the outage
+        // (RECO-2): the next failure is the first of a new one.
+        AfterExit::Connect { reset_failures } => {
+            if reset_failures {
+                st.failures = 0;
+            }
             connect_when_clear(myself, st, 0).await;
         }
-        Some(StopFor::Idle) => {
+        AfterExit::IdleStopped => {
             st.failures = 0;
             st.enter(Phase::IdleStopped);
         }
-        Some(StopFor::Restart) => connect_when_clear(myself, st, 0).await,
-        None => register_failure(myself, st, slot.up_since, reason),
+        AfterExit::Failure => register_failure(myself, st, slot.up_since, reason),
     }
 }
 
@@ -1211,11 +1207,18 @@ fn register_failure(
     up_since: Option<Instant>,
     cause: String,
 ) {
-    let policy = st.config.reconnect.clone();
-    if up_since.is_some_and(|t| t.elapsed() >= policy.stability_window()) {
-        st.failures = 0; // RECO-2: the connection stayed up for the window; the outage ended.
-    }
-    st.failures += 1;
+    let failure = decide::Failure {
+        failures: st.failures,
+        up_for: up_since.map(|t| t.elapsed()),
+    };
+    let (failures, next) = decide::after_failure(
+        &st.config.reconnect,
+        st.config.on_disconnect,
+        failure,
+        |range| st.rng.random_range(range),
+        st.chaos.no_backoff,
+    );
+    st.failures = failures;
     st.status.pid = None;
     st.status.error = Some(cause.clone());
     st.status.last_failure_unix_ms = std::time::SystemTime::now()
@@ -1223,29 +1226,23 @@ fn register_failure(
         .ok()
         .and_then(|d| u64::try_from(d.as_millis()).ok());
     st.answer_waiters(Err(cause));
-    if !policy.enabled {
-        if st.config.on_disconnect == OnDisconnect::Remove {
-            st.remove_tools();
+    match next {
+        AfterFailure::Failed { remove_tools } => {
+            if remove_tools {
+                st.remove_tools();
+            }
+            st.enter(Phase::Failed);
         }
-        st.enter(Phase::Failed);
-        return;
+        AfterFailure::Exhausted => {
+            st.remove_tools(); // RECO-4
+            st.enter(Phase::Exhausted);
+        }
+        AfterFailure::Reconnect { attempt, delay } => {
+            let timer =
+                myself.send_after(delay, move || ServerSupervisorMsg::Reconnect { attempt });
+            st.enter(Phase::BackingOff { attempt, timer });
+        }
     }
-    if st.failures > policy.max_attempts {
-        st.remove_tools(); // RECO-4
-        st.enter(Phase::Exhausted);
-        return;
-    }
-    let attempt = st.failures;
-    let mut delay = policy.delay_for_attempt(attempt);
-    if policy.jitter {
-        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        delay = Duration::from_millis(st.rng.random_range(ms / 2..=ms));
-    }
-    if st.chaos.no_backoff {
-        delay = Duration::ZERO;
-    }
-    let timer = myself.send_after(delay, move || ServerSupervisorMsg::Reconnect { attempt });
-    st.enter(Phase::BackingOff { attempt, timer });
 }
 
 /// RECO-3: the previous transport could not be confirmed closed; never overlap.
@@ -1547,5 +1544,5 @@ fn quiesce(
 }
 
 #[cfg(test)]
-#[path = "server_tests.rs"]
+#[path = "tests.rs"]
 mod tests;
