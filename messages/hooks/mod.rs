@@ -81,6 +81,14 @@ impl Matcher {
                         None,
                     ));
                 }
+                // A linear-time engine wherever it reads the pattern as
+                // ECMAScript does: regress backtracks, and a matcher such as
+                // `(a+)+$` on a 26-character tool name took minutes.
+                if ecma_as_rust(p)
+                    && let Ok(re) = regex::Regex::new(p)
+                {
+                    return Ok((Matcher::Rust(Box::new(re)), None));
+                }
                 match regress::Regex::new(p) {
                     Ok(re) => Ok((Matcher::Ecma(Box::new(re)), None)),
                     Err(e) => Ok((
@@ -109,6 +117,47 @@ impl Matcher {
             Matcher::Never => false,
         }
     }
+}
+
+/// Whether the `regex` crate reads the ECMAScript pattern `p` as
+/// ECMAScript does, on the subjects matchers see (tool names, sources,
+/// agent types: ASCII, one line). It does for the usual matchers
+/// (`Edit|Write`, `mcp__github__.*`, `^Bash$`); not for what only one of the
+/// two has: inline flags (`(?i)`, which ECMAScript refuses), a class with
+/// `[`, `&&`, `--` or `~~` inside (sets in Rust, literal characters in
+/// ECMAScript), letter escapes other than `\d \w \s \b \n \r \t \f \v \x`
+/// and their capitals (`\A` is an anchor in Rust, the letter `A` in
+/// ECMAScript). Lookaround and backreferences do not compile in Rust and
+/// stay with regress.
+fn ecma_as_rust(p: &str) -> bool {
+    let inline_flag = p
+        .match_indices("(?")
+        .any(|(at, _)| !matches!(p.as_bytes().get(at + 2), Some(b':' | b'=' | b'!' | b'<')));
+    let mut in_class = false;
+    let mut prev = '\0';
+    let mut escaped = false;
+    for c in p.chars() {
+        if escaped {
+            // `\A`, `\z`, `\h`…: anchors or classes in Rust, the letter
+            // itself in ECMAScript.
+            if c.is_ascii_alphabetic() && !"dDwWsSbBnrtfvx".contains(c) {
+                return false;
+            }
+            escaped = false;
+            prev = '\0';
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '[' if in_class => return false,
+            '[' => in_class = true,
+            ']' => in_class = false,
+            '&' | '-' | '~' if in_class && prev == c => return false,
+            _ => {}
+        }
+        prev = c;
+    }
+    !inline_flag
 }
 
 /// A neutral outcome of one hook run (HOOK-2).
@@ -409,14 +458,46 @@ mod props {
     }
 
     #[test]
-    #[ignore = "known defect (issue 31): regress backtracks exponentially; \
-                `(a+)+$` on 26 a's and `!` takes minutes"]
+    fn claude_matchers_run_on_the_linear_engine_only_where_it_reads_them_as_ecmascript() {
+        for p in [
+            "Edit|Write",
+            "mcp__github__.*",
+            "^Bash$",
+            "(a+)+$",
+            "[a-z_]+",
+            "\\d{2}",
+        ] {
+            assert!(ecma_as_rust(p), "{p}");
+        }
+        for p in [
+            "(?i)bash",
+            "[[:alpha:]]",
+            "[a&&b]",
+            "[a--b]",
+            "\\Abash",
+            "\\z",
+            "(?P<x>a)",
+        ] {
+            assert!(!ecma_as_rust(p), "{p}");
+        }
+        // Lookaround stays with regress (Rust cannot compile it), and works.
+        let (m, _) = Matcher::compile(Dialect::Claude, Some("^(?!Bash).*")).unwrap();
+        assert!(matches!(m, Matcher::Ecma(_)));
+        assert!(m.matches("Edit") && !m.matches("Bash"));
+        // An inline flag is no ECMAScript: never matches, as before.
+        let (m, warn) = Matcher::compile(Dialect::Claude, Some("(?i)bash")).unwrap();
+        assert!(matches!(m, Matcher::Never) && warn.is_some());
+        let (m, _) = Matcher::compile(Dialect::Claude, Some("mcp__.*__read")).unwrap();
+        assert!(matches!(m, Matcher::Rust(_)));
+        assert!(m.matches("mcp__fs__read_file") && !m.matches("Read"));
+    }
+
+    #[test]
     fn a_claude_matcher_with_nested_quantifiers_matches_a_tool_name_within_a_bound() {
-        // A Claude Code matcher is an ECMAScript regex run by regress, a
-        // backtracking engine (its PikeVM backend is exponential here too).
-        // A matcher such as `(a+)+$` in a hooks file, against a tool name a
-        // server chose (public names are up to 64 characters), holds the
-        // hook selection, and the call, for minutes or for ever.
+        // regress, a backtracking engine, took minutes for `(a+)+$` on a
+        // tool name of 26 a's and `!` (a server chooses its tool names; a
+        // public name is up to 64 characters). Such a matcher now runs on
+        // the linear-time `regex` crate, which reads it as ECMAScript does.
         let (m, _) = Matcher::compile(Dialect::Claude, Some("(a+)+$")).unwrap();
         let subject = format!("{}!", "a".repeat(26));
         let started = Instant::now();
