@@ -172,7 +172,7 @@ impl Actor for Connection {
             TransportConfig::InProcess(_) => Default::default(),
         };
         // A store that does not answer must not wedge this actor's parent:
-        // the lookups share the startup deadline (issue 10, defect 13).
+        // the lookups share the startup deadline.
         let lookups = resolve_secrets(&cfg.server_name, &wanted, args.handlers.secrets.as_deref());
         let secrets = match tokio::time::timeout(cfg.startup_timeout, lookups).await {
             Ok(found) => found,

@@ -268,7 +268,7 @@ fn swap(
     // are shared.
     let entry = Arc::make_mut(entry);
     // A new connection's first catalog: the handle and the tools are
-    // published in one snapshot (issue 10, item 14).
+    // published in one snapshot.
     if let Some(live) = live.filter(|l| l.conn_gen == conn_gen) {
         if entry.live.as_ref().map(|l| l.conn_gen) != Some(conn_gen) {
             entry.up_since = Some(Instant::now());
@@ -401,7 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_new_connection_becomes_callable_in_the_same_snapshot_as_its_catalog() {
-        // Issue 10, item 14: the live handle of a new connection is never
+        // The live handle of a new connection is never
         // published with the previous connection's definitions.
         let (snap_tx, mut snap_rx) = watch::channel(Arc::new(ScopeSnapshot::default()));
         let (events, _) = broadcast::channel(64);

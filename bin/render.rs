@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn escape_sequences_and_bidi_overrides_are_shown_not_obeyed() {
-        // Issue 31, defect 7: an OSC 52 clipboard write from a server.
+        // An OSC 52 clipboard write from a server.
         assert_eq!(
             term("copy\x1b]52;c;ZXZpbA==\x07 me\r\nnext\tcol"),
             "copy\\x1b]52;c;ZXZpbA==\\x07 me\\x0d\nnext\tcol"

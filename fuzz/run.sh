@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the fuzz targets on the stable toolchain and run each one for a
-# bounded time from its checked-in seed corpus (issue 31).
+# bounded time from its checked-in seed corpus.
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 20 s, every target)
 #

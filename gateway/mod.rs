@@ -1,4 +1,4 @@
-//! The gateway (BIN-2, issue 13): every tool of one scope served as ONE MCP
+//! The gateway (BIN-2): every tool of one scope served as ONE MCP
 //! server, over stdio or streamable HTTP, with supervision, trust, hooks and
 //! the result checks applied — for clients that cannot embed this library.
 //!
@@ -538,7 +538,7 @@ impl ServerHandler for GatewaySession {
     /// rmcp's default lists 2026-07-28 too, in `server/discover`, and a
     /// modern client then picks it and rejects every relayed result (they
     /// carry no `resultType`). Without it such clients fall back to
-    /// `initialize` (issue 31, defect 9; docs/gateway.md).
+    /// `initialize`.
     fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
         std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(
             &ProtocolVersion::LATEST_WITH_INITIALIZE,
@@ -1017,7 +1017,7 @@ mod tests {
 
     #[test]
     fn the_guard_checks_host_on_every_request_and_refuses_a_foreign_origin() {
-        // GW-5 (issue 31, defect 11).
+        // GW-5.
         let loopback = RequestGuard::new(allowed_hosts_or_loopback(&None));
         for host in ["127.0.0.1:8931", "localhost", "[::1]:80", "LOCALHOST:1"] {
             assert_eq!(
@@ -1060,7 +1060,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_socket_the_listener_accepts_has_tcp_nodelay() {
-        // GW-6 (issue 31, defect 10): no 40 ms wait for a delayed ACK.
+        // GW-6: no 40 ms wait for a delayed ACK.
         use axum::serve::Listener;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -752,7 +752,7 @@ mod tests {
 
     #[test]
     fn secret_values_never_reach_the_toml_and_references_keep_their_variable() {
-        // Issue 15 / TRUST-2: an env value or a header whose name looks
+        // TRUST-2: an env value or a header whose name looks
         // secret (and Authorization) is named, not written; `${VAR}` keeps
         // its variable as the secret's name; the rest is written as it is.
         let json = r#"{"mcpServers": {
@@ -837,7 +837,7 @@ mod tests {
 
     #[test]
     fn a_claude_settings_file_becomes_a_commented_hooks_table_with_each_command_and_hash() {
-        // Issue 15: hooks files import into [hooks]; like servers (TRUST-5)
+        // Hooks files import into [hooks]; like servers (TRUST-5)
         // nothing imported runs until the user turns it on.
         let got = import_file(
             ".claude/settings.json",
@@ -941,7 +941,7 @@ mod tests {
 
     #[test]
     fn a_claude_json_brings_the_users_and_every_projects_servers_and_names_each_origin() {
-        // Issue 15: `~/.claude.json` keeps per-project servers under
+        // `~/.claude.json` keeps per-project servers under
         // `projects.<path>.mcpServers`; two of the same name are both kept.
         let json = r#"{
   "numStartups": 12,
@@ -987,7 +987,7 @@ mod tests {
 
     #[test]
     fn claude_desktop_and_cursor_samples_import_with_names_fixed_and_references_kept() {
-        // Issue 15: Claude Desktop's `claude_desktop_config.json` (display
+        // Claude Desktop's `claude_desktop_config.json` (display
         // names with spaces) and Cursor's `mcp.json` (`${env:VAR}`,
         // `type: "http"`).
         let desktop = r#"{
@@ -1021,7 +1021,7 @@ mod tests {
 
     #[test]
     fn codex_env_vars_header_variables_and_tool_lists_are_carried_or_named() {
-        // Issue 15: env_vars, env_http_headers, disabled_tools,
+        // env_vars, env_http_headers, disabled_tools,
         // enabled_tools, startup_timeout_ms, and an unknown key.
         let codex = r#"
 [mcp_servers.gh]
@@ -1116,7 +1116,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
 
     #[test]
     fn a_name_with_a_newline_stays_in_its_comment_and_imports_no_server_of_its_own() {
-        // TRUST-5 (found by the import property, issue 31): an unsupported
+        // TRUST-5 (found by the import property): an unsupported
         // key, a project path or an env name was written raw into a `#`
         // comment, so a newline in it ended the comment and the rest became
         // TOML: here a server of the file's choosing, enabled and trusted.
@@ -1158,7 +1158,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
 
     #[test]
     fn a_second_server_of_a_long_name_is_renamed_within_the_name_limit() {
-        // Found by the import property (issue 31): the second of two
+        // Found by the import property: the second of two
         // servers named with 31 or 32 characters (`~/.claude.json`, the
         // user's and a project's) became `<name>-2`, past the 32-character
         // limit, and the imported config did not load.
@@ -1175,7 +1175,7 @@ bearer_token_env_var = "LINEAR_TOKEN"
 
     #[test]
     fn a_codex_timeout_past_tomls_integers_is_capped_and_the_output_stays_toml() {
-        // Found by the import property (issue 31): `startup_timeout_sec =
+        // Found by the import property: `startup_timeout_sec =
         // 1e300` became `startup_timeout_ms = 18446744073709551615`, a u64
         // that is no TOML integer (they are i64): no file at all. Now it is
         // capped at i64::MAX; a negative time is 0, which the config then
@@ -1198,10 +1198,10 @@ bearer_token_env_var = "LINEAR_TOKEN"
 
 #[cfg(test)]
 mod props {
-    //! Property tests of `mcpvisor import` (issue 31, "The runner must be
-    //! able to see these"): whatever the source's names, keys and values,
-    //! no secret value reaches the TOML, and the TOML is always TOML (and
-    //! a config mcpvisor loads when the source's servers were usable).
+    //! Property tests of `mcpvisor import`: whatever the source's names,
+    //! keys and values, no secret value reaches the TOML, and the TOML is
+    //! always TOML (and a config mcpvisor loads when the source's servers
+    //! were usable).
 
     use super::*;
     use crate::messages::prop_gen::{any_name, config, json_value, key, tricky_text};

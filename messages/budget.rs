@@ -221,8 +221,7 @@ mod bounded_projection_tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the byte budgets (issue 10, "Decoders under
-    //! generated input").
+    //! Property tests of the byte budgets.
 
     use super::*;
     use crate::messages::prop_gen::config;

@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_servers_secret_is_redacted_from_its_entries_and_a_tool_named_with_it_is_dropped() {
-        // TRUST-2 (issue 31, defect 2).
+        // TRUST-2.
         let secrets = vec!["s3cr3t".to_owned(), String::new()];
         let c = build_catalog_redacted(
             &Scope::Global,
@@ -325,8 +325,7 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of public names in a built catalog (issue 10,
-    //! "Decoders under generated input").
+    //! Property tests of public names in a built catalog.
 
     use super::*;
     use crate::messages::prop_gen::{any_name, config};

@@ -185,8 +185,7 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the image admission checks (issue 10, "Decoders
-    //! under generated input").
+    //! Property tests of the image admission checks.
 
     use super::*;
     use crate::messages::prop_gen::{config, json_value, tricky_text};

@@ -430,8 +430,7 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of public names and slugs (issue 10, "Decoders under
-    //! generated input").
+    //! Property tests of public names and slugs.
 
     use super::*;
     use crate::messages::prop_gen::{any_name, config};

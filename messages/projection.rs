@@ -589,8 +589,7 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the result shape check and the model projection
-    //! (issue 10, "Decoders under generated input").
+    //! Property tests of the result shape check and the model projection.
 
     use super::*;
     use crate::messages::budget::{budget_parts, cut_marker, floor_char_boundary};

@@ -1,5 +1,5 @@
 //! Generators shared by the property tests of the decoders that read outside
-//! input (issue 10): text that is hard to escape and scan, and arbitrary JSON.
+//! input: text that is hard to escape and scan, and arbitrary JSON.
 //! Test-only.
 
 use proptest::prelude::*;

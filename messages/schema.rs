@@ -606,7 +606,7 @@ mod tests {
 #[cfg(test)]
 mod props {
     //! Property tests of the schema subset check and the validator under
-    //! hostile schemas (issue 31, "The runner must be able to see these"):
+    //! hostile schemas:
     //! `pattern` (and its regex) is outside the subset, reported where it
     //! is and never evaluated, so no regex a server writes, however it
     //! backtracks, can hold a call's validation.

@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_in_values_and_in_a_tail_that_cut_one_in_two() {
-        // TRUST-2 (issue 10, defect 4).
+        // TRUST-2.
         let secrets = vec!["sk-SECRET-1234".to_owned()];
         let mut v = serde_json::json!({
             "content": [{"type": "text", "text": "key is sk-SECRET-1234, see"}],

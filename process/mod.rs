@@ -631,8 +631,8 @@ mod tests {
     #[tokio::test]
     async fn a_leader_that_exits_on_its_own_takes_its_group_with_it() {
         // CONN-5: grandchildren die with their leader, with no close sequence
-        // and no later signal by pid (issue 10, item 14: the group is killed
-        // before the leader is reaped, so a reused pid is never signalled).
+        // and no later signal by pid: the group is killed before the leader
+        // is reaped, so a reused pid is never signalled.
         let (mut group, _pipes, grandchild) =
             spawn_with_grandchild("sleep 300 & echo $!; exit 7").await;
         let exit = tokio::time::timeout(Duration::from_secs(10), group.wait(None))

@@ -8,7 +8,7 @@
 //! signal can only be set in the child between its creation and its exec.
 //! The standard library's `pre_exec` hook is the way to run code there, and
 //! it makes the spawn a `fork` of the whole runtime (2–4 ms at its size);
-//! `setpriv --pdeathsig KILL` (stop 23) kept `posix_spawn` but added an
+//! `setpriv --pdeathsig KILL` kept `posix_spawn` but added an
 //! exec of its own (about 1 ms, the same again as `sh -c true`). This spawn
 //! costs what `posix_spawn` costs (docs/performance.md).
 //!

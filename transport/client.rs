@@ -609,7 +609,7 @@ mod tests {
 
     #[test]
     fn rmcp_error_texts_lose_their_type_names() {
-        // Issue 31, defect 4: no `WorkerTransport<…>` in what a user reads.
+        // No `WorkerTransport<…>` in what a user reads.
         let raw = "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<mcpvisor::actors::http::TappedClient>>] error: Session expired (HTTP 404)";
         assert_eq!(
             without_type_names(raw),

@@ -189,7 +189,7 @@ fn transport(
     ))
 }
 
-/// A request that never got an answer, in words (issue 14): a refused
+/// A request that never got an answer, in words: a refused
 /// connection, a DNS failure, a TLS failure and a timeout read
 /// differently, each keeping its own text, and no type names.
 pub(crate) fn reqwest_cause(e: &reqwest::Error) -> String {

@@ -1133,7 +1133,7 @@ mod tests {
     fn the_sse_tap_keeps_each_page_raw_by_its_id() {
         // SYNC-7 over HTTP: rmcp's typed Tool drops execution.taskSupport;
         // the page kept raw has it. Each fetch takes only its own page,
-        // once (issue 10, defect 12: nothing accumulates).
+        // once: nothing accumulates.
         let d = Diagnostics::default();
         d.tap_tools_page(
             br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}}]}}"#,
@@ -1307,7 +1307,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_split_across_reads_survives_receive_futures_dropped_in_between() {
-        // CONN-6 (issue 10, defect 1): rmcp drops a pending receive() whenever
+        // CONN-6: rmcp drops a pending receive() whenever
         // another event wins its loop; the part of the line read so far must
         // stay. Each chunk is written, then one receive() is polled until it
         // has nothing more to read and dropped, as rmcp's select would.
@@ -1403,7 +1403,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_server_that_stops_reading_stdin_makes_the_transport_dead_after_the_deadline() {
-        // CALL-4, CONN-14 (issue 10, defect 2): a write blocked past the
+        // CALL-4, CONN-14: a write blocked past the
         // deadline fails, and the transport ends so that reconnecting takes over.
         use rmcp::transport::Transport;
         let (client_out, _server_out) = tokio::io::duplex(1 << 20);
@@ -1434,7 +1434,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_nested_past_the_parse_limit_becomes_an_error_for_its_call() {
-        // CALL-4 (issue 10, defect 5): not a skipped line, so the call does
+        // CALL-4: not a skipped line, so the call does
         // not wait its whole timeout.
         use futures::FutureExt;
         use rmcp::transport::Transport;
@@ -1465,7 +1465,7 @@ mod tests {
 
     #[test]
     fn lone_surrogate_escapes_become_the_replacement_character_and_pairs_stay() {
-        // CALL-4 (issue 31, defect 3): read leniently, as JS and Python do.
+        // CALL-4: read leniently, as JS and Python do.
         let fixed =
             |s: &str| replace_lone_surrogates(s.as_bytes()).map(|b| String::from_utf8(b).unwrap());
         assert_eq!(
@@ -1492,7 +1492,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_that_cannot_be_read_answers_its_id_and_a_server_request_stays_noise() {
-        // CALL-4 (issue 31, defect 3): invalid UTF-8 and result+error end
+        // CALL-4: invalid UTF-8 and result+error end
         // the call at once with the parser's reason; a broken line that is
         // the server's own request (a `method`) has an id of the server's
         // id space and must never end a call of ours.
@@ -1555,7 +1555,7 @@ mod tests {
 #[cfg(test)]
 mod props {
     //! Property tests of the stdout line reader and of the scanning parsers
-    //! that classify a line (issue 10, "Decoders under generated input").
+    //! that classify a line.
 
     use super::*;
     use crate::messages::budget::floor_char_boundary;
@@ -1771,7 +1771,7 @@ mod props {
             lines in prop::collection::vec(line(), 0..12),
             steps in schedule(),
         ) {
-            // CONN-6, CALL-4 (issue 10, defect 1 generalised): a reply split
+            // CONN-6, CALL-4: a reply split
             // across reads survives receive() futures dropped in between; no
             // message is lost, duplicated or reordered; non-JSON lines are
             // skipped and counted, blank ones skipped.
@@ -1951,7 +1951,7 @@ mod props {
             depth in 129usize..300,
             spaces in prop::collection::vec(ws(), 1..4),
         ) {
-            // CALL-4 (issue 10, defect 5): whatever sits around it.
+            // CALL-4: whatever sits around it.
             let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
             let deep_at = at % (members.len() + 1);
             members.insert(deep_at, ("deep".to_owned(), deep, false));
@@ -1969,7 +1969,7 @@ mod call_reply_props {
     //! Property tests of the raw reply fast paths (`call_reply` and
     //! `tools_page`, reached through `decode`): replies to awaited calls and
     //! to a `tools/list`, in any order, among decoys that must never answer
-    //! them (issue 31, "The runner must be able to see these").
+    //! them.
 
     use super::*;
     use crate::messages::prop_gen::{config, tricky_text};
@@ -2159,7 +2159,7 @@ mod call_reply_props {
         fn every_awaited_call_gets_its_own_reply_once_and_decoys_answer_none(
             (ids, list, lines) in exchange(),
         ) {
-            // CALL-3, CALL-4 (issue 31): whatever the order, each awaited
+            // CALL-3, CALL-4: whatever the order, each awaited
             // call is answered once, by its own reply (or, for a reply with
             // both result and error, by an unreadable-reply error); a reply
             // whose id is the string "3" answers no call 3; a server request

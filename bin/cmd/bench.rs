@@ -592,8 +592,8 @@ async fn start_to_ready(n: usize) -> anyhow::Result<(f64, f64)> {
 /// Bytes the allocator counts as in use (glibc's `mallinfo2`: in-use
 /// small blocks plus mmapped ones), KiB: the heap part of the RSS. This
 /// includes chunks glibc keeps in its per-thread caches after a free, so
-/// it can grow while the live heap stays flat (docs/performance.md,
-/// stop 29). 0 where there is no glibc.
+/// it can grow while the live heap stays flat (docs/performance.md).
+/// 0 where there is no glibc.
 fn heap_kib() -> u64 {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

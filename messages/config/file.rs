@@ -1104,8 +1104,7 @@ mod provider_tables {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the TOML config parser (issue 10, "Decoders under
-    //! generated input").
+    //! Property tests of the TOML config parser.
 
     use super::*;
     use crate::messages::prop_gen::{config, tricky_text};

@@ -59,7 +59,7 @@ impl fmt::Display for Scope {
 
 /// Test-only switches that break the runtime on purpose, one per chaos
 /// invariant, so the chaos runner can show that each invariant fails when
-/// the behaviour it guards is gone (issue 18). All off by default; only the
+/// the behaviour it guards is gone. All off by default; only the
 /// builder's `*_for_chaos` methods (feature `chaos`) turn one on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChaosSwitches {
@@ -75,7 +75,7 @@ pub struct ChaosSwitches {
     /// `no_secret_leak`: a server's secret values are not redacted.
     pub no_redaction: bool,
     /// `no_lost_reply`: the stdio line reader drops the part of a line read
-    /// so far whenever rmcp drops a pending `receive()` (issue 10 defect 1).
+    /// so far whenever rmcp drops a pending `receive()`.
     pub lossy_line_reader: bool,
     /// `bounded_outcome`: a timed-out call's outcome comes 4 s late.
     pub late_timeouts: bool,

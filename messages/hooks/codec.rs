@@ -432,8 +432,8 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of both hook-output parsers (issue 10, "Decoders
-    //! under generated input"): whatever a hook prints and however it exits.
+    //! Property tests of both hook-output parsers: whatever a hook prints
+    //! and however it exits.
 
     use super::*;
     use crate::messages::prop_gen::{config, json_value, tricky_text};

@@ -426,8 +426,7 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the hooks file parser (issue 10, "Decoders under
-    //! generated input").
+    //! Property tests of the hooks file parser.
 
     use super::*;
     use crate::messages::prop_gen::{config, json_number, json_value, tricky_text};

@@ -513,11 +513,10 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the Messages stream decoder (issue 31, "The runner
-    //! must be able to see these"): a round comes out the same however its
-    //! text, thinking and each tool call's `partial_json` are cut into
-    //! deltas and the blocks' deltas interleaved, and no event, however
-    //! wrong, makes it panic.
+    //! Property tests of the Messages stream decoder: a round comes out the
+    //! same however its text, thinking and each tool call's `partial_json`
+    //! are cut into deltas and the blocks' deltas interleaved, and no event,
+    //! however wrong, makes it panic.
 
     use super::*;
     use crate::messages::prop_gen::{config, cut, interleave, json_value, key, tricky_text};

@@ -450,10 +450,9 @@ mod tests {
 
 #[cfg(test)]
 mod props {
-    //! Property tests of the Chat Completions stream decoder (issue 31,
-    //! "The runner must be able to see these"): a round comes out the same
-    //! however its text and each call's arguments are cut into deltas, and
-    //! no chunk, however wrong, makes it panic.
+    //! Property tests of the Chat Completions stream decoder: a round comes
+    //! out the same however its text and each call's arguments are cut into
+    //! deltas, and no chunk, however wrong, makes it panic.
 
     use super::*;
     use crate::messages::prop_gen::{config, cut, interleave, json_value, key, tricky_text};

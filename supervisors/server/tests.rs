@@ -446,7 +446,7 @@ async fn notifications_during_a_sync_coalesce_into_exactly_one_more_sync() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_finds_another_calls_wake_under_way_waits_for_the_same_connection() {
-    // RECO-6 (issue 10, found by the chaos runner's resources_only_idle):
+    // RECO-6:
     // after an idle stop, call A wakes the server; call B, arriving while
     // that connection is still coming up, waits for it too instead of
     // failing as "connecting". One connection serves both.
@@ -1003,7 +1003,7 @@ async fn jittered_delays_stay_within_half_to_all_of_the_schedule_and_a_seed_repe
 
 #[tokio::test(start_paused = true)]
 async fn a_clean_idle_stop_ends_the_outage_so_one_failed_wake_is_not_exhaustion() {
-    // RECO-2 (issue 10, defect 6): a brief connection after a crash leaves the
+    // RECO-2: a brief connection after a crash leaves the
     // outage's count at 1; the idle stop that follows is clean and ends the
     // outage, so a wake that fails is attempt 1 of a new one, not exhaustion.
     let h = Harness::new(Mode::Serve);
@@ -1037,7 +1037,7 @@ async fn a_clean_idle_stop_ends_the_outage_so_one_failed_wake_is_not_exhaustion(
 
 #[tokio::test(start_paused = true)]
 async fn a_backoff_timer_that_fires_after_the_switch_off_starts_nothing() {
-    // TRUST-1 (issue 10, defect 10): off means off. A Reconnect that was
+    // TRUST-1: off means off. A Reconnect that was
     // already on its way when the server was turned off is stale.
     let h = Harness::new(Mode::Refuse);
     let (rt, mut events) = start(config(&h, policy(100, 1000, 5))).await;
@@ -1064,7 +1064,7 @@ async fn a_backoff_timer_that_fires_after_the_switch_off_starts_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_secret_store_that_never_answers_fails_the_connect_within_the_startup_timeout() {
-    // TRUST-2 (issue 10, defect 13): the lookups have the startup deadline;
+    // TRUST-2: the lookups have the startup deadline;
     // the server's supervisor is never wedged by its store.
     struct Never;
     impl crate::SecretStore for Never {
@@ -1104,7 +1104,7 @@ async fn a_secret_store_that_never_answers_fails_the_connect_within_the_startup_
 
 #[tokio::test(start_paused = true)]
 async fn the_expected_generation_is_checked_again_after_the_policy_chain() {
-    // SYNC-6 / CALL-1 (issue 10, defect 7): a catalog swap while a policy
+    // SYNC-6 / CALL-1: a catalog swap while a policy
     // waits (here the policy itself restarts the server, which registers a
     // new generation) makes the call stale; it is not sent to the new tool.
     struct RestartFirst(Arc<std::sync::OnceLock<Runtime>>);
@@ -1154,7 +1154,7 @@ async fn the_expected_generation_is_checked_again_after_the_policy_chain() {
 
 #[tokio::test(start_paused = true)]
 async fn resource_traffic_keeps_a_server_awake_and_wakes_it_when_idle_stopped() {
-    // RECO-6, RES-2 (issue 10, defect 3): resource requests are activity,
+    // RECO-6, RES-2: resource requests are activity,
     // and an idle-stopped provider stays a provider that a resource call wakes.
     let mut h = Harness::new(Mode::Serve);
     h.resources = true;
@@ -1198,7 +1198,7 @@ async fn resource_traffic_keeps_a_server_awake_and_wakes_it_when_idle_stopped() 
 
 #[tokio::test(start_paused = true)]
 async fn an_unconfirmed_close_is_never_forgotten_so_a_restart_is_refused_while_it_stands() {
-    // RECO-3, SEAT-10 (issue 10, defect 9): the close reported as not
+    // RECO-3, SEAT-10: the close reported as not
     // confirmed stays open; restart (and switching on) refuse, with a
     // sentence, instead of starting a second process beside the old one.
     let h = Harness::new(Mode::ServeNeverConfirm);
@@ -1229,7 +1229,7 @@ async fn an_unconfirmed_close_is_never_forgotten_so_a_restart_is_refused_while_i
 #[cfg(feature = "chaos")]
 #[tokio::test(start_paused = true)]
 async fn a_restarted_server_supervisor_waits_for_its_predecessors_transport() {
-    // RECO-3 across a restart (issue 10, defect 8): the open transports live
+    // RECO-3 across a restart: the open transports live
     // with the scope, so the replacement supervisor waits for the failed
     // one's connection to confirm its close — here it never does, so no
     // second instance starts and the server fails with the barrier's reason.
@@ -1281,7 +1281,7 @@ async fn a_restarted_server_supervisor_reconnects_once_the_old_transport_closed(
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_arrives_while_an_idle_stop_closes_waits_for_the_wake() {
-    // RECO-6 (issue 10, defect 11): from the moment the idle stop begins the
+    // RECO-6: from the moment the idle stop begins the
     // server shows idle_stopped; a call in that window wakes it instead of
     // failing "not connected" against the closing connection.
     let h = Harness::new(Mode::Serve);
@@ -1393,7 +1393,7 @@ fn children(rt: &Runtime) -> Vec<ractor::ActorId> {
 
 #[tokio::test(start_paused = true)]
 async fn a_sync_killed_mid_page_goes_with_its_connection_and_reports_nothing() {
-    // Issue 17 (ADR 0011): a re-sync is a CatalogSync actor, a child of the
+    // A re-sync is a CatalogSync actor, a child of the
     // server's supervisor, shown in the status while it runs. Its page is
     // held; the server crashes: the sync is stopped with its connection
     // (no longer a child), its page is never answered, and the reconnected

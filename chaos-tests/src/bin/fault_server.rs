@@ -1041,7 +1041,7 @@ async fn serve_stdio(
     // the server still notices its stdin closing and exits at once: the
     // runtime's close is then quick, and its reconnect backoff, not the
     // close sequence's graces, decides when the next start comes
-    // (budget_respected, issue 31).
+    // (budget_respected).
     if server.args.hang_on_initialize {
         std::thread::spawn(exit_when_stdin_hangs_up);
     }

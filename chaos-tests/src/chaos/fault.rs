@@ -106,7 +106,7 @@ pub enum Fault {
     /// Every `echo` reply arrives in three pieces `ms` apart, after a
     /// server→client ping and a `tools/list_changed`: the client answers the
     /// ping, re-syncs and sends the concurrent calls while replies are half
-    /// read (CONN-6, issue 10 defect 1).
+    /// read (CONN-6).
     SplitReplies {
         /// Pause between the pieces.
         ms: u64,
@@ -154,12 +154,12 @@ pub enum Fault {
     ModelCutStream,
     /// The model's stream carries a line that is not JSON.
     ModelGarbageSse,
-    /// Issue 11: the browser_use seat holds a browser-native provider whose
+    /// The browser_use seat holds a browser-native provider whose
     /// browser will not die: its launcher ignores SIGTERM and lingers after
     /// Chromium exits. The run drives the browser (navigate, snapshot), and
     /// the shutdown must still kill and reap it, and report it reaped.
     BrowserWontDie,
-    /// Issue 16: a JS mod's `tool.call` handler loops forever on the
+    /// A JS mod's `tool.call` handler loops forever on the
     /// trigger call (stopped at its deadline; the call goes on).
     ModHang,
     /// A mod's `tool.call` handler throws on the trigger call.

@@ -565,7 +565,7 @@ mod tests {
 
     #[test]
     fn restart_check_flags_a_restart_without_backoff_one_past_the_schedule_and_none_at_all() {
-        // CHAOS-2 budget_respected (issue 31): from each failure the runtime
+        // CHAOS-2 budget_respected: from each failure the runtime
         // registered to the server's next start, both bounds.
         let log = unique_temp_path("restarts.log");
         let p = policy();
@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn one_generation_judges_each_server_against_its_own_status_zero_tools_included() {
-        // Issue 18: one_generation judges a server with zero tools too.
+        // one_generation judges a server with zero tools too.
         let tool = |name: &str, generation: u64| {
             Arc::new(ToolDefinition {
                 name: format!("mcp__s__{name}"),

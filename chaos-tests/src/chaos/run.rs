@@ -279,7 +279,7 @@ async fn shutdown(run: &mut Run<'_>, observers: Observers) -> Seen {
         }
     }
     let last_status = serde_json::to_string(&run.runtime.status()).unwrap_or_default();
-    // What the runtime publishes of the servers (TRUST-2, issue 31): the
+    // What the runtime publishes of the servers (TRUST-2): the
     // catalog and the instructions, as a host or a gateway reads them.
     let published = format!(
         "{}\n{}",
@@ -616,7 +616,7 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
                 ));
             }
         }
-        // CALL-5 (issue 31): the call the server answered 404 for its
+        // CALL-5: the call the server answered 404 for its
         // session (fault-server logs it) says it never ran. One that ended
         // `ok` was re-sent: that is `no_double_send`'s to judge.
         if let Fault::HttpSessionLoss { .. } = fault {

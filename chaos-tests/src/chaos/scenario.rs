@@ -103,7 +103,7 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("crash_mid_call_with_grandchild", |_| {
             vec![Fault::CrashMidCall, Fault::Grandchild]
         }),
-        // Issue 10's hostile timing. New scenarios go last: each draws from
+        // Hostile timing. New scenarios go last: each draws from
         // the stream of its index, so the plans above stay the same per seed.
         ("split_replies", |r| {
             vec![Fault::SplitReplies { ms: r.range(2, 10) }]
@@ -137,13 +137,13 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("daemonized_grandchild", |_| {
             vec![Fault::DaemonizedGrandchild]
         }),
-        // Issue 12: the model side of a tool-loop turn.
+        // The model side of a tool-loop turn.
         ("model_stall", |_| vec![Fault::ModelStall]),
         ("model_cut_stream", |_| vec![Fault::ModelCutStream]),
         ("model_garbage_sse", |_| vec![Fault::ModelGarbageSse]),
-        // Issue 11: a provider's browser whose process group will not die.
+        // A provider's browser whose process group will not die.
         ("browser_wont_die", |_| vec![Fault::BrowserWontDie]),
-        // Issue 16: a mod that hangs, throws, or blows its memory up.
+        // A mod that hangs, throws, or blows its memory up.
         ("mod_hang", |_| vec![Fault::ModHang]),
         ("mod_throw", |_| vec![Fault::ModThrow]),
         ("mod_memory", |_| vec![Fault::ModMemory]),

@@ -30,7 +30,7 @@ pub(super) fn policy() -> ReconnectPolicy {
         enabled: true,
         // Delays well above what a restart costs without any backoff
         // (about 10–50 ms from a crash to the next start), so that
-        // budget_respected tells the two apart (issue 31).
+        // budget_respected tells the two apart.
         initial_delay: Duration::from_millis(100),
         max_delay: Duration::from_millis(400),
         max_attempts: 3,
@@ -208,7 +208,7 @@ async fn add_servers(run: &mut Run<'_>, sampler: &Sampler) {
     for (i, cfg) in configs.into_iter().enumerate() {
         // SYNC-4 gives a contested name to the server that registered it
         // first: `s` is ready before `s__t` is added, so the same seed always
-        // gives the same winner (issue 18).
+        // gives the same winner.
         if i > 0 {
             let mut events = run.runtime.subscribe();
             let _ = wait_for_status(

@@ -212,7 +212,7 @@ fn shows_secret(o: &ToolOutcome, secret: &str) -> bool {
 /// `secret_echo`: a tool-loop turn against a scripted model that calls
 /// `echo` once, then answers: the requests it got carry the scope's tools,
 /// the servers' instructions and the tool's result, all of them from the
-/// leaky server (TRUST-2, issue 31).
+/// leaky server (TRUST-2).
 async fn secret_turn(run: &Run<'_>, tally: &mut Tally) {
     use crate::model::{ScriptedModel, openai_text, openai_tool_calls};
     let replies = vec![

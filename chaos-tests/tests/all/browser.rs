@@ -486,7 +486,7 @@ async fn two_activations_get_their_own_browsers_and_closing_one_reaps_it() {
     let pids = browser_pids(&rt).await;
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_ne!(pids[0], pids[1]);
-    // Issue 31: what the browsers write outside their profiles (dconf's
+    // What the browsers write outside their profiles (dconf's
     // cache, a crash database) goes to a home inside them; and their
     // crash handlers (in sessions of their own) die with them (below).
     let ours = processes_homed_under(&root);
@@ -664,7 +664,7 @@ async fn a_browser_killed_mid_action_fails_that_call_and_the_next_gets_a_new_bro
         libc::kill(old[0] as i32, libc::SIGKILL);
     }
     let out = hanging.await.unwrap();
-    // Issue 31: nothing the killed browser started outlives it, not even
+    // Nothing the killed browser started outlives it, not even
     // its crash handlers, which run in sessions of their own.
     for p in mcpvisor_chaos::tagged_processes("MCPVISOR_TAG", &tag) {
         assert!(

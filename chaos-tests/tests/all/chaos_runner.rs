@@ -91,7 +91,7 @@ async fn hook_fault_scenarios_hold_every_invariant_and_calls_fail_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_timing_scenarios_end_every_call_in_time() {
-    // Issue 10 as fault kinds: a reply nested past the parse limit ends as
+    // A reply nested past the parse limit ends as
     // invalid_result at once; a server that freezes mid-call (stdin no
     // longer read) still gives every later call its outcome within the bound.
     let deep = run_scenario(&scenario("deep_json"), &RunOptions::default()).await;
@@ -104,7 +104,7 @@ async fn hostile_timing_scenarios_end_every_call_in_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_replies_idle_stops_leaked_secrets_and_supervisor_panics_lose_nothing() {
-    // Issue 10's fault kinds: replies read in pieces while the client answers
+    // Replies read in pieces while the client answers
     // pings and re-syncs (CONN-6), resource reads across idle stops (RECO-6),
     // a server that echoes its secret (TRUST-2), and a supervisor that fails
     // while its stubborn process is still closing (the restart barrier).
@@ -128,7 +128,7 @@ async fn split_replies_idle_stops_leaked_secrets_and_supervisor_panics_lose_noth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_session() {
-    // CALL-5 (issue 18): the call answered 404 for its session ends
+    // CALL-5: the call answered 404 for its session ends
     // server_not_ready and is never sent again (no_double_send also counts
     // POSTs at fault-server's HTTP layer); later calls succeed on a new
     // connection with a new session.
@@ -149,7 +149,7 @@ async fn a_lost_http_session_never_replays_a_call_and_later_calls_get_a_new_sess
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_without_backoff_fails_budget_respected_where_it_once_passed() {
-    // Issue 31: zero backoff passed in hang_on_initialize and
+    // Zero backoff passed in hang_on_initialize and
     // crash_after_calls (judged start to start, with no upper bound). From
     // each failure to the next start, it fails there too, and only there.
     for name in ["hang_on_initialize", "crash_after_calls", "crash_mid_call"] {
@@ -170,7 +170,7 @@ async fn a_runtime_without_backoff_fails_budget_respected_where_it_once_passed()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_left_its_group_is_killed_and_without_the_tag_no_orphans_fails() {
-    // RECO-7 (issue 18): the daemonized grandchild is found by the runtime's
+    // RECO-7: the daemonized grandchild is found by the runtime's
     // tag and killed; started without the tag (the break switch), it
     // survives, and no_orphans, which also looks for the run's CHAOS_TAG in
     // every environment, reports it, and only it.
@@ -188,7 +188,7 @@ async fn a_process_that_left_its_group_is_killed_and_without_the_tag_no_orphans_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphan_that_carries_no_tag_is_found_below_the_subreaper_runner() {
-    // no_orphans (issue 18): the chaos binary is a child subreaper and, with
+    // no_orphans: the chaos binary is a child subreaper and, with
     // one run at a time, judges every process below it after the shutdown.
     // A daemon that also clears its environment escapes the runtime's tag
     // sweep and the runner's CHAOS_TAG (RECO-7's documented gap): only that
@@ -230,7 +230,7 @@ fn only_violation(out: &std::process::Output, invariant: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_break_switch_makes_its_invariant_fail_and_only_it() {
-    // Issue 18: each invariant is shown to fail when the runtime is broken
+    // Each invariant is shown to fail when the runtime is broken
     // in the way it exists to catch, and no other invariant fails with it.
     for (name, invariant, scenario_name) in mcpvisor_chaos::chaos::BREAKS {
         let mut opts = RunOptions::default();
@@ -248,7 +248,7 @@ async fn every_break_switch_makes_its_invariant_fail_and_only_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leak_per_call_fails_bounded_memory_over_a_short_soak() {
-    // bounded_memory's break switch (issue 18): it is judged over a soak,
+    // bounded_memory's break switch: it is judged over a soak,
     // so the chaos binary itself runs one, 6 s of hang_on_call with every
     // call leaking 256 KiB. It must exit 1 on bounded_memory, and only it.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chaos"))
@@ -272,7 +272,7 @@ async fn a_leak_per_call_fails_bounded_memory_over_a_short_soak() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeds_runs_each_scenario_once_per_seed() {
-    // The 1000-seed run's flag (issue 18): --seeds N runs seed, seed+1, …
+    // The 1000-seed run's flag: --seeds N runs seed, seed+1, …
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chaos"))
         .args([
             "--seeds",

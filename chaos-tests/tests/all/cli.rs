@@ -499,8 +499,8 @@ async fn a_killed_mcpvisor_takes_its_servers_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_sees_none_of_the_parents_environment_but_the_allowlist() {
-    // CONN-5 on a real spawn (issue 18: the pure child_environment test
-    // would pass without env_clear): a variable of mcpvisor's own process
+    // CONN-5 on a real spawn (the pure child_environment test would pass
+    // without env_clear): a variable of mcpvisor's own process
     // does not reach the server, NO_COLOR=1 and the runtime's tag do.
     let w = workdir(
         &["--print-env", "MCPVISOR_LEAK", "--leak-env", "NO_COLOR"],
@@ -531,7 +531,7 @@ async fn a_server_sees_none_of_the_parents_environment_but_the_allowlist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_names_a_failed_server_and_exits_1_while_listing_the_good_ones() {
-    // Issue 14: a listing never hides a failure, and the progress line says
+    // A listing never hides a failure, and the progress line says
     // how many servers are ready.
     let extra = fault_server_section("bad", &["--crash-at-start", "3"], "always");
     let w = workdir(
@@ -559,7 +559,7 @@ async fn tools_names_a_failed_server_and_exits_1_while_listing_the_good_ones() {
     assert!(!stderr.contains(" done"), "{stderr}");
 }
 
-/// Issue 14: `tools` prints each server's tools as soon as it is ready: a
+/// `tools` prints each server's tools as soon as it is ready: a
 /// server that never answers `initialize` does not hold the fast one's
 /// listing back until its startup timeout; the progress line names each
 /// server as it settles, then the summary.
@@ -611,7 +611,7 @@ enabled = false
     assert!(stderr.contains("startup_timeout_ms"), "{stderr}");
 }
 
-/// Issue 14: a long call's progress notifications are shown while it runs
+/// A long call's progress notifications are shown while it runs
 /// (on a pipe, a line per notification), naming the tool, step and total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_shows_the_servers_progress_while_the_call_runs() {
@@ -758,7 +758,7 @@ async fn import_writes_a_config_that_validates_with_every_server_disabled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15 / TRUST-2: with `--secrets-file`, the secret values an import
+/// TRUST-2: with `--secrets-file`, the secret values an import
 /// finds go into that file (mode 0600) under generated names, the config
 /// names them and the file, and no value is in the config.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -822,7 +822,7 @@ async fn import_moves_secret_values_into_the_secret_file_never_into_the_config()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15: a Claude Code settings file's hooks import as a commented-out
+/// A Claude Code settings file's hooks import as a commented-out
 /// `[hooks]` table naming the file absolutely, each command listed on
 /// stderr; the written config runs no hook until uncommented, and once
 /// uncommented `hooks list` shows the command with the same hash.
@@ -892,7 +892,7 @@ async fn import_of_a_hooks_file_lists_each_command_and_runs_none_until_uncomment
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15: `add` edits the config in place (comments and order stay),
+/// `add` edits the config in place (comments and order stay),
 /// refuses a duplicate, a bad name and a secret-looking value, and runs a
 /// real handshake (a failing one keeps the entry and says how to undo it);
 /// `list` shows what is configured; `remove` takes one table out.
@@ -978,7 +978,7 @@ async fn add_list_and_remove_edit_the_config_in_place() {
     );
 }
 
-/// Issue 15: `import A B --out C --merge` keeps C's text, appends what is
+/// `import A B --out C --merge` keeps C's text, appends what is
 /// new, and leaves out (and reports) a server C or an earlier file already
 /// has; the result validates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1053,7 +1053,7 @@ async fn import_merges_several_files_into_an_existing_config() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15: `add --scope user` writes the user's config, which commands
+/// `add --scope user` writes the user's config, which commands
 /// read where there is no ./mcpvisor.toml; `list` shows each server's last
 /// known state from the event log of earlier runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1110,7 +1110,7 @@ async fn add_scope_user_writes_the_user_config_and_list_shows_the_last_known_sta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_errors_suggest_the_key_and_json_errors_are_json() {
-    // Issue 14: did-you-mean for keys, words for a wrong type, another
+    // Did-you-mean for keys, words for a wrong type, another
     // tool's format recognised; with --json the error is a JSON object.
     let dir = unique_temp_path("badcfg");
     std::fs::create_dir_all(&dir).unwrap();
@@ -1163,7 +1163,7 @@ async fn config_errors_suggest_the_key_and_json_errors_are_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shot_targets_typed_args_args_files_and_yes_work_without_a_config() {
-    // Issue 14 (what an Inspector CLI user expects): `tools -- COMMAND`,
+    // What an Inspector CLI user expects: `tools -- COMMAND`,
     // `call TOOL --arg k=v --yes -- COMMAND`, `--args @file`.
     let dir = unique_temp_path("oneshot");
     std::fs::create_dir_all(&dir).unwrap();
@@ -1314,7 +1314,7 @@ async fn resources_list_is_a_table_and_read_prints_the_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escape_sequences_from_a_server_are_shown_not_obeyed_and_json_keeps_them() {
-    // Issue 31, defect 7: a server's OSC 52 clipboard write in its tool
+    // A server's OSC 52 clipboard write in its tool
     // description, version, results and stderr reaches the terminal
     // escaped in human output; `--json` keeps the exact strings.
     let w = workdir(&["--terminal-escapes"], "");

@@ -146,7 +146,7 @@ async fn a_server_crashing_at_start_reports_exit_status_and_stderr_then_exhausts
     // The budget stays used up: no further attempt starts on its own.
     assert_eq!(runtime.status()[0].state, ServerState::Exhausted);
     let outcome = call(&runtime, "mcp__boom__echo", json!({"message": "x"})).await;
-    // The server is known and out of budget: not an unknown tool (issue 14).
+    // The server is known and out of budget: not an unknown tool.
     assert_eq!(outcome.kind, OutcomeKind::ServerNotReady);
     assert!(
         outcome
@@ -405,7 +405,7 @@ async fn is_error_results_are_server_errors_whose_text_reaches_the_projection() 
     finish(&runtime, &[]).await;
 }
 
-/// Issue 14: every call carries its call id as its progress token, and a
+/// Every call carries its call id as its progress token, and a
 /// server's `notifications/progress` come out as `CallProgress` events of
 /// that very call, in order, with the server's total and message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -838,7 +838,7 @@ async fn the_fault_server_over_streamable_http_answers_calls_and_announces_new_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_exits_at_once_gets_the_same_words_whichever_side_noticed_first() {
-    // Issue 14: no racy "Broken pipe" variant of "exited at once".
+    // No racy "Broken pipe" variant of "exited at once".
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..5 {
         let mut cfg = ServerConfig::stdio("quick", "sh", vec!["-c".into(), "exit 3".into()]);
@@ -933,7 +933,7 @@ async fn stderr_written_after_ready_shows_in_status_without_another_publish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_server_to_client_request_gets_32601_saying_the_client_exposes_no_capabilities() {
-    // CONN-11 (issue 31, defect 8): the methods MCP names and any other one
+    // CONN-11: the methods MCP names and any other one
     // alike get -32601 and the sentence, not a bare method name.
     let (runtime, _events, _) = start_ready("ask", &["--ask-client"]).await;
     for method in ["x/unknown", "roots/list", "sampling/createMessage"] {
@@ -960,7 +960,7 @@ async fn every_server_to_client_request_gets_32601_saying_the_client_exposes_no_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protocol_version_this_client_does_not_speak_is_refused_naming_both() {
-    // CONN-10, mcp.md "Protocol" (issue 31, defect 5): a server that answers
+    // CONN-10, mcp.md "Protocol": a server that answers
     // initialize with a version this client does not speak is not ready,
     // and its error names the server's version and the client's.
     let (runtime, mut events) = start(G, fault("odd", &["--protocol-version", "1999-01-01"])).await;
@@ -988,7 +988,7 @@ async fn a_protocol_version_this_client_does_not_speak_is_refused_naming_both() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_http_session_says_not_sent_for_every_call_the_server_never_received() {
-    // CALL-5 (issue 31, defect 4): the server ends the session under a
+    // CALL-5: the server ends the session under a
     // concurrent batch larger than the client's 16 concurrent POSTs. The
     // call it answered 404 never ran; the calls still queued in the client
     // never left it: both end server_not_ready, side effects none. A call

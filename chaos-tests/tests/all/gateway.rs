@@ -1,4 +1,4 @@
-//! `mcpvisor gateway` (BIN-2, issue 13) run as a real process in front of
+//! `mcpvisor gateway` (BIN-2) run as a real process in front of
 //! fault-server backends, driven by a real MCP client (rmcp's, over the
 //! gateway's stdio and over streamable HTTP).
 
@@ -663,7 +663,7 @@ async fn two_typescript_sdk_clients_over_http_share_one_backend_and_both_hear_li
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_only_the_servers_whose_config_changed_with_one_list_changed() {
-    // Hot reload (issue 13): a is unchanged and keeps its process; b's
+    // Hot reload: a is unchanged and keeps its process; b's
     // section changed and it is restarted; c is new; d left the file and is
     // stopped and reaped (it ignores SIGTERM). The client stays connected
     // and hears one list_changed for all of it.
@@ -742,7 +742,7 @@ fn passing(run: &std::collections::BTreeMap<String, (u32, u32)>) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_scores_the_gateway_at_least_as_high_as_its_backend_alone() {
-    // Issue 13: the official suite's server scenarios, against
+    // The official suite's server scenarios, against
     // server-everything over HTTP and against the gateway fronting
     // server-everything over stdio, in the same run. The gateway scores at
     // least what the backend scores, passes every scenario the backend
@@ -886,7 +886,7 @@ async fn client_scenario(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suites_client_scenarios_pass_through_mcpvisor_conformance() {
-    // Issue 15: the client scenarios, each run by the official suite
+    // The client scenarios, each run by the official suite
     // against `mcpvisor conformance` (its mock servers bound to 127.0.0.1
     // by a preload): the four without OAuth and the 22 OAuth ones (CONN-13):
     // all 26 of 0.1.16.
@@ -1085,7 +1085,7 @@ async fn http_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> u16 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_checks_host_and_refuses_a_foreign_origin() {
-    // GW-5 (issue 31, defect 11): /health told a rebinding page every
+    // GW-5: /health told a rebinding page every
     // server's status, stderr and pids, and no Origin was ever checked.
     let work = workdir(&fault_section("s", &[], "always"));
     let (mut child, addr) = http_gateway(&work, &[]).await;
@@ -1113,7 +1113,7 @@ async fn every_route_checks_host_and_refuses_a_foreign_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_in_its_default_mode_gets_the_session_era_and_every_relayed_result() {
-    // Issue 31, defect 9: the gateway offered 2026-07-28 in server/discover,
+    // The gateway offered 2026-07-28 in server/discover,
     // the Python SDK 2.x (default mode `auto`) took it, and every relayed
     // result failed ("missing required resultType"). Offering only what it
     // serves, the SDK falls back to initialize, over stdio and over HTTP.

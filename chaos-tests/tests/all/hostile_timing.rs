@@ -1,4 +1,4 @@
-//! Hostile timing over real stdio (issue 10): a server that stops reading
+//! Hostile timing over real stdio: a server that stops reading
 //! its stdin with large arguments queued. Every call still gets its outcome
 //! within its timeout plus the documented margin (CALL-4), and a transport
 //! whose writes stay blocked is declared dead so reconnecting takes over.
@@ -78,7 +78,7 @@ async fn a_server_that_stops_reading_stdin_never_holds_a_call_past_its_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_nested_past_the_parse_limit_ends_its_call_at_once_as_invalid_result() {
-    // CALL-4 (issue 10, defect 5): valid JSON nested 300 deep is an outcome
+    // CALL-4: valid JSON nested 300 deep is an outcome
     // naming the depth, never a skipped line and a timeout.
     let mut cfg = fault_server_config("deep", ["--deep-echo", "300"]).trusted();
     cfg.tool_call_timeout = Duration::from_secs(30);
@@ -129,7 +129,7 @@ fn daemon_pid(runtime: &mcpvisor::Runtime, server: &str) -> Option<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_left_its_group_dies_with_its_connection_and_at_shutdown() {
-    // RECO-7 (issue 18): a server's descendant that left its process group
+    // RECO-7: a server's descendant that left its process group
     // with setsid is out of reach of group signals; the runtime's tag in its
     // environment finds it. It dies when its connection closes (here: a
     // restart), and a shutdown kills what is left and reports it.
@@ -182,7 +182,7 @@ async fn a_process_that_left_its_group_dies_with_its_connection_and_at_shutdown(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_stuck_in_its_handshake_never_holds_up_another() {
-    // CONN-1 (issue 18): servers connect side by side. One never answers
+    // CONN-1: servers connect side by side. One never answers
     // initialize (30 s startup timeout); the other is ready and answers calls
     // meanwhile, and the shutdown does not wait out the stuck handshake.
     let runtime = Runtime::builder().start().await.unwrap();
@@ -306,7 +306,7 @@ async fn wait_ready_right_after_a_restart_waits_for_the_new_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_exits_while_a_daemon_holds_its_stdout_ends_its_connection_at_once() {
-    // CONN-14, RECO (issue 31, defect 1): the server starts a background
+    // CONN-14, RECO: the server starts a background
     // process in a session of its own that inherits its stdout, then exits
     // mid-call. stdout never reaches its end, yet the leader's exit ends
     // the connection: the call in flight ends transport_lost_during_call
@@ -377,7 +377,7 @@ async fn a_server_that_exits_while_a_daemon_holds_its_stdout_ends_its_connection
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_that_cannot_be_read_ends_its_call_at_once_and_a_lone_surrogate_is_read_leniently()
 {
-    // CALL-4 (issue 31, defect 3): a reply to an awaited call that does not
+    // CALL-4: a reply to an awaited call that does not
     // parse as it stands is an outcome at once, never a skipped line and a
     // 60 s wait. A lone surrogate escape (Node cuts text mid-emoji) reads as
     // U+FFFD; a byte that is not UTF-8, and `result` with `error`, end the

@@ -153,7 +153,7 @@ async fn an_endpoint_that_never_answers_fails_at_the_startup_timeout_not_never()
 
 #[tokio::test]
 async fn a_closed_port_says_connection_refused_without_type_names() {
-    // Issue 14: the cause in words, no `WorkerTransport<…>`.
+    // The cause in words, no `WorkerTransport<…>`.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     drop(listener);
@@ -202,7 +202,7 @@ async fn a_404_html_page_is_not_pasted_into_the_error() {
 
 #[tokio::test]
 async fn a_legacy_sse_url_is_named_as_unsupported() {
-    // Issue 14: a server's legacy HTTP+SSE endpoint is not a streamable one.
+    // A server's legacy HTTP+SSE endpoint is not a streamable one.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/sse", listener.local_addr().unwrap());
     let app = axum::Router::new().route(

@@ -372,7 +372,7 @@ async fn a_cleartext_token_endpoint_is_refused_before_anything_is_sent_to_the_se
 
 #[tokio::test]
 async fn a_challenge_pointing_at_cleartext_metadata_elsewhere_is_refused_without_dialing_it() {
-    // TRUST-3 (issue 31, defect 6): every URL the runtime dials goes
+    // TRUST-3: every URL the runtime dials goes
     // through the one endpoint validator, OAuth discovery included. The
     // 401 names protected-resource metadata on http://127.0.0.2, which is
     // not a loopback name the rule allows (only localhost, 127.0.0.1 and

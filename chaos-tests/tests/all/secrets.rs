@@ -98,7 +98,7 @@ async fn a_secret_reaches_the_server_but_never_its_status_and_a_missing_one_is_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
-    // TRUST-2 (issue 10, defect 4): everything the runtime makes of the
+    // TRUST-2: everything the runtime makes of the
     // server's output — projection, canonical value, events — is redacted.
     let (runtime, file, log) = secret_runtime("echo-secrets").await;
     runtime
@@ -132,7 +132,7 @@ async fn a_server_that_echoes_its_secret_in_a_result_shows_it_redacted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_in_a_servers_metadata_and_progress_is_redacted_before_it_is_published() {
-    // TRUST-2 (issue 31, defect 2): the server puts its own secret in its
+    // TRUST-2: the server puts its own secret in its
     // version, its instructions, a tool's title, description and schema,
     // and its progress messages. None of it reaches the catalog, the
     // instructions, the status, the events or the event log.
@@ -212,7 +212,7 @@ async fn a_full_cli_run_never_prints_a_secret_value() {
             r#"{"message":"hello"}"#,
         ],
         vec!["check"],
-        // Human output too (issue 31, defect 2): the server's version,
+        // Human output too: the server's version,
         // instructions and tool texts, and the progress lines of a call.
         vec!["status"],
         vec!["tools"],
