@@ -148,6 +148,7 @@ pub use messages::tree::{AskError, TreeError};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.
+#[cfg(feature = "chaos")]
 pub use messages::config::ChaosSwitches;
 pub use messages::config::file::{
     FileConfig, RawConfigFile, RawEvents, RawHooks, RawModLoad, RawModel, RawMods, RawProvider,

@@ -182,7 +182,7 @@ impl Actor for Connection {
                 cfg.startup_timeout.as_millis()
             )),
         };
-        if args.chaos.no_redaction {
+        if args.chaos.no_redaction() {
             diag.break_redaction();
         }
         if let Ok(values) = &secrets {
@@ -223,7 +223,7 @@ impl Actor for Connection {
                         secret_headers,
                         diag: diag.clone(),
                         session_lost,
-                        replay_for_chaos: args.chaos.replay_expired_sessions,
+                        replay_for_chaos: args.chaos.replay_expired_sessions(),
                         server: cfg.server_name.clone(),
                         secrets: args.handlers.secrets.clone(),
                     };

@@ -178,7 +178,10 @@ impl RuntimeBuilder {
     /// so that the chaos runner can show one invariant fails without it.
     #[cfg(feature = "chaos")]
     pub fn break_for_chaos(mut self, switches: crate::ChaosSwitches) -> Self {
-        let keep = (self.chaos.skip_close_barrier, self.chaos.untagged_children);
+        let keep = (
+            self.chaos.skip_close_barrier(),
+            self.chaos.untagged_children(),
+        );
         self.chaos = switches;
         self.chaos.skip_close_barrier |= keep.0;
         self.chaos.untagged_children |= keep.1;

@@ -87,13 +87,13 @@ impl Runtime {
             .call_inner(scope, name, arguments, options, call_id)
             .await;
         let chaos = self.inner.chaos;
-        if chaos.wrong_kinds && outcome.kind == OutcomeKind::ServerError {
+        if chaos.wrong_kinds() && outcome.kind == OutcomeKind::ServerError {
             outcome.kind = OutcomeKind::Ok;
         }
-        if chaos.leak {
+        if chaos.leak() {
             let _: &'static mut [u8] = Box::leak(vec![1u8; 256 * 1024].into_boxed_slice());
         }
-        if listened && !(chaos.silent_outcomes && call_id.is_multiple_of(3)) {
+        if listened && !(chaos.silent_outcomes() && call_id.is_multiple_of(3)) {
             let _ = self.inner.events.send(RuntimeEvent::CallFinished {
                 scope: scope.clone(),
                 tool: name.to_owned(),
@@ -388,7 +388,7 @@ impl Runtime {
         options: &CallOptions,
     ) -> ToolOutcome {
         let timeout = entry.config.tool_call_timeout;
-        if self.inner.chaos.no_recovery && live.conn_gen > 1 {
+        if self.inner.chaos.no_recovery() && live.conn_gen > 1 {
             return ToolOutcome::failure(
                 OutcomeKind::ServerNotReady,
                 format!("server \"{}\" never came back (chaos)", def.server),
@@ -474,7 +474,7 @@ impl Runtime {
             Ended::Response(Ok(r)) => r,
             Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
             Ended::Timeout => {
-                if self.inner.chaos.late_timeouts {
+                if self.inner.chaos.late_timeouts() {
                     tokio::time::sleep(Duration::from_secs(4)).await;
                 }
                 // The notice is best effort, within a bounded margin (CALL-4).

@@ -230,7 +230,7 @@ impl Runtime {
             _ => config.server_name.clone(),
         };
         if let crate::messages::config::TransportConfig::Stdio(stdio) = &mut config.transport
-            && !self.inner.chaos.untagged_children
+            && !self.inner.chaos.untagged_children()
         {
             // RECO-7: every descendant of the server, also one that leaves
             // its process group, carries the server's tag.
@@ -615,7 +615,7 @@ impl Runtime {
         // Counted before anything stops: the root's fan-out drains the hooks
         // supervisor too, and may end a run before `dispose` first runs.
         let hook_runs_aborted = self.inner.hooks.running_count();
-        if self.inner.chaos.dead_root {
+        if self.inner.chaos.dead_root() {
             self.inner.root.kill();
         }
         // The tree and the running hooks (HOOK-8) stop side by side.

@@ -213,8 +213,8 @@ pub fn spawn(
     });
     Ok(SpawnedChild {
         transport: StdioTransport {
-            lossy: chaos.lossy_line_reader,
-            cross: chaos.cross_replies.then(Default::default),
+            lossy: chaos.lossy_line_reader(),
+            cross: chaos.cross_replies().then(Default::default),
             dead,
             ..StdioTransport::new(pipes.stdin, pipes.stdout, diag)
         },

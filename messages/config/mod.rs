@@ -57,47 +57,83 @@ impl fmt::Display for Scope {
     }
 }
 
-/// Test-only switches that break the runtime on purpose, one per chaos
-/// invariant, so the chaos runner can show that each invariant fails when
-/// the behaviour it guards is gone. All off by default; only the
-/// builder's `*_for_chaos` methods (feature `chaos`) turn one on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChaosSwitches {
+/// Declares [`ChaosSwitches`]: with the `chaos` feature a struct of public
+/// flags, without it a zero-sized type whose every switch is a constant
+/// `false`, so the code each switch guards is compiled out of a build that
+/// does not ask for it. Either way the runtime reads a switch through the
+/// method of its name.
+macro_rules! chaos_switches {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Test-only switches that break the runtime on purpose, one per
+        /// chaos invariant, so the chaos runner can show that each invariant
+        /// fails when the behaviour it guards is gone. All off by default;
+        /// only the builder's `*_for_chaos` methods turn one on. Public only
+        /// with the `chaos` feature.
+        #[cfg(feature = "chaos")]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct ChaosSwitches {
+            $($(#[$doc])* pub $name: bool,)*
+        }
+
+        /// Without the `chaos` feature no switch exists: each reads `false`.
+        #[cfg(not(feature = "chaos"))]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct ChaosSwitches;
+
+        impl ChaosSwitches {
+            $(
+                #[cfg(feature = "chaos")]
+                #[inline]
+                pub(crate) fn $name(&self) -> bool {
+                    self.$name
+                }
+
+                #[cfg(not(feature = "chaos"))]
+                #[inline(always)]
+                pub(crate) const fn $name(&self) -> bool {
+                    false
+                }
+            )*
+        }
+    };
+}
+
+chaos_switches! {
     /// `no_overlap`: a replacement connection starts before the previous
     /// one confirmed its close.
-    pub skip_close_barrier: bool,
+    skip_close_barrier,
     /// `no_orphans`: processes start without `MCPVISOR_TAG`, so one that
     /// leaves its group is never found.
-    pub untagged_children: bool,
+    untagged_children,
     /// `no_double_send`: after an HTTP 404 on the session, rmcp re-sends
     /// the request on a new session.
-    pub replay_expired_sessions: bool,
+    replay_expired_sessions,
     /// `no_secret_leak`: a server's secret values are not redacted.
-    pub no_redaction: bool,
+    no_redaction,
     /// `no_lost_reply`: the stdio line reader drops the part of a line read
     /// so far whenever rmcp drops a pending `receive()`.
-    pub lossy_line_reader: bool,
+    lossy_line_reader,
     /// `bounded_outcome`: a timed-out call's outcome comes 4 s late.
-    pub late_timeouts: bool,
+    late_timeouts,
     /// `one_generation`: a catalog is registered without its last tool.
-    pub half_catalogs: bool,
+    half_catalogs,
     /// `budget_respected`: reconnect attempts come without their backoff.
-    pub no_backoff: bool,
+    no_backoff,
     /// `one_outcome_per_call`: every third call sends no `CallFinished`.
-    pub silent_outcomes: bool,
+    silent_outcomes,
     /// `expected_consequences`: a `server_error` outcome is reported `ok`.
-    pub wrong_kinds: bool,
+    wrong_kinds,
     /// `bounded_memory`: every call leaks 256 KiB.
-    pub leak: bool,
+    leak,
     /// `shutdown_within_deadline`: the root supervisor is killed just before
     /// the shutdown asks it to stop (a dead root must not report clean).
-    pub dead_root: bool,
+    dead_root,
     /// `reply_to_its_call`: the stdio transport hands a `tools/call` reply
     /// to another call in flight.
-    pub cross_replies: bool,
+    cross_replies,
     /// `expected_consequences` (recovery): once a server has reconnected,
     /// its calls are refused as if it never came back.
-    pub no_recovery: bool,
+    no_recovery,
 }
 
 /// Reconnect policy of one server (RECO-1).

@@ -979,7 +979,7 @@ async fn on_reconnect(
     if !matches!(st.phase, Phase::BackingOff { attempt: a, .. } if a == attempt) {
         return; // a stale timer: the phase moved on
     }
-    if st.barrier.is_clear() || st.chaos.skip_close_barrier {
+    if st.barrier.is_clear() || st.chaos.skip_close_barrier() {
         st.status.restarts += 1;
         start_connection(myself, st, attempt).await;
     } else {
@@ -1103,7 +1103,7 @@ async fn connect_when_clear(
     st: &mut ServerSupervisorState,
     attempt: u32,
 ) {
-    if st.barrier.is_clear() || st.chaos.skip_close_barrier {
+    if st.barrier.is_clear() || st.chaos.skip_close_barrier() {
         start_connection(myself, st, attempt).await;
     } else {
         st.enter(Phase::AwaitingClose { attempt });
@@ -1216,7 +1216,7 @@ fn register_failure(
         st.config.on_disconnect,
         failure,
         |range| st.rng.random_range(range),
-        st.chaos.no_backoff,
+        st.chaos.no_backoff(),
     );
     st.failures = failures;
     st.status.pid = None;
@@ -1284,7 +1284,7 @@ async fn apply_catalog(
     );
     match built {
         Ok(mut catalog) => {
-            if st.chaos.half_catalogs {
+            if st.chaos.half_catalogs() {
                 catalog.tools.pop();
             }
             if let Some(note) = &st.config.tool_note {
