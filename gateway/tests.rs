@@ -1,0 +1,64 @@
+use super::*;
+
+fn headers(pairs: &[(&'static str, &str)]) -> axum::http::HeaderMap {
+    let mut h = axum::http::HeaderMap::new();
+    for (k, v) in pairs {
+        h.insert(*k, v.parse().unwrap());
+    }
+    h
+}
+
+#[test]
+fn the_guard_checks_host_on_every_request_and_refuses_a_foreign_origin() {
+    // GW-5.
+    let loopback = RequestGuard::new(allowed_hosts_or_loopback(&None));
+    for host in ["127.0.0.1:8931", "localhost", "[::1]:80", "LOCALHOST:1"] {
+        assert_eq!(
+            loopback.refuses(&headers(&[("host", host)])),
+            None,
+            "{host}"
+        );
+    }
+    let refused = loopback.refuses(&headers(&[("host", "evil.example")]));
+    assert_eq!(
+        refused.as_deref(),
+        Some("Forbidden: the Host \"evil.example\" is not allowed")
+    );
+    assert!(loopback.refuses(&headers(&[])).is_some(), "no Host");
+    for origin in [
+        "http://localhost:3000",
+        "https://127.0.0.1",
+        "http://[::1]:9",
+    ] {
+        let h = headers(&[("host", "127.0.0.1:8931"), ("origin", origin)]);
+        assert_eq!(loopback.refuses(&h), None, "{origin}");
+    }
+    for origin in [
+        "http://evil.example",
+        "null",
+        "file://x",
+        "http://127.0.0.1.evil.example",
+    ] {
+        let h = headers(&[("host", "127.0.0.1:8931"), ("origin", origin)]);
+        assert!(loopback.refuses(&h).is_some(), "{origin}");
+    }
+    // A remote gateway (any host, its token guards it): only its own
+    // origin, never another site's page.
+    let remote = RequestGuard::new(Vec::new());
+    let same = headers(&[("host", "gw.example:443"), ("origin", "https://gw.example")]);
+    assert_eq!(remote.refuses(&same), None);
+    let other = headers(&[("host", "gw.example"), ("origin", "https://evil.example")]);
+    assert!(remote.refuses(&other).is_some());
+}
+
+#[tokio::test]
+async fn every_socket_the_listener_accepts_has_tcp_nodelay() {
+    // GW-6: no 40 ms wait for a delayed ACK.
+    use axum::serve::Listener;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut listener = no_delay(listener);
+    let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (accepted, _) = listener.accept().await;
+    assert!(accepted.nodelay().unwrap());
+}

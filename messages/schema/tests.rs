@@ -1,0 +1,225 @@
+use super::*;
+use serde_json::json;
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn weather_schema() -> Map<String, Value> {
+    obj(json!({
+        "type": "object",
+        "properties": {
+            "temperature": {"type": "number"},
+            "conditions": {"type": "string"},
+            "humidity": {"type": "number"}
+        },
+        "required": ["temperature", "conditions", "humidity"]
+    }))
+}
+
+// SYNC-7: SDK-generated schemas carry $schema, format and title; all are annotations.
+#[test]
+fn an_sdk_generated_schema_is_supported() {
+    let schema = obj(json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "WeatherOutput",
+        "type": "object",
+        "properties": {
+            "temperature": {"type": "number", "format": "double", "description": "Celsius"},
+            "observed_at": {"type": "string", "format": "date-time", "title": "Observed at"},
+            "count": {"type": "integer", "format": "uint32"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "unit": {"enum": ["c", "f"], "default": "c"},
+            "kind": {"const": "weather", "examples": ["weather"]},
+            "detail": {"oneOf": [{"type": "null"}, {"type": "string"}]},
+            "anything": true
+        },
+        "required": ["temperature", "observed_at"],
+        "additionalProperties": false
+    }));
+    assert_eq!(check_supported(&schema), Ok(()));
+}
+
+// SYNC-7: every problem is reported, with its path.
+#[test]
+fn minimum_and_ref_are_both_reported() {
+    let schema = obj(json!({
+        "type": "object",
+        "properties": {
+            "temp": {"type": "number", "minimum": -273.15},
+            "place": {"$ref": "#/$defs/Place"}
+        }
+    }));
+    // Sorted: key order depends on serde_json's `preserve_order` feature.
+    let mut problems = check_supported(&schema).err().unwrap_or_default();
+    problems.sort();
+    assert_eq!(
+        problems,
+        vec![
+            "/properties/place: unsupported keyword \"$ref\"".to_string(),
+            "/properties/temp: unsupported keyword \"minimum\"".to_string(),
+        ]
+    );
+}
+
+// SYNC-7: forms outside the subset are rejected, each once.
+#[test]
+fn unsupported_forms_are_each_reported() {
+    let schema = obj(json!({
+        "type": ["string", "null"],
+        "anyOf": [],
+        "allOf": [],
+        "pattern": "x",
+        "additionalProperties": {"type": "string"},
+        "items": [{"type": "string"}],
+        "oneOf": [{"type": "float"}],
+        "required": ["ghost"],
+        "enum": "nope"
+    }));
+    let problems = check_supported(&schema).err().unwrap_or_default();
+    assert_eq!(problems.len(), 9, "{problems:#?}");
+    assert!(problems.contains(&"/oneOf/0: unsupported type \"float\"".to_string()));
+    assert!(
+        problems.contains(
+            &"/: required property \"ghost\" is not declared in \"properties\"".to_string()
+        )
+    );
+}
+
+// SYNC-7: problems deep inside items are found and the path says where.
+#[test]
+fn nested_problems_carry_their_path() {
+    let schema = obj(json!({
+        "type": "array",
+        "items": {"type": "object", "properties": {"a/b": {"maxLength": 3}}}
+    }));
+    assert_eq!(
+        check_supported(&schema),
+        Err(vec![
+            "/items/properties/a~1b: unsupported keyword \"maxLength\"".to_string()
+        ])
+    );
+}
+
+// CALL-3
+#[test]
+fn structured_weather_output_passes_its_schema() {
+    let value = json!({"temperature": 22.5, "conditions": "Sunny", "humidity": 65});
+    assert_eq!(validate(&value, &weather_schema()), vec![]);
+}
+
+// CALL-3: a violation says which path failed; all are reported.
+#[test]
+fn a_missing_property_and_a_wrong_type_give_two_violations() {
+    let value = json!({"temperature": "hot", "conditions": "Sunny"});
+    let violations = validate(&value, &weather_schema());
+    assert_eq!(
+        violations,
+        vec![
+            Violation {
+                path: "/".to_string(),
+                message: "missing required property \"humidity\"".to_string()
+            },
+            Violation {
+                path: "/temperature".to_string(),
+                message: "expected number, got string".to_string()
+            },
+        ]
+    );
+    assert_eq!(
+        violations[1].to_string(),
+        "/temperature: expected number, got string"
+    );
+}
+
+// CALL-3
+#[test]
+fn integer_accepts_whole_numbers_only() {
+    let schema = obj(json!({"type": "integer"}));
+    for ok in [json!(3), json!(-3), json!(3.0), json!(u64::MAX)] {
+        assert_eq!(validate(&ok, &schema), vec![], "{ok}");
+    }
+    for bad in [json!(3.5), json!("3"), json!(null)] {
+        assert_eq!(validate(&bad, &schema).len(), 1, "{bad}");
+    }
+    assert_eq!(
+        validate(&json!(3.5), &obj(json!({"type": "number"}))),
+        vec![]
+    );
+}
+
+// CALL-3: oneOf needs exactly one matching branch.
+#[test]
+fn one_of_requires_exactly_one_match() {
+    let schema = obj(json!({"oneOf": [{"type": "number"}, {"type": "integer"}, {"type": "null"}]}));
+    assert_eq!(validate(&json!(null), &schema), vec![]);
+    assert_eq!(validate(&json!(1.5), &schema), vec![]);
+    assert_eq!(
+        validate(&json!(2), &schema)[0].message,
+        "matched 2 of 3 alternatives, exactly one required"
+    );
+    assert_eq!(
+        validate(&json!("x"), &schema)[0].message,
+        "matched none of 3 alternatives"
+    );
+}
+
+// CALL-3: items get indexed paths; extra keys are reported one by one.
+#[test]
+fn array_items_and_extra_keys_are_reported_with_paths() {
+    let schema = obj(json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "additionalProperties": false
+        }}},
+        "additionalProperties": false
+    }));
+    let value = json!({"items": [{"name": "ok"}, {"name": 7, "x": 1, "y": 2}], "z": 0});
+    let got: Vec<String> = validate(&value, &schema)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "/items/1/name: expected string, got number",
+            "/items/1: unexpected property \"x\" (additionalProperties is false)",
+            "/items/1: unexpected property \"y\" (additionalProperties is false)",
+            "/: unexpected property \"z\" (additionalProperties is false)",
+        ]
+    );
+}
+
+// CALL-3: enum and const compare as JSON values.
+#[test]
+fn enum_and_const_compare_by_json_equality() {
+    let schema = obj(json!({"enum": [1, "a", {"k": [true]}]}));
+    assert_eq!(validate(&json!(1.0), &schema), vec![]);
+    assert_eq!(validate(&json!({"k": [true]}), &schema), vec![]);
+    assert_eq!(validate(&json!("b"), &schema).len(), 1);
+    let schema = obj(json!({"const": {"a": 1}}));
+    assert_eq!(validate(&json!({"a": 1}), &schema), vec![]);
+    assert_eq!(
+        validate(&json!({"a": 2}), &schema),
+        vec![Violation {
+            path: "/".to_string(),
+            message: "value must equal {\"a\":1}".to_string()
+        }]
+    );
+}
+
+// SYNC-7: boolean subschemas are part of the subset.
+#[test]
+fn a_false_subschema_rejects_and_true_accepts() {
+    let schema = obj(json!({"properties": {"no": false, "yes": true}}));
+    assert_eq!(validate(&json!({"yes": [1]}), &schema), vec![]);
+    assert_eq!(
+        validate(&json!({"no": 1}), &schema)[0].to_string(),
+        "/no: no value is allowed here"
+    );
+}
