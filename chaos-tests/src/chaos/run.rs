@@ -16,7 +16,7 @@ use super::invariant::{
 use super::observe::{Observed, Recorder, Sampler};
 use super::scenario::Scenario;
 use super::setup::{policy, setup};
-use super::workload::{Tally, concurrent_calls, sequential_calls, trigger};
+use super::workload::{Tally, concurrent_calls, recovery_probe, sequential_calls, trigger};
 use crate::{HttpFaultServer, tagged_processes, unique_temp_path, wait_gone};
 
 /// The environment variable every server of a run gets: its run id. It is
@@ -251,6 +251,7 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
     trigger(&run, &mut tally).await;
     tally.after_trigger = true;
     sequential_calls(&run, &mut tally).await;
+    recovery_probe(&run, &mut tally).await;
     let seen = shutdown(&mut run, observers).await;
     let invariants = judge(&run, &seen, &tally).await;
     clean_up(&run);

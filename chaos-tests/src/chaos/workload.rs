@@ -10,7 +10,7 @@ use tokio::time::error::Elapsed;
 use super::fault::Fault;
 use super::rng::SeededRng;
 use super::run::Run;
-use crate::{wait_for, wait_for_status};
+use crate::{wait_catalog_ready, wait_for, wait_for_status};
 
 /// Every server's `tool_call_timeout`.
 pub(super) const TOOL_CALL_TIMEOUT: Duration = Duration::from_millis(800);
@@ -297,6 +297,48 @@ pub(super) async fn sequential_calls(run: &Run<'_>, tally: &mut Tally) {
         let result = call(&run.runtime, tool, args, call_bound(run)).await;
         tally.record(result, format!("{tool} #{n}"), Some(nonce), &run.ids.secret);
     }
+}
+
+/// How long the recovery probe waits for the server to be ready again: a
+/// close that waits out a stubborn process's grace, the backoff, a spawn
+/// and a handshake on a loaded machine.
+const RECOVERY_BOUND: Duration = Duration::from_secs(15);
+
+/// A fault the server recovers from is judged on a call made once it is
+/// back. The workload's calls after the trigger may all fall inside the
+/// outage (a restarted supervisor waiting out the close of a process that
+/// ignores SIGTERM: seed 137 of `supervisor_panic_mid_close`), which proves
+/// nothing either way; so when none of them ended `ok`, wait (bounded) for
+/// the server to be ready with its catalog and make one more call. A server
+/// that never comes back, or whose calls are refused after it did, still
+/// fails `expected_consequences`.
+pub(super) async fn recovery_probe(run: &Run<'_>, tally: &mut Tally) {
+    if run.sc.calls == 0
+        || !run.sc.faults.iter().any(Fault::recovers)
+        || tally.after_trigger_kinds.iter().any(|k| k == "ok")
+    {
+        return;
+    }
+    let mut events = run.runtime.subscribe();
+    let _ = wait_catalog_ready(
+        &run.runtime,
+        &mut events,
+        &Scope::Global,
+        "s",
+        0,
+        RECOVERY_BOUND,
+    )
+    .await;
+    let (tool, args, nonce) = tally.next_call(run);
+    let n = tally.nonce;
+    tally.issued += 1;
+    let result = call(&run.runtime, tool, args, call_bound(run)).await;
+    tally.record(
+        result,
+        format!("{tool} #{n} (recovery probe)"),
+        Some(nonce),
+        &run.ids.secret,
+    );
 }
 
 /// The scenario's concurrent workload calls, all at once.
