@@ -1,0 +1,137 @@
+//! What the gateway tells its clients unasked: the scope's catalog changes
+//! as `notifications/tools/list_changed`, coalesced, and resource updates
+//! to the sessions that subscribed.
+
+use super::*;
+
+/// Sends `notifications/tools/list_changed` to every client after a burst
+/// of catalog changes in the gateway's scope (coalesced), until the gateway
+/// stops.
+pub(super) async fn notifier(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let (scope, quiet, max_wait) = match shared.upgrade() {
+        Some(s) => (
+            s.options.scope.clone(),
+            s.options.notify_quiet,
+            s.options.notify_max_wait,
+        ),
+        None => return,
+    };
+    let relevant = |ev: &Result<RuntimeEvent, RecvError>| match ev {
+        Ok(RuntimeEvent::CatalogChanged { scope: s, .. }) => *s == scope,
+        // Missed events may have been catalog changes.
+        Err(RecvError::Lagged(_)) => true,
+        _ => false,
+    };
+    loop {
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        if matches!(first, Err(RecvError::Closed)) {
+            return;
+        }
+        if !relevant(&first) {
+            continue;
+        }
+        // Coalesce: wait until `quiet` passed without another change, at
+        // most `max_wait` after the first.
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut last = tokio::time::Instant::now();
+        loop {
+            let until = (last + quiet).min(deadline);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => break,
+                ev = events.recv() => {
+                    if matches!(ev, Err(RecvError::Closed)) {
+                        break;
+                    }
+                    if relevant(&ev) {
+                        last = tokio::time::Instant::now();
+                    }
+                }
+            }
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        // A reload in progress: wait for it, then count what it changed
+        // in this one notification.
+        let hold = shared.hold.clone();
+        let _released = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = hold.read_owned() => r,
+        };
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            events.try_recv()
+        {}
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(mut clients) => {
+                clients.retain(|_, p| !p.is_transport_closed());
+                clients.values().cloned().collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for peer in peers {
+            shared.notified.fetch_add(1, Ordering::Relaxed);
+            // A client that stopped reading holds up nobody else.
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), peer.notify_tool_list_changed())
+                        .await;
+            });
+        }
+    }
+}
+
+/// Forwards the backends' `notifications/resources/updated` to the sessions
+/// that subscribed to the URI, until the gateway stops.
+pub(super) async fn resource_updates(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        let (scope, uri) = match ev {
+            Ok(RuntimeEvent::ResourceUpdated { scope, uri, .. }) => (scope, uri),
+            Err(RecvError::Closed) => return,
+            _ => continue,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if scope != shared.options.scope {
+            continue;
+        }
+        let ids: Vec<u64> = shared
+            .subscriptions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&uri).map(|ids| ids.iter().copied().collect()))
+            .unwrap_or_default();
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(c) => ids.iter().filter_map(|id| c.get(id).cloned()).collect(),
+            Err(_) => Vec::new(),
+        };
+        for peer in peers {
+            let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    peer.notify_resource_updated(params),
+                )
+                .await;
+            });
+        }
+    }
+}

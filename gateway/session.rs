@@ -1,0 +1,503 @@
+//! One client's session: the MCP server handler that serves the scope's
+//! catalog, calls, resources and prompts to that client.
+
+use super::*;
+
+/// One client's session: the MCP handler. Its id is the chat id of its calls
+/// (`gateway-<id>`), so "allow this chat" grants last as long as the session.
+#[derive(Clone)]
+pub struct GatewaySession {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: u64,
+}
+
+impl GatewaySession {
+    fn chat(&self) -> String {
+        format!("gateway-{}", self.id)
+    }
+
+    fn scope(&self) -> &Scope {
+        &self.shared.options.scope
+    }
+
+    /// The combined, attributed instructions, cut at the byte limit.
+    fn instructions(&self) -> Option<String> {
+        let all = self.shared.runtime.instructions(self.scope());
+        if all.is_empty() {
+            return None;
+        }
+        let text = all.join("\n\n");
+        let max = self.shared.options.max_instruction_bytes;
+        Some(crate::apply_budget(&text, max, "the gateway's combined instructions").0)
+    }
+
+    /// A call of the shared resource tool `op`; its canonical value per server.
+    async fn resource_call(
+        &self,
+        op: ResourceOp,
+        args: Value,
+        ct: &CancellationToken,
+    ) -> Result<Map<String, Value>, String> {
+        let outcome = self
+            .shared
+            .runtime
+            .call(
+                self.scope(),
+                op.tool_name(),
+                Some(args),
+                CallOptions {
+                    cancel: Some(ct.clone()),
+                    chat: Some(self.chat()),
+                    ..CallOptions::default()
+                },
+            )
+            .await;
+        match (outcome.kind, outcome.canonical) {
+            (OutcomeKind::Ok, Some(Value::Object(per_server))) => Ok(per_server),
+            // No server of the scope provides resources.
+            (OutcomeKind::UnknownTool, _) => Ok(Map::new()),
+            _ => Err(outcome.projection),
+        }
+    }
+
+    /// The server that listed `uri` (listing first when none has yet: a
+    /// client may read a URI it knows); for a URI no server listed, the
+    /// scope's only resource server, if there is just one.
+    async fn owner_of(&self, uri: &str, ct: &CancellationToken) -> Option<String> {
+        let known = |s: &Self| {
+            s.shared
+                .uri_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(uri).cloned())
+        };
+        if let Some(server) = known(self) {
+            return Some(server);
+        }
+        let _ = self.list_all(ResourceOp::List, "resources", ct).await;
+        known(self).or_else(|| {
+            // A URI no server listed (a template's instance, a resource the
+            // server does not list): unambiguous only with one provider.
+            let providers: Vec<String> = self
+                .shared
+                .runtime
+                .status()
+                .into_iter()
+                .filter(|s| s.resources && &s.scope == self.scope())
+                .map(|s| s.server)
+                .collect();
+            match providers.as_slice() {
+                [only] => Some(only.clone()),
+                _ => None,
+            }
+        })
+    }
+
+    /// Every item under `key` of every server's pages (each server's
+    /// cursors followed, at most 100 pages), with its server in `_meta`.
+    async fn list_all(&self, op: ResourceOp, key: &str, ct: &CancellationToken) -> Vec<Value> {
+        let first = match self.resource_call(op, json!({}), ct).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway: {} failed", op.tool_name());
+                return Vec::new();
+            }
+        };
+        let mut items = Vec::new();
+        for (server, mut page) in first {
+            for _ in 0..100 {
+                if let Some(list) = page.get(key).and_then(Value::as_array) {
+                    for item in list {
+                        let mut item = item.clone();
+                        if let Some(obj) = item.as_object_mut() {
+                            let meta = obj
+                                .entry("_meta")
+                                .or_insert_with(|| Value::Object(Map::new()));
+                            if let Some(meta) = meta.as_object_mut() {
+                                meta.insert(SERVER_META_KEY.into(), Value::String(server.clone()));
+                            }
+                            if let Some(uri) = obj.get("uri").and_then(Value::as_str)
+                                && let Ok(mut owners) = self.shared.uri_owner.lock()
+                            {
+                                owners.insert(uri.to_owned(), server.clone());
+                            }
+                        }
+                        items.push(item);
+                    }
+                }
+                let Some(cursor) = page.get("nextCursor").and_then(Value::as_str) else {
+                    break;
+                };
+                let args = json!({"server": server, "cursor": cursor});
+                page = match self.resource_call(op, args, ct).await {
+                    Ok(mut m) => m.remove(&server).unwrap_or(Value::Null),
+                    Err(e) => {
+                        tracing::warn!(server = %server, error = %e, "gateway: a resource page failed");
+                        break;
+                    }
+                };
+            }
+        }
+        items
+    }
+}
+
+impl ServerHandler for GatewaySession {
+    // Logging is deprecated by SEP-2577, but clients of 2025-11-25 (and the
+    // conformance suite) still send logging/setLevel: it is accepted.
+    #[allow(deprecated)]
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            self.shared.options.name.clone(),
+            env!("CARGO_PKG_VERSION"),
+        ));
+        match self.instructions() {
+            Some(text) => info.with_instructions(text),
+            None => info,
+        }
+    }
+
+    /// The session era only (up to 2025-11-25): what the gateway serves.
+    /// rmcp's default lists 2026-07-28 too, in `server/discover`, and a
+    /// modern client then picks it and rejects every relayed result (they
+    /// carry no `resultType`). Without it such clients fall back to
+    /// `initialize`.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        if let Ok(mut clients) = self.shared.clients.lock() {
+            clients.retain(|_, p| !p.is_transport_closed());
+            clients.insert(self.id, ctx.peer.clone());
+        }
+        if let Some(approver) = &self.shared.approver {
+            approver.register(self.chat(), ctx.peer);
+        }
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // ListToolsResult is non_exhaustive
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut tools: Vec<Tool> = self
+            .shared
+            .runtime
+            .tools(self.scope())
+            .iter()
+            .filter_map(|d| to_mcp_tool(d))
+            .collect();
+        if self.shared.options.status_tool {
+            tools.push(status_tool());
+        }
+        let mut page = ListToolsResult::default();
+        page.tools = tools;
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.shared.options.status_tool && request.name == STATUS_TOOL {
+            let text = serde_json::to_string_pretty(
+                &Gateway {
+                    shared: self.shared.clone(),
+                }
+                .health(),
+            )
+            .unwrap_or_default();
+            return Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]).into());
+        }
+        let arguments = request.arguments.map(Value::Object);
+        let outcome = self
+            .shared
+            .runtime
+            .call(
+                self.scope(),
+                &request.name,
+                arguments,
+                CallOptions {
+                    cancel: Some(ctx.ct.clone()),
+                    chat: Some(self.chat()),
+                    ..CallOptions::default()
+                },
+            )
+            .await;
+        Ok(results::to_call_result(outcome).into())
+    }
+
+    /// The level is accepted; the gateway sends no log messages of its own
+    /// yet (its log goes to its stderr), nor the backends'.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        let mut prompts = Vec::new();
+        for (server, listed) in self.shared.runtime.list_prompts(self.scope()).await {
+            let list = match listed {
+                Ok(list) => list,
+                Err(e) => {
+                    tracing::warn!(server = %server, error = %e, "gateway: prompts/list failed");
+                    continue;
+                }
+            };
+            for mut prompt in list {
+                let Some(raw) = prompt
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                else {
+                    continue;
+                };
+                let public = crate::public_tool_name(&server, &raw);
+                if let Some(obj) = prompt.as_object_mut() {
+                    obj.insert("name".into(), Value::String(public.clone()));
+                    let meta = obj
+                        .entry("_meta")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Some(meta) = meta.as_object_mut() {
+                        meta.insert(SERVER_META_KEY.into(), Value::String(server.clone()));
+                    }
+                }
+                if let Ok(p) = serde_json::from_value(prompt) {
+                    prompts.push(p);
+                    if let Ok(mut owners) = self.shared.prompt_owner.lock() {
+                        owners.insert(public, (server.clone(), raw));
+                    }
+                }
+            }
+        }
+        let mut result = rmcp::model::ListPromptsResult::default();
+        result.prompts = prompts;
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let owner = |s: &Self| {
+            s.shared
+                .prompt_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(&request.name).cloned())
+        };
+        let mut found = owner(self);
+        if found.is_none() {
+            let _ = self.list_prompts(None, ctx).await;
+            found = owner(self);
+        }
+        let Some((server, raw)) = found else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no server of this gateway lists the prompt {:?}",
+                    request.name
+                ),
+                None,
+            ));
+        };
+        let value = self
+            .shared
+            .runtime
+            .get_prompt(self.scope(), &server, &raw, request.arguments)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let result: rmcp::model::GetPromptResult = serde_json::from_value(value).map_err(|e| {
+            McpError::internal_error(
+                format!("server \"{server}\" answered prompts/get with an invalid result: {e}"),
+                None,
+            )
+        })?;
+        Ok(result.into())
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let items = self.list_all(ResourceOp::List, "resources", &ctx.ct).await;
+        let mut result = ListResourcesResult::default();
+        result.resources = items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        Ok(result)
+    }
+
+    /// `resources/subscribe`: passed to the server that listed the URI
+    /// (once per URI, however many clients subscribe); its updates go to
+    /// every session that subscribed.
+    #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 clients send
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let uri = request.uri;
+        let Some(server) = self.owner_of(&uri, &ctx.ct).await else {
+            return Err(not_listed(&uri));
+        };
+        let first = self
+            .shared
+            .subscriptions
+            .lock()
+            .map(|s| s.get(&uri).is_none_or(|ids| ids.is_empty()))
+            .unwrap_or(true);
+        if first {
+            self.shared
+                .runtime
+                .subscribe_resource(self.scope(), &server, &uri)
+                .await
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        }
+        if let Ok(mut subs) = self.shared.subscriptions.lock() {
+            subs.entry(uri).or_default().insert(self.id);
+        }
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: the last session to leave a URI unsubscribes
+    /// the server.
+    #[allow(deprecated)] // as above
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let uri = request.uri;
+        let last = match self.shared.subscriptions.lock() {
+            Ok(mut subs) => {
+                let ids = subs.entry(uri.clone()).or_default();
+                ids.remove(&self.id);
+                let empty = ids.is_empty();
+                if empty {
+                    subs.remove(&uri);
+                }
+                empty
+            }
+            Err(_) => false,
+        };
+        if last && let Some(server) = self.owner_of(&uri, &ctx.ct).await {
+            let _ = self
+                .shared
+                .runtime
+                .unsubscribe_resource(self.scope(), &server, &uri)
+                .await;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::field_reassign_with_default)] // non_exhaustive results
+    async fn list_resource_templates(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let items = self
+            .list_all(ResourceOp::Templates, "resourceTemplates", &ctx.ct)
+            .await;
+        let mut result = ListResourceTemplatesResult::default();
+        result.resource_templates = items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        let Some(server) = self.owner_of(&uri, &ctx.ct).await else {
+            return Err(not_listed(&uri));
+        };
+        let args = json!({"server": server, "uri": uri});
+        let mut per_server = self
+            .resource_call(ResourceOp::Read, args, &ctx.ct)
+            .await
+            .map_err(|e| McpError::internal_error(e, None))?;
+        let value = per_server.remove(&server).unwrap_or(Value::Null);
+        let result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
+            McpError::internal_error(
+                format!("server \"{server}\" answered resources/read with an invalid result: {e}"),
+                None,
+            )
+        })?;
+        Ok(result.into())
+    }
+}
+
+pub(super) fn not_listed(uri: &str) -> McpError {
+    McpError::resource_not_found(
+        format!("no server of this gateway listed the resource {uri:?}"),
+        None,
+    )
+}
+
+/// The MCP form of a catalog entry: public name, real schemas, annotations.
+pub(super) fn to_mcp_tool(def: &ToolDefinition) -> Option<Tool> {
+    let mut tool = json!({
+        "name": def.name,
+        "inputSchema": Value::Object((*def.input_schema).clone()),
+    });
+    if let Some(t) = &def.title {
+        tool["title"] = Value::String(t.clone());
+    }
+    if let Some(d) = &def.description {
+        tool["description"] = Value::String(d.clone());
+    }
+    if let Some(o) = &def.output_schema {
+        tool["outputSchema"] = Value::Object((**o).clone());
+    }
+    if let Some(a) = &def.annotations {
+        tool["annotations"] = a.clone();
+    }
+    match serde_json::from_value(tool) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(tool = %def.name, error = %e, "gateway: a tool could not be listed");
+            None
+        }
+    }
+}
+
+pub(super) fn status_tool() -> Tool {
+    let schema = json!({"type": "object", "properties": {}});
+    let schema = schema.as_object().cloned().unwrap_or_default();
+    Tool::new(
+        STATUS_TOOL,
+        "The gateway's status: every backend server's state, tools, last error and stderr tail (JSON).",
+        Arc::new(schema),
+    )
+}
