@@ -1,0 +1,347 @@
+//! The wire half of a call: the request sent on the live connection, and
+//! what came back (a result, an error, a lost connection, a timeout)
+//! turned into the outcome, with what is known of its side effects.
+
+use super::*;
+
+impl Runtime {
+    /// Send `out` on `live` and turn what comes back into the outcome.
+    pub(super) async fn send_call(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        live: &crate::messages::registry::LiveConn,
+        out: Outgoing,
+        entry: &ServerEntry,
+        options: &CallOptions,
+    ) -> ToolOutcome {
+        let timeout = entry.config.tool_call_timeout;
+        if self.inner.chaos.no_recovery() && live.conn_gen > 1 {
+            return ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!("server \"{}\" never came back (chaos)", def.server),
+            );
+        }
+        // Handing the request to rmcp's service loop is inside the call's
+        // deadline too: a loop stuck on a blocked transport must not hold
+        // the caller (CALL-4).
+        // One deadline for both halves: a timer is registered only if the
+        // hand-over does not finish at once.
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        // The call id is the progress token: the server's
+        // `notifications/progress` become this very call's events.
+        let sending = live
+            .client
+            .send_call(&def.raw_name, out.arguments, out.call_id);
+        let handed = tokio::select! {
+            biased;
+            handed = sending => Ok(handed),
+            () = &mut deadline => Err(()),
+        };
+        let mut handle = match handed {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
+                return self
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        crate::transport::client::service_words(&e),
+                        Lost::NotSent,
+                    )
+                    .await;
+            }
+            Err(_) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::Timeout,
+                    format!(
+                        "the request could not be handed to the transport within tool_call_timeout_ms = {}; side effects unknown",
+                        timeout.as_millis()
+                    ),
+                );
+            }
+        };
+        #[allow(clippy::large_enum_variant)] // a local, moved once
+        enum Ended {
+            Response(
+                Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
+            ),
+            Timeout,
+            Cancelled,
+        }
+        // No token of its own when the caller gave none: nothing can cancel it.
+        let cancelled = async {
+            match &options.cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        // A reply that is there wins over a deadline that passed with it.
+        let ended = tokio::select! {
+            biased;
+            r = &mut handle.rx => Ended::Response(r),
+            () = &mut deadline => Ended::Timeout,
+            _ = cancelled => Ended::Cancelled,
+        };
+        // CALL-5: where the transport can tell, a failed call the server
+        // never received says so (not sent, nothing ran), and only one it
+        // may have received says "side effects unknown".
+        let delivered = live.deliveries.as_ref().map(|d| {
+            let id = crate::transport::stdio::request_id_key(&handle.id);
+            let delivery = d.of(&id);
+            d.forget(&id);
+            delivery
+        });
+        let lost_as = match delivered {
+            Some(Delivery::NotSent) => Lost::NotSent,
+            Some(Delivery::Refused(why)) => Lost::Refused(why),
+            Some(Delivery::MayHaveArrived) | None => Lost::InFlight,
+        };
+        let response = match ended {
+            Ended::Response(Ok(r)) => r,
+            Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
+            Ended::Timeout => {
+                if self.inner.chaos.late_timeouts() {
+                    tokio::time::sleep(Duration::from_secs(4)).await;
+                }
+                // The notice is best effort, within a bounded margin (CALL-4).
+                let notice = handle.cancel(Some("tool call timed out".into()));
+                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Timeout,
+                    format!(
+                        "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
+                        timeout.as_millis()
+                    ),
+                );
+            }
+            Ended::Cancelled => {
+                // The notice is best effort, within a bounded margin (CALL-4).
+                let notice = handle.cancel(Some("cancelled by the caller".into()));
+                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
+                return ToolOutcome::failure(
+                    OutcomeKind::Cancelled,
+                    "cancelled by the caller; the server was told to cancel; side effects unknown",
+                );
+            }
+        };
+        let mut canonical = match response {
+            Ok(ServerResult::CallToolResult(r)) => match serde_json::to_value(&r) {
+                Ok(v) => v,
+                Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
+            },
+            Ok(ServerResult::CustomResult(v)) => v.0,
+            Ok(_) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidResult,
+                    "the server answered tools/call with another result type",
+                );
+            }
+            // The stdio reader's answer for a reply it could not read
+            // (not JSON-RPC, nested past serde_json's limit): the server
+            // did answer.
+            Err(ServiceError::McpError(e))
+                if e.code.0 == crate::transport::stdio::UNREADABLE_REPLY_CODE
+                    && e.message
+                        .starts_with(crate::transport::stdio::UNREADABLE_REPLY_PREFIX) =>
+            {
+                return ToolOutcome::failure(OutcomeKind::InvalidResult, e.message.to_string());
+            }
+            Err(ServiceError::McpError(e)) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerError,
+                    redact(
+                        &format!(
+                            "the server answered with JSON-RPC error {}: {}",
+                            e.code.0, e.message
+                        ),
+                        &live.redactions,
+                    ),
+                );
+            }
+            Err(ServiceError::TransportClosed) => {
+                return self
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        "the transport closed".into(),
+                        lost_as,
+                    )
+                    .await;
+            }
+            // 401/403 on this request (CONN-13): the server refused it
+            // before running it.
+            Err(e) if e.auth_challenge().is_some() => {
+                let challenge = e.auth_challenge().unwrap_or_default();
+                let oauth = matches!(
+                    &entry.config.transport,
+                    crate::messages::config::TransportConfig::StreamableHttp(h) if h.oauth.is_some()
+                );
+                return ToolOutcome::failure(
+                    OutcomeKind::ServerError,
+                    authorization_refused(&def.server, oauth, challenge),
+                )
+                .not_sent();
+            }
+            Err(e) if live.client.is_closed() => {
+                return self
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        crate::transport::client::service_words(&e),
+                        lost_as,
+                    )
+                    .await;
+            }
+            // The transport is still up (e.g. HTTP 500 on this one request): no
+            // connection-level cause to wait for.
+            Err(e) => {
+                return match lost_as {
+                    Lost::Refused(why) => not_sent(def, &why),
+                    Lost::NotSent | Lost::InFlight => ToolOutcome::failure(
+                        OutcomeKind::TransportLostDuringCall,
+                        format!(
+                            "the request failed in transport, side effects unknown: {}",
+                            crate::transport::client::service_words(&e)
+                        ),
+                    ),
+                };
+            }
+        };
+        // TRUST-2: a server that echoes its own secret shows "[redacted]",
+        // in the value itself, before anything is projected or cut from it.
+        if !live.redactions.is_empty() {
+            redact_value(&mut canonical, &live.redactions);
+        }
+        let ctx = ResultContext {
+            def,
+            images: options.images,
+            store: self.inner.attachments.as_ref(),
+            limits: self.inner.limits,
+            in_process: matches!(
+                entry.config.transport,
+                crate::messages::config::TransportConfig::InProcess(_)
+            ),
+        };
+        judge_result(&ctx, canonical).await
+    }
+
+    /// The connection was lost (or a send failed): wait briefly for the
+    /// connection's real cause so the outcome names it (CONN-8).
+    pub(super) async fn lost(
+        &self,
+        scope: &Scope,
+        def: &ToolDefinition,
+        conn_gen: u64,
+        fallback: String,
+        how: Lost,
+    ) -> ToolOutcome {
+        if let Lost::Refused(why) = how {
+            return not_sent(def, &why);
+        }
+        let mut cause = fallback;
+        if let Some(h) = self.cached_scope(scope) {
+            let mut rx = h.snapshot.clone();
+            let server = def.server.clone();
+            let waited = tokio::time::timeout(CAUSE_WAIT, async move {
+                loop {
+                    let found = rx.borrow_and_update().servers.get(&server).and_then(|e| {
+                        let moved_on = e.live.as_ref().map(|l| l.conn_gen) != Some(conn_gen);
+                        (moved_on && e.status.error.is_some())
+                            .then(|| e.status.error.clone())
+                            .flatten()
+                    });
+                    if found.is_some() || rx.changed().await.is_err() {
+                        return found;
+                    }
+                }
+            })
+            .await;
+            if let Ok(Some(real)) = waited {
+                cause = real;
+            }
+        }
+        match how {
+            Lost::InFlight => ToolOutcome::failure(
+                OutcomeKind::TransportLostDuringCall,
+                format!("connection lost during the call, side effects unknown: {cause}"),
+            ),
+            Lost::NotSent | Lost::Refused(_) => ToolOutcome::failure(
+                OutcomeKind::ServerNotReady,
+                format!(
+                    "server \"{}\": not sent, nothing ran: the connection ended before the request left ({cause})",
+                    def.server
+                ),
+            ),
+        }
+    }
+}
+
+/// What goes on the wire of one call.
+pub(super) struct Outgoing {
+    /// The arguments, an object (CALL-2).
+    pub(super) arguments: Map<String, Value>,
+    /// The call's id, also its progress token.
+    pub(super) call_id: u64,
+}
+
+/// How a call's connection was lost, as far as the request goes.
+pub(super) enum Lost {
+    /// The request was never handed to the wire.
+    NotSent,
+    /// The server refused it unrun (why, in words).
+    Refused(String),
+    /// The server may have received it.
+    InFlight,
+}
+
+/// A call the server never ran: `server_not_ready`, side effects none,
+/// with `why` (CALL-5; docs/runtime-semantics.md "Outcomes of a lost
+/// connection").
+pub(super) fn not_sent(def: &ToolDefinition, why: &str) -> ToolOutcome {
+    ToolOutcome::failure(
+        OutcomeKind::ServerNotReady,
+        format!(
+            "server \"{}\": not sent, nothing ran: {why}; the next call reconnects",
+            def.server
+        ),
+    )
+}
+
+/// The text of a call the server refused for its authorization (CONN-13):
+/// nothing was executed; what scope it wants, and how to get it.
+pub(super) fn authorization_refused(server: &str, oauth: bool, challenge: &str) -> String {
+    let scope = challenge
+        .split_once("scope=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(s, _)| s.to_owned())
+        .filter(|s| !s.is_empty());
+    let (status, needs) = if challenge.contains("insufficient_scope") {
+        ("HTTP 403 insufficient_scope", "more authorization")
+    } else {
+        ("HTTP 401/403", "authorization")
+    };
+    let wanted = scope
+        .as_deref()
+        .map(|s| format!(", scope \"{s}\""))
+        .unwrap_or_default();
+    let fix = if oauth {
+        format!(
+            "run `mcpvisor auth login {server}{}`, then call again",
+            scope
+                .as_deref()
+                .map(|s| format!(" --scope \"{s}\""))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "check the credentials in [servers.{server}] (`headers`, `header_secrets`), or add a [servers.{server}.oauth] table if it uses OAuth"
+        )
+    };
+    format!(
+        "the server requires {needs} for this call ({status}{wanted}); nothing was executed: {fix}"
+    )
+}
