@@ -149,8 +149,8 @@ pub struct ModReport {
     /// The mod (its file name).
     #[serde(rename = "mod")]
     pub mod_name: String,
-    /// `load_error`, `timeout`, `throw`, `memory`, `disabled`, `unserved`,
-    /// `refused_rewrite`, `log`.
+    /// `load_error`, `timeout`, `throw`, `caught` (a throw its `catch`
+    /// handled), `memory`, `disabled`, `unserved`, `refused_rewrite`, `log`.
     pub kind: String,
     /// What happened.
     pub message: String,
@@ -515,3 +515,6 @@ fn serve(settings: ModSettings, rx: Receiver<Req>, host: Host) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
