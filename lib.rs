@@ -68,7 +68,7 @@
 //!   errors, the ports (traits such as [`SecretStore`],
 //!   [`AttachmentStore`], [`Approver`], [`CallPolicy`], [`ToolGuard`]) and
 //!   the pure rules on them (naming, catalog validation, projection, hook
-//!   dialects, the model wire codecs). No I/O, no tasks, no environment.
+//!   dialects). No I/O, no tasks, no environment.
 //! - `process/` (L1): child processes: a process group from spawn to reap,
 //!   signals, the tag sweep. Every process `unsafe` of the library.
 //! - `oauth/` (L1, feature `oauth`): OAuth 2.1 on rmcp's `auth`, and the one
@@ -87,8 +87,9 @@
 //! - `runtime/` (L5): the [`Runtime`] facade. Its lifecycle API, the
 //!   builder, the call pipeline (`call.rs`, with the result half in
 //!   `results.rs`), the resource tools, the policy chain's stages
-//!   (`policies/`), the hook engine, the tool loop, and the adapters behind
-//!   the ports (`stores/`).
+//!   (`policies/`), the hook engine, the tool loop with its model wire
+//!   codecs (`turn/`, pure functions in `turn/model/`), and the adapters
+//!   behind the ports (`stores/`).
 //! - `gateway/` (L6, feature `gateway`): the runtime served as one MCP
 //!   server, through the crate root's names only.
 //! - `bin/`: the reference binary `mcpvisor` (and the built-in demo server).
@@ -172,9 +173,10 @@ pub use import::{
     FoundSecret, HooksFrom, Imported, import_file, import_file_beside, import_servers,
     import_servers_beside,
 };
-pub use messages::model::{Provider, Usage};
 pub use messages::naming::{closest, derive_slug, public_tool_name, validate_server_name};
+pub use messages::provider::Provider;
 pub use messages::trust::looks_secret;
+pub use runtime::turn::model::Usage;
 pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };

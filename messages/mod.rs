@@ -9,13 +9,13 @@ pub mod catalog;
 pub mod config;
 pub mod hooks;
 pub mod images;
-pub mod model;
 #[cfg(feature = "mods")]
 pub mod mods;
 pub mod naming;
 pub mod projection;
 #[cfg(test)]
 pub(crate) mod prop_gen;
+pub mod provider;
 pub mod registry;
 pub mod resources;
 pub mod schema;

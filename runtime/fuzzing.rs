@@ -18,7 +18,7 @@ use futures::StreamExt;
 use crate::messages::hooks::Dialect;
 use crate::messages::hooks::codec::{RawRun, parse_outcome};
 use crate::messages::hooks::config::HookEvent;
-use crate::messages::model::{Decoder, Provider};
+use crate::runtime::turn::model::{Decoder, Provider};
 
 /// A stdio server's whole stdout (see [the table](self)).
 pub fn stdio_stdout(data: &[u8]) {

@@ -614,7 +614,7 @@ pub fn parse_config_at(
     let hooks = raw.hooks.clone().unwrap_or_default();
     let model = raw.model.clone().unwrap_or_default();
     if let Some(p) = &model.provider
-        && crate::messages::model::Provider::parse(p).is_none()
+        && crate::messages::provider::Provider::parse(p).is_none()
     {
         return Err(ConfigError {
             problems: vec![format!(

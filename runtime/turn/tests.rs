@@ -1,3 +1,4 @@
+use super::client::http_error_message;
 use super::*;
 
 #[test]

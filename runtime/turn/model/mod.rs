@@ -9,26 +9,7 @@ pub mod openai;
 use serde::Serialize;
 use serde_json::Value;
 
-/// The wire format a model endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Provider {
-    /// OpenAI-compatible Chat Completions (`{endpoint}/chat/completions`).
-    OpenAi,
-    /// Anthropic Messages (`{endpoint}/v1/messages`).
-    Anthropic,
-}
-
-impl Provider {
-    /// `openai` or `anthropic`.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "openai" => Some(Self::OpenAi),
-            "anthropic" => Some(Self::Anthropic),
-            _ => None,
-        }
-    }
-}
+pub use crate::messages::provider::Provider;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

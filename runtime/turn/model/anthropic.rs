@@ -292,7 +292,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::model::ToolResultItem;
+    use crate::runtime::turn::model::ToolResultItem;
 
     fn decode(events: &[(&str, &str)]) -> Round {
         let mut d = Decoder::default();

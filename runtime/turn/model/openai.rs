@@ -286,7 +286,7 @@ pub(crate) fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::model::{ToolResultItem, Usage};
+    use crate::runtime::turn::model::{ToolResultItem, Usage};
 
     fn decode(chunks: &[&str]) -> Round {
         let mut d = Decoder::default();

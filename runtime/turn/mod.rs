@@ -7,6 +7,11 @@
 //! a turn runs in the caller's task (ADR 0002, ADR 0008): its cancellation
 //! is the caller's token, and nothing of it outlives the call to `turn`.
 
+mod client;
+pub(crate) mod model;
+#[cfg(feature = "mods")]
+mod mods;
+
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,12 +23,14 @@ use tokio_util::sync::CancellationToken;
 use crate::messages::budget::TurnBudget;
 use crate::messages::call::{CallOptions, OutcomeKind};
 use crate::messages::config::Scope;
-use crate::messages::model::{
+use crate::messages::trust::validate_endpoint;
+use model::{
     Decoder, Delta, Item, Provider, Round, ToolResultItem, ToolSpec, Usage, anthropic, openai,
 };
-use crate::messages::trust::validate_endpoint;
 
 use super::Runtime;
+#[cfg(feature = "mods")]
+use mods::*;
 
 /// Where a turn's model is, and how to talk to it (LOOP-7).
 #[derive(Debug, Clone)]
@@ -529,35 +536,6 @@ impl Runtime {
         }
         (all, request.prompt.clone())
     }
-
-    async fn model_client(&self, route: &ModelRoute) -> Result<ModelClient, TurnError> {
-        validate_endpoint(&route.endpoint).map_err(|e| TurnError::Route(e.to_string()))?;
-        let key =
-            match &route.key_secret {
-                Some(name) => {
-                    Some(self.inner.secrets.get(name).await.map_err(|e| {
-                        TurnError::Route(format!("the model's API key {name:?}: {e}"))
-                    })?)
-                }
-                None => None,
-            };
-        let base = route.endpoint.trim_end_matches('/');
-        let url = match route.provider {
-            Provider::OpenAi => format!("{base}/chat/completions"),
-            Provider::Anthropic => format!("{base}/v1/messages"),
-        };
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(route.idle_timeout)
-            .build()
-            .map_err(|e| TurnError::Transport(e.to_string()))?;
-        Ok(ModelClient {
-            http,
-            url,
-            provider: route.provider,
-            key,
-        })
-    }
 }
 
 /// The first line of `text`, cut to 200 bytes.
@@ -565,204 +543,6 @@ fn summary(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     let (cut, _) = crate::messages::budget::apply_budget(line, 200, "a summary");
     cut.lines().next().unwrap_or("").to_owned()
-}
-
-/// One model endpoint, for the rounds of a turn.
-struct ModelClient {
-    http: reqwest::Client,
-    url: String,
-    provider: Provider,
-    key: Option<crate::messages::trust::Secret>,
-}
-
-impl ModelClient {
-    /// Send one round's body and read its stream, emitting deltas.
-    async fn round(&self, body: &Value, emit: &impl Fn(TurnEvent)) -> Result<Round, TurnError> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .body(body.to_string());
-        match (self.provider, &self.key) {
-            (Provider::OpenAi, Some(k)) => {
-                req = req.header(
-                    reqwest::header::AUTHORIZATION,
-                    format!("Bearer {}", k.expose()),
-                );
-            }
-            (Provider::Anthropic, key) => {
-                req = req.header("anthropic-version", "2023-06-01");
-                if let Some(k) = key {
-                    req = req.header("x-api-key", k.expose());
-                }
-            }
-            (Provider::OpenAi, None) => {}
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| TurnError::Transport(chain(&e)))?;
-        let status = resp.status();
-        if !status.is_success() {
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok());
-            let text = resp.text().await.unwrap_or_default();
-            return Err(TurnError::Http {
-                status: status.as_u16(),
-                message: http_error_message(&text),
-                retry_after,
-            });
-        }
-        let mut decoder = Decoder::new(self.provider);
-        let mut stream = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
-        while let Some(ev) = stream.next().await {
-            let ev = ev.map_err(|e| {
-                let why = match &e {
-                    sse_stream::Error::Body(inner) => chain(inner.as_ref()),
-                    other => other.to_string(),
-                };
-                TurnError::Stream(format!("the model's stream broke: {why}"))
-            })?;
-            let Some(data) = ev.data.as_deref() else {
-                continue;
-            };
-            let deltas = decoder
-                .feed(ev.event.as_deref(), data)
-                .map_err(TurnError::Stream)?;
-            for d in deltas {
-                emit(match d {
-                    Delta::Text(text) => TurnEvent::Text { text },
-                    Delta::Thinking(text) => TurnEvent::Thinking { text },
-                });
-            }
-            if decoder.is_done() {
-                break;
-            }
-        }
-        decoder.finish().map_err(TurnError::Stream)
-    }
-}
-
-/// An error and its sources, joined with `: ` (a read timeout says so).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let next = s.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// The message of an error body: `error.message` of its JSON (both vendors
-/// use that shape), else its start.
-fn http_error_message(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| openai::clip(body.trim()))
-}
-
-/// A mods chain on the mod host's thread.
-#[cfg(feature = "mods")]
-async fn run_mods(
-    host: &std::sync::Arc<crate::mods::ModHost>,
-    event: &'static str,
-    payload: Value,
-) -> crate::mods::ChainOutcome {
-    let h = host.clone();
-    let p = payload.clone();
-    match tokio::task::spawn_blocking(move || h.run(event, p)).await {
-        Ok(out) => out,
-        Err(e) => crate::mods::ChainOutcome {
-            event: event.to_owned(),
-            payload,
-            prompt: None,
-            context: Vec::new(),
-            ran: Vec::new(),
-            stopped_by: None,
-            reports: vec![crate::mods::ModReport {
-                mod_name: "host".into(),
-                kind: "host_error".into(),
-                message: format!("the mod chain's task failed: {e}"),
-            }],
-        },
-    }
-}
-
-/// Every report of a chain as a `Hook` event (`mods:<event>`).
-#[cfg(feature = "mods")]
-fn emit_mod_reports(
-    events: Option<&mpsc::UnboundedSender<TurnEvent>>,
-    event: &str,
-    out: &crate::mods::ChainOutcome,
-) {
-    let Some(tx) = events else { return };
-    for r in &out.reports {
-        let _ = tx.send(TurnEvent::Hook {
-            hook_event: format!("mods:{event}"),
-            verdict: r.kind.clone(),
-            text: format!("{}: {}", r.mod_name, r.message),
-        });
-    }
-}
-
-/// MOD-2/4 at their real points: `turn.start` (observers), then
-/// `prompt.submit` on the direct human prompt: its rewritten text replaces
-/// the prompt, and appended context follows it.
-#[cfg(feature = "mods")]
-async fn mod_prompt(
-    host: &std::sync::Arc<crate::mods::ModHost>,
-    request: &mut TurnRequest,
-    events: Option<&mpsc::UnboundedSender<TurnEvent>>,
-) {
-    let start = run_mods(
-        host,
-        "turn.start",
-        serde_json::json!({"prompt": request.prompt}),
-    )
-    .await;
-    emit_mod_reports(events, "turn.start", &start);
-    let out = run_mods(
-        host,
-        "prompt.submit",
-        serde_json::json!({"prompt": request.prompt}),
-    )
-    .await;
-    emit_mod_reports(events, "prompt.submit", &out);
-    if let Some(text) = out.prompt.filter(|p| *p != request.prompt) {
-        if let Some(tx) = events {
-            let _ = tx.send(TurnEvent::Hook {
-                hook_event: "mods:prompt.submit".into(),
-                verdict: "rewrite".into(),
-                text: text.clone(),
-            });
-        }
-        request.prompt = text;
-    }
-    if !out.context.is_empty() {
-        let context = out.context.join("\n\n");
-        if let Some(tx) = events {
-            let _ = tx.send(TurnEvent::Hook {
-                hook_event: "mods:prompt.submit".into(),
-                verdict: "context".into(),
-                text: context.clone(),
-            });
-        }
-        request.prompt = format!("{}\n\n{context}", request.prompt);
-    }
 }
 
 #[cfg(test)]
