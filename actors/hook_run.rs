@@ -12,8 +12,6 @@
 //! backgrounded grandchild does not outlive its hook) and the leader is
 //! reaped before the actor answers.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -23,36 +21,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::messages::hooks::codec::RawRun;
+use crate::messages::hooks::run::{HookCommand, HookShell};
 use crate::process::ProcessGroup;
 
 /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
 pub const OUTPUT_CAP: usize = 256 * 1024;
-
-/// How the command text is handed to a shell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookShell {
-    /// `sh -c` (Claude Code).
-    Sh,
-    /// `$SHELL -lc`, falling back to `/bin/sh` (Codex).
-    Login,
-}
-
-/// One run to make.
-#[derive(Debug, Clone)]
-pub struct HookCommand {
-    /// The command text (after any substitution).
-    pub command: String,
-    /// The shell.
-    pub shell: HookShell,
-    /// The stdin bytes (shared by every hook of one dialect at one point).
-    pub stdin: Arc<[u8]>,
-    /// Extra environment on top of the runtime's own.
-    pub env: Vec<(String, String)>,
-    /// The working directory, when it exists.
-    pub cwd: Option<PathBuf>,
-    /// The effective timeout.
-    pub timeout: Duration,
-}
 
 /// Start arguments.
 pub struct HookRunArgs {

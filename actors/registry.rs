@@ -427,7 +427,9 @@ mod tests {
                     up_since: None,
                     tools: Arc::new(Vec::new()),
                     instructions: None,
-                    supervisor: supervisor.clone(),
+                    supervisor: crate::messages::server::ServerHandle {
+                        actor: supervisor.clone(),
+                    },
                     activity: Arc::new(Activity::new()),
                     config,
                     output: Arc::default(),

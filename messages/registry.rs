@@ -8,13 +8,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use ractor::{ActorRef, RpcReplyPort};
+use ractor::RpcReplyPort;
 use rmcp::service::{Peer, RoleClient};
 use tokio::time::Instant;
 
 use super::call::ToolDefinition;
 use super::config::{Scope, ServerConfig};
-use super::server::ServerSupervisorMsg;
 use super::status::ServerStatus;
 
 /// Activity of one server, updated by calls in the caller's task (RECO-6).
@@ -245,7 +244,7 @@ pub struct ServerEntry {
     /// Attributed instructions (RES-5).
     pub instructions: Option<String>,
     /// The server's supervisor (cold-path requests: wake, restart).
-    pub supervisor: ActorRef<ServerSupervisorMsg>,
+    pub supervisor: crate::messages::server::ServerHandle,
     /// Call activity.
     pub activity: Arc<Activity>,
     /// Config.

@@ -137,3 +137,11 @@ pub enum ServerSupervisorMsg {
     #[cfg(feature = "chaos")]
     FailForChaos,
 }
+
+/// The facade's side of a server supervisor: every request the runtime
+/// makes of it is a typed method (`supervisors/server/handle.rs`), so no
+/// [`ServerSupervisorMsg`] is built outside the tree.
+#[derive(Debug, Clone)]
+pub struct ServerHandle {
+    pub(crate) actor: ractor::ActorRef<ServerSupervisorMsg>,
+}

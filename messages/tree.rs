@@ -100,6 +100,19 @@ pub enum ScopeMsg {
 
 /// Messages of the hooks supervisor.
 pub enum HooksMsg {
+    /// Start one hook run as a temporary child (HOOK-3). Its result goes to
+    /// `reply`; dropped unanswered only if the run is stopped (a drain) or
+    /// could not start, which the engine reads as a cancelled run.
+    Run {
+        /// What to run.
+        command: super::hooks::run::HookCommand,
+        /// The operation's cancellation (the run uses a child token).
+        cancel: tokio_util::sync::CancellationToken,
+        /// The runtime's disposal: ends the run like a cancellation.
+        disposed: tokio_util::sync::CancellationToken,
+        /// Where the result goes.
+        reply: tokio::sync::oneshot::Sender<super::hooks::codec::RawRun>,
+    },
     /// Stop every running hook (their groups are killed and reaped), then
     /// answer; runs still going after `limit` are left to their own kill.
     Drain {

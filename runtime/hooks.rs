@@ -13,19 +13,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorRef};
+use ractor::ActorRef;
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant as Deadline;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actors::hook_run::{HookCommand, HookRun, HookRunArgs, HookShell};
 use crate::messages::hooks::codec::{RawRun, parse_outcome};
 use crate::messages::hooks::config::{HookEvent, HookFileError, HookSet};
 use crate::messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict,
 };
 use crate::messages::hooks::input::{HookInput, HookSession, encode, payload, substitute};
+use crate::messages::hooks::run::{HookCommand, HookShell};
 use crate::messages::hooks::{Dialect, HookOutcome, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
 use crate::messages::tree::HooksMsg;
@@ -338,14 +338,14 @@ impl HookEngine {
         let token = cancel.child_token();
         let _cancel_on_drop = token.clone().drop_guard();
         let _running = Running::new(&self.running);
-        let args = HookRunArgs {
+        let asked = self.supervisor.cast(HooksMsg::Run {
             command,
             cancel: token,
             disposed: self.disposed.clone(),
             reply,
-        };
-        match Actor::spawn_linked(None, HookRun, args, self.supervisor.get_cell()).await {
-            Ok(_) => answer.await.unwrap_or(RawRun {
+        });
+        match asked {
+            Ok(()) => answer.await.unwrap_or(RawRun {
                 cancelled: true,
                 timeout_ms,
                 ..RawRun::default()

@@ -42,11 +42,10 @@ use crate::messages::call::{CallPolicy, ToolDefinition};
 use crate::messages::config::{Scope, ServerConfig};
 use crate::messages::images::AttachmentStore;
 use crate::messages::registry::ScopeSnapshot;
-use crate::messages::server::ServerSupervisorMsg;
 use crate::messages::status::{RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
 use crate::messages::tree::{ScopeHandle, TreeError};
 use crate::supervisors::root::RootHandle;
-use crate::supervisors::spec::{AskError, ask};
+use crate::supervisors::spec::AskError;
 
 /// Default deadline of [`Runtime::shutdown`].
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
@@ -128,10 +127,7 @@ struct Inner {
     /// Where secret values come from (TRUST-2): servers' and model routes' keys.
     secrets: Arc<dyn crate::messages::trust::SecretStore>,
     /// The provider seats (children of the root).
-    seats: Vec<(
-        crate::messages::seat::SeatKind,
-        ractor::ActorRef<crate::messages::seat::SeatMsg>,
-    )>,
+    seats: Vec<crate::supervisors::seat::SeatHandle>,
     /// Live activations, one per scope (SEAT-7).
     activations: Mutex<HashMap<Scope, crate::messages::seat::ActivationId>>,
     /// Activation ids minted so far.
@@ -398,17 +394,15 @@ impl Runtime {
     pub async fn restart_server(&self, scope: &Scope, server: &str) -> Result<(), RuntimeError> {
         let entry = self.server_entry(scope, server)?;
         let old = entry.live.as_ref().map(|l| l.conn_gen);
-        ask(
-            &entry.supervisor,
-            |reply| ServerSupervisorMsg::Restart { reply },
-            Some(Duration::from_secs(5)),
-        )
-        .await
-        .map_err(RuntimeError::unavailable("server supervisor"))?
-        .map_err(|message| RuntimeError::Server {
-            server: server.to_owned(),
-            message,
-        })?;
+        entry
+            .supervisor
+            .restart()
+            .await
+            .map_err(RuntimeError::unavailable("server supervisor"))?
+            .map_err(|message| RuntimeError::Server {
+                server: server.to_owned(),
+                message,
+            })?;
         // The supervisor answers before the registry has applied the
         // restart's publish (a message of its own): wait for it, bounded,
         // or a `wait_ready` right after this would see the old connection's
@@ -443,11 +437,8 @@ impl Runtime {
         let entry = self.server_entry(scope, server)?;
         entry
             .supervisor
-            .cast(ServerSupervisorMsg::FailForChaos)
-            .map_err(|_| RuntimeError::Unavailable {
-                actor: "server supervisor",
-                why: AskError::Gone,
-            })
+            .fail_for_chaos()
+            .map_err(RuntimeError::unavailable("server supervisor"))
     }
 
     /// Wake an idle-stopped server (RECO-6): answered once it is ready, or
@@ -457,17 +448,7 @@ impl Runtime {
         entry: &crate::messages::registry::ServerEntry,
     ) -> Result<(), String> {
         let limit = entry.config.startup_timeout + Duration::from_secs(1);
-        let woke = ask(
-            &entry.supervisor,
-            |reply| ServerSupervisorMsg::Wake { reply },
-            Some(limit),
-        )
-        .await;
-        match woke {
-            Ok(answer) => answer,
-            Err(AskError::Timeout(_)) => Err("the server did not come back in time".into()),
-            Err(AskError::Gone) => Err("the server's supervisor is gone".into()),
-        }
+        entry.supervisor.wake(limit).await
     }
 
     /// Test-only: a server's supervisor, to send it what its own timers would.
@@ -476,10 +457,10 @@ impl Runtime {
         &self,
         scope: &Scope,
         server: &str,
-    ) -> Option<ractor::ActorRef<ServerSupervisorMsg>> {
+    ) -> Option<ractor::ActorRef<crate::messages::server::ServerSupervisorMsg>> {
         self.server_entry(scope, server)
             .ok()
-            .map(|e| e.supervisor.clone())
+            .map(|e| e.supervisor.actor().clone())
     }
 
     /// The tools of a scope, ordered by server (SYNC-8).

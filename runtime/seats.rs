@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::{Runtime, RuntimeError};
 use crate::messages::config::Scope;
-use crate::messages::seat::{ActivationId, SeatError, SeatKind, SeatMsg, SeatProvider, SeatStatus};
+use crate::messages::seat::{ActivationId, SeatError, SeatKind, SeatProvider, SeatStatus};
 use crate::messages::status::ShutdownReport;
-use crate::supervisors::seat::DISPOSE_DEADLINE;
-use crate::supervisors::spec::{AskError, ask};
+use crate::supervisors::seat::{DISPOSE_DEADLINE, SeatHandle};
+use crate::supervisors::spec::AskError;
 
 /// How long registering a provider may take (mounting it in every live
 /// activation).
@@ -24,12 +24,11 @@ const REGISTER_DEADLINE: Duration = Duration::from_secs(30);
 const RELEASE_DEADLINE: Duration = Duration::from_secs(DISPOSE_DEADLINE.as_secs() + 20);
 
 impl Runtime {
-    fn seat(&self, kind: SeatKind) -> Result<&ractor::ActorRef<SeatMsg>, RuntimeError> {
+    fn seat(&self, kind: SeatKind) -> Result<&SeatHandle, RuntimeError> {
         self.inner
             .seats
             .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, s)| s)
+            .find(|s| s.kind() == kind)
             .ok_or(RuntimeError::Unavailable {
                 actor: "seat",
                 why: AskError::Gone,
@@ -44,14 +43,10 @@ impl Runtime {
         provider: Arc<dyn SeatProvider>,
     ) -> Result<(), RuntimeError> {
         let seat = self.seat(provider.info().seat)?;
-        ask(
-            seat,
-            |reply| SeatMsg::Register { provider, reply },
-            Some(REGISTER_DEADLINE),
-        )
-        .await
-        .map_err(RuntimeError::unavailable("seat"))?
-        .map_err(RuntimeError::Seat)
+        seat.register(provider, REGISTER_DEADLINE)
+            .await
+            .map_err(RuntimeError::unavailable("seat"))?
+            .map_err(RuntimeError::Seat)
     }
 
     /// Release a seat (SEAT-2, SEAT-10): the provider's tools leave every
@@ -60,28 +55,19 @@ impl Runtime {
     /// keeps the seat held and is the error, naming what is still open.
     pub async fn release_provider(&self, kind: SeatKind) -> Result<ShutdownReport, RuntimeError> {
         let seat = self.seat(kind)?;
-        ask(
-            seat,
-            |reply| SeatMsg::Release { reply },
-            Some(RELEASE_DEADLINE),
-        )
-        .await
-        .map_err(RuntimeError::unavailable("seat"))?
-        .map_err(RuntimeError::Seat)
+        seat.release(RELEASE_DEADLINE)
+            .await
+            .map_err(RuntimeError::unavailable("seat"))?
+            .map_err(RuntimeError::Seat)
     }
 
     /// Both seats' status: holder, live activations, owned pids.
     pub async fn seats(&self) -> Vec<SeatStatus> {
         let mut out = Vec::new();
-        for (kind, seat) in &self.inner.seats {
-            let s = ask(
-                seat,
-                |reply| SeatMsg::Status { reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await;
+        for seat in &self.inner.seats {
+            let s = seat.status(Duration::from_secs(5)).await;
             out.push(s.unwrap_or_else(|e| SeatStatus {
-                seat: kind.name().to_owned(),
+                seat: seat.kind().name().to_owned(),
                 holder: None,
                 kind: None,
                 activations: Vec::new(),
@@ -121,20 +107,17 @@ impl Runtime {
             closed: false,
         };
         let handle = self.scope_handle(&scope).await?;
-        for (kind, seat) in &self.inner.seats {
-            let opened = ask(
-                seat,
-                |reply| SeatMsg::Open {
-                    activation: activation.id.clone(),
-                    scope: scope.clone(),
-                    handle: handle.clone(),
-                    reply,
-                },
-                Some(REGISTER_DEADLINE),
-            )
-            .await
-            .map_err(RuntimeError::unavailable("seat"))
-            .and_then(|r| r.map_err(RuntimeError::Seat));
+        for seat in &self.inner.seats {
+            let opened = seat
+                .open(
+                    activation.id.clone(),
+                    scope.clone(),
+                    handle.clone(),
+                    REGISTER_DEADLINE,
+                )
+                .await
+                .map_err(RuntimeError::unavailable("seat"))
+                .and_then(|r| r.map_err(RuntimeError::Seat));
             match opened {
                 Ok(Some(server)) => {
                     // The activation's tools are there when it is open; a
@@ -145,7 +128,7 @@ impl Runtime {
                         .map(|e| e.config.startup_timeout)
                         .unwrap_or(Duration::from_secs(30))
                         + Duration::from_secs(2);
-                    activation.mounted.push((*kind, server.clone()));
+                    activation.mounted.push((seat.kind(), server.clone()));
                     self.wait_outcome(&scope, &server, limit, super::Wait::FirstAttempt)
                         .await?;
                 }
@@ -210,18 +193,9 @@ impl Activation {
         let Some(inner) = self.runtime.upgrade() else {
             return Ok(report);
         };
-        for (kind, seat) in &inner.seats {
-            let a = self.id.clone();
+        for seat in &inner.seats {
             let before = open.len();
-            let closed = ask(
-                seat,
-                |reply| SeatMsg::Close {
-                    activation: a,
-                    reply: Some(reply),
-                },
-                Some(RELEASE_DEADLINE),
-            )
-            .await;
+            let closed = seat.close(self.id.clone(), RELEASE_DEADLINE).await;
             match closed {
                 Ok(Ok(r)) => report.absorb(r),
                 Ok(Err(SeatError::StillOpen { open: o, .. })) => open.extend(o),
@@ -231,7 +205,7 @@ impl Activation {
                 Err(e) => open.push(format!("the seat {e}")),
             }
             if open.len() > before {
-                failed_seat.get_or_insert(*kind);
+                failed_seat.get_or_insert(seat.kind());
             }
         }
         match failed_seat {
@@ -261,11 +235,8 @@ impl Drop for Activation {
         let Some(inner) = self.runtime.upgrade() else {
             return;
         };
-        for (_, seat) in &inner.seats {
-            let _ = seat.cast(SeatMsg::Close {
-                activation: self.id.clone(),
-                reply: None,
-            });
+        for seat in &inner.seats {
+            seat.close_detached(self.id.clone());
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use crate::actors::hook_run::{HookRun, HookRunArgs};
 use crate::messages::tree::HooksMsg;
 
 // ===== The supervisor of hook runs =====
@@ -31,11 +32,32 @@ impl Actor for HooksSupervisor {
         msg: Self::Msg,
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
-        let HooksMsg::Drain { limit, reply } = msg;
-        myself
-            .stop_children_and_wait(Some("hook bridge disposed".into()), Some(limit))
-            .await;
-        let _ = reply.send(());
+        match msg {
+            HooksMsg::Run {
+                command,
+                cancel,
+                disposed,
+                reply,
+            } => {
+                let args = HookRunArgs {
+                    command,
+                    cancel,
+                    disposed,
+                    reply,
+                };
+                // A run that cannot start drops its reply: the engine reads
+                // that as a run that did not happen.
+                if let Err(e) = Actor::spawn_linked(None, HookRun, args, myself.get_cell()).await {
+                    tracing::warn!(error = %e, "a hook run could not start");
+                }
+            }
+            HooksMsg::Drain { limit, reply } => {
+                myself
+                    .stop_children_and_wait(Some("hook bridge disposed".into()), Some(limit))
+                    .await;
+                let _ = reply.send(());
+            }
+        }
         Ok(())
     }
 

@@ -148,13 +148,17 @@ impl RootHandle {
     }
 
     /// The provider seats.
-    pub async fn seats(&self) -> Result<Vec<(SeatKind, ActorRef<SeatMsg>)>, AskError> {
-        ask(
+    pub async fn seats(&self) -> Result<Vec<super::seat::SeatHandle>, AskError> {
+        let seats = ask(
             &self.actor,
             |reply| RootMsg::Seats { reply },
             Some(Duration::from_secs(5)),
         )
-        .await
+        .await?;
+        Ok(seats
+            .into_iter()
+            .map(|(kind, actor)| super::seat::SeatHandle::new(kind, actor))
+            .collect())
     }
 
     /// The global switch (TRUST-1): every scope, the merged report.

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use super::spec::{Shutdown, ask, stop_child};
+use super::spec::{AskError, Shutdown, ask, stop_child};
 use crate::actors::sessions::{SessionResources, SessionsArgs};
 use crate::messages::config::Scope;
 use crate::messages::seat::{
@@ -46,6 +46,101 @@ use crate::messages::tree::ScopeHandle;
 pub const DISPOSE_DEADLINE: Duration = Duration::from_secs(12);
 /// How long unmounting one activation's tools may take.
 const UNMOUNT_DEADLINE: Duration = Duration::from_secs(16);
+
+/// The runtime's side of a seat: every request the facade makes of it is a
+/// method here, each with the bound the caller gives, so no [`SeatMsg`] is
+/// built outside the tree.
+#[derive(Debug, Clone)]
+pub struct SeatHandle {
+    kind: SeatKind,
+    actor: ActorRef<SeatMsg>,
+}
+
+impl SeatHandle {
+    pub(crate) fn new(kind: SeatKind, actor: ActorRef<SeatMsg>) -> Self {
+        Self { kind, actor }
+    }
+
+    /// Which seat.
+    pub fn kind(&self) -> SeatKind {
+        self.kind
+    }
+
+    /// Put `provider` in the seat (SEAT-1).
+    pub(crate) async fn register(
+        &self,
+        provider: Arc<dyn SeatProvider>,
+        limit: Duration,
+    ) -> Result<Result<(), SeatError>, AskError> {
+        ask(
+            &self.actor,
+            |reply| SeatMsg::Register { provider, reply },
+            Some(limit),
+        )
+        .await
+    }
+
+    /// Release the seat (SEAT-2, SEAT-10).
+    pub(crate) async fn release(
+        &self,
+        limit: Duration,
+    ) -> Result<Result<ShutdownReport, SeatError>, AskError> {
+        ask(&self.actor, |reply| SeatMsg::Release { reply }, Some(limit)).await
+    }
+
+    /// The seat's holder, activations and pids.
+    pub(crate) async fn status(&self, limit: Duration) -> Result<SeatStatus, AskError> {
+        ask(&self.actor, |reply| SeatMsg::Status { reply }, Some(limit)).await
+    }
+
+    /// An activation began in `scope`: the mounted server's name, `None`
+    /// when the seat is empty (SEAT-7).
+    pub(crate) async fn open(
+        &self,
+        activation: ActivationId,
+        scope: Scope,
+        handle: ScopeHandle,
+        limit: Duration,
+    ) -> Result<Result<Option<String>, SeatError>, AskError> {
+        ask(
+            &self.actor,
+            |reply| SeatMsg::Open {
+                activation,
+                scope,
+                handle,
+                reply,
+            },
+            Some(limit),
+        )
+        .await
+    }
+
+    /// An activation ended (SEAT-8): what was stopped and reaped, or what
+    /// is still open.
+    pub(crate) async fn close(
+        &self,
+        activation: ActivationId,
+        limit: Duration,
+    ) -> Result<Result<ShutdownReport, SeatError>, AskError> {
+        ask(
+            &self.actor,
+            |reply| SeatMsg::Close {
+                activation,
+                reply: Some(reply),
+            },
+            Some(limit),
+        )
+        .await
+    }
+
+    /// An activation was dropped without a close: end it in the background.
+    pub(crate) fn close_detached(&self, activation: ActivationId) {
+        let _ = self.actor.cast(SeatMsg::Close {
+            activation,
+            reply: None,
+        });
+    }
+}
 
 /// The seat actor.
 #[derive(Debug, Default)]

@@ -11,6 +11,7 @@ mod codex;
 pub mod config;
 pub mod engine;
 pub mod input;
+pub mod run;
 
 use serde::Serialize;
 

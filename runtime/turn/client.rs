@@ -45,7 +45,11 @@ pub(super) struct ModelClient {
 
 impl ModelClient {
     /// Send one round's body and read its stream, emitting deltas.
-    pub(super) async fn round(&self, body: &Value, emit: &impl Fn(TurnEvent)) -> Result<Round, TurnError> {
+    pub(super) async fn round(
+        &self,
+        body: &Value,
+        emit: &impl Fn(TurnEvent),
+    ) -> Result<Round, TurnError> {
         let mut req = self
             .http
             .post(&self.url)

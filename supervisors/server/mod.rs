@@ -48,6 +48,7 @@ mod catalog;
 mod connect;
 mod decide;
 mod events;
+mod handle;
 mod stop;
 
 use std::collections::BTreeSet;
@@ -75,7 +76,7 @@ use crate::messages::config::{Scope, ServerConfig, TransportConfig};
 use crate::messages::registry::{
     Activity, LiveConn, OutputSlot, Published, RegistryMsg, ServerEntry,
 };
-use crate::messages::server::{ServerSupervisorMsg, Unreaped};
+use crate::messages::server::{ServerHandle, ServerSupervisorMsg, Unreaped};
 use crate::messages::status::{ServerState, ServerStatus, ShutdownReport};
 use crate::transport::open::OpenTransports;
 use crate::transport::stdio::Diagnostics;
@@ -573,7 +574,7 @@ impl Actor for ServerSupervisor {
                 up_since: None,
                 tools: Arc::new(Vec::new()),
                 instructions: None,
-                supervisor: myself,
+                supervisor: ServerHandle { actor: myself },
                 activity: args.activity.clone(),
                 config: args.config.clone(),
                 output: output.clone(),
