@@ -402,6 +402,35 @@ mod layers {
     }
 
     #[test]
+    fn the_facade_asks_the_tree_through_typed_handles_only() {
+        // ADR 0014: `runtime/` builds no actor message; each request is a
+        // method of a handle in `supervisors/` (RootHandle, ServerHandle,
+        // SeatHandle, HooksHandle).
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut paths = Vec::new();
+        sources(&root.join("runtime"), &mut paths);
+        let mut bad = Vec::new();
+        for p in paths {
+            if is_test_file(&p.display().to_string()) {
+                continue;
+            }
+            let code = std::fs::read_to_string(&p).unwrap();
+            let product = code.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in product.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                if code.contains("Msg::") {
+                    bad.push(format!("{}:{}: {}", p.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "actor messages built in runtime/:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
     fn every_directory_of_library_code_is_a_room() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let rooms: Vec<&str> = ARROWS.iter().map(|(r, _)| *r).collect();

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ractor::ActorRef;
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant as Deadline;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +27,7 @@ use crate::messages::hooks::input::{HookInput, HookSession, encode, payload, sub
 use crate::messages::hooks::run::{HookCommand, HookShell};
 use crate::messages::hooks::{Dialect, HookOutcome, merge};
 use crate::messages::status::{HookRunInfo, RuntimeEvent};
-use crate::messages::tree::HooksMsg;
+use crate::supervisors::hooks::HooksHandle;
 
 // ===== The engine =====
 
@@ -37,7 +36,7 @@ pub struct HookEngine {
     sets: Vec<HookSet>,
     /// With `plugin_root` resolved (default: the Claude Code file's directory).
     pub(crate) settings: HookSettings,
-    supervisor: ActorRef<HooksMsg>,
+    supervisor: HooksHandle,
     events: broadcast::Sender<RuntimeEvent>,
     run_ids: AtomicU64,
     /// Hook processes running now.
@@ -105,7 +104,7 @@ impl HookEngine {
     /// Read the hook files once (HOOK-4); runs are spawned under `supervisor`.
     pub(crate) fn start(
         mut settings: HookSettings,
-        supervisor: ActorRef<HooksMsg>,
+        supervisor: HooksHandle,
         events: broadcast::Sender<RuntimeEvent>,
         runtime_tag: &str,
     ) -> Self {
@@ -338,12 +337,9 @@ impl HookEngine {
         let token = cancel.child_token();
         let _cancel_on_drop = token.clone().drop_guard();
         let _running = Running::new(&self.running);
-        let asked = self.supervisor.cast(HooksMsg::Run {
-            command,
-            cancel: token,
-            disposed: self.disposed.clone(),
-            reply,
-        });
+        let asked = self
+            .supervisor
+            .run(command, token, self.disposed.clone(), reply);
         match asked {
             Ok(()) => answer.await.unwrap_or(RawRun {
                 cancelled: true,
@@ -413,7 +409,7 @@ impl HookEngine {
 
     pub(crate) fn cancel_all(&self) {
         self.disposed.cancel();
-        self.supervisor.stop(None);
+        self.supervisor.stop();
     }
 
     /// Hook processes running now.
@@ -428,7 +424,7 @@ impl HookEngine {
         let n = self.running.load(Ordering::SeqCst);
         self.disposed.cancel();
         self.detached.close();
-        let _ = ractor::call!(self.supervisor, |reply| HooksMsg::Drain { limit, reply });
+        self.supervisor.drain(limit).await;
         let _ = tokio::time::timeout_at(deadline, self.detached.wait()).await;
         // The supervisor itself is the root's child: the root stops it.
         n

@@ -1,17 +1,68 @@
 //! `HooksSupervisor`: the parent of every `HookRun` actor (HOOK-8).
 //!
 //! Owns nothing but its children: temporary `HookRun`s, one per running hook,
-//! each owning its process group; never restarted. Started by the hook
-//! engine (`runtime::hooks::HookEngine`). States: running, then draining on
-//! `Drain` (every run is stopped, its group killed and reaped), then stopped.
+//! each owning its process group; never restarted. The supervisor starts
+//! each run itself when the hook engine (`runtime::hooks::HookEngine`) asks
+//! through its [`HooksHandle`]. States: running, then draining on `Drain`
+//! (every run is stopped, its group killed and reaped), then stopped.
 //! Messages: [`HooksMsg`].
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
 use crate::actors::hook_run::{HookRun, HookRunArgs};
+use crate::messages::hooks::codec::RawRun;
+use crate::messages::hooks::run::HookCommand;
 use crate::messages::tree::HooksMsg;
 
 // ===== The supervisor of hook runs =====
+
+/// The hook engine's side of the hooks supervisor: a run asked for, the
+/// runs drained, the supervisor stopped.
+#[derive(Debug, Clone)]
+pub struct HooksHandle {
+    actor: ActorRef<HooksMsg>,
+}
+
+impl HooksHandle {
+    pub(crate) fn new(actor: ActorRef<HooksMsg>) -> Self {
+        Self { actor }
+    }
+
+    /// Ask for one run of `command`; its result comes on `reply` (dropped
+    /// unanswered when the run is stopped). An error when the supervisor is
+    /// gone.
+    pub(crate) fn run(
+        &self,
+        command: HookCommand,
+        cancel: CancellationToken,
+        disposed: CancellationToken,
+        reply: oneshot::Sender<RawRun>,
+    ) -> Result<(), String> {
+        self.actor
+            .cast(HooksMsg::Run {
+                command,
+                cancel,
+                disposed,
+                reply,
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    /// Stop every running hook and wait for their reaps, up to `limit`.
+    pub(crate) async fn drain(&self, limit: Duration) {
+        let _ = ractor::call!(self.actor, |reply| HooksMsg::Drain { limit, reply });
+    }
+
+    /// Stop the supervisor (and with it every run).
+    pub(crate) fn stop(&self) {
+        self.actor.stop(None);
+    }
+}
 
 /// Parent of every [`HookRun`]: temporary children, never restarted.
 #[derive(Debug, Default)]

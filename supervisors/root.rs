@@ -138,13 +138,14 @@ impl RootHandle {
     }
 
     /// The hooks supervisor (for the hook engine).
-    pub async fn hooks_supervisor(&self) -> Result<ActorRef<HooksMsg>, AskError> {
+    pub async fn hooks_supervisor(&self) -> Result<super::hooks::HooksHandle, AskError> {
         ask(
             &self.actor,
             |reply| RootMsg::HooksSupervisor { reply },
             Some(Duration::from_secs(5)),
         )
         .await
+        .map(super::hooks::HooksHandle::new)
     }
 
     /// The provider seats.
