@@ -207,7 +207,7 @@ pub use messages::status::{HookRunInfo, RuntimeEvent, ServerState, ServerStatus,
 // Trust and secrets.
 pub use messages::approval::{ApprovalRequest, Approver};
 pub use messages::trust::{
-    Approval, EndpointError, Secret, SecretStore, TrustMode, validate_endpoint,
+    Approval, EndpointError, Secret, SecretStore, TrustDecision, TrustMode, validate_endpoint,
 };
 #[cfg(all(feature = "keyring", target_os = "linux"))]
 pub use runtime::stores::secrets::KeyringSecretStore;
@@ -226,7 +226,7 @@ pub use messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };
 pub use messages::hooks::input::{HookInput, HookSession};
-pub use messages::hooks::{Dialect, HookOutcome, Matcher, Merged};
+pub use messages::hooks::{Dialect, HookDecision, HookOutcome, Matcher, Merged};
 pub use runtime::hooks::{HookEngine, load_hook_file};
 
 /// The layering test: the rooms of `# Layout` and the arrows between them,

@@ -243,8 +243,8 @@ pub enum RuntimeEvent {
         tool: String,
         /// The chat, when named.
         chat: Option<String>,
-        /// `allow` or `deny`.
-        decision: &'static str,
+        /// `allow` or `deny` (never `ask`: the event records what was decided).
+        decision: super::trust::TrustDecision,
         /// The approver's answer, when one was asked.
         approval: Option<super::trust::Approval>,
     },

@@ -185,11 +185,34 @@ pub enum HookOutcome {
     Error(String),
 }
 
+/// The decision that won a merge (HOOK-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookDecision {
+    /// A PreToolUse deny: the call is refused.
+    Deny,
+    /// A `decision: block`: refused, or at stopping, the turn goes on.
+    Block,
+    /// Ask the approver.
+    Ask,
+}
+
+impl HookDecision {
+    /// `deny`, `block` or `ask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deny => "deny",
+            Self::Block => "block",
+            Self::Ask => "ask",
+        }
+    }
+}
+
 /// The merged result of every hook matched at one extension point (HOOK-6).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Merged {
-    /// The winning decision: `deny`, `block`, `ask` or none.
-    pub decision: Option<&'static str>,
+    /// The winning decision, if any.
+    pub decision: Option<HookDecision>,
     /// The non-empty reasons of the winning rank, joined with a blank line.
     pub reason: Option<String>,
     /// The first `continue: false`, with its reason.
@@ -214,7 +237,7 @@ impl Merged {
             return ("stop", Some(r.as_str()).filter(|r| !r.is_empty()));
         }
         if let Some(d) = self.decision {
-            return (d, self.reason.as_deref());
+            return (d.as_str(), self.reason.as_deref());
         }
         if let Some(p) = &self.continue_with {
             return ("continue", Some(p.as_str()));
@@ -247,9 +270,9 @@ pub fn merge<'a>(outcomes: impl IntoIterator<Item = &'a HookOutcome>) -> Merged 
             .filter(|o| rank(o) == top)
             .collect();
         m.decision = winners.first().map(|o| match o {
-            HookOutcome::Deny(_) => "deny",
-            HookOutcome::Block(_) => "block",
-            _ => "ask",
+            HookOutcome::Deny(_) => HookDecision::Deny,
+            HookOutcome::Block(_) => HookDecision::Block,
+            _ => HookDecision::Ask,
         });
         let reasons: Vec<&str> = winners
             .iter()
@@ -340,10 +363,10 @@ mod tests {
             HookOutcome::Deny("".into()),
             HookOutcome::Deny("not here".into()),
         ]);
-        assert_eq!(m.decision, Some("deny"));
+        assert_eq!(m.decision, Some(HookDecision::Deny));
         assert_eq!(m.reason.as_deref(), Some("no rm\n\nnot here"));
         let m = merge(&[HookOutcome::Proceed, HookOutcome::Ask("sure?".into())]);
-        assert_eq!(m.decision, Some("ask"));
+        assert_eq!(m.decision, Some(HookDecision::Ask));
         assert_eq!(merge(&[HookOutcome::Proceed]).decision, None);
     }
 

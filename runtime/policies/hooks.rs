@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::trust::ask_user;
 use crate::messages::approval::Approver;
 use crate::messages::call::{CallPolicy, OutcomeKind, PolicyCall, PolicyVerdict, ToolOutcome};
+use crate::messages::hooks::HookDecision;
 use crate::messages::hooks::config::HookEvent;
 use crate::messages::hooks::engine::ToolGuard;
 use crate::messages::hooks::input::{HookInput, HookSession};
@@ -93,12 +94,12 @@ impl CallPolicy for HooksPolicy {
                 return deny(format!("a PreToolUse hook stopped the turn: {why}"));
             }
             match m.decision {
-                Some("deny") => deny(
+                Some(HookDecision::Deny) => deny(
                     m.reason
                         .clone()
                         .unwrap_or_else(|| "blocked by PreToolUse hook".into()),
                 ),
-                Some("ask") => {
+                Some(HookDecision::Ask) => {
                     let asked = ask_user(
                         self.approver.as_deref(),
                         call,
@@ -149,7 +150,11 @@ impl CallPolicy for HooksPolicy {
                 .run(&self.session(call), &input, None, &call.cancel)
                 .await;
             let m = &report.merged;
-            if let Some(r) = m.reason.as_deref().filter(|_| m.decision == Some("block")) {
+            if let Some(r) = m
+                .reason
+                .as_deref()
+                .filter(|_| m.decision == Some(HookDecision::Block))
+            {
                 // Codex replaces the output the model sees; Claude Code puts
                 // the feedback next to it. The side effect stays either way.
                 let feedback = format!("PostToolUse hook feedback: {r}");

@@ -68,7 +68,7 @@ impl TrustGate {
         }
     }
 
-    fn record(&self, call: &PolicyCall, decision: &'static str, approval: Option<Approval>) {
+    fn record(&self, call: &PolicyCall, decision: TrustDecision, approval: Option<Approval>) {
         if self.events.receiver_count() == 0 {
             return;
         }
@@ -117,11 +117,11 @@ impl CallPolicy for TrustGate {
             };
             match decide(mode, granted) {
                 TrustDecision::Allow => {
-                    self.record(call, "allow", None);
+                    self.record(call, TrustDecision::Allow, None);
                     PolicyVerdict::Proceed
                 }
                 TrustDecision::Deny => {
-                    self.record(call, "deny", None);
+                    self.record(call, TrustDecision::Deny, None);
                     deny(call, Refusal::Never)
                 }
                 TrustDecision::Ask => {
@@ -130,16 +130,16 @@ impl CallPolicy for TrustGate {
                     let answer = match asked {
                         Ok(answer) => answer,
                         Err(why) => {
-                            self.record(call, "deny", Some(Approval::DontAllow));
+                            self.record(call, TrustDecision::Deny, Some(Approval::DontAllow));
                             return deny(call, why);
                         }
                     };
                     self.record(
                         call,
                         if answer == Approval::DontAllow {
-                            "deny"
+                            TrustDecision::Deny
                         } else {
-                            "allow"
+                            TrustDecision::Allow
                         },
                         Some(answer),
                     );
@@ -230,7 +230,7 @@ mod tests {
         assert!(matches!(
             rx.try_recv(),
             Ok(RuntimeEvent::TrustDecision {
-                decision: "deny",
+                decision: TrustDecision::Deny,
                 approval: Some(Approval::DontAllow),
                 ..
             })

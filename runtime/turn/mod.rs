@@ -321,7 +321,8 @@ impl Runtime {
             let report = hooks.run(&session, &input, None, &cancel).await;
             let m = &report.merged;
             let blocked = m.stop.clone().or_else(|| {
-                (m.decision == Some("block")).then(|| m.reason.clone().unwrap_or_default())
+                (m.decision == Some(crate::messages::hooks::HookDecision::Block))
+                    .then(|| m.reason.clone().unwrap_or_default())
             });
             if let Some(reason) = blocked {
                 emit(TurnEvent::Hook {
