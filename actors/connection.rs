@@ -192,6 +192,20 @@ impl Actor for Connection {
             match (&cfg.transport, secrets) {
                 (_, Err(e)) => Box::pin(futures::future::ready(Err(e))),
                 (TransportConfig::Stdio(stdio_cfg), Ok(secret_env)) => {
+                    // RECO-7: this generation's processes carry its own tag.
+                    let generation_cfg;
+                    let stdio_cfg = match stdio_cfg.env.get(crate::process::TAG_VAR) {
+                        Some(server_tag) => {
+                            let mut c = stdio_cfg.clone();
+                            c.env.insert(
+                                crate::process::TAG_VAR.to_owned(),
+                                crate::process::generation_tag(server_tag, state.conn_gen),
+                            );
+                            generation_cfg = c;
+                            &generation_cfg
+                        }
+                        None => stdio_cfg,
+                    };
                     match stdio::spawn(stdio_cfg, secret_env, diag.clone(), args.chaos) {
                         Ok(child) => {
                             state.pid = Some(child.process.pid);
@@ -411,7 +425,10 @@ fn start_close(state: &mut ConnectionState) {
     let conn_gen = state.conn_gen;
     let pid = state.pid;
     let tag = match &state.config.transport {
-        TransportConfig::Stdio(s) => s.env.get(crate::process::TAG_VAR).cloned(),
+        TransportConfig::Stdio(s) => s
+            .env
+            .get(crate::process::TAG_VAR)
+            .map(|server_tag| crate::process::generation_tag(server_tag, conn_gen)),
         _ => None,
     };
     tokio::spawn(async move {

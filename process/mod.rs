@@ -305,9 +305,19 @@ fn spawn_leader(cmd: &Spawn) -> std::io::Result<Started> {
 
 /// The environment variable every process the runtime starts carries
 /// (servers and hooks), and which every descendant inherits, also one that
-/// left its process group with `setsid`: `<runtime>/<scope>/<server>` for a
-/// server, `<runtime>/hooks` for hooks.
+/// left its process group with `setsid`: `<runtime>/<scope>/<server>#<conn_gen>`
+/// for a server's connection (see [`generation_tag`]), `<runtime>/hooks` for
+/// hooks.
 pub const TAG_VAR: &str = "MCPVISOR_TAG";
+
+/// The tag of one connection generation of a server whose tag is `server`.
+/// A connection's close sweeps its own generation only: after a supervisor
+/// restart the next generation may start once the old process is reaped,
+/// while the old close is still sweeping (RECO-3, RECO-7), and a sweep by
+/// the server's tag would kill the new process too.
+pub fn generation_tag(server: &str, conn_gen: u64) -> String {
+    format!("{server}#{conn_gen}")
+}
 
 /// How long a sweep waits for the processes it SIGKILLed to be gone (a
 /// SIGKILLed process exits as soon as it is scheduled; one still running
@@ -654,6 +664,36 @@ mod tests {
             leader_exit(std::process::id()).is_some(),
             "pidfd_open works here"
         );
+    }
+
+    #[tokio::test]
+    async fn a_generation_sweep_kills_its_own_generation_and_not_the_next() {
+        // RECO-3, RECO-7: the close of generation 1 sweeps after its reap;
+        // generation 2 of the same server may already run by then.
+        let server = format!("test-{}/global/s", std::process::id());
+        let mut groups = Vec::new();
+        for conn_gen in [1, 2] {
+            let mut cmd = command("sleep");
+            cmd.arg("300")
+                .env(TAG_VAR, generation_tag(&server, conn_gen));
+            groups.push(ProcessGroup::spawn(&cmd).unwrap());
+        }
+        let (old, new) = (groups[0].0.pid(), groups[1].0.pid());
+        let swept = kill_tagged(&generation_tag(&server, 1), false, None);
+        assert_eq!(swept.killed, [old]);
+        assert!(
+            still_running(&[new], Duration::from_millis(200))
+                .await
+                .contains(&new),
+            "the next generation's process still runs"
+        );
+        // The runtime's shutdown sweep (by prefix) still finds every one.
+        let swept = kill_tagged(&format!("test-{}/", std::process::id()), true, None);
+        assert!(swept.killed.contains(&new), "{swept:?}");
+        for (mut group, _) in groups {
+            group.signal(libc::SIGKILL);
+            let _ = group.wait(None).await;
+        }
     }
 
     /// All of `pipes.stdout`, once the leader closes it.
