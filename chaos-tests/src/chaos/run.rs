@@ -254,7 +254,19 @@ pub async fn run_scenario(sc: &Scenario, opts: &RunOptions) -> ScenarioReport {
     recovery_probe(&run, &mut tally).await;
     let seen = shutdown(&mut run, observers).await;
     let invariants = judge(&run, &seen, &tally).await;
-    clean_up(&run);
+    if invariants.values().any(|v| matches!(v, Verdict::Fail(_))) {
+        // What a violation is read from stays: the server's request log
+        // and the runtime's event log.
+        eprintln!(
+            "chaos: {} seed {}: kept {} and {}",
+            sc.name,
+            sc.seed,
+            run.ids.log.display(),
+            run.ids.event_log.display()
+        );
+    } else {
+        clean_up(&run);
+    }
     ScenarioReport::new(sc, invariants, started, tally.outcomes)
 }
 
