@@ -94,6 +94,19 @@
 //!   server, through the crate root's names only.
 //! - `bin/`: the reference binary `mcpvisor` (and the built-in demo server).
 //!
+//! # Compatibility
+//!
+//! The events, states, errors, outcomes and reports an embedder reads
+//! ([`RuntimeEvent`], [`ServerState`], [`OutcomeKind`], [`SideEffects`],
+//! [`RuntimeError`], [`TreeError`], [`AskError`], [`TurnEvent`],
+//! [`TurnError`], [`SeatError`], [`StoreError`], [`EndpointError`],
+//! [`TrustDecision`], [`HookOutcome`], [`HookDecision`], [`StopVerdict`],
+//! [`ServerStatus`], [`ShutdownReport`], [`ToolOutcome`], [`TurnOutcome`],
+//! [`SeatStatus`], [`HookReport`]) are `#[non_exhaustive]`: a new variant
+//! or field is not a breaking change, so a `match` on them needs a `_`
+//! arm, and a report an embedder returns (a [`SessionResource`]'s close)
+//! is built from `Default` and its public fields set.
+//!
 //! # The supervision tree
 //!
 //! ```text

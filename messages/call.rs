@@ -41,6 +41,7 @@ pub struct ToolDefinition {
 /// The outcome of a call (CALL-4). `Ok` is the only success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OutcomeKind {
     /// The tool succeeded.
     Ok,
@@ -143,6 +144,7 @@ const ALL_KINDS: [OutcomeKind; 14] = [
 /// may assume before it retries a call or reconciles its effects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SideEffects {
     /// The tool did not act: the call was stopped before it was sent, or
     /// the tool says it refused before doing anything.
@@ -185,6 +187,7 @@ pub const OUTCOME_META: &str = "io.mcpvisor/outcome";
 
 /// The result of `Runtime::call`: exactly one per call (CALL-4, CALL-6).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ToolOutcome {
     /// What happened.
     pub kind: OutcomeKind,

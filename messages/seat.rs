@@ -174,6 +174,7 @@ impl fmt::Debug for SessionsHandle {
 
 /// Errors of the seats and their activations.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SeatError {
     /// SEAT-1: the seat is taken.
     #[error("the {seat} seat is held by provider \"{holder}\": release it first")]
@@ -238,6 +239,7 @@ pub enum SeatError {
 
 /// A seat as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct SeatStatus {
     /// `browser_use` or `computer_use`.
     pub seat: String,

@@ -17,6 +17,7 @@ use super::config::Scope;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
+#[non_exhaustive]
 pub enum ServerState {
     /// Not running (disabled, not started yet, or shut down).
     Stopped,
@@ -67,6 +68,7 @@ impl fmt::Display for ServerState {
 
 /// Status of one server instance (OBS-1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ServerStatus {
     /// The scope the server is registered in.
     pub scope: Scope,
@@ -168,6 +170,7 @@ impl ServerStatus {
 /// A typed runtime event (OBS-2). Subscribe with `Runtime::subscribe`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RuntimeEvent {
     /// A server's status changed (state, pid, tools, error…).
     ServerStatus(Box<ServerStatus>),
@@ -307,6 +310,7 @@ pub struct HookRunInfo {
 
 /// What `Runtime::shutdown` returns (RECO-7).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Servers stopped.
     pub servers_stopped: Vec<String>,

@@ -5,6 +5,7 @@
 
 /// Why a store could not do what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// An environment variable the secret name points to is not set.
     #[error("environment variable {0} is not set")]

@@ -134,6 +134,7 @@ pub enum EventLogMsg {
 
 /// Why an actor gave no answer to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AskError {
     /// No answer within the deadline.
     #[error("did not answer within {} ms", .0.as_millis())]
@@ -145,6 +146,7 @@ pub enum AskError {
 
 /// Why the tree refused a lifecycle request (add a server, switch one).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TreeError {
     /// The runtime is shutting down.
     #[error("the runtime is shutting down")]

@@ -38,6 +38,7 @@ pub fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
 
 /// Why [`validate_endpoint`] refused an endpoint (TRUST-3).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EndpointError {
     /// Not a URL at all.
     #[error("endpoint {endpoint:?} is not a valid URL: {reason}")]
@@ -163,6 +164,7 @@ pub fn secret_unavailable(name: &str, server: &str) -> String {
 /// What the trust gate does with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TrustDecision {
     /// Go on.
     Allow,

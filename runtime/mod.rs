@@ -54,6 +54,7 @@ const CAUSE_WAIT: Duration = Duration::from_secs(3);
 
 /// Errors of the runtime's lifecycle API.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// A configuration problem.
     #[error(transparent)]

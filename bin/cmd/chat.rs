@@ -460,6 +460,8 @@ fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
         | TurnEvent::Round { .. }
         | TurnEvent::Thinking { .. }
         | TurnEvent::Usage { .. } => None,
+        // An event this binary does not know yet draws no row.
+        _ => None,
     }
 }
 

@@ -74,6 +74,7 @@ pub struct HookRunRecord {
 
 /// Everything matched at one extension point, merged (HOOK-6).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct HookReport {
     /// The merge.
     pub merged: Merged,
@@ -105,6 +106,7 @@ impl HookReport {
 
 /// What the loop does at turn-stopping (HOOK-7).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopVerdict {
     /// Let the turn stop.
     Stop,

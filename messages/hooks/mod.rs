@@ -164,6 +164,7 @@ fn ecma_as_rust(p: &str) -> bool {
 /// A neutral outcome of one hook run (HOOK-2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "text", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HookOutcome {
     /// No decision.
     Proceed,
@@ -188,6 +189,7 @@ pub enum HookOutcome {
 /// The decision that won a merge (HOOK-6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HookDecision {
     /// A PreToolUse deny: the call is refused.
     Deny,

@@ -115,6 +115,7 @@ impl TurnRequest {
 /// What a turn reports as it goes (LOOP-1), in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TurnEvent {
     /// A model round starts (1-based).
     Round {
@@ -197,6 +198,7 @@ pub struct ToolUseRecord {
 /// Why a turn did not finish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TurnError {
     /// LOOP-2: the model kept calling tools.
     #[error(
@@ -236,6 +238,7 @@ pub enum TurnError {
 
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct TurnOutcome {
     /// The assistant's final text (what the last round said; on a failure,
     /// what had been said).

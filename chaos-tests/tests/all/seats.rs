@@ -96,19 +96,18 @@ impl SessionResource for Res {
             tokio::time::sleep(delay).await;
             if self.journal.unconfirmed_close.load(Ordering::SeqCst) {
                 self.journal.log(format!("close-unconfirmed {}", self.n));
-                return ShutdownReport {
-                    unconfirmed: vec![format!(
-                        "resource {} of {} did not close",
-                        self.n, self.activation
-                    )],
-                    ..Default::default()
-                };
+                // `ShutdownReport` is non-exhaustive: built from its default.
+                let mut report = ShutdownReport::default();
+                report.unconfirmed.push(format!(
+                    "resource {} of {} did not close",
+                    self.n, self.activation
+                ));
+                return report;
             }
             self.journal.log(format!("closed {}", self.n));
-            ShutdownReport {
-                processes_reaped: vec![self.n as u32],
-                ..Default::default()
-            }
+            let mut report = ShutdownReport::default();
+            report.processes_reaped.push(self.n as u32);
+            report
         })
     }
     fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
