@@ -186,7 +186,9 @@ pub use import::{
     FoundSecret, HooksFrom, Imported, import_file, import_file_beside, import_servers,
     import_servers_beside,
 };
-pub use messages::naming::{closest, derive_slug, public_tool_name, validate_server_name};
+pub use messages::naming::{
+    InvalidServerName, closest, derive_slug, public_tool_name, validate_server_name,
+};
 pub use messages::provider::Provider;
 pub use messages::trust::looks_secret;
 pub use runtime::turn::model::Usage;

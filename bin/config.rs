@@ -218,7 +218,7 @@ pub(crate) fn base_builder(
     let mut any = false;
     for (name, raw) in tables {
         if let Some(raw) = raw {
-            match mcpvisor::providers::from_config(name, raw).map_err(anyhow::Error::msg)? {
+            match mcpvisor::providers::from_config(name, raw)? {
                 Some(p) => b = b.provider(p),
                 None => eprintln!(
                     "mcpvisor: warning: [providers.{name}] names no display and $DISPLAY is not set: the computer_use seat stays empty"

@@ -110,18 +110,27 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Checks a configured `server_name` against CONN-2: `[A-Za-z0-9_-]{1,32}`.
-///
-/// The error names the field, quotes the value and says what is allowed, e.g.
+/// A `server_name` outside CONN-2's `[A-Za-z0-9_-]{1,32}`. Its text names
+/// the field, quotes the value and says what is allowed, e.g.
 /// `server_name "my server" is invalid: use 1 to 32 characters from A-Z a-z 0-9 _ -`.
-pub fn validate_server_name(name: &str) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "server_name {name:?} is invalid: use 1 to {SERVER_NAME_MAX} characters from A-Z a-z 0-9 _ -"
+)]
+pub struct InvalidServerName {
+    /// The name as given.
+    pub name: String,
+}
+
+/// Checks a configured `server_name` against CONN-2: `[A-Za-z0-9_-]{1,32}`.
+pub fn validate_server_name(name: &str) -> Result<(), InvalidServerName> {
     let len = name.chars().count();
     if (1..=SERVER_NAME_MAX).contains(&len) && name.chars().all(is_name_char) {
         Ok(())
     } else {
-        Err(format!(
-            "server_name {name:?} is invalid: use 1 to {SERVER_NAME_MAX} characters from A-Z a-z 0-9 _ -"
-        ))
+        Err(InvalidServerName {
+            name: name.to_owned(),
+        })
     }
 }
 
@@ -322,7 +331,7 @@ mod tests {
     #[test]
     fn an_invalid_server_name_gets_an_error_naming_the_field() {
         assert_eq!(
-            validate_server_name("my server"),
+            validate_server_name("my server").map_err(|e| e.to_string()),
             Err(
                 "server_name \"my server\" is invalid: use 1 to 32 characters from A-Z a-z 0-9 _ -"
                     .to_string()
@@ -336,7 +345,8 @@ mod tests {
         for name in ["", &"z".repeat(33), "é", "a.b", "a/b"] {
             let err = validate_server_name(name);
             assert!(err.is_err(), "{name:?}");
-            assert!(err.err().unwrap_or_default().starts_with("server_name "));
+            let err = err.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.starts_with("server_name "), "{err}");
         }
     }
 

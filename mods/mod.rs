@@ -143,6 +143,15 @@ impl ModSettings {
     }
 }
 
+/// Why the mod host could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModHostError {
+    /// The engines' thread could not be started.
+    #[error("cannot start the mod host's thread: {0}")]
+    Thread(std::io::Error),
+}
+
 /// Something a mod did that the host reports (MOD-1..4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModReport {
@@ -318,7 +327,7 @@ impl std::fmt::Debug for ModHost {
 impl ModHost {
     /// Load the mods (on the host's thread) and start serving. Load errors
     /// are in [`ModHost::list`]'s reports, never fatal.
-    pub fn start(settings: ModSettings) -> Result<Self, String> {
+    pub fn start(settings: ModSettings) -> Result<Self, ModHostError> {
         let (tx, rx) = std::sync::mpsc::channel::<Req>();
         // `spawn` and `fetch` run their I/O on the caller's tokio runtime
         // (the process-group owner's reaper is a tokio task).
@@ -333,7 +342,7 @@ impl ModHost {
         let thread = std::thread::Builder::new()
             .name("mcpvisor-mods".into())
             .spawn(move || serve(settings, rx, host))
-            .map_err(|e| format!("cannot start the mod host's thread: {e}"))?;
+            .map_err(ModHostError::Thread)?;
         Ok(Self {
             tx: std::sync::Mutex::new(Some(tx)),
             thread: std::sync::Mutex::new(Some(thread)),

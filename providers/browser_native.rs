@@ -115,13 +115,17 @@ impl BrowserNative {
     /// the pid of the runtime that made it).
     /// In `attach` mode the CDP endpoint must pass the one endpoint
     /// validator (TRUST-3): `http://` only to loopback.
-    pub fn new(config: BrowserNativeConfig) -> Result<Self, String> {
+    pub fn new(config: BrowserNativeConfig) -> Result<Self, super::ProviderError> {
         if let Some(endpoint) = &config.attach {
             let http = endpoint
                 .replacen("ws://", "http://", 1)
                 .replacen("wss://", "https://", 1);
-            crate::messages::trust::validate_endpoint(&http)
-                .map_err(|e| format!("[providers.{}] cdp_endpoint: {e}", config.name))?;
+            crate::messages::trust::validate_endpoint(&http).map_err(|e| {
+                super::ProviderError::Config(format!(
+                    "[providers.{}] cdp_endpoint: {e}",
+                    config.name
+                ))
+            })?;
         }
         let swept = sweep_orphans(&config.profile_root);
         if !swept.is_empty() {

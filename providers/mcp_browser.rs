@@ -141,7 +141,7 @@ pub struct McpBrowser {
 impl McpBrowser {
     /// A provider with these settings; refused when the installed package
     /// is not the pinned version.
-    pub fn new(config: McpBrowserConfig) -> Result<Self, String> {
+    pub fn new(config: McpBrowserConfig) -> Result<Self, super::ProviderError> {
         let swept = super::browser_native::sweep_orphans(&config.work_root);
         if !swept.is_empty() {
             tracing::warn!(pids = ?swept, "killed browsers left behind by a runtime that is gone");
@@ -152,32 +152,37 @@ impl McpBrowser {
                 .join(config.kind.package())
                 .join("package.json");
             let text = std::fs::read_to_string(&pj).map_err(|e| {
-                format!(
+                super::ProviderError::Package(format!(
                     "{}: cannot read {} ({e}); install it with `npm install {}@{}` in {}",
                     config.kind.kind(),
                     pj.display(),
                     config.kind.package(),
                     config.version,
                     dir.display()
-                )
+                ))
             })?;
             let got = serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
                 .and_then(|v| v.get("version")?.as_str().map(str::to_owned))
                 .unwrap_or_default();
             if got != config.version {
-                return Err(format!(
+                return Err(super::ProviderError::Package(format!(
                     "{}: {} is version {got:?} in {}, but the config pins {:?}",
                     config.kind.kind(),
                     config.kind.package(),
                     dir.display(),
                     config.version
-                ));
+                )));
             }
         }
         if let Some(endpoint) = &config.attach {
             crate::messages::trust::validate_endpoint(&endpoint.replacen("ws://", "http://", 1))
-                .map_err(|e| format!("[providers.{}] cdp_endpoint: {e}", config.name))?;
+                .map_err(|e| {
+                    super::ProviderError::Config(format!(
+                        "[providers.{}] cdp_endpoint: {e}",
+                        config.name
+                    ))
+                })?;
         }
         Ok(Self {
             config,

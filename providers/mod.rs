@@ -280,11 +280,28 @@ where
     }))
 }
 
+/// Why a provider could not be made from its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// A setting of `[providers.NAME]` cannot be used (the text names the
+    /// table and the key), or its kind is not built in this version.
+    #[error("{0}")]
+    Config(String),
+    /// The pinned package of an MCP browser server is missing, or another
+    /// version is installed (the text says how to install the pinned one).
+    #[error("{0}")]
+    Package(String),
+}
+
 /// The provider a `[providers.<name>]` table describes (checked by the
 /// config parser: a kind this build does not have is refused there).
 /// `None`: the seat stays empty (`computer-native` with no display
 /// configured and no `$DISPLAY`).
-pub fn from_config(name: &str, raw: &RawProvider) -> Result<Option<Arc<dyn SeatProvider>>, String> {
+pub fn from_config(
+    name: &str,
+    raw: &RawProvider,
+) -> Result<Option<Arc<dyn SeatProvider>>, ProviderError> {
     let provider: Arc<dyn SeatProvider> = match raw.kind.as_str() {
         #[cfg(feature = "computer")]
         "computer-native" => {
@@ -309,7 +326,10 @@ pub fn from_config(name: &str, raw: &RawProvider) -> Result<Option<Arc<dyn SeatP
     Ok(Some(provider))
 }
 
-fn browser_from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProvider>, String> {
+fn browser_from_config(
+    name: &str,
+    raw: &RawProvider,
+) -> Result<Arc<dyn SeatProvider>, ProviderError> {
     match raw.kind.as_str() {
         "browser-native" => {
             let mut c = browser_native::BrowserNativeConfig::new(name);
@@ -358,8 +378,8 @@ fn browser_from_config(name: &str, raw: &RawProvider) -> Result<Arc<dyn SeatProv
             }
             Ok(Arc::new(mcp_browser::McpBrowser::new(c)?))
         }
-        other => Err(format!(
+        other => Err(ProviderError::Config(format!(
             "[providers.{name}] kind = {other:?} is not built in this version"
-        )),
+        ))),
     }
 }

@@ -219,7 +219,8 @@ impl RuntimeBuilder {
                     .process_tag
                     .get_or_insert_with(|| format!("{tag}/mods"));
                 Some(Arc::new(
-                    crate::mods::ModHost::start(settings).map_err(RuntimeError::Start)?,
+                    crate::mods::ModHost::start(settings)
+                        .map_err(|e| RuntimeError::Start(e.to_string()))?,
                 ))
             }
             None => None,

@@ -94,7 +94,7 @@ fn inline(pairs: &[(&str, &str)]) -> InlineTable {
 /// `add NAME [--env K=V]… [--env-secret K=SECRET]… -- COMMAND ARGS…` or
 /// `add NAME --url URL [--header H=V]… [--header-secret H=SECRET]…`.
 pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
-    mcpvisor::validate_server_name(&f.name).map_err(anyhow::Error::msg)?;
+    mcpvisor::validate_server_name(&f.name)?;
     let path = target(cli, f.scope.as_deref())?;
     let mut doc = read(&path, true)?;
     let servers = doc

@@ -16,7 +16,7 @@ fn host(cli: &Cli) -> anyhow::Result<ModHost> {
         bail!("mods are off: set [mods] enabled = true and list each mod in [[mods.load]]");
     }
     let settings = crate::config::mod_settings(&cfg);
-    ModHost::start(settings).map_err(anyhow::Error::msg)
+    Ok(ModHost::start(settings)?)
 }
 
 /// Run `mods list` or `mods test`.

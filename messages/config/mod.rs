@@ -461,7 +461,7 @@ impl ServerConfig {
         let mut problems = Vec::new();
         let derived = self.server_name.is_empty() && self.display_name.is_some();
         if !derived && let Err(e) = validate_server_name(&self.server_name) {
-            problems.push(e);
+            problems.push(e.to_string());
         }
         check_reconnect(&prefix, &self.reconnect, &mut problems);
         for (field, d) in [

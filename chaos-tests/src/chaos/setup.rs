@@ -311,6 +311,7 @@ fn stubborn_browser(ids: &RunIds) -> Result<Arc<dyn mcpvisor::SeatProvider>, Str
     c.trust = mcpvisor::TrustMode::Always;
     c.executable = Some(launcher);
     c.profile_root = ids.browser_dir.clone();
-    let p = mcpvisor::providers::browser_native::BrowserNative::new(c)?;
+    let p =
+        mcpvisor::providers::browser_native::BrowserNative::new(c).map_err(|e| e.to_string())?;
     Ok(Arc::new(p))
 }

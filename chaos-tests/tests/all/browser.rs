@@ -1054,6 +1054,11 @@ async fn in_attach_mode_one_activation_owns_the_browser_and_the_others_see_the_t
     let mut c = BrowserNativeConfig::new("browser");
     c.attach = Some("http://192.0.2.7:9222".into());
     let err = BrowserNative::new(c).unwrap_err();
+    assert!(
+        matches!(err, mcpvisor::providers::ProviderError::Config(_)),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(err.contains("192.0.2.7"), "{err}");
 }
 
@@ -1232,6 +1237,11 @@ async fn an_mcp_backed_provider_is_pinned_and_a_failed_start_fails_the_activatio
     let mut wrong = c.clone();
     wrong.version = "0.0.82".into();
     let err = McpBrowser::new(wrong).unwrap_err();
+    assert!(
+        matches!(err, mcpvisor::providers::ProviderError::Package(_)),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("\"0.0.83\"") && err.contains("0.0.82"),
         "{err}"
