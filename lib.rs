@@ -183,7 +183,7 @@ pub use messages::call::{
 pub use messages::projection::ProjectionPart;
 
 pub use import::{
-    FoundSecret, HooksFrom, Imported, import_file, import_file_beside, import_servers,
+    FoundSecret, HooksFrom, ImportError, Imported, import_file, import_file_beside, import_servers,
     import_servers_beside,
 };
 pub use messages::naming::{

@@ -8,6 +8,21 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+/// Why a file could not be imported; each text names the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// It parses neither as JSON nor as TOML.
+    #[error("{0}")]
+    Unreadable(String),
+    /// It parses, but holds no servers table an importer reads.
+    #[error("{0}")]
+    NotAServersConfig(String),
+    /// A hooks file that is not a hooks file of its dialect.
+    #[error("{0}")]
+    Hooks(String),
+}
+
 /// What an import produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Imported {
@@ -123,7 +138,7 @@ pub fn import_file(
     hooks_path: &str,
     text: &str,
     from: Option<HooksFrom>,
-) -> Result<Imported, String> {
+) -> Result<Imported, ImportError> {
     import_file_beside(origin, hooks_path, text, from, &[])
 }
 
@@ -135,7 +150,7 @@ pub fn import_file_beside(
     text: &str,
     from: Option<HooksFrom>,
     existing: &[String],
-) -> Result<Imported, String> {
+) -> Result<Imported, ImportError> {
     let json: Option<Value> = text
         .trim_start()
         .starts_with('{')
@@ -167,7 +182,7 @@ fn import_hooks(
     hooks_path: &str,
     text: &str,
     from: Option<HooksFrom>,
-) -> Result<Imported, String> {
+) -> Result<Imported, ImportError> {
     use crate::messages::hooks::Dialect;
     use crate::messages::hooks::config::HookSet;
     let from = from.unwrap_or_else(|| {
@@ -182,7 +197,8 @@ fn import_hooks(
         HooksFrom::Claude => (Dialect::Claude, "claude", "Claude Code"),
         HooksFrom::Codex => (Dialect::Codex, "codex", "Codex"),
     };
-    let set = HookSet::parse(dialect, origin, text).map_err(|e| e.to_string())?;
+    let set =
+        HookSet::parse(dialect, origin, text).map_err(|e| ImportError::Hooks(e.to_string()))?;
     let mut hooks = Vec::new();
     let mut listing = String::new();
     let mut hashes = Vec::new();
@@ -289,7 +305,7 @@ fn unsupported<'a>(keys: impl Iterator<Item = &'a String>, known: &[&str]) -> Ve
 /// Convert the config at `origin` (its text): JSON with `mcpServers` or
 /// `servers` (and `~/.claude.json`'s per-project `projects.*.mcpServers`),
 /// or TOML with `mcp_servers`. An error says what the file is not.
-pub fn import_servers(origin: &str, text: &str) -> Result<Imported, String> {
+pub fn import_servers(origin: &str, text: &str) -> Result<Imported, ImportError> {
     import_servers_beside(origin, text, &[])
 }
 
@@ -301,7 +317,7 @@ pub fn import_servers_beside(
     origin: &str,
     text: &str,
     existing: &[String],
-) -> Result<Imported, String> {
+) -> Result<Imported, ImportError> {
     let entries = if text.trim_start().starts_with('{') {
         from_json(origin, text)?
     } else {
@@ -479,9 +495,9 @@ pub fn import_servers_beside(
     })
 }
 
-fn from_json(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+fn from_json(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, ImportError> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| ImportError::Unreadable(format!("{origin}: not valid JSON: {e}")))?;
     let top = v
         .get("mcpServers")
         .or_else(|| v.get("servers"))
@@ -503,9 +519,9 @@ fn from_json(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
         })
         .unwrap_or_default();
     if top.is_none() && projects.is_empty() {
-        return Err(format!(
+        return Err(ImportError::NotAServersConfig(format!(
             "{origin}: no `mcpServers` (or `servers`) object: not an MCP servers config"
-        ));
+        )));
     }
     let mut out = Vec::new();
     let sections = top
@@ -563,13 +579,18 @@ fn json_entry(s: &Value) -> Entry {
     e
 }
 
-fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, String> {
-    let v: toml::Table =
-        toml::from_str(text).map_err(|e| format!("{origin}: neither JSON nor valid TOML: {e}"))?;
+fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, ImportError> {
+    let v: toml::Table = toml::from_str(text).map_err(|e| {
+        ImportError::Unreadable(format!("{origin}: neither JSON nor valid TOML: {e}"))
+    })?;
     let table = v
         .get("mcp_servers")
         .and_then(toml::Value::as_table)
-        .ok_or_else(|| format!("{origin}: no `[mcp_servers]` table: not a Codex config.toml"))?;
+        .ok_or_else(|| {
+            ImportError::NotAServersConfig(format!(
+                "{origin}: no `[mcp_servers]` table: not a Codex config.toml"
+            ))
+        })?;
     let mut out = Vec::new();
     for (name, s) in table {
         let mut e = Entry::default();

@@ -73,8 +73,7 @@ pub(crate) fn import(
             &text,
             from,
             &taken,
-        )
-        .map_err(anyhow::Error::msg)?;
+        )?;
         if !got.toml.is_empty() {
             got.toml.push('\n');
         }
