@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Spawn `sh -c script` (which prints a grandchild's pid first) and read
