@@ -289,6 +289,18 @@ pub struct Established {
     pub catalog: Vec<Value>,
 }
 
+/// Whether `e` is a request's send that wrote nothing to the server (its
+/// stdin's read end was closed): the request never ran (CALL-5).
+pub(crate) fn nothing_written(e: &rmcp::service::ServiceError) -> bool {
+    let rmcp::service::ServiceError::TransportSend(sent) = e else {
+        return false;
+    };
+    sent.error
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .is_some_and(|inner| inner.is::<crate::transport::stdio::NothingWritten>())
+}
+
 /// An rmcp service error in words, without rmcp's wrapper and its type
 /// names: `Transport [rmcp::transport::worker::WorkerTransport<…>] error:
 /// Session expired (HTTP 404)` reads "Session expired (HTTP 404)".

@@ -56,6 +56,25 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 /// transport is dead: it ends, and the reconnect policy takes over (CONN-14).
 pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(10);
 
+/// A request of which not one byte reached the server's stdin (its read end
+/// was closed, or the transport's writer was gone): nothing of it ran
+/// (CALL-5). Carried inside the `io::Error` the send fails with, and read
+/// back by [`crate::transport::client::nothing_written`].
+#[derive(Debug)]
+pub(crate) struct NothingWritten;
+
+impl std::fmt::Display for NothingWritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server's stdin is closed: nothing of the request was written")
+    }
+}
+
+impl std::error::Error for NothingWritten {}
+
+fn nothing_written() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, NothingWritten)
+}
+
 /// rmcp transport over a child's stdin/stdout with the CONN-6 line guard.
 ///
 /// `receive` is cancel-safe: rmcp drops a pending `receive()` whenever
@@ -300,12 +319,22 @@ impl rmcp::transport::Transport<RoleClient> for StdioTransport {
             let write = async {
                 let mut guard = writer.lock().await;
                 let Some(stdin) = guard.as_mut() else {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::BrokenPipe,
-                        "stdin closed",
-                    ));
+                    return Err(nothing_written());
                 };
-                stdin.write_all(&bytes).await?;
+                // CALL-5: a message of which no byte was written (the pipe
+                // has no reader: the server closed its stdin or is gone)
+                // never ran, and says so.
+                let mut at = 0;
+                while at < bytes.len() {
+                    match stdin.write(&bytes[at..]).await {
+                        Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                        Ok(n) => at += n,
+                        Err(e) if at == 0 && e.kind() == std::io::ErrorKind::BrokenPipe => {
+                            return Err(nothing_written());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 stdin.flush().await
             };
             // Most writes finish at once: the deadline (a timer) is made

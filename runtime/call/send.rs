@@ -185,6 +185,18 @@ impl Runtime {
                 )
                 .not_sent();
             }
+            // Not one byte of the request reached the server (CALL-5).
+            Err(e) if crate::transport::client::nothing_written(&e) => {
+                return self
+                    .lost(
+                        scope,
+                        def,
+                        live.conn_gen,
+                        crate::transport::client::service_words(&e),
+                        Lost::NotSent,
+                    )
+                    .await;
+            }
             Err(e) if live.client.is_closed() => {
                 return self
                     .lost(

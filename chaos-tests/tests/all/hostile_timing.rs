@@ -431,3 +431,58 @@ async fn a_reply_that_cannot_be_read_ends_its_call_at_once_and_a_lone_surrogate_
     assert_eq!(after.kind, OutcomeKind::Ok, "{after:?}");
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
+
+/// A stdio server that closes its stdin once it has listed its tools and
+/// goes on running: every later request meets a pipe with no reader.
+const DEAF_SERVER: &str = r#"
+import json, os, sys, time
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method = msg.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "protocolVersion": msg["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "deaf", "version": "1"}}})
+    elif method == "tools/list":
+        os.close(0)
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": [
+            {"name": "echo", "inputSchema": {"type": "object"}}]}})
+        break
+time.sleep(60)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_request_could_not_be_written_says_not_sent() {
+    // CALL-5 over stdio: the server's stdin has no reader left, so the
+    // write of the request fails before one byte of it is written. Nothing
+    // ran: `server_not_ready`, "not sent, nothing ran", at once (not
+    // `transport_lost_during_call`, "side effects unknown", and not after
+    // the call's timeout).
+    let mut cfg =
+        mcpvisor::ServerConfig::stdio("deaf", "python3", vec!["-c".into(), DEAF_SERVER.into()])
+            .trusted();
+    cfg.tool_call_timeout = Duration::from_secs(30);
+    let runtime = start_with_server(Runtime::builder(), G, cfg).await.unwrap();
+    let t = Instant::now();
+    let o = runtime
+        .call(
+            &G,
+            "mcp__deaf__echo",
+            Some(json!({})),
+            CallOptions::default(),
+        )
+        .await;
+    assert_eq!(o.kind, OutcomeKind::ServerNotReady, "{o:?}");
+    let error = o.error.clone().unwrap_or_default();
+    assert!(error.contains("not sent, nothing ran"), "{error}");
+    assert!(
+        error.contains("nothing of the request was written"),
+        "{error}"
+    );
+    assert!(t.elapsed() < BOUND, "the call took {:?}", t.elapsed());
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
