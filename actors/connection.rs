@@ -379,6 +379,7 @@ async fn compose_cause(
     // cause, and the words are the same whichever side noticed first.
     let handshake_lost = reason.starts_with("initialize failed")
         && (reason.contains("Broken pipe")
+            || reason.contains(crate::transport::stdio::NOTHING_WRITTEN)
             || reason.contains("connection closed")
             || reason.contains("error: Transport"));
     let mut cause = match exit {

@@ -63,9 +63,13 @@ pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct NothingWritten;
 
+/// [`NothingWritten`]'s words.
+pub(crate) const NOTHING_WRITTEN: &str =
+    "the server's stdin is closed: nothing of the request was written";
+
 impl std::fmt::Display for NothingWritten {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the server's stdin is closed: nothing of the request was written")
+        f.write_str(NOTHING_WRITTEN)
     }
 }
 
