@@ -11,10 +11,9 @@ pub(super) async fn connect_when_clear(
     st: &mut ServerSupervisorState,
     attempt: u32,
 ) {
-    if st.barrier.is_clear() || st.chaos.skip_close_barrier() {
-        start_connection(myself, st, attempt).await;
-    } else {
-        st.enter(Phase::AwaitingClose { attempt });
+    match decide::when_due(st.barrier.is_clear() || st.chaos.skip_close_barrier()) {
+        WhenDue::Connect => start_connection(myself, st, attempt).await,
+        WhenDue::AwaitClose | WhenDue::Stale => st.enter(Phase::AwaitingClose { attempt }),
     }
 }
 

@@ -123,9 +123,56 @@ pub(super) fn after_failure(
     )
 }
 
+/// What a connection that is due to start does (RECO-3): start now, or
+/// wait in `awaiting_close` for the previous generations to confirm their
+/// close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WhenDue {
+    /// The barrier is clear: spawn `Connection(next)`.
+    Connect,
+    /// A close is pending: `awaiting_close` until `ConnectionEnded`.
+    AwaitClose,
+    /// A reconnect timer the phase has moved past: nothing.
+    Stale,
+}
+
+/// A connection is due: `clear` says the close barrier is clear (or the
+/// chaos switch skips it).
+pub(super) fn when_due(clear: bool) -> WhenDue {
+    if clear {
+        WhenDue::Connect
+    } else {
+        WhenDue::AwaitClose
+    }
+}
+
+/// `Reconnect(attempt)` fired; `backing_off` is the attempt the phase waits
+/// for, if it is `backing_off` at all.
+pub(super) fn on_reconnect(backing_off: Option<u32>, attempt: u32, clear: bool) -> WhenDue {
+    if backing_off == Some(attempt) {
+        when_due(clear)
+    } else {
+        WhenDue::Stale
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_due_reconnect_connects_when_the_barrier_is_clear_and_waits_otherwise() {
+        // Rows: backing_off(k) | Reconnect(k), barrier clear → connecting;
+        // close pending → awaiting_close; a timer of another attempt, or
+        // one that fires after the phase left backing_off, does nothing.
+        assert_eq!(on_reconnect(Some(2), 2, true), WhenDue::Connect);
+        assert_eq!(on_reconnect(Some(2), 2, false), WhenDue::AwaitClose);
+        assert_eq!(on_reconnect(Some(3), 2, true), WhenDue::Stale);
+        assert_eq!(on_reconnect(None, 2, true), WhenDue::Stale);
+        // A restart, a wake, or a switch-on that is due: the barrier alone.
+        assert_eq!(when_due(true), WhenDue::Connect);
+        assert_eq!(when_due(false), WhenDue::AwaitClose);
+    }
 
     fn policy() -> ReconnectPolicy {
         ReconnectPolicy {

@@ -221,14 +221,18 @@ pub(super) async fn on_reconnect(
     st: &mut ServerSupervisorState,
     attempt: u32,
 ) {
-    if !matches!(st.phase, Phase::BackingOff { attempt: a, .. } if a == attempt) {
-        return; // a stale timer: the phase moved on
-    }
-    if st.barrier.is_clear() || st.chaos.skip_close_barrier() {
-        st.status.restarts += 1;
-        start_connection(myself, st, attempt).await;
-    } else {
-        st.enter(Phase::AwaitingClose { attempt }); // RECO-3: wait for the close confirmation.
+    let backing_off = match st.phase {
+        Phase::BackingOff { attempt: a, .. } => Some(a),
+        _ => None,
+    };
+    let clear = st.barrier.is_clear() || st.chaos.skip_close_barrier();
+    match decide::on_reconnect(backing_off, attempt, clear) {
+        WhenDue::Connect => {
+            st.status.restarts += 1;
+            start_connection(myself, st, attempt).await;
+        }
+        WhenDue::AwaitClose => st.enter(Phase::AwaitingClose { attempt }),
+        WhenDue::Stale => {}
     }
 }
 

@@ -64,7 +64,7 @@ use tokio::time::Instant;
 
 use catalog::*;
 use connect::*;
-use decide::{AfterExit, AfterFailure, StopFor};
+use decide::{AfterExit, AfterFailure, StopFor, WhenDue};
 use events::*;
 use stop::*;
 
