@@ -185,26 +185,21 @@ impl Runtime {
                 )
                 .not_sent();
             }
-            // Not one byte of the request reached the server (CALL-5).
-            Err(e) if crate::transport::client::nothing_written(&e) => {
+            // The connection is gone, or not one byte of the request reached
+            // the server (CALL-5: then it is not sent, whatever else holds).
+            Err(e) if live.client.is_closed() || crate::transport::client::nothing_written(&e) => {
+                let how = if crate::transport::client::nothing_written(&e) {
+                    Lost::NotSent
+                } else {
+                    lost_as
+                };
                 return self
                     .lost(
                         scope,
                         def,
                         live.conn_gen,
                         crate::transport::client::service_words(&e),
-                        Lost::NotSent,
-                    )
-                    .await;
-            }
-            Err(e) if live.client.is_closed() => {
-                return self
-                    .lost(
-                        scope,
-                        def,
-                        live.conn_gen,
-                        crate::transport::client::service_words(&e),
-                        lost_as,
+                        how,
                     )
                     .await;
             }
