@@ -102,7 +102,8 @@
 //! [`TurnError`], [`SeatError`], [`StoreError`], [`EndpointError`],
 //! [`TrustDecision`], [`HookOutcome`], [`HookDecision`], [`StopVerdict`],
 //! [`ServerStatus`], [`ShutdownReport`], [`ToolOutcome`], [`TurnOutcome`],
-//! [`SeatStatus`], [`HookReport`]) are `#[non_exhaustive]`: a new variant
+//! [`SeatStatus`], [`HookReport`]; with feature `oauth`, `oauth::OAuthError`
+//! and `oauth::DialError`) are `#[non_exhaustive]`: a new variant
 //! or field is not a breaking change, so a `match` on them needs a `_`
 //! arm, and a report an embedder returns (a [`SessionResource`]'s close)
 //! is built from `Default` and its public fields set.

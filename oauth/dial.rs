@@ -30,19 +30,43 @@ const MAX_REDIRECTS: usize = 10;
 /// A request's deadline when rmcp names none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why an OAuth request was not sent.
+/// Why an OAuth request was not sent, or the client that sends them
+/// could not be made.
 #[derive(Debug, thiserror::Error)]
-enum DialError {
+#[non_exhaustive]
+pub enum DialError {
+    /// The URL (a redirect's included) is refused.
     #[error("OAuth request to {url} refused: {why}")]
-    Refused { url: String, why: String },
+    Refused {
+        /// The URL.
+        url: String,
+        /// Why (the endpoint rule's words, the address rule, the redirect limit).
+        why: String,
+    },
+    /// Every address the host resolves to is one the rule forbids.
     #[error("{host} resolves to {addr}, which an OAuth request may not reach from {base}")]
     Address {
+        /// The host named.
         host: String,
+        /// The first address it resolved to.
         addr: IpAddr,
+        /// The MCP server's origin.
         base: String,
     },
+    /// A response body is larger than the client reads.
     #[error("an OAuth response body is larger than {MAX_BODY_BYTES} bytes")]
     TooLarge,
+    /// The MCP server's URL does not parse.
+    #[error("{base} is not a URL: {source}")]
+    NotAUrl {
+        /// The URL given.
+        base: String,
+        /// The parser's error.
+        source: url::ParseError,
+    },
+    /// reqwest could not build the client.
+    #[error("could not build the OAuth HTTP client: {0}")]
+    Build(reqwest::Error),
 }
 
 /// The class of an address, as the rule above sees it.
@@ -164,8 +188,11 @@ pub(crate) struct CheckedClient {
 }
 
 impl CheckedClient {
-    pub(crate) fn new(base: &str) -> Result<Self, String> {
-        let base = url::Url::parse(base).map_err(|e| format!("{base} is not a URL: {e}"))?;
+    pub(crate) fn new(base: &str) -> Result<Self, DialError> {
+        let base = url::Url::parse(base).map_err(|source| DialError::NotAUrl {
+            base: base.to_owned(),
+            source,
+        })?;
         let rule = Arc::new(Filtered::new(&base));
         let follow_rule = rule.clone();
         let follow = reqwest::redirect::Policy::custom(move |attempt| {
@@ -194,7 +221,7 @@ impl CheckedClient {
                 .redirect(redirect)
                 .dns_resolver(rule.clone())
                 .build()
-                .map_err(|e| format!("could not build the OAuth HTTP client: {e}"))
+                .map_err(DialError::Build)
         };
         Ok(Self {
             follow: build(follow)?,

@@ -26,6 +26,10 @@
 //!   authorization by itself in the middle of a call.
 
 mod dial;
+mod error;
+
+pub use dial::DialError;
+pub use error::OAuthError;
 
 use std::sync::Arc;
 
@@ -187,11 +191,22 @@ impl CredentialStore for SecretCredentials {
 /// rmcp's authorization manager for `server` at `url`, dialing through
 /// [`dial::CheckedClient`]: every URL of discovery, registration, the
 /// token and refresh requests passes the endpoint validator (TRUST-3).
-async fn new_manager(server: &str, url: &str) -> Result<AuthorizationManager, String> {
-    let client = dial::CheckedClient::new(url).map_err(|e| format!("server {server}: {e}"))?;
+async fn new_manager(server: &str, url: &str) -> Result<AuthorizationManager, OAuthError> {
+    let client = dial::CheckedClient::new(url).map_err(|source| OAuthError::Client {
+        server: server.to_owned(),
+        source,
+    })?;
     AuthorizationManager::new_with_oauth_http_client(url, Arc::new(client))
         .await
-        .map_err(|e| describe(server, &e))
+        .map_err(protocol(server))
+}
+
+/// rmcp's error of a step for `server`, classified as a protocol failure.
+fn protocol(server: &str) -> impl Fn(AuthError) -> OAuthError + '_ {
+    move |source| OAuthError::Protocol {
+        server: server.to_owned(),
+        source: Box::new(source),
+    }
 }
 
 /// An authorization manager for `server` at `url` whose tokens come from
@@ -201,13 +216,13 @@ pub(crate) async fn manager(
     server: &str,
     url: &str,
     store: Arc<dyn SecretStore>,
-) -> Result<(AuthorizationManager, bool), String> {
+) -> Result<(AuthorizationManager, bool), OAuthError> {
     let mut manager = new_manager(server, url).await?;
     let creds = SecretCredentials::new(store, server, url);
     let held = creds
         .load()
         .await
-        .map_err(|e| describe(server, &e))?
+        .map_err(protocol(server))?
         .is_some_and(|c| c.token_response.is_some());
     manager.set_credential_store(creds);
     if held {
@@ -218,7 +233,7 @@ pub(crate) async fn manager(
     let stored = manager
         .initialize_from_store()
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     Ok((manager, stored))
 }
 
@@ -252,22 +267,26 @@ async fn discover(
     manager: &AuthorizationManager,
     url: &str,
     challenge: Option<&str>,
-) -> Result<AuthorizationMetadata, String> {
+) -> Result<AuthorizationMetadata, OAuthError> {
     let metadata = match manager.resolve_metadata_from_challenge(challenge).await {
         Ok(resolution) => resolution.metadata,
-        Err(mismatch @ AuthError::AuthorizationServerMismatch { .. }) => legacy_metadata(url)
-            .await
-            .ok_or_else(|| describe(server, &mismatch))?,
-        Err(e) => return Err(describe(server, &e)),
+        Err(mismatch @ AuthError::AuthorizationServerMismatch { .. }) => {
+            match legacy_metadata(url).await {
+                Some(metadata) => metadata,
+                None => return Err(protocol(server)(mismatch)),
+            }
+        }
+        Err(e) => return Err(protocol(server)(e)),
     };
     for endpoint in [&metadata.authorization_endpoint, &metadata.token_endpoint]
         .into_iter()
         .chain(metadata.registration_endpoint.as_ref())
     {
-        validate_endpoint(endpoint).map_err(|e| {
-            format!(
-                "server {server}: OAuth: the authorization server's endpoint {endpoint} is refused: {e}"
-            )
+        validate_endpoint(endpoint).map_err(|source| OAuthError::EndpointRefused {
+            server: server.to_owned(),
+            owner: "the authorization server's",
+            endpoint: endpoint.clone(),
+            source,
         })?;
     }
     Ok(metadata)
@@ -333,8 +352,8 @@ pub async fn login(
     store: Arc<dyn SecretStore>,
     ui: &dyn AuthorizationUi,
     request: &LoginRequest,
-) -> Result<Authorized, String> {
-    validate_endpoint(&http.url).map_err(|e| e.to_string())?;
+) -> Result<Authorized, OAuthError> {
+    validate_endpoint(&http.url).map_err(OAuthError::ServerUrl)?;
     let oauth = http.oauth.as_deref().cloned().unwrap_or_default();
     let scopes = if request.scopes.is_empty() {
         &oauth.scopes
@@ -342,9 +361,11 @@ pub async fn login(
         &request.scopes
     };
     let client_secret = match &oauth.client_secret {
-        Some(name) => Some(store.get(name).await.map_err(|e| {
-            format!("server {server}: the client secret {name} could not be had: {e}")
-        })?),
+        Some(name) => Some(store.get(name).await.map_err(secret_error(
+            server,
+            "the client secret",
+            name,
+        ))?),
         None => None,
     };
     let mut manager = new_manager(server, &http.url).await?;
@@ -358,7 +379,7 @@ pub async fn login(
     }
     let mut manager = manager;
     let challenge = probe(&http.url).await;
-    let redirect = ui.redirect_uri().await?;
+    let redirect = ui.redirect_uri().await.map_err(OAuthError::Ui)?;
     let mut ask = AuthorizationRequest::new(redirect)
         .with_client_name(oauth.client_name.as_deref().unwrap_or("mcpvisor"));
     if let Some(id) = &oauth.client_id {
@@ -382,21 +403,23 @@ pub async fn login(
     }
     let session = AuthorizationSession::new(manager, ask)
         .await
-        .map_err(|(_, e)| describe(server, &e))?;
+        .map_err(|(_, e)| protocol(server)(e))?;
     let mut state = OAuthState::Session(session);
     let url = state
         .get_authorization_url()
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     // TRUST-3: the user's browser (or the headless client) is sent only to
     // an https or loopback authorization endpoint.
-    validate_endpoint(&url)
-        .map_err(|e| format!("server {server}: the authorization endpoint is refused: {e}"))?;
-    let back = ui.authorize(server, &url).await?;
+    validate_endpoint(&url).map_err(|source| OAuthError::AuthorizationUrlRefused {
+        server: server.to_owned(),
+        source,
+    })?;
+    let back = ui.authorize(server, &url).await.map_err(OAuthError::Ui)?;
     state
         .handle_callback_url(&back)
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     stored_summary(server, &http.url, store, scopes).await
 }
 
@@ -405,12 +428,14 @@ async fn stored_summary(
     url: &str,
     store: Arc<dyn SecretStore>,
     asked: &[String],
-) -> Result<Authorized, String> {
+) -> Result<Authorized, OAuthError> {
     let stored = SecretCredentials::new(store, server, url)
         .load()
         .await
-        .map_err(|e| describe(server, &e))?
-        .ok_or_else(|| format!("server {server}: the login kept no token"))?;
+        .map_err(protocol(server))?
+        .ok_or_else(|| OAuthError::NoToken {
+            server: server.to_owned(),
+        })?;
     Ok(summarize(&stored, asked))
 }
 
@@ -447,26 +472,28 @@ async fn client_credentials(
     manager: AuthorizationManager,
     client_secret: Option<Secret>,
     scopes: &[String],
-) -> Result<Authorized, String> {
+) -> Result<Authorized, OAuthError> {
+    let missing = |needs| OAuthError::Missing {
+        server: server.to_owned(),
+        grant: "client_credentials",
+        needs,
+    };
     let Some(client_id) = oauth.client_id.clone() else {
-        return Err(format!(
-            "server {server}: grant = \"client_credentials\" needs client_id"
-        ));
+        return Err(missing("client_id"));
     };
     // RFC 8707: the token is for this server.
     let resource = Some(http.url.clone());
     let config = match (&oauth.client_assertion_key, &client_secret) {
         (Some(key_name), _) => {
-            let key = store.get(key_name).await.map_err(|e| {
-                format!(
-                    "server {server}: the client assertion key {key_name} could not be had: {e}"
-                )
-            })?;
+            let key = store.get(key_name).await.map_err(secret_error(
+                server,
+                "the client assertion key",
+                key_name,
+            ))?;
             ClientCredentialsConfig::PrivateKeyJwt {
                 client_id,
                 signing_key: key.expose().as_bytes().to_vec(),
-                signing_algorithm: signing_algorithm(oauth.signing_algorithm.as_deref())
-                    .map_err(|e| format!("server {server}: {e}"))?,
+                signing_algorithm: signing_algorithm(server, oauth.signing_algorithm.as_deref())?,
                 token_endpoint_audience: None,
                 scopes: scopes.to_vec(),
                 resource,
@@ -479,15 +506,13 @@ async fn client_credentials(
             resource,
         },
         (None, None) => {
-            return Err(format!(
-                "server {server}: grant = \"client_credentials\" needs client_secret or client_assertion_key"
-            ));
+            return Err(missing("client_secret or client_assertion_key"));
         }
     };
     OAuthState::Unauthorized(manager)
         .authenticate_client_credentials(config)
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     stored_summary(server, &http.url, store, scopes).await
 }
 
@@ -503,13 +528,16 @@ async fn enterprise(
     manager: &AuthorizationManager,
     client_secret: Option<Secret>,
     scopes: &[String],
-) -> Result<Authorized, String> {
+) -> Result<Authorized, OAuthError> {
     use rmcp::transport::auth::enterprise::{
         EmaAuthorizationServer, EmaClientAuthentication, EmaExchangeRequest,
     };
-    let need = |v: &Option<String>, what: &str| {
-        v.clone()
-            .ok_or_else(|| format!("server {server}: grant = \"enterprise\" needs {what}"))
+    let need = |v: &Option<String>, needs: &'static str| {
+        v.clone().ok_or_else(|| OAuthError::Missing {
+            server: server.to_owned(),
+            grant: "enterprise",
+            needs,
+        })
     };
     let secret = |s: Secret| {
         EmaClientAuthentication::ClientSecretBasic(oauth2::ClientSecret::new(s.expose().to_owned()))
@@ -517,17 +545,25 @@ async fn enterprise(
     // The same discovery and endpoint check as every grant (TRUST-3): the
     // ID-JAG and a client secret go to these endpoints.
     let metadata = discover(server, manager, &http.url, None).await?;
-    let issuer = metadata.issuer.clone().ok_or_else(|| {
-        format!("server {server}: OAuth: the authorization server's metadata names no issuer")
-    })?;
+    let issuer = metadata
+        .issuer
+        .clone()
+        .ok_or_else(|| OAuthError::NoIssuer {
+            server: server.to_owned(),
+        })?;
     let id_token_name = need(&oauth.idp_id_token, "idp_id_token")?;
-    let id_token = store.get(&id_token_name).await.map_err(|e| {
-        format!("server {server}: the ID token {id_token_name} could not be had: {e}")
-    })?;
+    let id_token = store.get(&id_token_name).await.map_err(secret_error(
+        server,
+        "the ID token",
+        &id_token_name,
+    ))?;
     let idp_token_endpoint = need(&oauth.idp_token_endpoint, "idp_token_endpoint")?;
     // The user's ID token goes there.
-    validate_endpoint(&idp_token_endpoint).map_err(|e| {
-        format!("server {server}: OAuth: the identity provider's endpoint {idp_token_endpoint} is refused: {e}")
+    validate_endpoint(&idp_token_endpoint).map_err(|source| OAuthError::EndpointRefused {
+        server: server.to_owned(),
+        owner: "the identity provider's",
+        endpoint: idp_token_endpoint.clone(),
+        source,
     })?;
     let mut idp = EmaAuthorizationServer::new(
         need(&oauth.idp_issuer, "idp_issuer")?,
@@ -535,9 +571,11 @@ async fn enterprise(
         need(&oauth.idp_client_id, "idp_client_id")?,
     );
     if let Some(name) = &oauth.idp_client_secret {
-        let s = store.get(name).await.map_err(|e| {
-            format!("server {server}: the identity provider's client secret {name} could not be had: {e}")
-        })?;
+        let s = store.get(name).await.map_err(secret_error(
+            server,
+            "the identity provider's client secret",
+            name,
+        ))?;
         idp = idp.with_client_authentication(secret(s));
     }
     let client_id = need(&oauth.client_id, "client_id")?;
@@ -549,15 +587,15 @@ async fn enterprise(
     if let Some(s) = client_secret {
         resource_as = resource_as.with_client_authentication(secret(s));
     }
-    let client =
-        rmcp::transport::auth::default_oauth_http_client().map_err(|e| describe(server, &e))?;
+    let client = rmcp::transport::auth::default_oauth_http_client().map_err(protocol(server))?;
     let token =
         EmaExchangeRequest::new_with_id_token(idp, resource_as, &http.url, id_token.expose())
             .with_scopes(scopes.iter().cloned())
             .exchange(&client, &client)
             .await
-            .map_err(|e| {
-                format!("server {server}: OAuth: enterprise-managed authorization failed: {e}")
+            .map_err(|source| OAuthError::Enterprise {
+                server: server.to_owned(),
+                source: Box::new(source),
             })?;
     let mut granted: Vec<String> = token.scopes.iter().cloned().collect();
     granted.sort();
@@ -567,7 +605,10 @@ async fn enterprise(
             "token_type": "Bearer",
             "expires_in": token.expires_in.map(|d| d.as_secs()),
         }))
-        .map_err(|e| format!("server {server}: OAuth: the token could not be kept: {e}"))?;
+        .map_err(|source| OAuthError::TokenNotKept {
+            server: server.to_owned(),
+            source,
+        })?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -578,12 +619,12 @@ async fn enterprise(
                 .with_issuer(Some(issuer)),
         )
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     stored_summary(server, &http.url, store, scopes).await
 }
 
 /// The `private_key_jwt` algorithm of this name (ES256 when unset).
-fn signing_algorithm(name: Option<&str>) -> Result<JwtSigningAlgorithm, String> {
+fn signing_algorithm(server: &str, name: Option<&str>) -> Result<JwtSigningAlgorithm, OAuthError> {
     Ok(match name.unwrap_or("ES256") {
         "ES256" => JwtSigningAlgorithm::ES256,
         "ES384" => JwtSigningAlgorithm::ES384,
@@ -591,9 +632,10 @@ fn signing_algorithm(name: Option<&str>) -> Result<JwtSigningAlgorithm, String> 
         "RS384" => JwtSigningAlgorithm::RS384,
         "RS512" => JwtSigningAlgorithm::RS512,
         other => {
-            return Err(format!(
-                "signing_algorithm = {other:?}: expected ES256, ES384, RS256, RS384 or RS512"
-            ));
+            return Err(OAuthError::SigningAlgorithm {
+                server: server.to_owned(),
+                name: other.to_owned(),
+            });
         }
     })
 }
@@ -604,22 +646,39 @@ pub async fn status(
     server: &str,
     url: &str,
     store: Arc<dyn SecretStore>,
-) -> Result<Option<Authorized>, String> {
+) -> Result<Option<Authorized>, OAuthError> {
     let stored = SecretCredentials::new(store, server, url)
         .load()
         .await
-        .map_err(|e| describe(server, &e))?;
+        .map_err(protocol(server))?;
     Ok(stored
         .filter(|s| s.token_response.is_some())
         .map(|s| summarize(&s, &[])))
 }
 
 /// Forget `server`'s tokens and registration.
-pub async fn logout(server: &str, store: Arc<dyn SecretStore>) -> Result<(), String> {
+pub async fn logout(server: &str, store: Arc<dyn SecretStore>) -> Result<(), OAuthError> {
     store
         .remove(&credentials_name(server))
         .await
-        .map_err(|e| format!("server {server}: {e}"))
+        .map_err(|source| OAuthError::Logout {
+            server: server.to_owned(),
+            source: Box::new(source),
+        })
+}
+
+/// A store error reading the secret `name` (`what` it is) for `server`.
+fn secret_error<'a>(
+    server: &'a str,
+    what: &'static str,
+    name: &'a str,
+) -> impl FnOnce(StoreError) -> OAuthError + 'a {
+    move |source| OAuthError::Secret {
+        server: server.to_owned(),
+        what,
+        name: name.to_owned(),
+        source: Box::new(source),
+    }
 }
 
 /// The server's `WWW-Authenticate` challenge to an unauthenticated
@@ -738,6 +797,7 @@ mod tests {
         let e = status("notes", "https://notes.example/mcp", store)
             .await
             .unwrap_err();
+        let e = e.to_string();
         assert!(
             e.contains("not readable") && e.contains("log in again"),
             "{e}"

@@ -96,14 +96,17 @@ pub async fn connect(
                 handle.block_on(async move {
                     let nobody = crate::oauth::HeadlessAuthorization::default();
                     let ask = crate::oauth::LoginRequest::default();
-                    crate::oauth::login(&server, &cfg, store, &nobody, &ask).await
+                    crate::oauth::login(&server, &cfg, store, &nobody, &ask)
+                        .await
+                        .map_err(|e| e.to_string())
                 })
             })
             .await
             .map_err(|e| format!("server {}: the token request failed: {e}", parts.server))??;
         }
-        let (manager, _stored) =
-            crate::oauth::manager(&parts.server, &cfg.url, store.clone()).await?;
+        let (manager, _stored) = crate::oauth::manager(&parts.server, &cfg.url, store.clone())
+            .await
+            .map_err(|e| e.to_string())?;
         // TRUST-2: a server that echoes its token shows "[redacted]".
         parts
             .diag

@@ -420,6 +420,7 @@ async fn login_error(cfg: &ServerConfig, store: &Arc<dyn SecretStore>) -> String
     )
     .await
     .unwrap_err()
+    .to_string()
 }
 
 /// A `grant = "enterprise"` config for the fixture's server, with the
