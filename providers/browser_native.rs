@@ -49,6 +49,100 @@ pub use launch::sweep_orphans;
 use launch::*;
 use tools::*;
 
+/// Why a browser could not be had (launched, attached, connected) or a
+/// tool's argument is refused before it is used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BrowserError {
+    /// No Chromium is configured and none is at the usual places.
+    #[error(
+        "no Chromium found (looked at {}); install it (Debian: apt-get install chromium) or set `executable` in [providers.browser] or $MCPVISOR_CHROMIUM",
+        CHROMIUM_CANDIDATES.join(", ")
+    )]
+    NoChromium,
+    /// The activation's profile directory could not be made.
+    #[error("cannot make the profile directory {}: {source}", path.display())]
+    Profile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The browser's home (inside its profile) could not be made.
+    #[error("cannot make the browser's home {}: {source}", path.display())]
+    Home {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The browser process could not be started.
+    #[error("cannot start {}: {source}", exe.display())]
+    Start {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    /// The browser exited (or closed its stderr) before it was ready.
+    #[error("{} {how} before it was ready", exe.display())]
+    Exited { exe: PathBuf, how: String },
+    /// The browser did not announce its DevTools endpoint in time.
+    #[error(
+        "{} did not announce its DevTools endpoint within {} ms",
+        exe.display(),
+        limit.as_millis()
+    )]
+    NotAnnounced { exe: PathBuf, limit: Duration },
+    /// A launch step failed, and the browser had written to stderr.
+    #[error("{why}; its stderr ends with:\n{tail}")]
+    Stderr {
+        why: Box<BrowserError>,
+        tail: String,
+    },
+    /// The attached browser is another activation's (SEAT-9).
+    #[error(transparent)]
+    Claim(#[from] super::ClaimError),
+    /// The CDP endpoint to attach to did not answer in time.
+    #[error("the CDP endpoint {endpoint} did not answer in time")]
+    EndpointTimeout { endpoint: String },
+    /// The HTTP client for the endpoint's `/json/version` could not be made.
+    #[error("cannot make an HTTP client: {0}")]
+    HttpClient(reqwest::Error),
+    /// The endpoint's `/json/version` could not be reached.
+    #[error("cannot reach the CDP endpoint {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    /// The endpoint's `/json/version` is not JSON.
+    #[error("{url} did not answer with JSON: {source}")]
+    NotJson { url: String, source: reqwest::Error },
+    /// The endpoint's `/json/version` names no WebSocket URL.
+    #[error("{url} has no webSocketDebuggerUrl")]
+    NoWebSocketUrl { url: String },
+    /// The browser's DevTools did not answer in time.
+    #[error("the browser's DevTools at {ws} did not answer in time")]
+    DevToolsTimeout { ws: String },
+    /// The CDP connection could not be made.
+    #[error("cannot connect to the browser's DevTools at {ws}: {source}")]
+    DevTools {
+        ws: String,
+        source: chromiumoxide::error::CdpError,
+    },
+    /// The browser did not open our page in time.
+    #[error("the browser did not open a page in time")]
+    PageTimeout,
+    /// The browser did not open our page.
+    #[error("the browser did not open a page: {0}")]
+    Page(chromiumoxide::error::CdpError),
+    /// The seat's session resource could not be had.
+    #[error(transparent)]
+    Seat(#[from] crate::messages::seat::SeatError),
+    /// The activation's session resource is not a browser.
+    #[error("the session resource is not a browser")]
+    NotABrowser,
+    /// `navigate`'s URL does not parse.
+    #[error("{url:?} is not a URL: {source}")]
+    NotAUrl {
+        url: String,
+        source: url::ParseError,
+    },
+    /// `navigate`'s URL has a scheme that is not opened.
+    #[error("{url:?}: the scheme {scheme:?} is not opened (http, https, file, data and about are)")]
+    Scheme { url: String, scheme: String },
+}
+
 /// The guidance every tool description carries (SEAT-6).
 pub const GUIDANCE: &str = "Take a snapshot before acting and act on the elements it lists; verify the result with a fresh snapshot after acting; a completed click or keypress cannot be undone.";
 
@@ -185,7 +279,9 @@ impl SeatProvider for BrowserNative {
                     }
                     _ => launch(&config, &activation).await,
                 };
-                session.map(|s| Arc::new(s) as Arc<dyn SessionResource>)
+                session
+                    .map(|s| Arc::new(s) as Arc<dyn SessionResource>)
+                    .map_err(|e| e.to_string())
             }) as BoxFuture<'static, _>
         }))
     }

@@ -22,6 +22,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use x11rb::connection::Connection as _;
+use x11rb::errors::{ConnectError, ReplyError};
 use x11rb::protocol::xproto::{self, ConnectionExt as _};
 use x11rb::protocol::xtest::ConnectionExt as _;
 use x11rb::rust_connection::RustConnection;
@@ -111,7 +112,7 @@ impl SeatProvider for ComputerNative {
             let config = config.clone();
             let owner = owner.clone();
             Box::pin(async move {
-                owner.claim(&activation)?;
+                owner.claim(&activation).map_err(|e| e.to_string())?;
                 let display = config.display.clone();
                 let opened = tokio::time::timeout(
                     config.action_timeout,
@@ -122,18 +123,18 @@ impl SeatProvider for ComputerNative {
                     Ok(Ok(Ok(d))) => d,
                     Ok(Ok(Err(e))) => {
                         owner.release(&activation);
-                        return Err(e);
+                        return Err(e.to_string());
                     }
                     Ok(Err(e)) => {
                         owner.release(&activation);
-                        return Err(format!("the X connection task failed: {e}"));
+                        return Err(DesktopError::Task(e).to_string());
                     }
                     Err(_) => {
                         owner.release(&activation);
-                        return Err(format!(
-                            "the X display {} did not answer in time",
-                            config.display
-                        ));
+                        return Err(DesktopError::Timeout {
+                            display: config.display.clone(),
+                        }
+                        .to_string());
                     }
                 };
                 // The other activations' tools are masked now.
@@ -149,6 +150,51 @@ impl SeatProvider for ComputerNative {
     }
 }
 
+/// Why the X display could not be opened or an X action failed.
+#[derive(Debug, thiserror::Error)]
+enum DesktopError {
+    /// No connection to the display.
+    #[error("cannot connect to the X display {display}: {source}")]
+    Connect {
+        display: String,
+        source: ConnectError,
+    },
+    /// The display has not the screen its name asks for.
+    #[error("the X display {display} has no screen {screen}")]
+    NoScreen { display: String, screen: usize },
+    /// The display lacks XTEST (synthetic input).
+    #[error("the X display {display} has no XTEST extension: {source}")]
+    NoXtest { display: String, source: ReplyError },
+    /// A request while connecting failed.
+    #[error("X display {display}: {source}")]
+    Setup { display: String, source: ReplyError },
+    /// The blocking task that connects panicked or was cancelled.
+    #[error("the X connection task failed: {0}")]
+    Task(tokio::task::JoinError),
+    /// The display did not answer within the action timeout.
+    #[error("the X display {display} did not answer in time")]
+    Timeout { display: String },
+    /// An X request of an action failed.
+    #[error("the X request failed: {0}")]
+    Request(ReplyError),
+    /// The keyboard map has no Shift key (needed to type upper case).
+    #[error("the display has no Shift key")]
+    NoShift,
+    /// The screen's pixels are not in a format the screenshot reads.
+    #[error(
+        "the display's depth is {depth} ({bytes} bytes for {width}x{height}): only 24-bit TrueColor (Xvfb -screen 0 WxHx24) is supported"
+    )]
+    Depth {
+        depth: u8,
+        bytes: usize,
+        width: usize,
+        height: usize,
+    },
+    /// The screenshot could not be encoded.
+    #[error("cannot encode the PNG: {0}")]
+    Png(png::EncodingError),
+}
+
 /// One X connection and what input needs of the display.
 struct Desktop {
     conn: RustConnection,
@@ -161,26 +207,38 @@ struct Desktop {
 }
 
 impl Desktop {
-    fn connect(display: &str) -> Result<Self, String> {
-        let (conn, screen) = x11rb::connect(Some(display))
-            .map_err(|e| format!("cannot connect to the X display {display}: {e}"))?;
+    fn connect(display: &str) -> Result<Self, DesktopError> {
+        let (conn, screen) =
+            x11rb::connect(Some(display)).map_err(|source| DesktopError::Connect {
+                display: display.to_owned(),
+                source,
+            })?;
         let setup = conn.setup();
         let s = setup
             .roots
             .get(screen)
-            .ok_or_else(|| format!("the X display {display} has no screen {screen}"))?;
+            .ok_or_else(|| DesktopError::NoScreen {
+                display: display.to_owned(),
+                screen,
+            })?;
         let (root, width, height) = (s.root, s.width_in_pixels, s.height_in_pixels);
         let (min, max) = (setup.min_keycode, setup.max_keycode);
-        let x = |e: &dyn std::fmt::Display| format!("X display {display}: {e}");
+        let x = |e: ReplyError| DesktopError::Setup {
+            display: display.to_owned(),
+            source: e,
+        };
         conn.xtest_get_version(2, 2)
-            .map_err(|e| x(&e))?
+            .map_err(|e| x(e.into()))?
             .reply()
-            .map_err(|e| format!("the X display {display} has no XTEST extension: {e}"))?;
+            .map_err(|source| DesktopError::NoXtest {
+                display: display.to_owned(),
+                source,
+            })?;
         let map = conn
             .get_keyboard_mapping(min, max - min + 1)
-            .map_err(|e| x(&e))?
+            .map_err(|e| x(e.into()))?
             .reply()
-            .map_err(|e| x(&e))?;
+            .map_err(x)?;
         Ok(Self {
             conn,
             root,
@@ -192,12 +250,12 @@ impl Desktop {
         })
     }
 
-    fn err(e: impl std::fmt::Display) -> String {
-        format!("the X request failed: {e}")
+    fn err(e: impl Into<ReplyError>) -> DesktopError {
+        DesktopError::Request(e.into())
     }
 
     /// A round trip: every request before it was processed.
-    fn sync(&self) -> Result<(), String> {
+    fn sync(&self) -> Result<(), DesktopError> {
         self.conn
             .get_input_focus()
             .map_err(Self::err)?
@@ -219,18 +277,18 @@ impl Desktop {
         Ok((x as i16, y as i16))
     }
 
-    fn fake(&self, kind: u8, detail: u8, x: i16, y: i16) -> Result<(), String> {
+    fn fake(&self, kind: u8, detail: u8, x: i16, y: i16) -> Result<(), DesktopError> {
         self.conn
             .xtest_fake_input(kind, detail, x11rb::CURRENT_TIME, self.root, x, y, 0)
             .map_err(Self::err)?;
         Ok(())
     }
 
-    fn move_to(&self, x: i16, y: i16) -> Result<(), String> {
+    fn move_to(&self, x: i16, y: i16) -> Result<(), DesktopError> {
         self.fake(xproto::MOTION_NOTIFY_EVENT, 0, x, y)
     }
 
-    fn click(&self, x: i16, y: i16, button: u8) -> Result<(), String> {
+    fn click(&self, x: i16, y: i16, button: u8) -> Result<(), DesktopError> {
         self.move_to(x, y)?;
         self.fake(xproto::BUTTON_PRESS_EVENT, button, 0, 0)?;
         self.fake(xproto::BUTTON_RELEASE_EVENT, button, 0, 0)?;
@@ -253,7 +311,7 @@ impl Desktop {
         None
     }
 
-    fn tap(&self, keys: &[(u8, bool)]) -> Result<(), String> {
+    fn tap(&self, keys: &[(u8, bool)]) -> Result<(), DesktopError> {
         for (code, _) in keys {
             self.fake(xproto::KEY_PRESS_EVENT, *code, 0, 0)?;
         }
@@ -263,9 +321,8 @@ impl Desktop {
         Ok(())
     }
 
-    fn shift(&self) -> Result<(u8, bool), String> {
-        self.keycode(XK_SHIFT_L)
-            .ok_or_else(|| "the display has no Shift key".to_owned())
+    fn shift(&self) -> Result<(u8, bool), DesktopError> {
+        self.keycode(XK_SHIFT_L).ok_or(DesktopError::NoShift)
     }
 
     fn type_text(&self, text: &str) -> Result<usize, ToolFailure> {
@@ -280,7 +337,7 @@ impl Desktop {
             })?;
             plan.push(key);
         }
-        let typed = || -> Result<(), String> {
+        let typed = || -> Result<(), DesktopError> {
             let shift = self.shift()?;
             for key in &plan {
                 if key.1 {
@@ -291,7 +348,7 @@ impl Desktop {
             }
             self.sync()
         };
-        typed().map_err(ToolFailure::failed)?;
+        typed().map_err(failed)?;
         Ok(plan.len())
     }
 
@@ -319,13 +376,11 @@ impl Desktop {
             })?;
             keys.push(key);
         }
-        self.tap(&keys)
-            .and_then(|()| self.sync())
-            .map_err(ToolFailure::failed)
+        self.tap(&keys).and_then(|()| self.sync()).map_err(failed)
     }
 
     /// The root window as a PNG.
-    fn screenshot(&self) -> Result<Vec<u8>, String> {
+    fn screenshot(&self) -> Result<Vec<u8>, DesktopError> {
         let image = self
             .conn
             .get_image(
@@ -342,11 +397,12 @@ impl Desktop {
             .map_err(Self::err)?;
         let (w, h) = (usize::from(self.width), usize::from(self.height));
         if image.depth != 24 && image.depth != 32 || image.data.len() < w * h * 4 {
-            return Err(format!(
-                "the display's depth is {} ({} bytes for {w}x{h}): only 24-bit TrueColor (Xvfb -screen 0 WxHx24) is supported",
-                image.depth,
-                image.data.len()
-            ));
+            return Err(DesktopError::Depth {
+                depth: image.depth,
+                bytes: image.data.len(),
+                width: w,
+                height: h,
+            });
         }
         // ZPixmap at depth 24 is 32 bits per pixel, BGRX (least significant byte first).
         let mut rgb = Vec::with_capacity(w * h * 3);
@@ -359,15 +415,16 @@ impl Desktop {
                 png::Encoder::new(&mut out, u32::from(self.width), u32::from(self.height));
             encoder.set_color(png::ColorType::Rgb);
             encoder.set_depth(png::BitDepth::Eight);
-            let mut writer = encoder
-                .write_header()
-                .map_err(|e| format!("cannot encode the PNG: {e}"))?;
-            writer
-                .write_image_data(&rgb)
-                .map_err(|e| format!("cannot encode the PNG: {e}"))?;
+            let mut writer = encoder.write_header().map_err(DesktopError::Png)?;
+            writer.write_image_data(&rgb).map_err(DesktopError::Png)?;
         }
         Ok(out)
     }
+}
+
+/// An X action's error as the tool's failure.
+fn failed(e: DesktopError) -> ToolFailure {
+    ToolFailure::failed(e.to_string())
 }
 
 const XK_SHIFT_L: u32 = 0xffe1;
@@ -577,9 +634,7 @@ impl DesktopTools {
         match name {
             "screenshot" => {
                 let png = session
-                    .run("screenshot", |d| {
-                        d.screenshot().map_err(ToolFailure::failed)
-                    })
+                    .run("screenshot", |d| d.screenshot().map_err(failed))
                     .await?;
                 let data = base64::engine::general_purpose::STANDARD.encode(&png);
                 Ok(vec![ContentBlock::image(data, "image/png")])
@@ -588,9 +643,7 @@ impl DesktopTools {
                 session
                     .run("mouse_move", move |d| {
                         let (x, y) = d.check_point(x, y)?;
-                        d.move_to(x, y)
-                            .and_then(|()| d.sync())
-                            .map_err(ToolFailure::failed)
+                        d.move_to(x, y).and_then(|()| d.sync()).map_err(failed)
                     })
                     .await?;
                 Ok(vec![ContentBlock::text(format!(
@@ -601,7 +654,7 @@ impl DesktopTools {
                 session
                     .run("click", move |d| {
                         let (x, y) = d.check_point(x, y)?;
-                        d.click(x, y, button).map_err(ToolFailure::failed)
+                        d.click(x, y, button).map_err(failed)
                     })
                     .await?;
                 Ok(vec![ContentBlock::text(format!(

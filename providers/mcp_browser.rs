@@ -198,7 +198,7 @@ impl McpBrowser {
     }
 
     /// The command line of one activation's server.
-    fn command(&self) -> Result<Launch, String> {
+    fn command(&self) -> Result<Launch, super::browser_native::BrowserError> {
         let c = &self.config;
         let (program, mut args) = match &c.package_dir {
             Some(dir) => {
@@ -276,7 +276,7 @@ impl SeatProvider for McpBrowser {
     }
 
     fn mount(&self, activation: &ActivationId, _: SessionsHandle) -> Result<ServerConfig, String> {
-        let (program, mut args, env) = self.command()?;
+        let (program, mut args, env) = self.command().map_err(|e| e.to_string())?;
         // The server's working directory, where it writes its snapshots,
         // console logs and screenshots: the activation's own, removed at
         // its end (and swept like a profile when a runtime was killed).

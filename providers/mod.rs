@@ -26,6 +26,24 @@ use crate::messages::config::file::RawProvider;
 use crate::messages::seat::SeatProvider;
 use crate::messages::transport::{InProcessConnection, InProcessConnector};
 
+/// Why an activation could not take an [`Exclusive`] resource.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimError {
+    /// Another live activation owns it.
+    #[error(
+        "{what} is in use by activation {owner}: its tools are masked until that activation ends or closes it"
+    )]
+    InUse {
+        /// What it is ("the attached browser").
+        what: &'static str,
+        /// The activation that owns it.
+        owner: ActivationId,
+    },
+    /// A thread panicked while holding the owner's lock.
+    #[error("the attach state is poisoned")]
+    Poisoned,
+}
+
 /// A resource with one live owner at a time (SEAT-9: an attached browser,
 /// an X display), and the tool servers of every activation, told when the
 /// owner changes so that their tools are masked (absent) while another
@@ -63,16 +81,13 @@ impl Exclusive {
         self.owner().is_some_and(|o| &o != activation)
     }
 
-    pub(crate) fn claim(&self, activation: &ActivationId) -> Result<(), String> {
-        let mut owner = self
-            .owner
-            .lock()
-            .map_err(|_| "the attach state is poisoned".to_owned())?;
+    pub(crate) fn claim(&self, activation: &ActivationId) -> Result<(), ClaimError> {
+        let mut owner = self.owner.lock().map_err(|_| ClaimError::Poisoned)?;
         match owner.as_ref() {
-            Some(o) if o != activation => Err(format!(
-                "{} is in use by activation {o}: its tools are masked until that activation ends or closes it",
-                self.what
-            )),
+            Some(o) if o != activation => Err(ClaimError::InUse {
+                what: self.what,
+                owner: o.clone(),
+            }),
             _ => {
                 *owner = Some(activation.clone());
                 Ok(())

@@ -13,13 +13,13 @@ pub(super) const CHROMIUM_CANDIDATES: &[&str] = &[
     "/usr/bin/google-chrome-stable",
 ];
 
-pub(super) fn chromium(config: &BrowserNativeConfig) -> Result<PathBuf, String> {
+pub(super) fn chromium(config: &BrowserNativeConfig) -> Result<PathBuf, BrowserError> {
     chromium_for(config.executable.as_deref())
 }
 
 /// The configured Chromium, else `$MCPVISOR_CHROMIUM`, else the first of
 /// the usual places that exists.
-pub(crate) fn chromium_for(executable: Option<&std::path::Path>) -> Result<PathBuf, String> {
+pub(crate) fn chromium_for(executable: Option<&std::path::Path>) -> Result<PathBuf, BrowserError> {
     if let Some(exe) = executable {
         return Ok(exe.to_path_buf());
     }
@@ -30,12 +30,7 @@ pub(crate) fn chromium_for(executable: Option<&std::path::Path>) -> Result<PathB
         .iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
-        .ok_or_else(|| {
-            format!(
-                "no Chromium found (looked at {}); install it (Debian: apt-get install chromium) or set `executable` in [providers.browser] or $MCPVISOR_CHROMIUM",
-                CHROMIUM_CANDIDATES.join(", ")
-            )
-        })
+        .ok_or(BrowserError::NoChromium)
 }
 
 /// The stderr lines kept for errors.
@@ -44,14 +39,12 @@ pub(super) const STDERR_TAIL: usize = 20;
 pub(super) async fn launch(
     config: &BrowserNativeConfig,
     activation: &ActivationId,
-) -> Result<BrowserSession, String> {
+) -> Result<BrowserSession, BrowserError> {
     let exe = chromium(config)?;
     let profile = config.profile_root.join(profile_name(activation));
-    std::fs::create_dir_all(&profile).map_err(|e| {
-        format!(
-            "cannot make the profile directory {}: {e}",
-            profile.display()
-        )
+    std::fs::create_dir_all(&profile).map_err(|source| BrowserError::Profile {
+        path: profile.clone(),
+        source,
     })?;
     // One tag per launch: what this browser started is found, and killed,
     // when it exits, without touching a browser launched after it.
@@ -88,8 +81,10 @@ pub(super) async fn launch(
     // Everything Chromium writes outside its profile (dconf's cache, a
     // crash database) goes inside it, and is removed with it.
     let home = profile.join("home");
-    std::fs::create_dir_all(&home)
-        .map_err(|e| format!("cannot make the browser's home {}: {e}", home.display()))?;
+    std::fs::create_dir_all(&home).map_err(|source| BrowserError::Home {
+        path: home.clone(),
+        source,
+    })?;
     cmd.env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_CACHE_HOME", home.join(".cache"))
@@ -105,9 +100,12 @@ pub(super) async fn launch(
                 crate::process::still_running(&swept.killed, crate::process::SWEPT_EXIT_WAIT).await;
         });
     });
-    let (mut group, pipes) = ProcessGroup::spawn_notifying(&cmd, on_exit).map_err(|e| {
+    let (mut group, pipes) = ProcessGroup::spawn_notifying(&cmd, on_exit).map_err(|source| {
         let _ = std::fs::remove_dir_all(&profile);
-        format!("cannot start {}: {e}", exe.display())
+        BrowserError::Start {
+            exe: exe.clone(),
+            source,
+        }
     })?;
     let pid = group.pid();
     drop(pipes.stdin);
@@ -150,7 +148,10 @@ pub(super) async fn launch(
             return Err(if tail.is_empty() {
                 why
             } else {
-                format!("{why}; its stderr ends with:\n{tail}")
+                BrowserError::Stderr {
+                    why: Box::new(why),
+                    tail,
+                }
             });
         }
     };
@@ -183,7 +184,7 @@ pub(super) async fn attach(
     endpoint: &str,
     state: &Arc<Exclusive>,
     activation: &ActivationId,
-) -> Result<BrowserSession, String> {
+) -> Result<BrowserSession, BrowserError> {
     state.claim(activation)?;
     let ws = match tokio::time::timeout(config.action_timeout, websocket_url(endpoint)).await {
         Ok(Ok(ws)) => ws,
@@ -193,9 +194,9 @@ pub(super) async fn attach(
         }
         Err(_) => {
             state.release(activation);
-            return Err(format!(
-                "the CDP endpoint {endpoint} did not answer in time"
-            ));
+            return Err(BrowserError::EndpointTimeout {
+                endpoint: endpoint.to_owned(),
+            });
         }
     };
     let cdp = match cdp_session(config, &ws).await {
@@ -229,7 +230,7 @@ pub(super) async fn attach(
 
 /// The browser's WebSocket URL from `<endpoint>/json/version` (an
 /// `http://` endpoint), or the endpoint itself (`ws://`).
-pub(super) async fn websocket_url(endpoint: &str) -> Result<String, String> {
+pub(super) async fn websocket_url(endpoint: &str) -> Result<String, BrowserError> {
     if endpoint.starts_with("ws://") || endpoint.starts_with("wss://") {
         return Ok(endpoint.to_owned());
     }
@@ -237,20 +238,26 @@ pub(super) async fn websocket_url(endpoint: &str) -> Result<String, String> {
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        .map_err(BrowserError::HttpClient)?;
     let answer = client
         .get(&url)
         .send()
         .await
-        .map_err(|e| format!("cannot reach the CDP endpoint {url}: {e}"))?;
+        .map_err(|source| BrowserError::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
     let v: Value = answer
         .json()
         .await
-        .map_err(|e| format!("{url} did not answer with JSON: {e}"))?;
+        .map_err(|source| BrowserError::NotJson {
+            url: url.clone(),
+            source,
+        })?;
     v.get("webSocketDebuggerUrl")
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| format!("{url} has no webSocketDebuggerUrl"))
+        .ok_or(BrowserError::NoWebSocketUrl { url })
 }
 
 /// The launched browser's DevTools endpoint (announced on its stderr),
@@ -260,7 +267,7 @@ pub(super) async fn connect(
     exe: &std::path::Path,
     ws_rx: tokio::sync::oneshot::Receiver<String>,
     group: &mut ProcessGroup,
-) -> Result<Cdp, String> {
+) -> Result<Cdp, BrowserError> {
     let ws = match tokio::time::timeout(config.launch_timeout, ws_rx).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(_)) => {
@@ -268,14 +275,16 @@ pub(super) async fn connect(
             let how = exit
                 .map(|e| e.describe())
                 .unwrap_or_else(|| "closed its stderr".into());
-            return Err(format!("{} {how} before it was ready", exe.display()));
+            return Err(BrowserError::Exited {
+                exe: exe.to_path_buf(),
+                how,
+            });
         }
         Err(_) => {
-            return Err(format!(
-                "{} did not announce its DevTools endpoint within {} ms",
-                exe.display(),
-                config.launch_timeout.as_millis()
-            ));
+            return Err(BrowserError::NotAnnounced {
+                exe: exe.to_path_buf(),
+                limit: config.launch_timeout,
+            });
         }
     };
     cdp_session(config, &ws).await
@@ -290,7 +299,10 @@ pub(super) struct Cdp {
     gone: tokio::sync::watch::Receiver<bool>,
 }
 
-pub(super) async fn cdp_session(config: &BrowserNativeConfig, ws: &str) -> Result<Cdp, String> {
+pub(super) async fn cdp_session(
+    config: &BrowserNativeConfig,
+    ws: &str,
+) -> Result<Cdp, BrowserError> {
     let handler_config = chromiumoxide::handler::HandlerConfig {
         request_timeout: config.action_timeout,
         viewport: None,
@@ -301,8 +313,11 @@ pub(super) async fn cdp_session(config: &BrowserNativeConfig, ws: &str) -> Resul
         Browser::connect_with_config(ws.to_owned(), handler_config),
     )
     .await
-    .map_err(|_| format!("the browser's DevTools at {ws} did not answer in time"))?
-    .map_err(|e| format!("cannot connect to the browser's DevTools at {ws}: {e}"))?;
+    .map_err(|_| BrowserError::DevToolsTimeout { ws: ws.to_owned() })?
+    .map_err(|source| BrowserError::DevTools {
+        ws: ws.to_owned(),
+        source,
+    })?;
     let (gone_tx, gone) = tokio::sync::watch::channel(false);
     let handler = tokio::spawn(async move {
         while let Some(event) = handler.next().await {
@@ -314,8 +329,8 @@ pub(super) async fn cdp_session(config: &BrowserNativeConfig, ws: &str) -> Resul
     });
     let page = tokio::time::timeout(config.action_timeout, browser.new_page("about:blank"))
         .await
-        .map_err(|_| "the browser did not open a page in time".to_owned())
-        .and_then(|p| p.map_err(|e| format!("the browser did not open a page: {e}")));
+        .map_err(|_| BrowserError::PageTimeout)
+        .and_then(|p| p.map_err(BrowserError::Page));
     match page {
         Ok(page) => Ok(Cdp {
             browser,

@@ -83,17 +83,13 @@ impl BrowserTools {
             .is_some_and(|a| a.masked_for(&self.sessions.activation))
     }
 
-    async fn session(&self) -> Result<Arc<BrowserSession>, String> {
+    async fn session(&self) -> Result<Arc<BrowserSession>, BrowserError> {
         let limit = self.config.launch_timeout + Duration::from_secs(5);
-        let resource = self
-            .sessions
-            .acquire(limit)
-            .await
-            .map_err(|e| e.to_string())?;
+        let resource = self.sessions.acquire(limit).await?;
         resource
             .as_any()
             .downcast::<BrowserSession>()
-            .map_err(|_| "the session resource is not a browser".to_owned())
+            .map_err(|_| BrowserError::NotABrowser)
     }
 
     /// The browser is gone: close what is left of it and let the next call
@@ -138,7 +134,10 @@ impl BrowserTools {
                 },
             )]);
         }
-        let session = self.session().await.map_err(ToolFailure::not_done)?;
+        let session = self
+            .session()
+            .await
+            .map_err(|e| ToolFailure::not_done(e.to_string()))?;
         let result = session.act(name, args, cancel).await;
         if let Err(f) = &result
             && f.kind == OutcomeKind::TransportLostDuringCall
@@ -152,13 +151,17 @@ impl BrowserTools {
 }
 
 /// The URL schemes `navigate` opens.
-pub(super) fn check_url(url: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+pub(super) fn check_url(url: &str) -> Result<(), BrowserError> {
+    let parsed = url::Url::parse(url).map_err(|source| BrowserError::NotAUrl {
+        url: url.to_owned(),
+        source,
+    })?;
     match parsed.scheme() {
         "http" | "https" | "file" | "data" | "about" => Ok(()),
-        other => Err(format!(
-            "{url:?}: the scheme {other:?} is not opened (http, https, file, data and about are)"
-        )),
+        other => Err(BrowserError::Scheme {
+            url: url.to_owned(),
+            scheme: other.to_owned(),
+        }),
     }
 }
 
@@ -271,7 +274,7 @@ impl BrowserSession {
         match name {
             "navigate" => {
                 let url = text_arg("url")?;
-                check_url(&url).map_err(ToolFailure::refused)?;
+                check_url(&url).map_err(|e| ToolFailure::refused(e.to_string()))?;
                 live.valid = None;
                 let (title, at) = self
                     .guarded("navigate", cancel, async {
