@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::messages::server::ServerSupervisorMsg;
+use crate::transport::WireError;
 use crate::transport::client::fetch_catalog;
 use crate::transport::stdio::Diagnostics;
 
@@ -45,7 +46,7 @@ pub struct CatalogSyncArgs {
 /// Its one message: the fetch ended.
 pub enum CatalogSyncMsg {
     /// Every entry, or why the fetch failed.
-    Fetched(Result<Vec<Value>, String>),
+    Fetched(Result<Vec<Value>, WireError>),
 }
 
 /// Its state: the fetch task and where the result goes.
@@ -100,7 +101,8 @@ impl Actor for CatalogSync {
                 let _ = st.supervisor.cast(ServerSupervisorMsg::SyncDone {
                     conn_gen: st.conn_gen,
                     n: st.n,
-                    result,
+                    // The failure's words are the sync's cause in status.
+                    result: result.map_err(|e| e.to_string()),
                 });
                 myself.stop(None);
             }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+use futures::TryFutureExt as _;
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
@@ -212,13 +213,10 @@ impl Actor for Connection {
                             args.open.register(state.conn_gen, child.process.unreaped());
                             state.closer = Some(Closer::Process(child.process));
                             let pid = state.pid;
-                            Box::pin(handshake(
-                                handler,
-                                child.transport,
-                                cfg.clone(),
-                                diag.clone(),
-                                pid,
-                            ))
+                            Box::pin(
+                                handshake(handler, child.transport, cfg.clone(), diag.clone(), pid)
+                                    .map_err(|e| e.to_string()),
+                            )
                         }
                         Err(e) => Box::pin(futures::future::ready(Err(e.to_string()))),
                     }
@@ -243,8 +241,12 @@ impl Actor for Connection {
                     };
                     let (http_cfg, cfg, diag) = (http_cfg.clone(), cfg.clone(), diag.clone());
                     Box::pin(async move {
-                        let t = crate::transport::http::connect(&http_cfg, parts).await?;
-                        handshake(handler, t, cfg, diag, None).await
+                        let t = crate::transport::http::connect(&http_cfg, parts)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        handshake(handler, t, cfg, diag, None)
+                            .await
+                            .map_err(|e| e.to_string())
                     })
                 }
                 (TransportConfig::InProcess(factory), Ok(_)) => match (factory.0)() {
@@ -263,13 +265,10 @@ impl Actor for Connection {
                         };
                         args.open.register(state.conn_gen, unreaped);
                         state.closer = Some(Closer::InProcess(closed));
-                        Box::pin(handshake(
-                            handler,
-                            conn.stream,
-                            cfg.clone(),
-                            diag.clone(),
-                            None,
-                        ))
+                        Box::pin(
+                            handshake(handler, conn.stream, cfg.clone(), diag.clone(), None)
+                                .map_err(|e| e.to_string()),
+                        )
                     }
                     Err(e) => Box::pin(futures::future::ready(Err(e))),
                 },

@@ -101,7 +101,7 @@ impl Runtime {
                     v
                 }
                 Err(e) if server.is_some() => {
-                    let e = crate::messages::trust::redact(&e, &live.redactions);
+                    let e = crate::messages::trust::redact(&e.to_string(), &live.redactions);
                     return ToolOutcome::failure(
                         OutcomeKind::ServerError,
                         format!("server \"{target}\": {e}"),
@@ -109,7 +109,7 @@ impl Runtime {
                 }
                 // Listing across servers: one failing server does not hide the others.
                 Err(e) => {
-                    let e = crate::messages::trust::redact(&e, &live.redactions);
+                    let e = crate::messages::trust::redact(&e.to_string(), &live.redactions);
                     shown.push(format!("[MCP server \"{target}\"] failed: {e}"));
                     continue;
                 }
@@ -234,7 +234,7 @@ impl Runtime {
                 .client
                 .list_prompts(cursor.clone(), entry_timeout(snap))
                 .await
-                .map_err(|e| crate::messages::trust::redact(&e, &live.redactions))?;
+                .map_err(|e| crate::messages::trust::redact(&e.to_string(), &live.redactions))?;
             crate::messages::trust::redact_value(&mut page, &live.redactions);
             if let Some(list) = page.get_mut("prompts").and_then(Value::as_array_mut) {
                 prompts.append(list);
@@ -320,8 +320,12 @@ impl Runtime {
             }
             Ask::Subscribe { uri, on } => live.client.subscription(uri, on, timeout).await,
         };
-        let mut value =
-            asked.map_err(|e| err(crate::messages::trust::redact(&e, &live.redactions)))?;
+        let mut value = asked.map_err(|e| {
+            err(crate::messages::trust::redact(
+                &e.to_string(),
+                &live.redactions,
+            ))
+        })?;
         crate::messages::trust::redact_value(&mut value, &live.redactions);
         Ok(value)
     }

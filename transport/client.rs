@@ -20,6 +20,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
 use serde_json::{Map, Value};
 
+use super::WireError;
 use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
@@ -211,7 +212,7 @@ pub async fn fetch_catalog(
     client: &McpClient,
     request_timeout: Duration,
     diag: &Diagnostics,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, WireError> {
     let mut entries = Vec::new();
     let mut cursor: Option<String> = None;
     let mut seen = std::collections::HashSet::new();
@@ -222,12 +223,18 @@ pub async fn fetch_catalog(
             .peer()
             .send_request_with_option(request, PeerRequestOptions::with_timeout(request_timeout))
             .await
-            .map_err(|e| format!("tools/list could not be sent: {}", service_words(&e)))?;
+            .map_err(|e| WireError::NotSent {
+                method: "tools/list",
+                source: Box::new(e.into()),
+            })?;
         let id = crate::transport::stdio::request_id_key(&handle.id);
         let response = handle
             .await_response()
             .await
-            .map_err(|e| format!("tools/list failed: {}", service_words(&e)))?;
+            .map_err(|e| WireError::Failed {
+                method: "tools/list",
+                source: Box::new(e.into()),
+            })?;
         // The page as the server wrote it, when the transport kept it
         // (stdio always, HTTP for SSE replies): its entries keep what
         // rmcp's typed Tool drops (execution.taskSupport, SYNC-7) and any
@@ -239,7 +246,7 @@ pub async fn fetch_catalog(
                     Some(raw) => entries.extend(raw),
                     None => {
                         for tool in &page.tools {
-                            entries.push(serde_json::to_value(tool).map_err(|e| e.to_string())?);
+                            entries.push(serde_json::to_value(tool).map_err(WireError::Result)?);
                         }
                     }
                 }
@@ -251,7 +258,7 @@ pub async fn fetch_catalog(
                 let tools = value
                     .get("tools")
                     .and_then(Value::as_array)
-                    .ok_or_else(|| "tools/list result has no tools array".to_owned())?;
+                    .ok_or(WireError::NoToolsArray)?;
                 match stashed {
                     Some(raw) => entries.extend(raw),
                     None => entries.extend(tools.iter().cloned()),
@@ -261,21 +268,25 @@ pub async fn fetch_catalog(
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             }
-            _ => return Err("tools/list answered with an unexpected result type".into()),
+            _ => {
+                return Err(WireError::UnexpectedResult {
+                    method: "tools/list",
+                });
+            }
         };
         match next {
             None => return Ok(entries),
             Some(c) => {
                 if !seen.insert(c.clone()) {
-                    return Err(format!("tools/list repeated cursor {c:?}: invalid catalog"));
+                    return Err(WireError::RepeatedCursor { cursor: c });
                 }
                 cursor = Some(c);
             }
         }
     }
-    Err(format!(
-        "tools/list exceeded {MAX_CATALOG_PAGES} pages: invalid catalog"
-    ))
+    Err(WireError::TooManyPages {
+        pages: MAX_CATALOG_PAGES,
+    })
 }
 
 /// A finished handshake: the running service, what the server said of
@@ -305,7 +316,11 @@ pub(crate) fn nothing_written(e: &rmcp::service::ServiceError) -> bool {
 /// names: `Transport [rmcp::transport::worker::WorkerTransport<…>] error:
 /// Session expired (HTTP 404)` reads "Session expired (HTTP 404)".
 pub(crate) fn service_words(e: &(dyn std::error::Error + 'static)) -> String {
-    let text = e.to_string();
+    words(e.to_string())
+}
+
+/// [`service_words`] of an error's text.
+pub(super) fn words(text: String) -> String {
     match text.split_once("] error: ") {
         Some((head, rest)) if head.contains('[') => rest.to_owned(),
         _ => without_type_names(&text),
@@ -376,7 +391,7 @@ pub async fn handshake<T, E, A>(
     cfg: Arc<ServerConfig>,
     diag: Arc<Diagnostics>,
     pid: Option<u32>,
-) -> Result<Box<Established>, String>
+) -> Result<Box<Established>, WireError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -384,25 +399,20 @@ where
     let running = handler
         .serve(transport)
         .await
-        .map_err(|e| initialize_error(&e, &cfg.transport, &diag))?;
+        .map_err(|e| WireError::Initialize {
+            words: initialize_error(&e, &cfg.transport, &diag),
+        })?;
     let peer = running.peer().clone();
     peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
         .await;
     let client = McpClient::new(peer.clone());
     let Some(server) = peer.peer_info() else {
-        return Err("initialize finished without server info".into());
+        return Err(WireError::NoServerInfo);
     };
     if !SPOKEN_VERSIONS.contains(&server.protocol_version) {
-        return Err(format!(
-            "initialize failed: the server answered with protocol version {:?}, which this client does not speak: it offered {} and speaks {}",
-            server.protocol_version.as_str(),
-            ProtocolVersion::LATEST_WITH_INITIALIZE,
-            SPOKEN_VERSIONS
-                .iter()
-                .map(ProtocolVersion::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(WireError::Version {
+            answered: server.protocol_version.as_str().to_owned(),
+        });
     }
     // TRUST-2: what the server says of itself is its output too.
     let secrets = diag.redactions();
@@ -411,7 +421,8 @@ where
         &redact(server.instructions.as_deref().unwrap_or(""), &secrets),
         cfg.max_instruction_bytes,
         cfg.oversized_instructions,
-    )?;
+    )
+    .map_err(WireError::Instructions)?;
     let has_tools = server.capabilities.tools.is_some();
     let info = ConnInfo {
         protocol_version: server.protocol_version.to_string(),
@@ -520,7 +531,7 @@ impl McpClient {
         &self,
         cursor: Option<String>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let request = ClientRequest::ListResourcesRequest(
             rmcp::model::ListResourcesRequest::with_param(params),
@@ -533,7 +544,7 @@ impl McpClient {
         &self,
         cursor: Option<String>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let request = ClientRequest::ListResourceTemplatesRequest(
             rmcp::model::ListResourceTemplatesRequest::with_param(params),
@@ -542,7 +553,7 @@ impl McpClient {
     }
 
     /// `resources/read` of `uri`, as raw JSON.
-    pub async fn read_resource(&self, uri: String, timeout: Duration) -> Result<Value, String> {
+    pub async fn read_resource(&self, uri: String, timeout: Duration) -> Result<Value, WireError> {
         let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
             rmcp::model::ReadResourceRequestParams::new(uri),
         ));
@@ -554,7 +565,7 @@ impl McpClient {
         &self,
         cursor: Option<String>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let request =
             ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(params));
@@ -567,7 +578,7 @@ impl McpClient {
         name: &str,
         arguments: Option<Map<String, Value>>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
         if let Some(args) = arguments {
             params = params.with_arguments(args);
@@ -582,7 +593,7 @@ impl McpClient {
         uri: &str,
         on: bool,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 servers speak
         let request = if on {
             ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
@@ -601,17 +612,14 @@ impl McpClient {
         &self,
         request: ClientRequest,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, WireError> {
         let handle = self
             .peer()
             .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
             .await
-            .map_err(|e| service_words(&e))?;
-        let result = handle
-            .await_response()
-            .await
-            .map_err(|e| service_words(&e))?;
-        serde_json::to_value(&result).map_err(|e| e.to_string())
+            .map_err(WireError::from)?;
+        let result = handle.await_response().await.map_err(WireError::from)?;
+        serde_json::to_value(&result).map_err(WireError::Result)
     }
 }
 

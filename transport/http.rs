@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use http::{HeaderName, HeaderValue};
+
+use super::HttpSetupError;
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
@@ -66,17 +68,16 @@ pub struct HttpParts {
 pub async fn connect(
     cfg: &HttpConfig,
     parts: HttpParts,
-) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
+) -> Result<StreamableHttpClientTransport<TappedClient>, HttpSetupError> {
     if cfg.oauth.is_none() {
         return transport(cfg, parts, None);
     }
     #[cfg(feature = "oauth")]
     {
         let Some(store) = parts.secrets.clone() else {
-            return Err(format!(
-                "server {} uses OAuth, which keeps its tokens in the secret store, but none is installed: configure [secrets]",
-                parts.server
-            ));
+            return Err(HttpSetupError::NoSecretStore {
+                server: parts.server.clone(),
+            });
         };
         let machine = matches!(
             cfg.oauth.as_ref().map(|o| o.grant),
@@ -96,17 +97,17 @@ pub async fn connect(
                 handle.block_on(async move {
                     let nobody = crate::oauth::HeadlessAuthorization::default();
                     let ask = crate::oauth::LoginRequest::default();
-                    crate::oauth::login(&server, &cfg, store, &nobody, &ask)
-                        .await
-                        .map_err(|e| e.to_string())
+                    crate::oauth::login(&server, &cfg, store, &nobody, &ask).await
                 })
             })
             .await
-            .map_err(|e| format!("server {}: the token request failed: {e}", parts.server))??;
+            .map_err(|source| HttpSetupError::TokenTask {
+                server: parts.server.clone(),
+                source,
+            })??;
         }
-        let (manager, _stored) = crate::oauth::manager(&parts.server, &cfg.url, store.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let (manager, _stored) =
+            crate::oauth::manager(&parts.server, &cfg.url, store.clone()).await?;
         // TRUST-2: a server that echoes its token shows "[redacted]".
         parts
             .diag
@@ -116,10 +117,9 @@ pub async fn connect(
         transport(cfg, parts, Some(manager))
     }
     #[cfg(not(feature = "oauth"))]
-    Err(format!(
-        "server {}: [servers.{}.oauth] needs mcpvisor built with the `oauth` feature",
-        parts.server, parts.server
-    ))
+    Err(HttpSetupError::NoOAuthFeature {
+        server: parts.server,
+    })
 }
 
 #[cfg(feature = "oauth")]
@@ -131,7 +131,7 @@ fn transport(
     cfg: &HttpConfig,
     parts: HttpParts,
     manager: Option<Manager>,
-) -> Result<StreamableHttpClientTransport<TappedClient>, String> {
+) -> Result<StreamableHttpClientTransport<TappedClient>, HttpSetupError> {
     let HttpParts {
         secret_headers,
         diag,
@@ -141,28 +141,38 @@ fn transport(
         secrets: _,
     } = parts;
     // TRUST-3: checked again at dial time (a config built in code may skip validate()).
-    crate::messages::trust::validate_endpoint(&cfg.url).map_err(|e| e.to_string())?;
+    crate::messages::trust::validate_endpoint(&cfg.url)?;
     let mut headers = HashMap::new();
     for (name, value) in &cfg.headers {
-        let n = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| format!("header name {name:?} is invalid: {e}"))?;
-        let v = HeaderValue::from_str(value)
-            .map_err(|e| format!("header {name:?} has an invalid value: {e}"))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|source| {
+            HttpSetupError::HeaderName {
+                name: name.clone(),
+                source,
+            }
+        })?;
+        let v = HeaderValue::from_str(value).map_err(|source| HttpSetupError::HeaderValue {
+            name: name.clone(),
+            source,
+        })?;
         headers.insert(n, v);
     }
     for (name, secret) in &secret_headers {
-        let n = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| format!("header name {name:?} is invalid: {e}"))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|source| {
+            HttpSetupError::HeaderName {
+                name: name.clone(),
+                source,
+            }
+        })?;
         // The error never quotes the value.
         let mut v = HeaderValue::from_str(secret.expose())
-            .map_err(|_| format!("the secret for header {name:?} is not a valid header value"))?;
+            .map_err(|_| HttpSetupError::SecretHeaderValue { name: name.clone() })?;
         v.set_sensitive(true);
         headers.insert(n, v);
     }
     let inner = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+        .map_err(HttpSetupError::Client)?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.as_str())
         .custom_headers(headers)
         .reinit_on_expired_session(replay_for_chaos);

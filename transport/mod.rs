@@ -7,6 +7,9 @@
 
 pub mod client;
 pub mod diagnostics;
+mod error;
 pub mod http;
 pub mod open;
 pub mod stdio;
+
+pub use error::{HttpSetupError, WireError};
