@@ -104,7 +104,7 @@ impl ModelClient {
             };
             let deltas = decoder
                 .feed(ev.event.as_deref(), data)
-                .map_err(TurnError::Stream)?;
+                .map_err(|e| TurnError::Stream(e.to_string()))?;
             for d in deltas {
                 emit(match d {
                     Delta::Text(text) => TurnEvent::Text { text },
@@ -115,7 +115,9 @@ impl ModelClient {
                 break;
             }
         }
-        decoder.finish().map_err(TurnError::Stream)
+        decoder
+            .finish()
+            .map_err(|e| TurnError::Stream(e.to_string()))
     }
 }
 

@@ -449,7 +449,7 @@ impl Runtime {
                 let def = tools.iter().find(|d| d.name == call.name);
                 let arguments = match &call.arguments {
                     Ok(v) => v.clone(),
-                    Err(raw) => Value::String(raw.clone()),
+                    Err(e) => Value::String(e.raw.clone()),
                 };
                 emit(TurnEvent::ToolCall {
                     round,
@@ -463,12 +463,9 @@ impl Runtime {
                 });
                 let (kind, text, server) = match &call.arguments {
                     // TRUST-6: the model is told, nothing is called.
-                    Err(raw) => (
+                    Err(e) => (
                         OutcomeKind::InvalidArguments.name().to_owned(),
-                        format!(
-                            "Tool call failed (invalid_arguments): the arguments were not a JSON object: {}",
-                            openai::clip(raw)
-                        ),
+                        format!("Tool call failed (invalid_arguments): {e}"),
                         None,
                     ),
                     Ok(args) => {

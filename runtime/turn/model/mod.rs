@@ -31,7 +31,7 @@ pub struct ToolCallRequest {
     pub name: String,
     /// The arguments, parsed; `Err` holds the raw text when it was not a
     /// JSON object (the model is told, the tool is not called).
-    pub arguments: Result<Value, String>,
+    pub arguments: Result<Value, ArgumentsError>,
 }
 
 /// The answer the model gets for one call.
@@ -126,7 +126,7 @@ impl Decoder {
 
     /// One SSE event (its `event:` name, if any, and its `data:`): the
     /// deltas it carries, or the provider's error / why it is unreadable.
-    pub fn feed(&mut self, event: Option<&str>, data: &str) -> Result<Vec<Delta>, String> {
+    pub fn feed(&mut self, event: Option<&str>, data: &str) -> Result<Vec<Delta>, StreamError> {
         match self {
             Self::OpenAi(d) => d.feed(data),
             Self::Anthropic(d) => d.feed(event, data),
@@ -143,7 +143,7 @@ impl Decoder {
 
     /// The round, once the stream ended. A stream that ended before it said
     /// it was complete is an error naming what was cut.
-    pub fn finish(self) -> Result<Round, String> {
+    pub fn finish(self) -> Result<Round, StreamError> {
         match self {
             Self::OpenAi(d) => d.finish(),
             Self::Anthropic(d) => d.finish(),
@@ -151,14 +151,75 @@ impl Decoder {
     }
 }
 
+/// Why a model's stream did not give a round: the provider's own error,
+/// an event that cannot be read, or a stream that ended too soon.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// A `data:` payload that is not JSON (`unit` is `chunk` for OpenAI,
+    /// `event` for Anthropic); `data` is its start.
+    #[error("an unreadable stream {unit} ({source}): {data}")]
+    Unreadable {
+        /// `chunk` or `event`.
+        unit: &'static str,
+        /// The JSON parser's reason.
+        source: serde_json::Error,
+        /// The payload, clipped.
+        data: String,
+    },
+    /// A content block that starts as something other than an object
+    /// (`kind` with its article: `a string`).
+    #[error("an unreadable stream event: content block {index} is {kind}, not an object")]
+    BlockNotAnObject {
+        /// The block's index.
+        index: u64,
+        /// What it is instead.
+        kind: String,
+    },
+    /// A delta for a block that never started.
+    #[error("a delta for block {index}, which never started")]
+    NeverStarted {
+        /// The block's index.
+        index: u64,
+    },
+    /// The endpoint sent an error event; its message.
+    #[error("the model endpoint sent an error: {0}")]
+    Endpoint(String),
+    /// The stream ended before the provider said it was complete.
+    #[error(
+        "the model's stream was cut in the middle of {} ({})",
+        if *in_call { "a tool call" } else { "the message" },
+        match provider {
+            Provider::OpenAi => "no finish_reason, no [DONE]",
+            Provider::Anthropic => "no message_stop",
+        }
+    )]
+    Cut {
+        /// Whose stream.
+        provider: Provider,
+        /// A tool call had begun.
+        in_call: bool,
+    },
+}
+
+/// Streamed arguments that are not a JSON object: the raw text, kept to
+/// echo to the model (the tool is not called).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the arguments were not a JSON object: {}", openai::clip(raw))]
+pub struct ArgumentsError {
+    /// The text the model wrote.
+    pub raw: String,
+}
+
 /// Parse streamed arguments: empty is `{}`; anything but a JSON object is
 /// an error carrying the raw text.
-pub(crate) fn parse_arguments(raw: &str) -> Result<Value, String> {
+pub(crate) fn parse_arguments(raw: &str) -> Result<Value, ArgumentsError> {
     if raw.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(v @ Value::Object(_)) => Ok(v),
-        _ => Err(raw.to_owned()),
+        _ => Err(ArgumentsError {
+            raw: raw.to_owned(),
+        }),
     }
 }

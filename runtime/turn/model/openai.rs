@@ -6,7 +6,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Delta, Item, Round, ToolCallRequest, ToolSpec, Usage, parse_arguments};
+use super::{
+    Delta, Item, Provider, Round, StreamError, ToolCallRequest, ToolSpec, Usage, parse_arguments,
+};
 
 /// The request body of one round (streamed, with usage in the last chunk).
 /// `tools` empty: no `tools` key at all (TRUST-7).
@@ -35,7 +37,7 @@ pub fn request_body(
                             .map(|c| {
                                 let arguments = match &c.arguments {
                                     Ok(v) => v.to_string(),
-                                    Err(raw) => raw.clone(),
+                                    Err(e) => e.raw.clone(),
                                 };
                                 json!({
                                     "id": c.id,
@@ -107,7 +109,7 @@ pub struct Decoder {
 
 impl Decoder {
     /// One `data:` payload.
-    pub fn feed(&mut self, data: &str) -> Result<Vec<Delta>, String> {
+    pub fn feed(&mut self, data: &str) -> Result<Vec<Delta>, StreamError> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -116,13 +118,14 @@ impl Decoder {
         if data.is_empty() {
             return Ok(Vec::new());
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| format!("an unreadable stream chunk ({e}): {}", clip(data)))?;
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|source| StreamError::Unreadable {
+                unit: "chunk",
+                source,
+                data: clip(data),
+            })?;
         if let Some(err) = chunk.get("error") {
-            return Err(format!(
-                "the model endpoint sent an error: {}",
-                error_text(err)
-            ));
+            return Err(StreamError::Endpoint(error_text(err)));
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Usage {
@@ -230,16 +233,12 @@ impl Decoder {
 
     /// The round; an error when the stream ended before `[DONE]` and
     /// before a finish reason.
-    pub fn finish(self) -> Result<Round, String> {
+    pub fn finish(self) -> Result<Round, StreamError> {
         if !self.done && self.finish_reason.is_none() {
-            let what = if self.calls.is_empty() {
-                "the message"
-            } else {
-                "a tool call"
-            };
-            return Err(format!(
-                "the model's stream was cut in the middle of {what} (no finish_reason, no [DONE])"
-            ));
+            return Err(StreamError::Cut {
+                provider: Provider::OpenAi,
+                in_call: !self.calls.is_empty(),
+            });
         }
         let calls = self
             .calls
@@ -286,7 +285,7 @@ pub(crate) fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::turn::model::{ToolResultItem, Usage};
+    use crate::runtime::turn::model::{ArgumentsError, ToolResultItem, Usage};
 
     fn decode(chunks: &[&str]) -> Round {
         let mut d = Decoder::default();
@@ -433,17 +432,28 @@ mod tests {
         let mut d = Decoder::default();
         d.feed(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"t","arguments":"{\"x"}}]}}]}"#)
             .unwrap();
-        let err = d.finish().unwrap_err();
+        let err = d.finish().unwrap_err().to_string();
         assert!(err.contains("cut in the middle of a tool call"), "{err}");
         let r = decode(&[
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"t","arguments":"[1,2]"}}]},"finish_reason":"tool_calls"}]}"#,
         ]);
-        assert_eq!(r.calls[0].arguments, Err("[1,2]".to_owned()));
+        assert_eq!(
+            r.calls[0].arguments,
+            Err(ArgumentsError {
+                raw: "[1,2]".to_owned()
+            })
+        );
         let mut d = Decoder::default();
-        assert!(d.feed("not json").unwrap_err().contains("unreadable"));
+        assert!(
+            d.feed("not json")
+                .unwrap_err()
+                .to_string()
+                .contains("unreadable")
+        );
         let e = d
             .feed(r#"{"error":{"message":"rate limited","type":"x"}}"#)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rate limited"), "{e}");
     }
 }
@@ -547,7 +557,7 @@ mod props {
         mixed.into_iter().chain(end).collect()
     }
 
-    fn decode(chunks: &[String]) -> Result<Round, String> {
+    fn decode(chunks: &[String]) -> Result<Round, StreamError> {
         let mut d = Decoder::default();
         for c in chunks {
             d.feed(c)?;
@@ -652,7 +662,11 @@ mod props {
                 .map(|((_, _, a), cuts)| cut(a, cuts))
                 .collect();
             let split = decode(&chunks(&round, &cut(&round.text, &text_cuts), &arg_pieces, &picks));
-            prop_assert_eq!(&split, &whole);
+            // The same round, or the same error's text.
+            prop_assert_eq!(
+                split.as_ref().map_err(ToString::to_string),
+                whole.as_ref().map_err(ToString::to_string)
+            );
             let whole = whole.unwrap();
             prop_assert_eq!(&whole.text, &round.text);
             let calls: Vec<ToolCallRequest> = round
