@@ -100,11 +100,11 @@
 //! ([`RuntimeEvent`], [`ServerState`], [`OutcomeKind`], [`SideEffects`],
 //! [`RuntimeError`], [`TreeError`], [`AskError`], [`TurnEvent`],
 //! [`TurnError`], [`SeatError`], [`StoreError`], [`EndpointError`],
-//! [`TrustDecision`], [`HookOutcome`], [`HookDecision`], [`StopVerdict`],
-//! [`ServerStatus`], [`ShutdownReport`], [`ToolOutcome`], [`TurnOutcome`],
-//! [`SeatStatus`], [`HookReport`]; with feature `oauth`, `oauth::OAuthError`
-//! and `oauth::DialError`) are `#[non_exhaustive]`: a new variant
-//! or field is not a breaking change, so a `match` on them needs a `_`
+//! [`TrustDecision`], [`HookOutcome`], [`HookDecision`], [`MatcherError`],
+//! [`StopVerdict`], [`ServerStatus`], [`ShutdownReport`], [`ToolOutcome`],
+//! [`TurnOutcome`], [`SeatStatus`], [`HookReport`]; with feature `oauth`,
+//! `oauth::OAuthError` and `oauth::DialError`) are `#[non_exhaustive]`: a
+//! new variant or field is not a breaking change, so a `match` on them needs a `_`
 //! arm, and a report an embedder returns (a [`SessionResource`]'s close)
 //! is built from `Default` and its public fields set.
 //!
@@ -242,7 +242,7 @@ pub use messages::hooks::engine::{
     HookReport, HookRunRecord, HookSettings, StopState, StopVerdict, ToolGuard,
 };
 pub use messages::hooks::input::{HookInput, HookSession};
-pub use messages::hooks::{Dialect, HookDecision, HookOutcome, Matcher, Merged};
+pub use messages::hooks::{Dialect, HookDecision, HookOutcome, Matcher, MatcherError, Merged};
 pub use runtime::hooks::{HookEngine, load_hook_file};
 
 /// The layering test: the rooms of `# Layout` and the arrows between them,

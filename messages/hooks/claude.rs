@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::HookOutcome;
-use super::codec::{bool_field, specific, str_field};
+use super::codec::{HookOutputError, bool_field, specific, str_field};
 use super::config::HookEvent;
 
 pub(super) fn claude_exit0(event: HookEvent, stdout: &str) -> Vec<HookOutcome> {
@@ -22,10 +22,13 @@ pub(super) fn claude_exit0(event: HookEvent, stdout: &str) -> Vec<HookOutcome> {
     let Ok(Value::Object(o)) = serde_json::from_str::<Value>(stdout) else {
         return plain(stdout);
     };
-    claude_json(event, &o).unwrap_or_else(|e| vec![HookOutcome::Error(e)])
+    claude_json(event, &o).unwrap_or_else(|e| vec![HookOutcome::Error(e.to_string())])
 }
 
-fn claude_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutcome>, String> {
+fn claude_json(
+    event: HookEvent,
+    o: &Map<String, Value>,
+) -> Result<Vec<HookOutcome>, HookOutputError> {
     let mut out = Vec::new();
     let spec = specific(event, o)?;
     if let Some(m) = str_field(o, "systemMessage")? {
@@ -59,9 +62,11 @@ fn claude_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutco
                 // only exists in Claude Code's -p mode.
                 (Some("allow" | "defer"), _) | (None, Some("approve") | None) => {}
                 (Some(other), _) => {
-                    return Err(format!("unknown permissionDecision {other:?}"));
+                    return Err(HookOutputError::UnknownPermissionDecision(other.to_owned()));
                 }
-                (None, Some(other)) => return Err(format!("unknown decision {other:?}")),
+                (None, Some(other)) => {
+                    return Err(HookOutputError::UnknownDecision(other.to_owned()));
+                }
             }
         }
         HookEvent::UserPromptSubmit | HookEvent::PostToolUse => {
@@ -78,7 +83,7 @@ fn claude_json(event: HookEvent, o: &Map<String, Value>) -> Result<Vec<HookOutco
             if decision == Some("block") {
                 match reason {
                     Some(r) => out.push(HookOutcome::Continue(r.into())),
-                    None => return Err("decision \"block\" at Stop requires a reason".into()),
+                    None => return Err(HookOutputError::StopWithoutReason),
                 }
             }
         }

@@ -98,26 +98,67 @@ pub fn parse_outcome(dialect: Dialect, event: HookEvent, run: &RawRun) -> Vec<Ho
     }
 }
 
+/// Why a hook's JSON output is refused: a field of the wrong type, or an
+/// answer to another event (Claude's rules; Codex reads any of these as
+/// invalid output).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum HookOutputError {
+    /// A field that is not of its type (`expected` with its article).
+    #[error("invalid hook output: {key} must be {expected}, got {got}")]
+    WrongType {
+        /// The field.
+        key: String,
+        /// `a string`, `a boolean`, `an object`.
+        expected: &'static str,
+        /// What it is.
+        got: Value,
+    },
+    /// `hookSpecificOutput` answers another event.
+    #[error("hookSpecificOutput.hookEventName is {got:?}, expected {expected:?}")]
+    OtherEvent {
+        /// The name it gave.
+        got: String,
+        /// The event that ran.
+        expected: &'static str,
+    },
+    /// A `permissionDecision` Claude Code does not know.
+    #[error("unknown permissionDecision {0:?}")]
+    UnknownPermissionDecision(String),
+    /// A (legacy) `decision` Claude Code does not know.
+    #[error("unknown decision {0:?}")]
+    UnknownDecision(String),
+    /// `decision: "block"` at Stop without the reason the model is given.
+    #[error("decision \"block\" at Stop requires a reason")]
+    StopWithoutReason,
+}
+
 pub(super) fn str_field<'a>(
     o: &'a Map<String, Value>,
     key: &str,
-) -> Result<Option<&'a str>, String> {
+) -> Result<Option<&'a str>, HookOutputError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!(
-            "invalid hook output: {key} must be a string, got {v}"
-        )),
+        Some(v) => Err(HookOutputError::WrongType {
+            key: key.to_owned(),
+            expected: "a string",
+            got: v.clone(),
+        }),
     }
 }
 
-pub(super) fn bool_field(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
+pub(super) fn bool_field(
+    o: &Map<String, Value>,
+    key: &str,
+) -> Result<Option<bool>, HookOutputError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(v) => Err(format!(
-            "invalid hook output: {key} must be a boolean, got {v}"
-        )),
+        Some(v) => Err(HookOutputError::WrongType {
+            key: key.to_owned(),
+            expected: "a boolean",
+            got: v.clone(),
+        }),
     }
 }
 
@@ -125,22 +166,24 @@ pub(super) fn bool_field(o: &Map<String, Value>, key: &str) -> Result<Option<boo
 pub(super) fn specific(
     event: HookEvent,
     o: &Map<String, Value>,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, HookOutputError> {
     match o.get("hookSpecificOutput") {
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(s)) => {
             let name = str_field(s, "hookEventName")?.unwrap_or("");
             if name != event.name() {
-                return Err(format!(
-                    "hookSpecificOutput.hookEventName is {name:?}, expected {:?}",
-                    event.name()
-                ));
+                return Err(HookOutputError::OtherEvent {
+                    got: name.to_owned(),
+                    expected: event.name(),
+                });
             }
             Ok(s.clone())
         }
-        Some(v) => Err(format!(
-            "invalid hook output: hookSpecificOutput must be an object, got {v}"
-        )),
+        Some(v) => Err(HookOutputError::WrongType {
+            key: "hookSpecificOutput".to_owned(),
+            expected: "an object",
+            got: v.clone(),
+        }),
     }
 }
 

@@ -263,23 +263,43 @@ impl HookSet {
     }
 }
 
-fn parse_handler(dialect: Dialect, h: &Value) -> Result<HookHandler, String> {
+/// Why one handler of a group is skipped (the others are kept).
+#[derive(Debug, thiserror::Error)]
+enum HandlerError {
+    /// Not a JSON object.
+    #[error("a handler must be an object")]
+    NotAnObject,
+    /// A `type` other than `command`.
+    #[error("handler type {0:?} is not supported")]
+    Type(String),
+    /// `async: true`.
+    #[error("async hooks are not supported")]
+    Async,
+    /// No `command`, or an empty one.
+    #[error("no command")]
+    NoCommand,
+    /// A `timeout` that is not a number of seconds.
+    #[error("timeout must be a number of seconds, got {0}")]
+    Timeout(Value),
+}
+
+fn parse_handler(dialect: Dialect, h: &Value) -> Result<HookHandler, HandlerError> {
     let Value::Object(h) = h else {
-        return Err("a handler must be an object".into());
+        return Err(HandlerError::NotAnObject);
     };
     match h.get("type").and_then(Value::as_str).unwrap_or("command") {
         "command" => {}
-        other => return Err(format!("handler type {other:?} is not supported")),
+        other => return Err(HandlerError::Type(other.to_owned())),
     }
     if h.get("async").and_then(Value::as_bool) == Some(true) {
-        return Err("async hooks are not supported".into());
+        return Err(HandlerError::Async);
     }
     let command = h
         .get("command")
         .and_then(Value::as_str)
         .map(str::trim)
         .filter(|c| !c.is_empty())
-        .ok_or("no command")?
+        .ok_or(HandlerError::NoCommand)?
         .to_owned();
     let mut timeout_field = h.get("timeout");
     if dialect == Dialect::Codex && timeout_field.is_none() {
@@ -289,7 +309,7 @@ fn parse_handler(dialect: Dialect, h: &Value) -> Result<HookHandler, String> {
         None | Some(Value::Null) => DEFAULT_HOOK_TIMEOUT,
         Some(v) => match v.as_f64() {
             Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0 * 7.0)),
-            _ => return Err(format!("timeout must be a number of seconds, got {v}")),
+            _ => return Err(HandlerError::Timeout(v.clone())),
         },
     }
     .max(Duration::from_secs(1));

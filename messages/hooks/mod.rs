@@ -66,7 +66,7 @@ impl Matcher {
     pub fn compile(
         dialect: Dialect,
         pattern: Option<&str>,
-    ) -> Result<(Matcher, Option<String>), String> {
+    ) -> Result<(Matcher, Option<String>), MatcherError> {
         let p = match pattern {
             None => return Ok((Matcher::All, None)),
             Some(p) if p.is_empty() || p == "*" => return Ok((Matcher::All, None)),
@@ -102,8 +102,9 @@ impl Matcher {
             }
             Dialect::Codex => regex::Regex::new(p)
                 .map(|re| (Matcher::Rust(Box::new(re)), None))
-                .map_err(|e| {
-                    format!("matcher {p:?} is not a valid regex ({e}); the group is skipped")
+                .map_err(|source| MatcherError {
+                    pattern: p.to_owned(),
+                    source,
                 }),
         }
     }
@@ -118,6 +119,18 @@ impl Matcher {
             Matcher::Never => false,
         }
     }
+}
+
+/// A Codex matcher that is not a valid regex: its group is skipped at
+/// load, with this as the warning.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("matcher {pattern:?} is not a valid regex ({source}); the group is skipped")]
+#[non_exhaustive]
+pub struct MatcherError {
+    /// The pattern as written.
+    pub pattern: String,
+    /// The regex crate's reason.
+    pub source: regex::Error,
 }
 
 /// Whether the `regex` crate reads the ECMAScript pattern `p` as
@@ -346,6 +359,7 @@ mod tests {
         assert!(
             Matcher::compile(CX, Some("["))
                 .unwrap_err()
+                .to_string()
                 .contains("skipped")
         );
         for d in [CC, CX] {
