@@ -51,12 +51,12 @@ pub fn check_images(canonical: &Value) -> Vec<ImageCheck> {
                 ));
             }
             let decoded = data
-                .ok_or_else(|| "the image has no base64 data".to_owned())
+                .ok_or(ImageDataError::NoData)
                 .and_then(decode_canonical_base64);
             let bytes = match decoded {
                 Ok(b) => Some(b),
                 Err(e) => {
-                    problem.get_or_insert(e);
+                    problem.get_or_insert(e.to_string());
                     None
                 }
             };
@@ -73,15 +73,27 @@ pub fn check_images(canonical: &Value) -> Vec<ImageCheck> {
 /// Decode base64 only if it is canonical: standard alphabet, correct padding,
 /// and re-encoding the bytes gives the same string (`AB==` is not canonical,
 /// `AQ==` is).
-pub fn decode_canonical_base64(data: &str) -> Result<Vec<u8>, String> {
+pub fn decode_canonical_base64(data: &str) -> Result<Vec<u8>, ImageDataError> {
     let engine = base64::engine::general_purpose::STANDARD;
-    let bytes = engine
-        .decode(data)
-        .map_err(|e| format!("the base64 data is invalid: {e}"))?;
+    let bytes = engine.decode(data).map_err(ImageDataError::Invalid)?;
     if engine.encode(&bytes) != data {
-        return Err("the base64 data is not canonical (re-encoding it differs)".into());
+        return Err(ImageDataError::NotCanonical);
     }
     Ok(bytes)
+}
+
+/// Why an image block's data is not an image's bytes (CALL-7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageDataError {
+    /// No data: absent, not a string, or empty.
+    #[error("the image has no base64 data")]
+    NoData,
+    /// Not base64.
+    #[error("the base64 data is invalid: {0}")]
+    Invalid(base64::DecodeError),
+    /// Base64 that re-encodes differently (`AB==`).
+    #[error("the base64 data is not canonical (re-encoding it differs)")]
+    NotCanonical,
 }
 
 /// The file extension for an admitted MIME type.

@@ -24,31 +24,52 @@ pub const RAW_KEPT: &str = "the raw data remains available to programmatic calle
 /// must be a boolean; `structuredContent` may be any JSON value. A `null`
 /// counts as present (and so is a wrong type for `content` and `isError`).
 /// Content blocks themselves are not checked: [`project`] handles any block.
-pub fn check_call_tool_result(value: &Value) -> Result<(), String> {
+pub fn check_call_tool_result(value: &Value) -> Result<(), ResultShapeError> {
     let Value::Object(result) = value else {
-        return Err(format!("result must be an object, got {}", kind(value)));
+        return Err(ResultShapeError::NotAnObject { got: kind(value) });
     };
     match result.get("content") {
         Some(Value::Array(_)) => {}
         Some(other) => {
-            return Err(format!(
-                "result content must be an array, got {}",
-                kind(other)
-            ));
+            return Err(ResultShapeError::ContentNotAnArray { got: kind(other) });
         }
         None => {
             if !result.contains_key("structuredContent") {
-                return Err("result has no content array".to_string());
+                return Err(ResultShapeError::NoContent);
             }
         }
     }
     match result.get("isError") {
         None | Some(Value::Bool(_)) => Ok(()),
-        Some(other) => Err(format!(
-            "result isError must be a boolean, got {}",
-            kind(other)
-        )),
+        Some(other) => Err(ResultShapeError::IsErrorNotABoolean { got: kind(other) }),
     }
+}
+
+/// Why a result does not have the shape of a `CallToolResult` (CALL-3);
+/// `got` is the JSON kind found (`array`, `string`, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResultShapeError {
+    /// The result is not an object.
+    #[error("result must be an object, got {got}")]
+    NotAnObject {
+        /// What it is.
+        got: &'static str,
+    },
+    /// `content` is present and not an array.
+    #[error("result content must be an array, got {got}")]
+    ContentNotAnArray {
+        /// What it is.
+        got: &'static str,
+    },
+    /// No `content`, and no `structuredContent` either.
+    #[error("result has no content array")]
+    NoContent,
+    /// `isError` is present and not a boolean.
+    #[error("result isError must be a boolean, got {got}")]
+    IsErrorNotABoolean {
+        /// What it is.
+        got: &'static str,
+    },
 }
 
 /// Whether the result is a failed outcome: `isError` is `true` (CALL-3).

@@ -37,7 +37,7 @@ pub(crate) struct ResultContext<'a> {
 /// Validate, project and budget one received result.
 pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) -> ToolOutcome {
     if let Err(e) = check_call_tool_result(&canonical) {
-        let mut o = ToolOutcome::failure(OutcomeKind::InvalidResult, e);
+        let mut o = ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string());
         o.canonical = Some(canonical);
         return o;
     }

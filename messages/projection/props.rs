@@ -121,7 +121,7 @@ proptest! {
         let checked = check_call_tool_result(&v);
         prop_assert_eq!(checked.is_ok(), ok, "{:?}", checked);
         if let Err(e) = checked {
-            prop_assert!(e.starts_with("result "), "{}", e);
+            prop_assert!(e.to_string().starts_with("result "), "{}", e);
         }
         prop_assert_eq!(is_error(&v), v.get("isError") == Some(&json!(true)));
     }

@@ -22,7 +22,7 @@ fn missing_content_is_allowed_only_with_structured_content() {
         Ok(())
     );
     assert_eq!(
-        check_call_tool_result(&json!({"isError": true})),
+        check_call_tool_result(&json!({"isError": true})).map_err(|e| e.to_string()),
         Err("result has no content array".to_string())
     );
 }
@@ -31,15 +31,16 @@ fn missing_content_is_allowed_only_with_structured_content() {
 #[test]
 fn wrong_shapes_are_rejected_with_a_reason() {
     assert_eq!(
-        check_call_tool_result(&json!([1])),
+        check_call_tool_result(&json!([1])).map_err(|e| e.to_string()),
         Err("result must be an object, got array".to_string())
     );
     assert_eq!(
-        check_call_tool_result(&json!({"content": "hi"})),
+        check_call_tool_result(&json!({"content": "hi"})).map_err(|e| e.to_string()),
         Err("result content must be an array, got string".to_string())
     );
     assert_eq!(
-        check_call_tool_result(&json!({"content": [], "isError": "yes"})),
+        check_call_tool_result(&json!({"content": [], "isError": "yes"}))
+            .map_err(|e| e.to_string()),
         Err("result isError must be a boolean, got string".to_string())
     );
 }
