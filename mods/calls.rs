@@ -66,7 +66,7 @@ impl Host {
         };
         let scope = match parse_scope(scope) {
             Ok(s) => s,
-            Err(e) => return json!({"refused": e}),
+            Err(e) => return json!({"refused": e.to_string()}),
         };
         let arguments: Value = match serde_json::from_str(args) {
             Ok(v @ Value::Object(_)) => v,
@@ -97,16 +97,19 @@ impl Host {
 }
 
 /// `opts.scope` as a scope: empty or `global`, `agent:ID`, `chat:ID`.
-fn parse_scope(s: &str) -> Result<Scope, String> {
+fn parse_scope(s: &str) -> Result<Scope, UnknownScope> {
     match s.split_once(':') {
         _ if s.is_empty() || s == "global" => Ok(Scope::Global),
         Some(("agent", id)) if !id.is_empty() => Ok(Scope::Agent(id.to_owned())),
         Some(("chat", id)) if !id.is_empty() => Ok(Scope::Chat(id.to_owned())),
-        _ => Err(format!(
-            "callTool: unknown scope {s:?} (expected \"global\", \"agent:ID\" or \"chat:ID\")"
-        )),
+        _ => Err(UnknownScope(s.to_owned())),
     }
 }
+
+/// A `callTool` scope that is none of `global`, `agent:ID`, `chat:ID`.
+#[derive(Debug, thiserror::Error)]
+#[error("callTool: unknown scope {0:?} (expected \"global\", \"agent:ID\" or \"chat:ID\")")]
+struct UnknownScope(String);
 
 /// What a `callTool` promise resolves to: `kind` (`ok`, `tool_error`, …),
 /// `text` (what the model would see), `error`, `structured`, `context` (what
@@ -141,7 +144,7 @@ mod tests {
         assert_eq!(parse_scope("agent:a1").unwrap(), Scope::Agent("a1".into()));
         assert_eq!(parse_scope("chat:c").unwrap(), Scope::Chat("c".into()));
         for bad in ["agent:", "team:x", "Global"] {
-            let e = parse_scope(bad).unwrap_err();
+            let e = parse_scope(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
     }

@@ -28,20 +28,70 @@ pub(super) fn caught(e: CaughtError<'_>) -> String {
     }
 }
 
+/// Why a mod did not load (its `load_error` report): the file, and what
+/// went wrong there.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {problem}")]
+pub(super) struct LoadError {
+    /// The mod's file, as its path displays.
+    file: String,
+    /// What went wrong.
+    problem: LoadProblem,
+}
+
+/// What went wrong loading a mod; a caught JS exception is its message
+/// (and the first line of its stack).
+#[derive(Debug, thiserror::Error)]
+enum LoadProblem {
+    /// The file cannot be read.
+    #[error("cannot read it: {0}")]
+    Read(std::io::Error),
+    /// No QuickJS runtime.
+    #[error("no JS engine: {0}")]
+    Engine(rquickjs::Error),
+    /// No QuickJS context.
+    #[error("no JS context: {0}")]
+    Context(rquickjs::Error),
+    /// The host's prelude threw.
+    #[error("the prelude failed: {0}")]
+    Prelude(String),
+    /// The `options.host` object could not be built.
+    #[error("the host API failed: {0}")]
+    HostApi(String),
+    /// The module did not declare or evaluate.
+    #[error("{0}")]
+    Module(String),
+    /// The module has no `register` export.
+    #[error("the module exports no register(on, options) function")]
+    NoRegister,
+    /// `register` threw.
+    #[error("register failed: {0}")]
+    Register(String),
+    /// The engine refused a host function, a global or a call.
+    #[error("{0}")]
+    Js(rquickjs::Error),
+}
+
+fn at(file: &str, problem: LoadProblem) -> LoadError {
+    LoadError {
+        file: file.to_owned(),
+        problem,
+    }
+}
+
 pub(super) fn load(
     spec: &ModSpec,
     settings: &ModSettings,
     reports: &mut Vec<ModReport>,
     host_side: &Host,
     index: usize,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadError> {
     let io = host_side.io.clone();
     let calls: Rc<RefCell<HashMap<u64, CancellationToken>>> = Rc::default();
     let name = mod_name(spec);
     let file = spec.path.display().to_string();
-    let src =
-        std::fs::read_to_string(&spec.path).map_err(|e| format!("{file}: cannot read it: {e}"))?;
-    let engine = Engine::new().map_err(|e| format!("{file}: no JS engine: {e}"))?;
+    let src = std::fs::read_to_string(&spec.path).map_err(|e| at(&file, LoadProblem::Read(e)))?;
+    let engine = Engine::new().map_err(|e| at(&file, LoadProblem::Engine(e)))?;
     engine.set_memory_limit(settings.memory_limit);
     engine.set_max_stack_size(512 << 10);
     let epoch = Instant::now();
@@ -51,15 +101,15 @@ pub(super) fn load(
         u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
             > cell.load(Ordering::Relaxed)
     })));
-    let ctx = Context::full(&engine).map_err(|e| format!("{file}: no JS context: {e}"))?;
+    let ctx = Context::full(&engine).map_err(|e| at(&file, LoadProblem::Context(e)))?;
     let known = serde_json::to_string(EVENTS).unwrap_or_else(|_| "[]".into());
     let granted = spec.capabilities.clone();
     let config = settings.config.to_string();
     let mut logs: Vec<String> = Vec::new();
-    let handlers = ctx.with(|ctx| -> Result<Vec<(String, bool)>, String> {
+    let handlers = ctx.with(|ctx| -> Result<Vec<(String, bool)>, LoadError> {
         ctx.eval::<(), _>(PRELUDE.replace("__KNOWN__", &known))
             .catch(&ctx)
-            .map_err(|e| format!("{file}: the prelude failed: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::Prelude(caught(e))))?;
         // options.host: each API throws unless granted (MOD-6).
         let host = format!(
             r#"(() => {{
@@ -105,14 +155,14 @@ pub(super) fn load(
         let spawn = Function::new(ctx.clone(), move |cmd: String, args: String| -> String {
             host_spawn(io1.as_ref(), &cmd, &args, left1(), tag.as_deref()).to_string()
         })
-        .map_err(|e| format!("{file}: {e}"))?;
-        ctx.globals().set("__mcpvisor_spawn", spawn).map_err(|e| format!("{file}: {e}"))?;
+        .map_err(|e| at(&file, LoadProblem::Js(e)))?;
+        ctx.globals().set("__mcpvisor_spawn", spawn).map_err(|e| at(&file, LoadProblem::Js(e)))?;
         let (io2, left2) = (io.clone(), left.clone());
         let fetch = Function::new(ctx.clone(), move |url: String, init: String| -> String {
             host_fetch(io2.as_ref(), &url, &init, left2()).to_string()
         })
-        .map_err(|e| format!("{file}: {e}"))?;
-        ctx.globals().set("__mcpvisor_fetch", fetch).map_err(|e| format!("{file}: {e}"))?;
+        .map_err(|e| at(&file, LoadProblem::Js(e)))?;
+        ctx.globals().set("__mcpvisor_fetch", fetch).map_err(|e| at(&file, LoadProblem::Js(e)))?;
         let (call_host, call_list) = (host_side.clone(), calls.clone());
         let call_tool = Function::new(
             ctx.clone(),
@@ -122,44 +172,44 @@ pub(super) fn load(
                     .to_string()
             },
         )
-        .map_err(|e| format!("{file}: {e}"))?;
+        .map_err(|e| at(&file, LoadProblem::Js(e)))?;
         ctx.globals()
             .set("__mcpvisor_call_tool", call_tool)
-            .map_err(|e| format!("{file}: {e}"))?;
+            .map_err(|e| at(&file, LoadProblem::Js(e)))?;
         let host: Object<'_> = ctx
             .eval(host)
             .catch(&ctx)
-            .map_err(|e| format!("{file}: the host API failed: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::HostApi(caught(e))))?;
         let module = Module::declare(ctx.clone(), file.clone(), src.clone())
             .catch(&ctx)
-            .map_err(|e| format!("{file}: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::Module(caught(e))))?;
         let (module, promise) = module
             .eval()
             .catch(&ctx)
-            .map_err(|e| format!("{file}: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::Module(caught(e))))?;
         promise
             .finish::<()>()
             .catch(&ctx)
-            .map_err(|e| format!("{file}: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::Module(caught(e))))?;
         let register: Function<'_> = module
             .get("register")
             .catch(&ctx)
-            .map_err(|_| format!("{file}: the module exports no register(on, options) function"))?;
+            .map_err(|_| at(&file, LoadProblem::NoRegister))?;
         let on: Function<'_> = ctx
             .globals()
             .get("__mcpvisor_on")
-            .map_err(|e| format!("{file}: {e}"))?;
-        let options = Object::new(ctx.clone()).map_err(|e| format!("{file}: {e}"))?;
-        options.set("host", host).map_err(|e| format!("{file}: {e}"))?;
+            .map_err(|e| at(&file, LoadProblem::Js(e)))?;
+        let options = Object::new(ctx.clone()).map_err(|e| at(&file, LoadProblem::Js(e)))?;
+        options.set("host", host).map_err(|e| at(&file, LoadProblem::Js(e)))?;
         register
             .call::<_, rquickjs::Value<'_>>((on, options))
             .catch(&ctx)
-            .map_err(|e| format!("{file}: register failed: {}", caught(e)))?;
+            .map_err(|e| at(&file, LoadProblem::Register(caught(e))))?;
         let list: Function<'_> = ctx
             .globals()
             .get("__mcpvisor_list")
-            .map_err(|e| format!("{file}: {e}"))?;
-        let listed: String = list.call(()).map_err(|e| format!("{file}: {e}"))?;
+            .map_err(|e| at(&file, LoadProblem::Js(e)))?;
+        let listed: String = list.call(()).map_err(|e| at(&file, LoadProblem::Js(e)))?;
         logs = take_logs(&ctx);
         let parsed: Vec<Value> = serde_json::from_str(&listed).unwrap_or_default();
         Ok(parsed

@@ -452,7 +452,7 @@ fn serve(settings: ModSettings, rx: Receiver<Req>, host: Host) {
     for spec in &settings.mods {
         match load(spec, &settings, &mut reports, &host, mods.len()) {
             Ok(m) => mods.push(m),
-            Err(e) => reports.push(report(&mod_name(spec), "load_error", e)),
+            Err(e) => reports.push(report(&mod_name(spec), "load_error", e.to_string())),
         }
     }
     let mut deferred = VecDeque::new();
