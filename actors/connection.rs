@@ -176,7 +176,7 @@ impl Actor for Connection {
         // the lookups share the startup deadline.
         let lookups = resolve_secrets(&cfg.server_name, &wanted, args.handlers.secrets.as_deref());
         let secrets = match tokio::time::timeout(cfg.startup_timeout, lookups).await {
-            Ok(found) => found,
+            Ok(found) => found.map_err(|e| e.to_string()),
             Err(_) => Err(format!(
                 "the secrets of server {} could not be had: the secret store did not answer within startup_timeout_ms = {}",
                 cfg.server_name,
@@ -499,25 +499,27 @@ async fn resolve_secrets(
     server: &str,
     wanted: &std::collections::BTreeMap<String, String>,
     store: Option<&dyn crate::messages::trust::SecretStore>,
-) -> Result<Vec<(String, crate::messages::trust::Secret)>, String> {
+) -> Result<Vec<(String, crate::messages::trust::Secret)>, crate::messages::trust::SecretsError> {
+    use crate::messages::trust::SecretsError;
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
     // The runtime's builder always installs one (the environment by default).
     let Some(store) = store else {
-        return Err(format!(
-            "server {server} needs secrets, but no secret store is installed"
-        ));
+        return Err(SecretsError::NoStore {
+            server: server.to_owned(),
+        });
     };
     let mut out = Vec::with_capacity(wanted.len());
     for (target, secret_name) in wanted {
         match store.get(secret_name).await {
             Ok(value) => out.push((target.clone(), value)),
-            Err(why) => {
-                return Err(format!(
-                    "{} ({why})",
-                    crate::messages::trust::secret_unavailable(secret_name, server)
-                ));
+            Err(source) => {
+                return Err(SecretsError::Unavailable {
+                    name: secret_name.clone(),
+                    server: server.to_owned(),
+                    source,
+                });
             }
         }
     }

@@ -11,6 +11,15 @@ pub struct GatewaySession {
     pub(super) id: u64,
 }
 
+/// A shared resource tool's call that did not succeed: its outcome's text,
+/// as the model would see it (`Tool call failed (…): …`).
+#[derive(Debug, thiserror::Error)]
+#[error("{text}")]
+struct ResourceCallFailed {
+    /// The outcome's projection.
+    text: String,
+}
+
 impl GatewaySession {
     fn chat(&self) -> String {
         format!("gateway-{}", self.id)
@@ -37,7 +46,7 @@ impl GatewaySession {
         op: ResourceOp,
         args: Value,
         ct: &CancellationToken,
-    ) -> Result<Map<String, Value>, String> {
+    ) -> Result<Map<String, Value>, ResourceCallFailed> {
         let outcome = self
             .shared
             .runtime
@@ -56,7 +65,9 @@ impl GatewaySession {
             (OutcomeKind::Ok, Some(Value::Object(per_server))) => Ok(per_server),
             // No server of the scope provides resources.
             (OutcomeKind::UnknownTool, _) => Ok(Map::new()),
-            _ => Err(outcome.projection),
+            _ => Err(ResourceCallFailed {
+                text: outcome.projection,
+            }),
         }
     }
 
@@ -446,7 +457,7 @@ impl ServerHandler for GatewaySession {
         let mut per_server = self
             .resource_call(ResourceOp::Read, args, &ctx.ct)
             .await
-            .map_err(|e| McpError::internal_error(e, None))?;
+            .map_err(|e| McpError::internal_error(e.text, None))?;
         let value = per_server.remove(&server).unwrap_or(Value::Null);
         let result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
             McpError::internal_error(

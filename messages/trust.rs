@@ -159,6 +159,27 @@ pub fn secret_unavailable(name: &str, server: &str) -> String {
     format!("secret {name} for server {server} is not available")
 }
 
+/// Why a server's secrets could not be had for its connect (TRUST-2).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SecretsError {
+    /// The server names secrets and no store is installed.
+    #[error("server {server} needs secrets, but no secret store is installed")]
+    NoStore {
+        /// The server.
+        server: String,
+    },
+    /// The store did not give one of them.
+    #[error("{} ({source})", secret_unavailable(name, server))]
+    Unavailable {
+        /// The secret's name.
+        name: String,
+        /// The server.
+        server: String,
+        /// The store's reason.
+        source: StoreError,
+    },
+}
+
 // ===== TRUST-4: the decision =====
 
 /// What the trust gate does with a call.

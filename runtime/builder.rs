@@ -239,7 +239,7 @@ impl RuntimeBuilder {
         };
         let (root, task) = RootSupervisor::start(args)
             .await
-            .map_err(RuntimeError::Start)?;
+            .map_err(|e| RuntimeError::Start(e.to_string()))?;
         let hooks_supervisor = match root.hooks_supervisor().await {
             Ok(h) => h,
             Err(e) => {

@@ -42,7 +42,7 @@ impl HooksHandle {
         cancel: CancellationToken,
         disposed: CancellationToken,
         reply: oneshot::Sender<RawRun>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HooksGone> {
         self.actor
             .cast(HooksMsg::Run {
                 command,
@@ -50,7 +50,7 @@ impl HooksHandle {
                 disposed,
                 reply,
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| HooksGone(Box::new(e)))
     }
 
     /// Stop every running hook and wait for their reaps, up to `limit`.
@@ -63,6 +63,12 @@ impl HooksHandle {
         self.actor.stop(None);
     }
 }
+
+/// The hooks supervisor did not take a run: it is gone (ractor's reason;
+/// the unsent run is dropped with it).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct HooksGone(Box<ractor::MessagingErr<HooksMsg>>);
 
 /// Parent of every [`HookRun`]: temporary children, never restarted.
 #[derive(Debug, Default)]

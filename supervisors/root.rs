@@ -263,10 +263,8 @@ impl RootSupervisor {
     /// Also returns the root's task, which ends when the tree has stopped.
     pub async fn start(
         args: RootArgs,
-    ) -> Result<(RootHandle, tokio::task::JoinHandle<()>), String> {
-        let (actor, task) = Actor::spawn(None, RootSupervisor, args)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(RootHandle, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
+        let (actor, task) = Actor::spawn(None, RootSupervisor, args).await?;
         Ok((RootHandle { actor }, task))
     }
 }

@@ -154,7 +154,7 @@ async fn spawn_server(
     config: Arc<ServerConfig>,
     activity: Arc<Activity>,
     open: Arc<OpenTransports>,
-) -> Result<ActorRef<ServerSupervisorMsg>, String> {
+) -> Result<ActorRef<ServerSupervisorMsg>, ServerSpawnError> {
     let config_name = config.server_name.clone();
     let args = ServerSupervisorArgs {
         scope: st.scope.clone(),
@@ -169,8 +169,13 @@ async fn spawn_server(
     Actor::spawn_linked(None, ServerSupervisor, args, myself.get_cell())
         .await
         .map(|(a, _)| a)
-        .map_err(|e| format!("could not start the server supervisor: {e}"))
+        .map_err(ServerSpawnError)
 }
+
+/// A server's supervisor did not start (ractor's reason).
+#[derive(Debug, thiserror::Error)]
+#[error("could not start the server supervisor: {0}")]
+struct ServerSpawnError(ractor::SpawnErr);
 
 /// `SetEnabled` to one server supervisor, within its shutdown deadline.
 async fn switch(
@@ -437,9 +442,9 @@ async fn add_server(
     let open = Arc::new(OpenTransports::default());
     let actor = spawn_server(myself, st, config.clone(), activity.clone(), open.clone())
         .await
-        .map_err(|reason| TreeError::Start {
+        .map_err(|e| TreeError::Start {
             what: "the server supervisor".into(),
-            reason,
+            reason: e.to_string(),
         })?;
     // The new supervisor registered itself from pre_start; make that visible
     // before answering, so status() shows the server.
