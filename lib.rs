@@ -171,7 +171,7 @@ pub use messages::config::file::{
 };
 pub use messages::config::{
     ConfigError, HttpConfig, OAuthConfig, OAuthGrant, OnDisconnect, OversizedInstructions,
-    ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
+    ProtocolChoice, ReconnectPolicy, Scope, ServerConfig, StdioConfig, TransportConfig,
 };
 pub use messages::transport::{InProcessConnection, InProcessConnector};
 pub use runtime::config::{parse_config, parse_config_file};

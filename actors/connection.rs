@@ -29,7 +29,8 @@ use crate::messages::config::{ServerConfig, TransportConfig};
 use crate::messages::server::{ServerSupervisorMsg, Unreaped};
 use crate::messages::trust::redact;
 use crate::transport::client::{
-    Established, SupervisedClient, handshake, ping_until_dead, without_type_names,
+    Established, SupervisedClient, handshake, listen_for_changes, ping_until_dead,
+    without_type_names,
 };
 use crate::transport::open::OpenTransports;
 use crate::transport::stdio::{self, Diagnostics, ProcessHandle};
@@ -59,6 +60,8 @@ pub struct ConnectionArgs {
     pub open: Arc<OpenTransports>,
     /// Test-only break switches.
     pub chaos: crate::messages::config::ChaosSwitches,
+    /// The era the previous connection of this config spoke (ERA-1).
+    pub era: Option<crate::messages::server::Era>,
 }
 
 /// Messages of the `Connection` actor: private self-messages, sent only by
@@ -104,6 +107,8 @@ pub struct ConnectionState {
     watcher: Option<JoinHandle<()>>,
     /// HTTP liveness pings (CONN-14).
     pinger: Option<JoinHandle<()>>,
+    /// Stateless era: the `subscriptions/listen` stream (ERA-4).
+    listener: Option<JoinHandle<()>>,
     /// HTTP: ends the connection when the server drops its session (CALL-5).
     session_watch: Option<JoinHandle<()>>,
     /// `ConnectionEnded` is sent exactly once.
@@ -117,6 +122,7 @@ impl Drop for ConnectionState {
         for task in [
             self.connect_task.take(),
             self.pinger.take(),
+            self.listener.take(),
             self.session_watch.take(),
             self.watcher.take(),
         ]
@@ -152,6 +158,7 @@ impl Actor for Connection {
             service_ct: None,
             watcher: None,
             pinger: None,
+            listener: None,
             session_watch: None,
             ended_sent: false,
         };
@@ -165,6 +172,7 @@ impl Actor for Connection {
         let cfg = state.config.clone();
         let diag = state.diag.clone();
         let me = myself.clone();
+        let remembered = args.era;
         // Start the transport synchronously so the process is owned from the first instant.
         // TRUST-2: values of env_secrets / header_secrets, fetched now, redacted everywhere.
         let wanted = match &cfg.transport {
@@ -214,8 +222,15 @@ impl Actor for Connection {
                             state.closer = Some(Closer::Process(child.process));
                             let pid = state.pid;
                             Box::pin(
-                                handshake(handler, child.transport, cfg.clone(), diag.clone(), pid)
-                                    .map_err(|e| e.to_string()),
+                                handshake(
+                                    handler,
+                                    child.transport,
+                                    cfg.clone(),
+                                    diag.clone(),
+                                    pid,
+                                    remembered,
+                                )
+                                .map_err(|e| e.to_string()),
                             )
                         }
                         Err(e) => Box::pin(futures::future::ready(Err(e.to_string()))),
@@ -244,7 +259,7 @@ impl Actor for Connection {
                         let t = crate::transport::http::connect(&http_cfg, parts)
                             .await
                             .map_err(|e| e.to_string())?;
-                        handshake(handler, t, cfg, diag, None)
+                        handshake(handler, t, cfg, diag, None, remembered)
                             .await
                             .map_err(|e| e.to_string())
                     })
@@ -266,8 +281,15 @@ impl Actor for Connection {
                         args.open.register(state.conn_gen, unreaped);
                         state.closer = Some(Closer::InProcess(closed));
                         Box::pin(
-                            handshake(handler, conn.stream, cfg.clone(), diag.clone(), None)
-                                .map_err(|e| e.to_string()),
+                            handshake(
+                                handler,
+                                conn.stream,
+                                cfg.clone(),
+                                diag.clone(),
+                                None,
+                                remembered,
+                            )
+                            .map_err(|e| e.to_string()),
                         )
                     }
                     Err(e) => Box::pin(futures::future::ready(Err(e))),
@@ -323,9 +345,23 @@ impl Actor for Connection {
                         }));
                         if let TransportConfig::StreamableHttp(h) = &state.config.transport {
                             let (client, h, me) = (client.clone(), h.clone(), myself.clone());
+                            let era = info.era;
                             state.pinger = Some(tokio::spawn(async move {
-                                let why = ping_until_dead(client, &h).await;
+                                let why = ping_until_dead(client, &h, era).await;
                                 let _ = me.cast(ConnectionMsg::Lost(why));
+                            }));
+                        }
+                        if info.era == crate::messages::server::Era::Stateless {
+                            let (client, supervisor) = (client.clone(), state.supervisor.clone());
+                            let (conn_gen, server) =
+                                (state.conn_gen, state.config.server_name.clone());
+                            state.listener = Some(tokio::spawn(async move {
+                                let why = listen_for_changes(client, || {
+                                    let _ = supervisor
+                                        .cast(ServerSupervisorMsg::ToolsListChanged { conn_gen });
+                                })
+                                .await;
+                                tracing::debug!(server = %server, "the listen stream ended: {why}");
                             }));
                         }
                         state.supervisor.cast(ServerSupervisorMsg::ConnUp {
@@ -408,6 +444,9 @@ fn start_close(state: &mut ConnectionState) {
         t.abort();
     }
     if let Some(t) = state.pinger.take() {
+        t.abort();
+    }
+    if let Some(t) = state.listener.take() {
         t.abort();
     }
     if let Some(t) = state.session_watch.take() {

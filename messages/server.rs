@@ -33,6 +33,8 @@ impl std::fmt::Debug for Unreaped {
 pub struct ConnInfo {
     /// Negotiated protocol version.
     pub protocol_version: String,
+    /// The era that version belongs to (ERA-1).
+    pub era: Era,
     /// `serverInfo` as "name version".
     pub server_info: Option<String>,
     /// Attributed instructions text (RES-5), within the byte cap.
@@ -43,6 +45,29 @@ pub struct ConnInfo {
     pub has_prompts: bool,
     /// Child pid (stdio).
     pub pid: Option<u32>,
+}
+
+/// An MCP protocol era (ERA-1): the session era (`initialize`,
+/// `Mcp-Session-Id`, up to 2025-11-25) or the stateless era (2026-07-28 and
+/// later: `server/discover`, per-request `_meta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Era {
+    /// 2026-07-28 and later.
+    Stateless,
+    /// 2025-11-25 and earlier.
+    #[default]
+    Session,
+}
+
+impl Era {
+    /// The era of a protocol version string (dates compare as text).
+    pub fn of(version: &str) -> Self {
+        if version >= "2026-07-28" {
+            Self::Stateless
+        } else {
+            Self::Session
+        }
+    }
 }
 
 /// Messages of the `ServerSupervisor` actor.

@@ -17,7 +17,7 @@ use rmcp::model::{
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
 };
-use rmcp::{ClientHandler, ErrorData as McpError, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ErrorData as McpError};
 use serde_json::{Map, Value};
 
 use super::WireError;
@@ -25,9 +25,9 @@ use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
-use crate::messages::config::{ServerConfig, TransportConfig};
+use crate::messages::config::{ProtocolChoice, ServerConfig, TransportConfig};
 use crate::messages::registry::McpClient;
-use crate::messages::server::{ConnInfo, ServerSupervisorMsg};
+use crate::messages::server::{ConnInfo, Era, ServerSupervisorMsg};
 use crate::messages::trust::redact;
 
 /// The protocol versions a server may answer `initialize` with (mcp.md:
@@ -39,6 +39,155 @@ pub const SPOKEN_VERSIONS: [ProtocolVersion; 4] = [
     ProtocolVersion::V_2025_03_26,
     ProtocolVersion::V_2024_11_05,
 ];
+
+/// The stateless-era versions this client speaks (ERA-1), newest first.
+pub const STATELESS_VERSIONS: [ProtocolVersion; 1] = [ProtocolVersion::V_2026_07_28];
+
+/// How a connection opens (ERA-1): the config's choice, and for `auto` the
+/// era the previous connection of the same config spoke. A server known to
+/// speak the session era gets `initialize` at once (no probe); otherwise
+/// `auto` probes `server/discover` first and falls back to `initialize` on
+/// the answers the spec names (a JSON-RPC error that is not a stateless-era
+/// rejection, an HTTP 4xx other than 401/403) or, after 10 s of silence, as
+/// rmcp's `Auto` mode does.
+///
+/// An in-process server is the runtime's own (a seat provider) or the
+/// embedder's: `auto` speaks the session era to it, whose list_changed and
+/// elicitation the providers use; set `protocol = "2026-07-28"` for an
+/// in-process server of the stateless era.
+pub fn lifecycle(
+    choice: ProtocolChoice,
+    in_process: bool,
+    remembered: Option<Era>,
+) -> ClientLifecycleMode {
+    match (choice, remembered) {
+        (ProtocolChoice::Session, _) | (ProtocolChoice::Auto, Some(Era::Session)) => {
+            ClientLifecycleMode::Initialize
+        }
+        (ProtocolChoice::Auto, _) if in_process => ClientLifecycleMode::Initialize,
+        (ProtocolChoice::Stateless, _) => ClientLifecycleMode::Discover {
+            preferred_versions: STATELESS_VERSIONS.to_vec(),
+        },
+        (ProtocolChoice::Auto, _) => ClientLifecycleMode::Auto {
+            preferred_versions: STATELESS_VERSIONS.to_vec(),
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with "…".
+fn capped(text: &str, max: usize) -> String {
+    let end = crate::messages::budget::floor_char_boundary(text, max);
+    if end == text.len() {
+        return text.to_owned();
+    }
+    format!("{}…", &text[..end])
+}
+
+fn version_list(versions: &[ProtocolVersion]) -> String {
+    versions
+        .iter()
+        .map(ProtocolVersion::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The versions this client speaks, in words: both eras.
+fn spoken_words() -> String {
+    format!(
+        "{} (server/discover) and {} (initialize)",
+        version_list(&STATELESS_VERSIONS),
+        version_list(&SPOKEN_VERSIONS)
+    )
+}
+
+/// A failed opening in words that name both sides' versions where a
+/// version is the cause (ERA-1), and say which `protocol` setting to try.
+fn opening_error(
+    e: &rmcp::service::ClientInitializeError,
+    cfg: &ServerConfig,
+    diag: &Diagnostics,
+) -> String {
+    use rmcp::service::ClientInitializeError as E;
+    let fix = |to: &str| {
+        format!(
+            "; to speak its era, set protocol = \"{to}\" (or \"auto\") in [servers.{}]",
+            cfg.server_name
+        )
+    };
+    match e {
+        E::NoCompatibleProtocolVersion {
+            server_supported, ..
+        } => format!(
+            "server/discover failed: no protocol version both sides speak: the server speaks {}; this client speaks {}",
+            if server_supported.is_empty() {
+                "none it named".to_owned()
+            } else {
+                version_list(server_supported)
+            },
+            spoken_words()
+        ),
+        // The transport named the cause already (an HTTP status, a
+        // refused connection): the probe's own words add nothing.
+        E::LegacyFallbackFailed { fallback, .. } if diag.fatal().is_some() => {
+            initialize_error(fallback.as_ref(), &cfg.transport, diag)
+        }
+        E::LegacyFallbackFailed { discover, fallback } => format!(
+            "server/discover failed ({}), and so did initialize: {}",
+            capped(&without_type_names(&discover.to_string()), 300),
+            initialize_error(fallback.as_ref(), &cfg.transport, diag)
+        ),
+        E::JsonRpcError(data) if data.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => {
+            let supported = data
+                .data
+                .as_ref()
+                .and_then(|d| d.get("supported"))
+                .and_then(Value::as_array)
+                .map(|v| {
+                    v.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            let modern = supported.split(", ").any(|v| v >= "2026-07-28");
+            format!(
+                "initialize failed: the server does not speak {}: it speaks {}; this client speaks {}{}",
+                ProtocolVersion::LATEST_WITH_INITIALIZE,
+                if supported.is_empty() {
+                    "another version"
+                } else {
+                    &supported
+                },
+                spoken_words(),
+                if modern && cfg.protocol == ProtocolChoice::Session {
+                    fix("2026-07-28")
+                } else {
+                    String::new()
+                }
+            )
+        }
+        E::JsonRpcError(data)
+            if cfg.protocol == ProtocolChoice::Stateless
+                && data.message.starts_with("server/discover: ") =>
+        {
+            format!(
+                "{}, and this server's config allows only {}{}",
+                data.message,
+                version_list(&STATELESS_VERSIONS),
+                fix("2025-11-25")
+            )
+        }
+        E::JsonRpcError(data) if cfg.protocol == ProtocolChoice::Stateless => format!(
+            "server/discover failed: {} (code {}): the server seems to speak only the session era, and this server's config allows only {}{}",
+            data.message,
+            data.code.0,
+            version_list(&STATELESS_VERSIONS),
+            fix("2025-11-25")
+        ),
+        other => initialize_error(other, &cfg.transport, diag),
+    }
+}
 
 /// Most `tools/list` pages accepted in one catalog (SYNC-3).
 pub const MAX_CATALOG_PAGES: usize = 1000;
@@ -383,24 +532,34 @@ fn initialize_error(
     format!("initialize failed: {inner}{legacy}")
 }
 
-/// `initialize` (empty capabilities), `notifications/initialized`, then the whole
-/// catalog when the server has tools (CONN-10, SYNC-3).
+/// The opening of the era [`lifecycle`] picks (`server/discover`, or
+/// `initialize` with empty capabilities and `notifications/initialized`),
+/// then the whole catalog when the server has tools (ERA-1, CONN-10, SYNC-3).
 pub async fn handshake<T, E, A>(
     handler: SupervisedClient,
     transport: T,
     cfg: Arc<ServerConfig>,
     diag: Arc<Diagnostics>,
     pid: Option<u32>,
+    remembered: Option<Era>,
 ) -> Result<Box<Established>, WireError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    let transport = super::opening::Opening::new(transport.into_transport());
     let running = handler
-        .serve(transport)
+        .serve_with_lifecycle(
+            transport,
+            lifecycle(
+                cfg.protocol,
+                matches!(cfg.transport, TransportConfig::InProcess(_)),
+                remembered,
+            ),
+        )
         .await
         .map_err(|e| WireError::Initialize {
-            words: initialize_error(&e, &cfg.transport, &diag),
+            words: opening_error(&e, &cfg, &diag),
         })?;
     let peer = running.peer().clone();
     peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
@@ -409,7 +568,12 @@ where
     let Some(server) = peer.peer_info() else {
         return Err(WireError::NoServerInfo);
     };
-    if !SPOKEN_VERSIONS.contains(&server.protocol_version) {
+    let era = Era::of(server.protocol_version.as_str());
+    let spoken = match era {
+        Era::Stateless => STATELESS_VERSIONS.contains(&server.protocol_version),
+        Era::Session => SPOKEN_VERSIONS.contains(&server.protocol_version),
+    };
+    if !spoken {
         return Err(WireError::Version {
             answered: server.protocol_version.as_str().to_owned(),
         });
@@ -426,6 +590,7 @@ where
     let has_tools = server.capabilities.tools.is_some();
     let info = ConnInfo {
         protocol_version: server.protocol_version.to_string(),
+        era,
         server_info: server
             .server_info
             .as_ref()
@@ -448,10 +613,13 @@ where
 }
 
 /// Ping on an interval until the failure threshold is reached (CONN-14);
-/// then the reason the connection is lost.
+/// then the reason the connection is lost. The stateless era has no `ping`:
+/// its liveness request is `server/discover`, which every server of that
+/// era answers and which changes nothing (ERA-3).
 pub async fn ping_until_dead(
     client: McpClient,
     cfg: &crate::messages::config::HttpConfig,
+    era: Era,
 ) -> String {
     let peer = client.peer();
     let interval = cfg.ping_interval;
@@ -462,7 +630,12 @@ pub async fn ping_until_dead(
         let mut last = String::new();
         loop {
             tokio::time::sleep(interval).await;
-            let ping = ClientRequest::PingRequest(PingRequest::default());
+            let ping = match era {
+                Era::Session => ClientRequest::PingRequest(PingRequest::default()),
+                Era::Stateless => ClientRequest::DiscoverRequest(
+                    rmcp::model::DiscoverRequest::new(rmcp::model::DiscoverRequestParams {}),
+                ),
+            };
             let result = match peer
                 .send_request_with_option(ping, PeerRequestOptions::with_timeout(timeout))
                 .await
@@ -483,6 +656,61 @@ pub async fn ping_until_dead(
                 );
             }
         }
+    }
+}
+
+/// The first wait before a `subscriptions/listen` stream that ended is
+/// opened again; it doubles up to [`LISTEN_MAX_BACKOFF`] (ERA-4).
+pub const LISTEN_FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two openings of a listen stream.
+pub const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Stateless era: `notifications/tools/list_changed` arrives only on a
+/// `subscriptions/listen` stream (ERA-4). Open one and call `changed` for
+/// each; a stream that ends while the connection lives is opened again
+/// after a backoff (1 s, doubling to 30 s), and `changed` is called once it
+/// is back, as a change may have been missed meanwhile. Returns when the
+/// transport closed, or at once when the server refuses the request (a
+/// JSON-RPC error: it offers no such stream), with the reason.
+pub async fn listen_for_changes(client: McpClient, changed: impl Fn() + Send) -> String {
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut backoff = LISTEN_FIRST_BACKOFF;
+    let mut reopened = false;
+    loop {
+        if client.is_closed() {
+            return "the transport closed".into();
+        }
+        match client.peer().listen(filter.clone()).await {
+            Ok(mut stream) => {
+                if reopened {
+                    changed();
+                }
+                backoff = LISTEN_FIRST_BACKOFF;
+                while let Ok(Some(note)) = stream.next().await {
+                    if matches!(
+                        note,
+                        rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                    ) {
+                        changed();
+                    }
+                }
+            }
+            Err(rmcp::service::ServiceError::McpError(e)) => {
+                return format!(
+                    "subscriptions/listen refused: {} (code {}); tool list changes are not seen",
+                    e.message, e.code.0
+                );
+            }
+            Err(_) => {}
+        }
+        if client.is_closed() {
+            return "the transport closed".into();
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
+        reopened = true;
     }
 }
 

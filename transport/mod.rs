@@ -10,6 +10,7 @@ pub mod diagnostics;
 mod error;
 pub mod http;
 pub mod open;
+pub mod opening;
 pub mod stdio;
 
 pub use error::{HttpSetupError, WireError};

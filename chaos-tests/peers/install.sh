@@ -86,6 +86,17 @@ else
         "@playwright/mcp@$PLAYWRIGHT_MCP_VERSION" "chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION")
 fi
 
+# The TypeScript SDK 2.x server package (the 2026-07-28 era): the era
+# tests' server (chaos-tests/peers/era-server.mjs) is built on it.
+SERVER_SDK_VERSION="2.4.0"
+if [ "$(pkg_version @modelcontextprotocol/server)" = "$SERVER_SDK_VERSION" ]; then
+    echo "peers: @modelcontextprotocol/server@$SERVER_SDK_VERSION already installed"
+else
+    echo "peers: installing @modelcontextprotocol/server@$SERVER_SDK_VERSION"
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact \
+        "@modelcontextprotocol/server@$SERVER_SDK_VERSION")
+fi
+
 # The official Python SDK (mcp 2.x), a client of the gateway in the SDK's
 # default connect mode (chaos-tests/peers/gateway_client.py): a venv of its
 # own. The marker directory says this version was installed whole.

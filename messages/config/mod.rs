@@ -180,6 +180,34 @@ impl ReconnectPolicy {
     }
 }
 
+/// Which MCP protocol era a server is spoken to in (ERA-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ProtocolChoice {
+    /// Probe the stateless era (`server/discover`) and fall back to
+    /// `initialize` on the errors the spec names (or, on stdio, a probe that
+    /// gets no answer); the era found is remembered until the config changes.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// The stateless era only (`server/discover`, per-request `_meta`).
+    #[serde(rename = "2026-07-28")]
+    Stateless,
+    /// The session era only (`initialize`, down to 2024-11-05).
+    #[serde(rename = "2025-11-25")]
+    Session,
+}
+
+impl ProtocolChoice {
+    /// The value as written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Stateless => "2026-07-28",
+            Self::Session => "2025-11-25",
+        }
+    }
+}
+
 /// What happens to a server's registered tools when its connection is lost and
 /// reconnect is disabled (RECO-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -377,6 +405,8 @@ pub struct ServerConfig {
     pub idle_stop_after: Option<Duration>,
     /// Tools on connection loss without reconnect (RECO-5).
     pub on_disconnect: OnDisconnect,
+    /// The protocol era spoken to this server (ERA-1).
+    pub protocol: ProtocolChoice,
     /// Appended to every tool description of this server: the guidance a
     /// seat provider gives the model (SEAT-6). Not in the config file.
     pub tool_note: Option<String>,
@@ -444,6 +474,7 @@ impl ServerConfig {
             tool_trust: BTreeMap::new(),
             idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
             on_disconnect: OnDisconnect::default(),
+            protocol: ProtocolChoice::default(),
             tool_note: None,
         }
     }

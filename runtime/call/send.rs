@@ -132,6 +132,18 @@ impl Runtime {
                 Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
             },
             Ok(ServerResult::CustomResult(v)) => v.0,
+            Ok(ServerResult::InputRequiredResult(_)) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidResult,
+                    "the server asked for more input (resultType \"input_required\"), which this client does not answer yet",
+                );
+            }
+            Ok(ServerResult::CreateTaskResult(_)) => {
+                return ToolOutcome::failure(
+                    OutcomeKind::InvalidResult,
+                    "the server made the call a task (the tasks extension), which this client does not follow yet; side effects unknown",
+                );
+            }
             Ok(_) => {
                 return ToolOutcome::failure(
                     OutcomeKind::InvalidResult,

@@ -39,6 +39,7 @@ pub(super) async fn start_connection(
         handlers: st.handlers.clone(),
         open: st.open.clone(),
         chaos: st.chaos,
+        era: st.era,
     };
     st.barrier.open.insert(conn_gen);
     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
@@ -103,7 +104,12 @@ pub(super) async fn on_connection_exit(
             st.failures = 0;
             st.enter(Phase::IdleStopped);
         }
-        AfterExit::Failure => register_failure(myself, st, slot.up_since, reason),
+        AfterExit::Failure => {
+            if slot.up_since.is_none() {
+                st.era = None;
+            }
+            register_failure(myself, st, slot.up_since, reason)
+        }
     }
 }
 

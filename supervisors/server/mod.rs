@@ -460,6 +460,10 @@ pub struct ServerSupervisorState {
     syncs: u64,
     instructions: Option<String>,
     catalog_warnings: Vec<String>,
+    /// The era the last connection that came up spoke: the next one of the
+    /// same config skips the probe for it (ERA-1). Forgotten when a
+    /// connection fails before it is up (the server may have changed era).
+    era: Option<crate::messages::server::Era>,
 }
 
 impl ServerSupervisorState {
@@ -602,6 +606,7 @@ impl Actor for ServerSupervisor {
             syncs: 0,
             instructions: None,
             catalog_warnings: Vec::new(),
+            era: None,
         })
     }
 

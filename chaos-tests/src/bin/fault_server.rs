@@ -113,6 +113,12 @@ struct Args {
     /// string (`"3"` for 3), which the client must not take for the reply.
     #[arg(long)]
     reorder_replies: bool,
+    /// The protocol era spoken: `session` (the default: `server/discover`
+    /// answers -32601, as a server of 2025-11-25 does), `both` (rmcp's
+    /// default: `server/discover` lists 2026-07-28 and `initialize` works
+    /// too) or `stateless` (`initialize` answers -32022 naming 2026-07-28).
+    #[arg(long, value_name = "ERA", default_value = "session")]
+    era: String,
     /// Answer `initialize` with this protocol version, whatever the client
     /// asked for.
     #[arg(long, value_name = "VERSION")]
@@ -535,10 +541,33 @@ impl ServerHandler for FaultServer {
     fn supported_protocol_versions(
         &self,
     ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
-        match self.pinned_version() {
-            Some(v) => std::borrow::Cow::Owned(vec![v]),
-            None => std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::KNOWN_VERSIONS),
+        use rmcp::model::ProtocolVersion as V;
+        match (self.pinned_version(), self.args.era.as_str()) {
+            (Some(v), _) => std::borrow::Cow::Owned(vec![v]),
+            (None, "stateless") => std::borrow::Cow::Owned(vec![V::V_2026_07_28]),
+            // The session era lists every version so that rmcp hands
+            // `server/discover` to `discover` below, which refuses it as a
+            // server of 2025-11-25 would (-32601).
+            (None, _) => std::borrow::Cow::Borrowed(V::KNOWN_VERSIONS),
         }
+    }
+
+    async fn discover(
+        &self,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, McpError> {
+        self.log_request("server/discover", &ctx, None);
+        if self.args.era == "session" {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "Method not found: server/discover",
+                None,
+            ));
+        }
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
     }
 
     async fn initialize(
@@ -549,6 +578,12 @@ impl ServerHandler for FaultServer {
         self.log_request("initialize", &ctx, None);
         if self.args.hang_on_initialize {
             std::future::pending::<()>().await;
+        }
+        if self.args.era == "stateless" {
+            return Err(McpError::unsupported_protocol_version(
+                request.protocol_version.clone(),
+                &self.supported_protocol_versions(),
+            ));
         }
         ctx.peer.set_peer_info(request.clone());
         let mut result = self.negotiate_initialize(&request)?;

@@ -12,6 +12,7 @@ mod browser;
 mod chaos_runner;
 mod cli;
 mod computer;
+mod eras;
 mod everything;
 mod fault_server;
 mod gateway;

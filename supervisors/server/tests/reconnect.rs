@@ -245,8 +245,11 @@ async fn calls_to_a_reconnecting_server_fail_fast_with_server_not_ready() {
 async fn server_to_client_requests_are_refused_with_method_not_found() {
     // CONN-11: empty client capabilities; roots/list (and sampling, elicitation)
     // get JSON-RPC -32601 saying the client exposes no MCP capabilities.
+    // Server-to-client requests exist in the session era only.
     let h = Harness::new(Mode::Serve);
-    let (rt, mut events) = start(config(&h, policy(100, 1000, 2))).await;
+    let mut cfg = config(&h, policy(100, 1000, 2));
+    cfg.protocol = crate::messages::config::ProtocolChoice::Session;
+    let (rt, mut events) = start(cfg).await;
     wait_status(&mut events, |s| s.state == ServerState::Ready).await;
     let out = rt
         .call(

@@ -1,0 +1,220 @@
+//! Real-process tests of the two protocol eras (shared/spec/eras.md): a
+//! server built on the TypeScript SDK 2.x (`@modelcontextprotocol/server`
+//! 2.4.0, `chaos-tests/peers/era-server.mjs`) in its stateless-only and
+//! dual-era modes, and the fault server in each era, over stdio and HTTP.
+//! The SDK server is skipped with a note when the peers are not installed.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcpvisor::{
+    OutcomeKind, ProtocolChoice, Runtime, Scope, ServerConfig, ServerState, ServerStatus,
+};
+use mcpvisor_chaos::{
+    HttpFaultServer, RequestLog, call, era_server_dir, fault_server_config, shutdown_checked,
+    wait_for,
+};
+use serde_json::json;
+
+const G: Scope = Scope::Global;
+const READY: Duration = Duration::from_secs(20);
+
+/// The SDK server script, copied next to the SDK it imports; None (skipped
+/// with a note) when the peers are not installed.
+fn era_script(test: &str) -> Option<PathBuf> {
+    let Some(dir) = era_server_dir() else {
+        println!("note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1): the MCP peers are not installed");
+        return None;
+    };
+    let script = dir.join("era-server.mjs");
+    std::fs::copy(
+        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
+        &script,
+    )
+    .unwrap();
+    Some(script)
+}
+
+/// The SDK server as server `name`, trusted, idle stop off.
+fn sdk_server(name: &str, script: &Path, stateless_only: bool) -> ServerConfig {
+    let mut args = vec![script.to_string_lossy().into_owned()];
+    if stateless_only {
+        args.push("--stateless-only".into());
+    }
+    let mut cfg = ServerConfig::stdio(name, "node", args).trusted();
+    cfg.idle_stop_after = None;
+    cfg
+}
+
+fn status_of(runtime: &Runtime, server: &str) -> ServerStatus {
+    runtime
+        .status()
+        .into_iter()
+        .find(|s| s.server == server)
+        .unwrap()
+}
+
+async fn start() -> Runtime {
+    Runtime::builder().start().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_speaks_the_stateless_era_to_a_stateless_only_and_a_dual_era_server() {
+    // ERA-1: `auto` probes server/discover and speaks 2026-07-28 to a
+    // server of that era, whether or not it also serves `initialize`;
+    // status shows the era; calls go through (ERA-2's `_meta` and
+    // `resultType`: the SDK server refuses a request without them).
+    let Some(script) = era_script("auto_speaks_the_stateless_era") else {
+        return;
+    };
+    let runtime = start().await;
+    for (name, only) in [("modern", true), ("dual", false)] {
+        runtime
+            .add_server(G, sdk_server(name, &script, only))
+            .await
+            .unwrap();
+        let status = runtime.wait_ready(&G, name, READY).await.unwrap();
+        assert_eq!(
+            status.protocol_version.as_deref(),
+            Some("2026-07-28"),
+            "{status:?}"
+        );
+        let out = call(
+            &runtime,
+            &format!("mcp__{name}__echo"),
+            json!({"text": "hi"}),
+        )
+        .await;
+        assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+        assert!(out.projection.contains("hi"), "{}", out.projection);
+    }
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_pinned_to_an_era_it_does_not_speak_is_refused_naming_both_sides() {
+    // ERA-1: a version neither side shares is refused with a sentence that
+    // names both, and says which `protocol` to set.
+    let runtime = start().await;
+    let mut session_only = fault_server_config("legacy", Vec::<String>::new());
+    session_only.protocol = ProtocolChoice::Stateless;
+    session_only.reconnect.enabled = false;
+    runtime.add_server(G, session_only).await.unwrap();
+    runtime.wait_ready(&G, "legacy", READY).await.unwrap_err();
+    let text = status_of(&runtime, "legacy").error.unwrap_or_default();
+    assert!(text.contains("session era"), "{text}");
+    assert!(text.contains("2026-07-28"), "{text}");
+    assert!(
+        text.contains(r#"set protocol = "2025-11-25" (or "auto") in [servers.legacy]"#),
+        "{text}"
+    );
+    if let Some(script) = era_script("a_server_pinned_to_an_era_it_does_not_speak") {
+        let mut pinned = sdk_server("modern", &script, true);
+        pinned.protocol = ProtocolChoice::Session;
+        pinned.reconnect.enabled = false;
+        runtime.add_server(G, pinned).await.unwrap();
+        runtime.wait_ready(&G, "modern", READY).await.unwrap_err();
+        let text = status_of(&runtime, "modern").error.unwrap_or_default();
+        assert!(
+            text.contains("does not speak 2025-11-25: it speaks 2026-07-28"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"set protocol = "2026-07-28" (or "auto") in [servers.modern]"#),
+            "{text}"
+        );
+    }
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_probes_a_session_era_server_once_and_its_restart_opens_with_initialize() {
+    // ERA-1: the era found is remembered for the server's config: the
+    // restarted connection skips the probe.
+    let log = RequestLog::new("era-probe.log");
+    let runtime = start().await;
+    let mut cfg = fault_server_config("legacy", log.args());
+    cfg.idle_stop_after = None;
+    runtime.add_server(G, cfg).await.unwrap();
+    let status = runtime.wait_ready(&G, "legacy", READY).await.unwrap();
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-11-25"));
+    runtime.restart_server(&G, "legacy").await.unwrap();
+    runtime.wait_ready(&G, "legacy", READY).await.unwrap();
+    let text = log.text();
+    let count = |method: &str| text.lines().filter(|l| l.starts_with(method)).count();
+    assert_eq!(count("initialize"), 2, "{text}");
+    assert_eq!(count("server/discover"), 1, "{text}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_servers_tool_list_change_arrives_on_its_listen_stream() {
+    // ERA-4: in the stateless era list_changed comes only on a
+    // subscriptions/listen stream; the catalog follows it.
+    let Some(script) = era_script("a_stateless_servers_tool_list_change") else {
+        return;
+    };
+    let runtime = start().await;
+    let mut events = runtime.subscribe();
+    runtime
+        .add_server(G, sdk_server("modern", &script, true))
+        .await
+        .unwrap();
+    runtime.wait_ready(&G, "modern", READY).await.unwrap();
+    assert_eq!(status_of(&runtime, "modern").tools, 2);
+    let out = call(&runtime, "mcp__modern__add_tool", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    let grown = wait_for(&runtime, &mut events, READY, |statuses| {
+        statuses
+            .iter()
+            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 3)
+            .cloned()
+    })
+    .await;
+    assert!(grown.is_ok(), "the catalog never grew: {grown:?}");
+    let out = call(&runtime, "mcp__modern__added", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_http_connection_is_kept_alive_by_discover_not_ping() {
+    // ERA-3: the stateless era has no `ping`; the liveness check of an HTTP
+    // connection is `server/discover`, so checks every 100 ms with a
+    // threshold of one failure do not end a healthy connection.
+    let log = RequestLog::new("era-liveness.log");
+    let mut args = log.args();
+    args.extend(["--era".to_owned(), "stateless".to_owned()]);
+    let server = HttpFaultServer::start(&args, READY).await.unwrap();
+    let mut cfg = ServerConfig::http("remote", server.url.clone()).trusted();
+    if let mcpvisor::TransportConfig::StreamableHttp(h) = &mut cfg.transport {
+        h.ping_interval = Duration::from_millis(100);
+        h.ping_failure_threshold = 1;
+    }
+    let runtime = start().await;
+    runtime.add_server(G, cfg).await.unwrap();
+    let status = runtime.wait_ready(&G, "remote", READY).await.unwrap();
+    assert_eq!(status.protocol_version.as_deref(), Some("2026-07-28"));
+    // The server is another process: its log is polled.
+    let deadline = std::time::Instant::now() + READY;
+    while log
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("server/discover"))
+        .count()
+        < 5
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", log.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = status_of(&runtime, "remote");
+    assert_eq!(status.state, ServerState::Ready, "{status:?}");
+    assert_eq!(status.restarts, 0, "{status:?}");
+    assert!(status.error.is_none(), "{status:?}");
+    let out = call(&runtime, "mcp__remote__echo", json!({"text": "alive"})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
