@@ -331,6 +331,7 @@ impl Actor for Connection {
                             running,
                             info,
                             catalog,
+                            listen,
                         } = *est;
                         let client = crate::messages::registry::McpClient::of(&running);
                         state.service_ct = Some(running.cancellation_token());
@@ -351,12 +352,13 @@ impl Actor for Connection {
                                 let _ = me.cast(ConnectionMsg::Lost(why));
                             }));
                         }
-                        if info.era == crate::messages::server::Era::Stateless {
+                        if let Some(first) = listen {
                             let (client, supervisor) = (client.clone(), state.supervisor.clone());
                             let (conn_gen, server) =
                                 (state.conn_gen, state.config.server_name.clone());
+                            let limit = state.config.request_timeout;
                             state.listener = Some(tokio::spawn(async move {
-                                let why = listen_for_changes(client, || {
+                                let why = listen_for_changes(client, first, limit, || {
                                     let _ = supervisor
                                         .cast(ServerSupervisorMsg::ToolsListChanged { conn_gen });
                                 })

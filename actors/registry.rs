@@ -363,6 +363,8 @@ mod tests {
             client: crate::messages::registry::McpClient::new(running.peer().clone()),
             redactions: Arc::new([]),
             deliveries: None,
+            era: crate::messages::server::Era::Session,
+            handlers: Default::default(),
         };
         (live, running)
     }

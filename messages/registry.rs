@@ -127,6 +127,11 @@ pub struct LiveConn {
     /// transport can tell (streamable HTTP): a failed call the server never
     /// received is "not sent", not "side effects unknown" (CALL-5).
     pub deliveries: Option<Arc<Deliveries>>,
+    /// The protocol era the connection speaks (ERA-1).
+    pub era: crate::messages::server::Era,
+    /// The embedder's client handlers: what answers a stateless server's
+    /// `input_required` (ERA-5).
+    pub handlers: crate::messages::capabilities::ClientHandlers,
 }
 
 /// What became of a request on the wire, as far as the transport saw.

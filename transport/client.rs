@@ -253,51 +253,13 @@ impl ClientHandler for SupervisedClient {
         params: ElicitRequestParams,
         _: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, McpError> {
-        let Some(handler) = &self.handlers.elicitation else {
-            return Err(no_capabilities("elicitation/create"));
-        };
-        let request = match params {
-            ElicitRequestParams::FormElicitationParams {
-                message,
-                requested_schema,
-                ..
-            } => ElicitationRequest {
-                server: self.server.clone(),
-                message,
-                requested_schema: Some(serde_json::to_value(&requested_schema).map_err(|e| {
-                    McpError::invalid_params(format!("unreadable requestedSchema: {e}"), None)
-                })?),
-                url: None,
-            },
-            ElicitRequestParams::UrlElicitationParams { message, url, .. } => ElicitationRequest {
-                server: self.server.clone(),
-                message,
-                requested_schema: None,
-                url: Some(url),
-            },
-            _ => return Err(no_capabilities("elicitation/create (unknown mode)")),
-        };
-        // TRUST-2: what the server asks is its output; a user reads it.
-        let secrets = self.diag.redactions();
-        let mut request = request;
-        if !secrets.is_empty() {
-            request.message = redact(&request.message, &secrets);
-            if let Some(schema) = request.requested_schema.as_mut() {
-                crate::messages::trust::redact_value(schema, &secrets);
-            }
-            request.url = request.url.map(|u| redact(&u, &secrets));
-        }
-        Ok(match handler.elicit(&request).await {
-            ElicitationResponse::Accept(content) => {
-                let content = match &request.requested_schema {
-                    Some(schema) => apply_schema_defaults(content, schema),
-                    None => content,
-                };
-                ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
-            }
-            ElicitationResponse::Decline => ElicitResult::new(ElicitationAction::Decline),
-            ElicitationResponse::Cancel => ElicitResult::new(ElicitationAction::Cancel),
-        })
+        elicit(
+            &self.handlers,
+            &self.server,
+            &self.diag.redactions(),
+            params,
+        )
+        .await
     }
 
     async fn on_custom_request(
@@ -353,6 +315,126 @@ impl ClientHandler for SupervisedClient {
             conn_gen: self.conn_gen,
         });
     }
+}
+
+/// Answer a server's elicitation (a session-era `elicitation/create`, or a
+/// stateless-era `input_required` entry) through the embedder's handler;
+/// -32601 when none is installed (CONN-11). What the server asks is its
+/// output: secrets are redacted before a user reads it (TRUST-2).
+pub async fn elicit(
+    handlers: &ClientHandlers,
+    server: &str,
+    redactions: &[String],
+    params: ElicitRequestParams,
+) -> Result<ElicitResult, McpError> {
+    let Some(handler) = &handlers.elicitation else {
+        return Err(no_capabilities("elicitation/create"));
+    };
+    let request = match params {
+        ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } => ElicitationRequest {
+            server: server.to_owned(),
+            message,
+            requested_schema: Some(serde_json::to_value(&requested_schema).map_err(|e| {
+                McpError::invalid_params(format!("unreadable requestedSchema: {e}"), None)
+            })?),
+            url: None,
+        },
+        ElicitRequestParams::UrlElicitationParams { message, url, .. } => ElicitationRequest {
+            server: server.to_owned(),
+            message,
+            requested_schema: None,
+            url: Some(url),
+        },
+        _ => return Err(no_capabilities("elicitation/create (unknown mode)")),
+    };
+    // TRUST-2: what the server asks is its output; a user reads it.
+    let secrets = redactions;
+    let mut request = request;
+    if !secrets.is_empty() {
+        request.message = redact(&request.message, &secrets);
+        if let Some(schema) = request.requested_schema.as_mut() {
+            crate::messages::trust::redact_value(schema, &secrets);
+        }
+        request.url = request.url.map(|u| redact(&u, &secrets));
+    }
+    Ok(match handler.elicit(&request).await {
+        ElicitationResponse::Accept(content) => {
+            let content = match &request.requested_schema {
+                Some(schema) => apply_schema_defaults(content, schema),
+                None => content,
+            };
+            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+        }
+        ElicitationResponse::Decline => ElicitResult::new(ElicitationAction::Decline),
+        ElicitationResponse::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+    })
+}
+
+/// A stateless server asked for what this client does not give (ERA-5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputRefused {
+    /// Sampling or roots: this client declares neither.
+    #[error(
+        "the server asked for {0}, which this client does not offer (it declares no such capability)"
+    )]
+    Undeclared(&'static str),
+    /// The elicitation handler failed, or there is none.
+    #[error("the server asked for input (elicitation), which could not be answered: {0}")]
+    Elicitation(String),
+    /// An answer could not be written as JSON.
+    #[error("an answer to the server's input request could not be written: {0}")]
+    Unwritable(String),
+    /// The result asked for nothing and carried no state to echo.
+    #[error("the server answered input_required with neither input requests nor request state")]
+    Empty,
+}
+
+/// The answers to a stateless server's `input_required` result (ERA-5),
+/// from the same sources as the session era's requests: elicitation through
+/// the embedder's handler; sampling and roots refused, as this client
+/// declares neither. Returns the responses to send with the retried request
+/// and the `requestState` to echo untouched.
+pub async fn answer_input_required(
+    handlers: &ClientHandlers,
+    server: &str,
+    redactions: &[String],
+    result: rmcp::model::InputRequiredResult,
+) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), InputRefused> {
+    let requests = result.input_requests.unwrap_or_default();
+    if requests.is_empty() && result.request_state.is_none() {
+        return Err(InputRefused::Empty);
+    }
+    let mut responses = rmcp::model::InputResponses::new();
+    for (key, request) in requests {
+        let answer = match request {
+            rmcp::model::InputRequest::Elicitation(e) => {
+                let r = elicit(handlers, server, redactions, e.params)
+                    .await
+                    .map_err(|e| InputRefused::Elicitation(e.message.into_owned()))?;
+                serde_json::to_value(r).map_err(|e| InputRefused::Unwritable(e.to_string()))?
+            }
+            rmcp::model::InputRequest::CreateMessage(_) => {
+                return Err(InputRefused::Undeclared("sampling/createMessage"));
+            }
+            rmcp::model::InputRequest::ListRoots(_) => {
+                return Err(InputRefused::Undeclared("roots/list"));
+            }
+            _ => {
+                return Err(InputRefused::Undeclared(
+                    "an input this client does not know",
+                ));
+            }
+        };
+        responses.insert(key, answer);
+    }
+    Ok((
+        (!responses.is_empty()).then_some(responses),
+        result.request_state,
+    ))
 }
 
 /// Fetch every page of `tools/list`, bypassing rmcp's response cache. Entries
@@ -447,6 +529,41 @@ pub struct Established {
     pub info: ConnInfo,
     /// The first catalog's raw entries.
     pub catalog: Vec<Value>,
+    /// Stateless era, a server with tools: the listen stream, opened
+    /// before the first catalog was fetched (ERA-4).
+    pub listen: Option<Listen>,
+}
+
+/// The `subscriptions/listen` stream of a stateless connection as the
+/// opening left it (ERA-4).
+pub enum Listen {
+    /// Acknowledged: every tool list change from before the first catalog
+    /// on is on it.
+    Open(rmcp::service::Subscription),
+    /// Refused with a JSON-RPC error: the server offers no such stream.
+    Refused(String),
+    /// Not acknowledged in time, or the request failed in transport: opened
+    /// again after a backoff.
+    Retry,
+}
+
+/// The filter of the listen stream: tool list changes.
+fn listen_filter() -> rmcp::model::SubscriptionFilter {
+    rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build()
+}
+
+/// Open the listen stream, within `limit`.
+async fn open_listen(client: &McpClient, limit: Duration) -> Listen {
+    match tokio::time::timeout(limit, client.peer().listen(listen_filter())).await {
+        Ok(Ok(stream)) => Listen::Open(stream),
+        Ok(Err(rmcp::service::ServiceError::McpError(e))) => Listen::Refused(format!(
+            "subscriptions/listen refused: {} (code {}); tool list changes are not seen",
+            e.message, e.code.0
+        )),
+        Ok(Err(_)) | Err(_) => Listen::Retry,
+    }
 }
 
 /// Whether `e` is a request's send that wrote nothing to the server (its
@@ -600,6 +717,13 @@ where
         has_prompts: server.capabilities.prompts.is_some(),
         pid,
     };
+    // ERA-4: the stream first, then the list, so that no change falls
+    // between the two.
+    let listen = if era == Era::Stateless && has_tools {
+        Some(open_listen(&client, cfg.request_timeout).await)
+    } else {
+        None
+    };
     let catalog = if has_tools {
         fetch_catalog(&client, cfg.request_timeout, &diag).await?
     } else {
@@ -609,6 +733,7 @@ where
         running,
         info,
         catalog,
+        listen,
     }))
 }
 
@@ -666,24 +791,25 @@ pub const LISTEN_FIRST_BACKOFF: Duration = Duration::from_secs(1);
 pub const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Stateless era: `notifications/tools/list_changed` arrives only on a
-/// `subscriptions/listen` stream (ERA-4). Open one and call `changed` for
-/// each; a stream that ends while the connection lives is opened again
-/// after a backoff (1 s, doubling to 30 s), and `changed` is called once it
+/// `subscriptions/listen` stream (ERA-4). Follow the stream the opening
+/// left and call `changed` for each change; a stream that ends while the
+/// connection lives is opened again after a backoff (1 s, doubling to
+/// 30 s), each opening bounded by `limit`, and `changed` is called once it
 /// is back, as a change may have been missed meanwhile. Returns when the
-/// transport closed, or at once when the server refuses the request (a
-/// JSON-RPC error: it offers no such stream), with the reason.
-pub async fn listen_for_changes(client: McpClient, changed: impl Fn() + Send) -> String {
-    let filter = rmcp::model::SubscriptionFilter::builder()
-        .tools_list_changed()
-        .build();
+/// transport closed, or when the server refuses the request (a JSON-RPC
+/// error: it offers no such stream), with the reason.
+pub async fn listen_for_changes(
+    client: McpClient,
+    first: Listen,
+    limit: Duration,
+    changed: impl Fn() + Send,
+) -> String {
     let mut backoff = LISTEN_FIRST_BACKOFF;
+    let mut listen = first;
     let mut reopened = false;
     loop {
-        if client.is_closed() {
-            return "the transport closed".into();
-        }
-        match client.peer().listen(filter.clone()).await {
-            Ok(mut stream) => {
+        match listen {
+            Listen::Open(mut stream) => {
                 if reopened {
                     changed();
                 }
@@ -697,13 +823,8 @@ pub async fn listen_for_changes(client: McpClient, changed: impl Fn() + Send) ->
                     }
                 }
             }
-            Err(rmcp::service::ServiceError::McpError(e)) => {
-                return format!(
-                    "subscriptions/listen refused: {} (code {}); tool list changes are not seen",
-                    e.message, e.code.0
-                );
-            }
-            Err(_) => {}
+            Listen::Refused(why) => return why,
+            Listen::Retry => {}
         }
         if client.is_closed() {
             return "the transport closed".into();
@@ -711,6 +832,7 @@ pub async fn listen_for_changes(client: McpClient, changed: impl Fn() + Send) ->
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
         reopened = true;
+        listen = open_listen(&client, limit).await;
     }
 }
 
@@ -729,14 +851,22 @@ impl McpClient {
     /// loop; the reply is awaited on the returned handle. `progress` (the
     /// call id) is the progress token: the server's
     /// `notifications/progress` for it become the call's events.
+    ///
+    /// `answers` are the input responses and request state of a retry after
+    /// `input_required` (ERA-5); `None` for the first round.
     pub async fn send_call(
         &self,
         raw_name: &str,
         arguments: Map<String, Value>,
         progress: u64,
+        answers: Option<(Option<rmcp::model::InputResponses>, Option<String>)>,
     ) -> Result<PendingRequest, rmcp::service::ServiceError> {
         let mut params =
             rmcp::model::CallToolRequestParams::new(raw_name.to_owned()).with_arguments(arguments);
+        if let Some((responses, state)) = answers {
+            params.input_responses = responses;
+            params.request_state = state;
+        }
         if let Ok(token) = i64::try_from(progress) {
             use rmcp::model::RequestParamsMeta as _;
             params.set_progress_token(rmcp::model::ProgressToken(

@@ -5,10 +5,14 @@
 //   node era-server.mjs [--stateless-only]
 //
 // stdio. Tools: `echo` {text} answers the text; `add_tool` registers a tool
-// `added` (a tool list change, announced on subscriptions/listen streams).
+// `added` (a tool list change, announced on subscriptions/listen streams);
+// `confirm` {what} asks the client to confirm (an `input_required` result
+// with an elicitation and a request state), and answers "confirmed WHAT
+// (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
+// a sampling answer; `ask_forever` asks again on every round.
 // With --stateless-only an `initialize` is refused with -32022 naming
 // 2026-07-28 (serveStdio's `legacy: 'reject'`); otherwise both eras are served.
-import { McpServer, fromJsonSchema } from '@modelcontextprotocol/server';
+import { McpServer, acceptedContent, fromJsonSchema, inputRequired } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
 const legacy = process.argv.includes('--stateless-only') ? 'reject' : 'serve';
@@ -32,5 +36,43 @@ serveStdio(() => {
         async () => ({ content: [{ type: 'text', text: 'added' }] }));
       return { content: [{ type: 'text', text: 'registered' }] };
     });
+  const what = fromJsonSchema({
+    type: 'object',
+    properties: { what: { type: 'string' } },
+    required: ['what'],
+  });
+  server.registerTool('confirm', { description: 'Asks for a confirmation first.', inputSchema: what },
+    async ({ what }, ctx) => {
+      const answer = acceptedContent(ctx.mcpReq.inputResponses, 'confirm');
+      if (answer?.confirm !== true) {
+        return inputRequired({
+          inputRequests: {
+            confirm: inputRequired.elicit({
+              message: `Confirm ${what}?`,
+              requestedSchema: {
+                type: 'object',
+                properties: { confirm: { type: 'boolean', default: true } },
+                required: ['confirm'],
+              },
+            }),
+          },
+          requestState: `state-of-${what}`,
+        });
+      }
+      const state = ctx.mcpReq.requestState ? ctx.mcpReq.requestState() : undefined;
+      return { content: [{ type: 'text', text: `confirmed ${what} (state ${state})` }] };
+    });
+  server.registerTool('ask_sampling', { description: 'Asks for a sampling answer.', inputSchema: none },
+    async () => inputRequired({
+      inputRequests: {
+        sample: inputRequired.createMessage({
+          messages: [{ role: 'user', content: { type: 'text', text: 'hi' } }],
+          maxTokens: 10,
+        }),
+      },
+    }));
+  let round = 0;
+  server.registerTool('ask_forever', { description: 'Asks again on every round.', inputSchema: none },
+    async () => inputRequired({ requestState: `round-${++round}` }));
   return server;
 }, { legacy });

@@ -336,6 +336,8 @@ pub struct RawServerConfig {
     pub on_disconnect: Option<OnDisconnect>,
     /// See [`ServerConfig::protocol`].
     pub protocol: Option<crate::messages::config::ProtocolChoice>,
+    /// See [`ServerConfig::max_input_rounds`].
+    pub max_input_rounds: Option<u32>,
     /// `[servers.<name>.reconnect]`.
     pub reconnect: Option<RawReconnect>,
     /// `[servers.<name>.oauth]` (CONN-13).
@@ -488,6 +490,9 @@ impl ServerConfig {
         }
         if let Some(v) = raw.protocol {
             cfg.protocol = v;
+        }
+        if let Some(v) = raw.max_input_rounds {
+            cfg.max_input_rounds = v;
         }
         if let Some(v) = raw.idle_stop_after_s {
             cfg.idle_stop_after = (v > 0).then(|| Duration::from_secs(v));

@@ -20,6 +20,8 @@ use super::trust::TrustMode;
 
 /// Default `tool_call_timeout_ms` (CONN-2).
 pub const DEFAULT_TOOL_CALL_TIMEOUT_MS: u64 = 60_000;
+/// Default `max_input_rounds` (ERA-5), as the Tier-1 SDKs bound it.
+pub const DEFAULT_MAX_INPUT_ROUNDS: u32 = 10;
 /// Default `startup_timeout_ms` (CONN-2): spawn/connect through `initialize` and the first full `tools/list`.
 pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
 /// Default `request_timeout_ms` (CONN-2): every request other than `tools/call`.
@@ -407,6 +409,9 @@ pub struct ServerConfig {
     pub on_disconnect: OnDisconnect,
     /// The protocol era spoken to this server (ERA-1).
     pub protocol: ProtocolChoice,
+    /// Most `input_required` rounds one request may take (ERA-5): the
+    /// request is answered and sent again at most this many times.
+    pub max_input_rounds: u32,
     /// Appended to every tool description of this server: the guidance a
     /// seat provider gives the model (SEAT-6). Not in the config file.
     pub tool_note: Option<String>,
@@ -475,6 +480,7 @@ impl ServerConfig {
             idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
             on_disconnect: OnDisconnect::default(),
             protocol: ProtocolChoice::default(),
+            max_input_rounds: DEFAULT_MAX_INPUT_ROUNDS,
             tool_note: None,
         }
     }

@@ -29,101 +29,173 @@ impl Runtime {
         // hand-over does not finish at once.
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
-        // The call id is the progress token: the server's
-        // `notifications/progress` become this very call's events.
-        let sending = live
-            .client
-            .send_call(&def.raw_name, out.arguments, out.call_id);
-        let handed = tokio::select! {
-            biased;
-            handed = sending => Ok(handed),
-            () = &mut deadline => Err(()),
-        };
-        let mut handle = match handed {
-            Ok(Ok(h)) => h,
-            Ok(Err(e)) => {
-                return self
-                    .lost(
-                        scope,
-                        def,
-                        live.conn_gen,
-                        crate::transport::client::service_words(&e),
-                        Lost::NotSent,
-                    )
-                    .await;
-            }
-            Err(_) => {
-                return ToolOutcome::failure(
-                    OutcomeKind::Timeout,
-                    format!(
-                        "the request could not be handed to the transport within tool_call_timeout_ms = {}; side effects unknown",
-                        timeout.as_millis()
-                    ),
-                );
-            }
-        };
-        #[allow(clippy::large_enum_variant)] // a local, moved once
-        enum Ended {
-            Response(
-                Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
-            ),
-            Timeout,
-            Cancelled,
-        }
-        // No token of its own when the caller gave none: nothing can cancel it.
-        let cancelled = async {
-            match &options.cancel {
-                Some(cancel) => cancel.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        // A reply that is there wins over a deadline that passed with it.
-        let ended = tokio::select! {
-            biased;
-            r = &mut handle.rx => Ended::Response(r),
-            () = &mut deadline => Ended::Timeout,
-            _ = cancelled => Ended::Cancelled,
-        };
-        // CALL-5: where the transport can tell, a failed call the server
-        // never received says so (not sent, nothing ran), and only one it
-        // may have received says "side effects unknown".
-        let delivered = live.deliveries.as_ref().map(|d| {
-            let id = crate::transport::stdio::request_id_key(&handle.id);
-            let delivery = d.of(&id);
-            d.forget(&id);
-            delivery
-        });
-        let lost_as = match delivered {
-            Some(Delivery::NotSent) => Lost::NotSent,
-            Some(Delivery::Refused(why)) => Lost::Refused(why),
-            Some(Delivery::MayHaveArrived) | None => Lost::InFlight,
-        };
-        let response = match ended {
-            Ended::Response(Ok(r)) => r,
-            Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
-            Ended::Timeout => {
-                if self.inner.chaos.late_timeouts() {
-                    tokio::time::sleep(Duration::from_secs(4)).await;
+        let mut arguments = out.arguments;
+        let mut answers = None;
+        let mut rounds: u32 = 0;
+        let (response, lost_as) = loop {
+            // The call id is the progress token: the server's
+            // `notifications/progress` become this very call's events.
+            // A stateless server may answer `input_required` (ERA-5): the
+            // request is then sent again with the same arguments, so a copy
+            // is kept where that can happen, and only there.
+            let again =
+                (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
+            let sending =
+                live.client
+                    .send_call(&def.raw_name, arguments, out.call_id, answers.take());
+            let handed = tokio::select! {
+                biased;
+                handed = sending => Ok(handed),
+                () = &mut deadline => Err(()),
+            };
+            let mut handle = match handed {
+                Ok(Ok(h)) => h,
+                Ok(Err(e)) => {
+                    return self
+                        .lost(
+                            scope,
+                            def,
+                            live.conn_gen,
+                            crate::transport::client::service_words(&e),
+                            Lost::NotSent,
+                        )
+                        .await;
                 }
-                // The notice is best effort, within a bounded margin (CALL-4).
-                let notice = handle.cancel(Some("tool call timed out".into()));
-                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
-                return ToolOutcome::failure(
-                    OutcomeKind::Timeout,
-                    format!(
-                        "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
-                        timeout.as_millis()
-                    ),
-                );
+                Err(_) => {
+                    return ToolOutcome::failure(
+                        OutcomeKind::Timeout,
+                        format!(
+                            "the request could not be handed to the transport within tool_call_timeout_ms = {}; side effects unknown",
+                            timeout.as_millis()
+                        ),
+                    );
+                }
+            };
+            #[allow(clippy::large_enum_variant)] // a local, moved once
+            enum Ended {
+                Response(
+                    Result<
+                        Result<ServerResult, ServiceError>,
+                        tokio::sync::oneshot::error::RecvError,
+                    >,
+                ),
+                Timeout,
+                Cancelled,
             }
-            Ended::Cancelled => {
-                // The notice is best effort, within a bounded margin (CALL-4).
-                let notice = handle.cancel(Some("cancelled by the caller".into()));
-                let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
-                return ToolOutcome::failure(
-                    OutcomeKind::Cancelled,
-                    "cancelled by the caller; the server was told to cancel; side effects unknown",
-                );
+            // No token of its own when the caller gave none: nothing can cancel it.
+            let cancelled = async {
+                match &options.cancel {
+                    Some(cancel) => cancel.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // A reply that is there wins over a deadline that passed with it.
+            let ended = tokio::select! {
+                biased;
+                r = &mut handle.rx => Ended::Response(r),
+                () = &mut deadline => Ended::Timeout,
+                _ = cancelled => Ended::Cancelled,
+            };
+            // CALL-5: where the transport can tell, a failed call the server
+            // never received says so (not sent, nothing ran), and only one it
+            // may have received says "side effects unknown".
+            let delivered = live.deliveries.as_ref().map(|d| {
+                let id = crate::transport::stdio::request_id_key(&handle.id);
+                let delivery = d.of(&id);
+                d.forget(&id);
+                delivery
+            });
+            let lost_as = match delivered {
+                Some(Delivery::NotSent) => Lost::NotSent,
+                Some(Delivery::Refused(why)) => Lost::Refused(why),
+                Some(Delivery::MayHaveArrived) | None => Lost::InFlight,
+            };
+            let response: Result<ServerResult, ServiceError> = match ended {
+                Ended::Response(Ok(r)) => r,
+                Ended::Response(Err(_)) => Err(ServiceError::TransportClosed),
+                Ended::Timeout => {
+                    if self.inner.chaos.late_timeouts() {
+                        tokio::time::sleep(Duration::from_secs(4)).await;
+                    }
+                    // The notice is best effort, within a bounded margin (CALL-4).
+                    let notice = handle.cancel(Some("tool call timed out".into()));
+                    let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
+                    return ToolOutcome::failure(
+                        OutcomeKind::Timeout,
+                        format!(
+                            "no result within tool_call_timeout_ms = {}; the server was told to cancel; side effects unknown",
+                            timeout.as_millis()
+                        ),
+                    );
+                }
+                Ended::Cancelled => {
+                    // The notice is best effort, within a bounded margin (CALL-4).
+                    let notice = handle.cancel(Some("cancelled by the caller".into()));
+                    let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notice).await;
+                    return ToolOutcome::failure(
+                        OutcomeKind::Cancelled,
+                        "cancelled by the caller; the server was told to cancel; side effects unknown",
+                    );
+                }
+            };
+            match response {
+                Ok(ServerResult::InputRequiredResult(asked)) => {
+                    rounds += 1;
+                    let max = entry.config.max_input_rounds;
+                    let Some(same) = again.filter(|_| rounds <= max) else {
+                        return ToolOutcome::failure(
+                            OutcomeKind::InvalidResult,
+                            format!(
+                                "the server asked for more input (resultType \"input_required\") {rounds} time(s), past max_input_rounds = {max}; side effects unknown"
+                            ),
+                        );
+                    };
+                    // Answering is inside the call's deadline too (CALL-4).
+                    let answering = crate::transport::client::answer_input_required(
+                        &live.handlers,
+                        &def.server,
+                        &live.redactions,
+                        asked,
+                    );
+                    let cancelled = async {
+                        match &options.cancel {
+                            Some(cancel) => cancel.cancelled().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let answered = tokio::select! {
+                        biased;
+                        a = answering => a,
+                        () = &mut deadline => {
+                            return ToolOutcome::failure(
+                                OutcomeKind::Timeout,
+                                format!(
+                                    "the server asked for input, which was not answered within tool_call_timeout_ms = {}; side effects unknown",
+                                    timeout.as_millis()
+                                ),
+                            );
+                        }
+                        _ = cancelled => {
+                            return ToolOutcome::failure(
+                                OutcomeKind::Cancelled,
+                                "cancelled by the caller while the server's input request was answered; side effects unknown",
+                            );
+                        }
+                    };
+                    match answered {
+                        Ok(a) => {
+                            answers = Some(a);
+                            arguments = same;
+                        }
+                        Err(why) => {
+                            return ToolOutcome::failure(
+                                OutcomeKind::ServerError,
+                                redact(&format!("{why}; side effects unknown"), &live.redactions),
+                            );
+                        }
+                    }
+                }
+                other => break (other, lost_as),
             }
         };
         let mut canonical = match response {
@@ -132,12 +204,6 @@ impl Runtime {
                 Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
             },
             Ok(ServerResult::CustomResult(v)) => v.0,
-            Ok(ServerResult::InputRequiredResult(_)) => {
-                return ToolOutcome::failure(
-                    OutcomeKind::InvalidResult,
-                    "the server asked for more input (resultType \"input_required\"), which this client does not answer yet",
-                );
-            }
             Ok(ServerResult::CreateTaskResult(_)) => {
                 return ToolOutcome::failure(
                     OutcomeKind::InvalidResult,

@@ -85,6 +85,8 @@ pub(super) async fn on_conn_up(
                 crate::messages::config::TransportConfig::StreamableHttp(_)
             )
             .then(|| st.diag.deliveries.clone()),
+            era: info.era,
+            handlers: st.handlers.clone(),
         },
         idle: None,
         sync: None,

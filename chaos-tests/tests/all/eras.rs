@@ -164,13 +164,13 @@ async fn a_stateless_servers_tool_list_change_arrives_on_its_listen_stream() {
         .await
         .unwrap();
     runtime.wait_ready(&G, "modern", READY).await.unwrap();
-    assert_eq!(status_of(&runtime, "modern").tools, 2);
+    assert_eq!(status_of(&runtime, "modern").tools, 5);
     let out = call(&runtime, "mcp__modern__add_tool", json!({})).await;
     assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
     let grown = wait_for(&runtime, &mut events, READY, |statuses| {
         statuses
             .iter()
-            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 3)
+            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 6)
             .cloned()
     })
     .await;
@@ -216,5 +216,62 @@ async fn a_stateless_http_connection_is_kept_alive_by_discover_not_ping() {
     assert!(status.error.is_none(), "{status:?}");
     let out = call(&runtime, "mcp__remote__echo", json!({"text": "alive"})).await;
     assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_required_result_is_answered_by_the_elicitation_handler_and_bounded() {
+    // ERA-5: a stateless server's `input_required` is answered from the
+    // installed elicitation handler and the request is sent again with the
+    // answers and its `requestState` untouched; sampling is refused (this
+    // client declares none); the rounds are bounded by max_input_rounds.
+    let Some(script) = era_script("an_input_required_result_is_answered") else {
+        return;
+    };
+    let runtime = Runtime::builder()
+        .elicitation(std::sync::Arc::new(mcpvisor::AcceptSchemaDefaults))
+        .start()
+        .await
+        .unwrap();
+    let mut cfg = sdk_server("modern", &script, true);
+    cfg.max_input_rounds = 3;
+    runtime.add_server(G, cfg).await.unwrap();
+    runtime.wait_ready(&G, "modern", READY).await.unwrap();
+    let out = call(&runtime, "mcp__modern__confirm", json!({"what": "deploy"})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert!(
+        out.projection
+            .contains("confirmed deploy (state state-of-deploy)"),
+        "{}",
+        out.projection
+    );
+    let out = call(&runtime, "mcp__modern__ask_sampling", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::ServerError, "{out:?}");
+    assert!(
+        out.projection.contains("sampling/createMessage"),
+        "{}",
+        out.projection
+    );
+    let out = call(&runtime, "mcp__modern__ask_forever", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::InvalidResult, "{out:?}");
+    assert!(
+        out.projection
+            .contains("4 time(s), past max_input_rounds = 3"),
+        "{}",
+        out.projection
+    );
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+
+    // Without a handler this client declares no elicitation in its
+    // request `_meta`, and the server refuses to ask (-32021).
+    let runtime = start().await;
+    runtime
+        .add_server(G, sdk_server("modern", &script, true))
+        .await
+        .unwrap();
+    runtime.wait_ready(&G, "modern", READY).await.unwrap();
+    let out = call(&runtime, "mcp__modern__confirm", json!({"what": "deploy"})).await;
+    assert_eq!(out.kind, OutcomeKind::ServerError, "{out:?}");
+    assert!(out.projection.contains("-32021"), "{}", out.projection);
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
