@@ -131,7 +131,7 @@ pub struct LiveConn {
     pub era: crate::messages::server::Era,
     /// The embedder's client handlers: what answers a stateless server's
     /// `input_required` (ERA-5).
-    pub handlers: crate::messages::capabilities::ClientHandlers,
+    pub handlers: Arc<crate::messages::capabilities::ClientHandlers>,
 }
 
 /// What became of a request on the wire, as far as the transport saw.

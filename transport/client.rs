@@ -355,11 +355,11 @@ pub async fn elicit(
     let secrets = redactions;
     let mut request = request;
     if !secrets.is_empty() {
-        request.message = redact(&request.message, &secrets);
+        request.message = redact(&request.message, secrets);
         if let Some(schema) = request.requested_schema.as_mut() {
-            crate::messages::trust::redact_value(schema, &secrets);
+            crate::messages::trust::redact_value(schema, secrets);
         }
-        request.url = request.url.map(|u| redact(&u, &secrets));
+        request.url = request.url.map(|u| redact(&u, secrets));
     }
     Ok(match handler.elicit(&request).await {
         ElicitationResponse::Accept(content) => {
@@ -539,7 +539,7 @@ pub struct Established {
 pub enum Listen {
     /// Acknowledged: every tool list change from before the first catalog
     /// on is on it.
-    Open(rmcp::service::Subscription),
+    Open(Box<rmcp::service::Subscription>),
     /// Refused with a JSON-RPC error: the server offers no such stream.
     Refused(String),
     /// Not acknowledged in time, or the request failed in transport: opened
@@ -557,7 +557,7 @@ fn listen_filter() -> rmcp::model::SubscriptionFilter {
 /// Open the listen stream, within `limit`.
 async fn open_listen(client: &McpClient, limit: Duration) -> Listen {
     match tokio::time::timeout(limit, client.peer().listen(listen_filter())).await {
-        Ok(Ok(stream)) => Listen::Open(stream),
+        Ok(Ok(stream)) => Listen::Open(Box::new(stream)),
         Ok(Err(rmcp::service::ServiceError::McpError(e))) => Listen::Refused(format!(
             "subscriptions/listen refused: {} (code {}); tool list changes are not seen",
             e.message, e.code.0

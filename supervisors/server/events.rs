@@ -86,7 +86,7 @@ pub(super) async fn on_conn_up(
             )
             .then(|| st.diag.deliveries.clone()),
             era: info.era,
-            handlers: st.handlers.clone(),
+            handlers: Arc::new(st.handlers.clone()),
         },
         idle: None,
         sync: None,
