@@ -34,21 +34,13 @@ pub(crate) async fn run(url: &str) -> anyhow::Result<u8> {
     let ready = runtime
         .wait_ready(&Scope::Global, "suite", Duration::from_secs(20))
         .await;
-    let calls: Vec<(&str, serde_json::Value)> = match scenario.as_str() {
-        "tools_call" => vec![("add_numbers", json!({"a": 2, "b": 3}))],
-        "elicitation-sep1034-client-defaults" => {
-            vec![("test_client_elicitation_defaults", json!({}))]
-        }
-        "sse-retry" => vec![("test_reconnection", json!({}))],
-        _ => Vec::new(),
-    };
     let mut failed = false;
     if let Err(e) = ready {
         eprintln!("mcpvisor conformance: {e}");
         failed = true;
     } else {
-        for (tool, args) in calls {
-            let name = mcpvisor::public_tool_name("suite", tool);
+        for (tool, args) in scenario_calls(&scenario, &runtime) {
+            let name = mcpvisor::public_tool_name("suite", &tool);
             let outcome = runtime
                 .call(&Scope::Global, &name, Some(args), CallOptions::default())
                 .await;
@@ -61,6 +53,79 @@ pub(crate) async fn run(url: &str) -> anyhow::Result<u8> {
         bail!("the shutdown did not confirm: {:?}", report.unconfirmed);
     }
     Ok(u8::from(failed))
+}
+
+/// What a scenario asks the client to call: the calls its context lists
+/// (`toolCalls`), a fixed call for the older scenarios, every listed tool
+/// with arguments made from its schema where the scenario judges how the
+/// client treats each tool (MRTR, tools with invalid `x-mcp-header`s,
+/// which the catalog left out), and for the schema scenario the focal
+/// tool's input schema echoed back as the runtime kept it (ERA-7).
+fn scenario_calls(scenario: &str, runtime: &Runtime) -> Vec<(String, serde_json::Value)> {
+    let context: serde_json::Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or_default();
+    if let Some(calls) = context.get("toolCalls").and_then(|c| c.as_array()) {
+        return calls
+            .iter()
+            .filter_map(|c| {
+                let name = c.get("name")?.as_str()?.to_owned();
+                Some((name, c.get("arguments").cloned().unwrap_or(json!({}))))
+            })
+            .collect();
+    }
+    let tools = runtime.tools(&Scope::Global);
+    match scenario {
+        "tools_call" => vec![("add_numbers".into(), json!({"a": 2, "b": 3}))],
+        "elicitation-sep1034-client-defaults" => {
+            vec![("test_client_elicitation_defaults".into(), json!({}))]
+        }
+        "sse-retry" => vec![("test_reconnection".into(), json!({}))],
+        "json-schema-2020-12-preservation" => tools
+            .iter()
+            .find(|t| t.raw_name == "json_schema_2020_12_tool")
+            .map(|t| {
+                vec![(
+                    "json_schema_echo".into(),
+                    json!({ "schema": serde_json::Value::Object((*t.input_schema).clone()) }),
+                )]
+            })
+            .unwrap_or_default(),
+        "sep-2322-client-request-state" | "http-invalid-tool-headers" => tools
+            .iter()
+            .map(|t| (t.raw_name.clone(), arguments_for(&t.input_schema)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Arguments that satisfy a schema's required properties: a placeholder of
+/// each one's type.
+fn arguments_for(schema: &serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+    let properties = schema.get("properties").and_then(|p| p.as_object());
+    let mut args = serde_json::Map::new();
+    for name in schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str())
+    {
+        let kind = properties
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("type"))
+            .and_then(|t| t.as_str());
+        let value = match kind {
+            Some("integer") | Some("number") => json!(1),
+            Some("boolean") => json!(true),
+            Some("object") => json!({}),
+            Some("array") => json!([]),
+            _ => json!("x"),
+        };
+        args.insert(name.to_owned(), value);
+    }
+    serde_json::Value::Object(args)
 }
 
 /// The client id the suite expects where its authorization server takes

