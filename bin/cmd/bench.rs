@@ -174,8 +174,10 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     let (client, mut child) = bare_client(0).await?;
     let map = args.as_object().cloned().unwrap_or_default();
     let dir = std::env::temp_dir().join(format!("mcpvisor-bench-{}", std::process::id()));
+    let mut demo = crate::config::demo_config("demo", 0)?;
+    demo.protocol = mcpvisor::ProtocolChoice::Session;
     let runtime = Runtime::builder()
-        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
+        .server(Scope::Global, demo)
         .event_log(dir.join("events.jsonl"))
         .attachments(std::sync::Arc::new(mcpvisor::FileAttachmentStore::new(
             dir.join("attachments"),
@@ -425,8 +427,12 @@ impl Tally {
 /// (see [`BLOCK`]). (bare, runtime).
 async fn tools_call(calls: usize) -> anyhow::Result<(Latency, Latency)> {
     let (client, mut child) = bare_client(0).await?;
+    // The bare client speaks the session era: so does the runtime here,
+    // for a ratio of like with like (the era row compares the two eras).
+    let mut demo = crate::config::demo_config("demo", 0)?;
+    demo.protocol = mcpvisor::ProtocolChoice::Session;
     let runtime = Runtime::builder()
-        .server(Scope::Global, crate::config::demo_config("demo", 0)?)
+        .server(Scope::Global, demo)
         .start()
         .await?;
     let measured = async {
@@ -501,6 +507,61 @@ async fn tools_call(calls: usize) -> anyhow::Result<(Latency, Latency)> {
     runtime.shutdown(Duration::from_secs(20)).await;
     let _ = client.cancel().await;
     let _ = child.kill().await;
+    measured
+}
+
+/// An `echo` through the runtime to the same demo server in each protocol
+/// era (ERA-1: the demo server speaks both), interleaved call by call:
+/// median ms, (session era, stateless era).
+async fn era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
+    let config = |name: &str, protocol: mcpvisor::ProtocolChoice| -> anyhow::Result<_> {
+        let mut cfg = crate::config::demo_config(name, 0)?;
+        cfg.protocol = protocol;
+        Ok(cfg)
+    };
+    let runtime = Runtime::builder()
+        .server(
+            Scope::Global,
+            config("session", mcpvisor::ProtocolChoice::Session)?,
+        )
+        .server(
+            Scope::Global,
+            config("stateless", mcpvisor::ProtocolChoice::Stateless)?,
+        )
+        .start()
+        .await?;
+    let measured = async {
+        for name in ["session", "stateless"] {
+            runtime
+                .wait_ready(&Scope::Global, name, Duration::from_secs(30))
+                .await?;
+        }
+        let args = json!({"message": "bench"});
+        let call = |tool: &'static str| {
+            let (runtime, args) = (&runtime, args.clone());
+            move || {
+                let args = args.clone();
+                async move {
+                    let o = runtime
+                        .call(&Scope::Global, tool, Some(args), CallOptions::default())
+                        .await;
+                    if o.is_ok() {
+                        Ok(())
+                    } else {
+                        anyhow::bail!("{tool}: {}", o.projection)
+                    }
+                }
+            }
+        };
+        median_ms_pair(
+            calls,
+            call("mcp__session__echo"),
+            call("mcp__stateless__echo"),
+        )
+        .await
+    }
+    .await;
+    runtime.shutdown(Duration::from_secs(20)).await;
     measured
 }
 
@@ -800,6 +861,7 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p99", "/tools_call/ratio_p99"),
     ("64-way calls/s", "/tools_call/ratio_concurrent_64"),
     ("client CPU per call", "/tools_call/ratio_client_cpu"),
+    ("stateless/session era call p50", "/era_call_p50_ms/ratio"),
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
     ("gateway --http call p50", "/gateway_http_call_p50_us/ratio"),
@@ -912,6 +974,11 @@ async fn measure(
     } else {
         (Latency::none(), Latency::none())
     };
+    let (era_session, era_stateless) = if want(Row::Calls) {
+        era_call(calls).await?
+    } else {
+        none
+    };
     let (c1k, b1k) = if want(Row::Catalog) {
         catalog_sync(1_000).await?
     } else {
@@ -972,6 +1039,7 @@ async fn measure(
             "ratio_concurrent_64": ours.concurrent_per_s / bare.concurrent_per_s.max(1e-9),
             "ratio_client_cpu": ours.cpu_us_per_call / bare.cpu_us_per_call.max(1e-9),
         },
+        "era_call_p50_ms": {"session": era_session, "stateless": era_stateless, "ratio": era_stateless / era_session.max(1e-9)},
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
         "gateway_http_call_p50_us": {"bare": gw_http_direct, "runtime": gw_http_through, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
@@ -1019,6 +1087,12 @@ fn print_human(f: &serde_json::Value) {
         n("/tools_call/ratio_p50"),
         n("/tools_call/ratio_p99"),
         n("/tools_call/ratio_concurrent_64")
+    );
+    println!(
+        "echo through mcpvisor to the demo server in each protocol era, median µs: 2025-11-25 {:.1}, 2026-07-28 {:.1}, ratio {:.2}",
+        n("/era_call_p50_ms/session") * 1e3,
+        n("/era_call_p50_ms/stateless") * 1e3,
+        n("/era_call_p50_ms/ratio")
     );
     println!(
         "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {:.1}, mcpvisor {:.1}, ratio {:.2}",
