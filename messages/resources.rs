@@ -134,6 +134,19 @@ fn redact_blobs(value: &Value) -> Value {
     }
 }
 
+/// A server's instructions over `max_instruction_bytes` under
+/// `oversized_instructions = "fail"` (RES-5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the server's instructions are {bytes} bytes with attribution, over max_instruction_bytes = {max}"
+)]
+pub struct InstructionsTooLong {
+    /// Their size with the attribution header.
+    pub bytes: usize,
+    /// The limit.
+    pub max: usize,
+}
+
 /// RES-5: attribute a server's instructions with a header naming the server
 /// (counted in the limit). Over `max` bytes: an error naming the limit, or with
 /// `truncate`, a cut on a UTF-8 boundary ending with a marker, within `max`.
@@ -142,7 +155,7 @@ pub fn attribute_instructions(
     text: &str,
     max: usize,
     mode: super::config::OversizedInstructions,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, InstructionsTooLong> {
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -151,10 +164,10 @@ pub fn attribute_instructions(
         return Ok(Some(attributed));
     }
     match mode {
-        super::config::OversizedInstructions::Fail => Err(format!(
-            "the server's instructions are {} bytes with attribution, over max_instruction_bytes = {max}",
-            attributed.len()
-        )),
+        super::config::OversizedInstructions::Fail => Err(InstructionsTooLong {
+            bytes: attributed.len(),
+            max,
+        }),
         super::config::OversizedInstructions::Truncate => {
             let marker = format!("\n[… instructions cut to max_instruction_bytes = {max}]");
             let end =
@@ -194,7 +207,9 @@ mod tests {
             .unwrap();
         assert_eq!(ok, "## Instructions from MCP server \"s\"\n\nbe nice");
         let long = "é".repeat(100);
-        let err = attribute_instructions("s", &long, 100, Fail).unwrap_err();
+        let err = attribute_instructions("s", &long, 100, Fail)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("over max_instruction_bytes = 100"), "{err}");
         let cut = attribute_instructions("s", &long, 100, Truncate)
             .unwrap()

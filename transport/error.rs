@@ -102,7 +102,7 @@ pub enum WireError {
     /// The server's instructions are refused (too large, under
     /// `oversized_instructions = "fail"`).
     #[error("{0}")]
-    Instructions(String),
+    Instructions(crate::messages::resources::InstructionsTooLong),
 }
 
 impl WireError {
