@@ -110,6 +110,17 @@ async fn bare_client(
     rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
     tokio::process::Child,
 )> {
+    bare_client_in(extra_tools, rmcp::ClientLifecycleMode::Initialize).await
+}
+
+/// [`bare_client`] opening with `lifecycle` (one protocol era or the other).
+async fn bare_client_in(
+    extra_tools: usize,
+    lifecycle: rmcp::ClientLifecycleMode,
+) -> anyhow::Result<(
+    rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+    tokio::process::Child,
+)> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
         .args(["serve-demo", "--tools", &extra_tools.to_string()])
@@ -121,7 +132,12 @@ async fn bare_client(
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         anyhow::bail!("no pipes");
     };
-    let client = ClientConfig::default().serve((stdout, stdin)).await?;
+    let client = rmcp::ClientServiceExt::serve_with_lifecycle(
+        ClientConfig::default(),
+        (stdout, stdin),
+        lifecycle,
+    )
+    .await?;
     Ok((client, child))
 }
 
@@ -510,6 +526,35 @@ async fn tools_call(calls: usize) -> anyhow::Result<(Latency, Latency)> {
     measured
 }
 
+/// An `echo` by a bare rmcp client to the demo server in each protocol era,
+/// interleaved call by call: median ms, (session era, stateless era). What
+/// the era costs without the runtime.
+async fn bare_era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
+    let (session, mut a) = bare_client(0).await?;
+    let (stateless, mut b) = bare_client_in(
+        0,
+        rmcp::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await?;
+    let map = json!({"message": "bench"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let measured = median_ms_pair(
+        calls,
+        || bare_echo(session.peer(), &map),
+        || bare_echo(stateless.peer(), &map),
+    )
+    .await;
+    let _ = session.cancel().await;
+    let _ = stateless.cancel().await;
+    let _ = a.kill().await;
+    let _ = b.kill().await;
+    measured
+}
+
 /// An `echo` through the runtime to the same demo server in each protocol
 /// era (ERA-1: the demo server speaks both), interleaved call by call:
 /// median ms, (session era, stateless era).
@@ -862,6 +907,7 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("64-way calls/s", "/tools_call/ratio_concurrent_64"),
     ("client CPU per call", "/tools_call/ratio_client_cpu"),
     ("stateless/session era call p50", "/era_call_p50_ms/ratio"),
+    ("the same, bare rmcp", "/bare_era_call_p50_ms/ratio"),
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
     ("gateway --http call p50", "/gateway_http_call_p50_us/ratio"),
@@ -979,6 +1025,11 @@ async fn measure(
     } else {
         none
     };
+    let (bare_era_session, bare_era_stateless) = if want(Row::Calls) {
+        bare_era_call(calls).await?
+    } else {
+        none
+    };
     let (c1k, b1k) = if want(Row::Catalog) {
         catalog_sync(1_000).await?
     } else {
@@ -1040,6 +1091,7 @@ async fn measure(
             "ratio_client_cpu": ours.cpu_us_per_call / bare.cpu_us_per_call.max(1e-9),
         },
         "era_call_p50_ms": {"session": era_session, "stateless": era_stateless, "ratio": era_stateless / era_session.max(1e-9)},
+        "bare_era_call_p50_ms": {"session": bare_era_session, "stateless": bare_era_stateless, "ratio": bare_era_stateless / bare_era_session.max(1e-9)},
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
         "gateway_http_call_p50_us": {"bare": gw_http_direct, "runtime": gw_http_through, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
@@ -1093,6 +1145,12 @@ fn print_human(f: &serde_json::Value) {
         n("/era_call_p50_ms/session") * 1e3,
         n("/era_call_p50_ms/stateless") * 1e3,
         n("/era_call_p50_ms/ratio")
+    );
+    println!(
+        "the same by a bare rmcp client, median µs: 2025-11-25 {:.1}, 2026-07-28 {:.1}, ratio {:.2}",
+        n("/bare_era_call_p50_ms/session") * 1e3,
+        n("/bare_era_call_p50_ms/stateless") * 1e3,
+        n("/bare_era_call_p50_ms/ratio")
     );
     println!(
         "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {:.1}, mcpvisor {:.1}, ratio {:.2}",
