@@ -90,8 +90,9 @@ impl Runtime {
                         .await
                 }
                 ResourceOp::Read => {
+                    let answerer = answerer_for(snap, target, &live);
                     live.client
-                        .read_resource(uri.unwrap_or_default().to_owned(), timeout)
+                        .read_resource(uri.unwrap_or_default().to_owned(), timeout, &answerer)
                         .await
                 }
             };
@@ -316,7 +317,10 @@ impl Runtime {
         let timeout = entry_timeout(&snap);
         let asked = match ask {
             Ask::Prompt { name, arguments } => {
-                live.client.get_prompt(name, arguments, timeout).await
+                let answerer = answerer_for(&snap, server, &live);
+                live.client
+                    .get_prompt(name, arguments, timeout, &answerer)
+                    .await
             }
             Ask::Subscribe { uri, on } => live.client.subscription(uri, on, timeout).await,
         };
@@ -342,6 +346,25 @@ impl Unavailable {
 }
 
 /// The longest request timeout of a snapshot's servers (resource requests).
+/// Who answers `server`'s input requests on `live` (ERA-5).
+fn answerer_for<'a>(
+    snap: &ScopeSnapshot,
+    server: &'a str,
+    live: &'a crate::messages::registry::LiveConn,
+) -> crate::transport::client::Answerer<'a> {
+    crate::transport::client::Answerer {
+        handlers: &live.handlers,
+        server,
+        redactions: &live.redactions,
+        max_rounds: snap
+            .servers
+            .get(server)
+            .map_or(crate::messages::config::DEFAULT_MAX_INPUT_ROUNDS, |e| {
+                e.config.max_input_rounds
+            }),
+    }
+}
+
 pub(super) fn entry_timeout(snap: &ScopeSnapshot) -> Duration {
     snap.servers
         .values()

@@ -393,6 +393,23 @@ pub enum InputRefused {
     Empty,
 }
 
+/// The answers and request state of one `input_required` round.
+pub type Answers = (Option<rmcp::model::InputResponses>, Option<String>);
+
+/// Who answers a stateless server's `input_required` on requests other
+/// than `tools/call` (ERA-5): the connection's handlers and secrets, and
+/// the server's round limit.
+pub struct Answerer<'a> {
+    /// The embedder's handlers.
+    pub handlers: &'a ClientHandlers,
+    /// The server's name (shown with an elicitation).
+    pub server: &'a str,
+    /// The server's secret values (TRUST-2).
+    pub redactions: &'a [String],
+    /// `max_input_rounds`.
+    pub max_rounds: u32,
+}
+
 /// The answers to a stateless server's `input_required` result (ERA-5),
 /// from the same sources as the session era's requests: elicitation through
 /// the embedder's handler; sampling and roots refused, as this client
@@ -910,12 +927,24 @@ impl McpClient {
         self.request_value(request, timeout).await
     }
 
-    /// `resources/read` of `uri`, as raw JSON.
-    pub async fn read_resource(&self, uri: String, timeout: Duration) -> Result<Value, WireError> {
-        let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
-            rmcp::model::ReadResourceRequestParams::new(uri),
-        ));
-        self.request_value(request, timeout).await
+    /// `resources/read` of `uri`, as raw JSON; a stateless server's
+    /// `input_required` answered by `answerer` (ERA-5).
+    pub async fn read_resource(
+        &self,
+        uri: String,
+        timeout: Duration,
+        answerer: &Answerer<'_>,
+    ) -> Result<Value, WireError> {
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        self.answering(timeout, answerer, |answers| {
+            let mut p = params.clone();
+            if let Some((responses, state)) = answers {
+                p.input_responses = responses;
+                p.request_state = state;
+            }
+            ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(p))
+        })
+        .await
     }
 
     /// One page of `prompts/list`, as raw JSON.
@@ -930,19 +959,79 @@ impl McpClient {
         self.request_value(request, timeout).await
     }
 
-    /// `prompts/get` of `name` with `arguments`, as raw JSON.
+    /// `prompts/get` of `name` with `arguments`, as raw JSON; a stateless
+    /// server's `input_required` answered by `answerer` (ERA-5).
     pub async fn get_prompt(
         &self,
         name: &str,
         arguments: Option<Map<String, Value>>,
         timeout: Duration,
+        answerer: &Answerer<'_>,
     ) -> Result<Value, WireError> {
         let mut params = rmcp::model::GetPromptRequestParams::new(name.to_owned());
         if let Some(args) = arguments {
             params = params.with_arguments(args);
         }
-        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
-        self.request_value(request, timeout).await
+        self.answering(timeout, answerer, |answers| {
+            let mut p = params.clone();
+            if let Some((responses, state)) = answers {
+                p.input_responses = responses;
+                p.request_state = state;
+            }
+            ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(p))
+        })
+        .await
+    }
+
+    /// A request that a stateless server may answer with `input_required`
+    /// (ERA-5): `build` makes it, first without answers, then with the
+    /// answers and the state of the last round; at most `max_rounds`
+    /// rounds, all of them (the answering included) within `timeout`.
+    async fn answering(
+        &self,
+        timeout: Duration,
+        answerer: &Answerer<'_>,
+        build: impl Fn(Option<Answers>) -> ClientRequest,
+    ) -> Result<Value, WireError> {
+        let rounds = async {
+            let mut answers = None;
+            let mut round = 0u32;
+            loop {
+                let handle = self
+                    .peer()
+                    .send_request_with_option(
+                        build(answers.take()),
+                        PeerRequestOptions::with_timeout(timeout),
+                    )
+                    .await
+                    .map_err(WireError::from)?;
+                match handle.await_response().await.map_err(WireError::from)? {
+                    ServerResult::InputRequiredResult(asked) => {
+                        round += 1;
+                        if round > answerer.max_rounds {
+                            return Err(WireError::Rounds {
+                                rounds: round,
+                                max: answerer.max_rounds,
+                            });
+                        }
+                        answers = Some(
+                            answer_input_required(
+                                answerer.handlers,
+                                answerer.server,
+                                answerer.redactions,
+                                asked,
+                            )
+                            .await
+                            .map_err(WireError::Input)?,
+                        );
+                    }
+                    result => return serde_json::to_value(&result).map_err(WireError::Result),
+                }
+            }
+        };
+        tokio::time::timeout(timeout, rounds)
+            .await
+            .unwrap_or(Err(WireError::Timeout { after: timeout }))
     }
 
     /// `resources/subscribe` (`on`) or `resources/unsubscribe` to `uri`.

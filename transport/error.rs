@@ -103,6 +103,19 @@ pub enum WireError {
     /// `oversized_instructions = "fail"`).
     #[error("{0}")]
     Instructions(crate::messages::resources::InstructionsTooLong),
+    /// The server's input request could not be answered (ERA-5).
+    #[error("{0}")]
+    Input(super::client::InputRefused),
+    /// The server asked for input more often than `max_input_rounds`.
+    #[error(
+        "the server asked for more input (resultType \"input_required\") {rounds} time(s), past max_input_rounds = {max}"
+    )]
+    Rounds {
+        /// The rounds asked.
+        rounds: u32,
+        /// The limit.
+        max: u32,
+    },
 }
 
 impl WireError {

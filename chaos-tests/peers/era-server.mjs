@@ -9,7 +9,8 @@
 // `confirm` {what} asks the client to confirm (an `input_required` result
 // with an elicitation and a request state), and answers "confirmed WHAT
 // (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
-// a sampling answer; `ask_forever` asks again on every round.
+// a sampling answer; `ask_forever` asks again on every round. The prompt
+// `confirm_prompt` asks for the same confirmation before its messages.
 // With --stateless-only an `initialize` is refused with -32022 naming
 // 2026-07-28 (serveStdio's `legacy: 'reject'`); otherwise both eras are served.
 import { McpServer, acceptedContent, fromJsonSchema, inputRequired } from '@modelcontextprotocol/server';
@@ -26,7 +27,7 @@ const none = fromJsonSchema({ type: 'object', properties: {} });
 serveStdio(() => {
   const server = new McpServer(
     { name: 'era-server', version: '1.0.0' },
-    { capabilities: { tools: { listChanged: true } } },
+    { capabilities: { tools: { listChanged: true }, prompts: {} } },
   );
   server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
@@ -71,6 +72,29 @@ serveStdio(() => {
         }),
       },
     }));
+  server.registerPrompt('confirm_prompt', { description: 'Asks for a confirmation first.' },
+    async (ctx) => {
+      const answer = acceptedContent(ctx.mcpReq.inputResponses, 'confirm');
+      if (answer?.confirm !== true) {
+        return inputRequired({
+          inputRequests: {
+            confirm: inputRequired.elicit({
+              message: 'Confirm the prompt?',
+              requestedSchema: {
+                type: 'object',
+                properties: { confirm: { type: 'boolean', default: true } },
+                required: ['confirm'],
+              },
+            }),
+          },
+          requestState: 'prompt-state',
+        });
+      }
+      const state = ctx.mcpReq.requestState ? ctx.mcpReq.requestState() : undefined;
+      return {
+        messages: [{ role: 'user', content: { type: 'text', text: `prompt confirmed (state ${state})` } }],
+      };
+    });
   let round = 0;
   server.registerTool('ask_forever', { description: 'Asks again on every round.', inputSchema: none },
     async () => inputRequired({ requestState: `round-${++round}` }));

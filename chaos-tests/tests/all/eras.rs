@@ -245,6 +245,17 @@ async fn an_input_required_result_is_answered_by_the_elicitation_handler_and_bou
         "{}",
         out.projection
     );
+    // prompts/get takes the same rounds (resources/read too).
+    let prompt = runtime
+        .get_prompt(&G, "modern", "confirm_prompt", None)
+        .await
+        .unwrap();
+    assert!(
+        prompt
+            .to_string()
+            .contains("prompt confirmed (state prompt-state)"),
+        "{prompt}"
+    );
     let out = call(&runtime, "mcp__modern__ask_sampling", json!({})).await;
     assert_eq!(out.kind, OutcomeKind::ServerError, "{out:?}");
     assert!(
