@@ -393,3 +393,35 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
         "these now pass: take them out of NOT_YET: {fixed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_server_is_spoken_to_in_the_stateless_era() {
+    // ERA-1 against a peer of another SDK: the Python SDK 2.x server
+    // (MCPServer over stdio) serves both eras; `auto` speaks 2026-07-28,
+    // lists its tool and calls it.
+    let Some(python) = mcpvisor_chaos::python_sdk() else {
+        println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): the Python SDK is not installed");
+        return;
+    };
+    let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era_server.py");
+    let mut cfg = ServerConfig::stdio(
+        "py",
+        python.to_string_lossy(),
+        vec![script.to_string_lossy().into_owned()],
+    )
+    .trusted();
+    cfg.idle_stop_after = None;
+    let runtime = start().await;
+    runtime.add_server(G, cfg).await.unwrap();
+    let status = runtime.wait_ready(&G, "py", READY).await.unwrap();
+    assert_eq!(
+        status.protocol_version.as_deref(),
+        Some("2026-07-28"),
+        "{status:?}"
+    );
+    assert_eq!(status.tools, 1, "{status:?}");
+    let out = call(&runtime, "mcp__py__echo", json!({"text": "from python"})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert!(out.projection.contains("from python"), "{}", out.projection);
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
