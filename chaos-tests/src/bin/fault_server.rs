@@ -119,6 +119,12 @@ struct Args {
     /// too) or `stateless` (`initialize` answers -32022 naming 2026-07-28).
     #[arg(long, value_name = "ERA", default_value = "session")]
     era: String,
+    /// Change era at every start: the session era when the file
+    /// `<--log-requests>.era` is absent (and create it), the stateless era
+    /// when it is there (and remove it). A server upgraded between two
+    /// restarts.
+    #[arg(long)]
+    era_flip: bool,
     /// Answer `initialize` with this protocol version, whatever the client
     /// asked for.
     #[arg(long, value_name = "VERSION")]
@@ -1258,7 +1264,21 @@ async fn serve_http(server: FaultServer, port: u16) -> anyhow::Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.era_flip
+        && let Some(log) = &args.log_requests
+    {
+        let mut flag = log.clone().into_os_string();
+        flag.push(".era");
+        let flag = PathBuf::from(flag);
+        args.era = if flag.exists() {
+            let _ = std::fs::remove_file(&flag);
+            "stateless".into()
+        } else {
+            let _ = std::fs::write(&flag, b"");
+            "session".into()
+        };
+    }
     // `--log-requests`: one `start <tag> <pid> <unix ms>` line per process,
     // before any fault: the runner checks the reconnect schedule against
     // the server's own clock (`budget_respected`), not the runtime's word.

@@ -167,6 +167,10 @@ pub enum Fault {
     /// A mod's `tool.call` handler allocates without bound on the trigger
     /// call (stopped by the memory limit; the mod is disabled).
     ModMemory,
+    /// The server changes protocol era at every start (session era first,
+    /// then the stateless era): the era the runtime remembered is wrong
+    /// after a restart (ERA-1).
+    EraFlip,
 }
 
 /// The echo message on which the mod faults' handlers misbehave.
@@ -244,6 +248,7 @@ impl Fault {
             Self::ModHang => "mod_hang",
             Self::ModThrow => "mod_throw",
             Self::ModMemory => "mod_memory",
+            Self::EraFlip => "era_flip",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -338,6 +343,7 @@ impl Fault {
             Self::ModelStall | Self::ModelCutStream | Self::ModelGarbageSse => Vec::new(),
             Self::BrowserWontDie => Vec::new(),
             Self::ModHang | Self::ModThrow | Self::ModMemory => Vec::new(),
+            Self::EraFlip => v(&["--era-flip"]),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -423,6 +429,8 @@ impl Fault {
             | Self::ModHang
             | Self::ModThrow
             | Self::ModMemory => true,
+            // The connection is lost with the crash it comes with.
+            Self::EraFlip => false,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -506,6 +514,7 @@ impl Fault {
                 | Self::HttpSessionLoss { .. }
                 | Self::SupervisorPanic
                 | Self::AdminPaths
+                | Self::EraFlip
         )
     }
 
@@ -518,6 +527,9 @@ impl Fault {
         match self {
             Self::HttpSessionLoss { .. } => Some(("initialize", 2)),
             Self::SplitReplies { .. } => Some(("tools/list", 2)),
+            // The session era's probe, and the probe again once the
+            // remembered era failed against the upgraded server.
+            Self::EraFlip => Some(("server/discover", 2)),
             _ => None,
         }
     }
@@ -649,7 +661,8 @@ impl Fault {
             | Self::ModelStall
             | Self::ModelCutStream
             | Self::ModelGarbageSse
-            | Self::BrowserWontDie => Effects::NONE,
+            | Self::BrowserWontDie
+            | Self::EraFlip => Effects::NONE,
             Self::ModHang | Self::ModThrow | Self::ModMemory => Effects::trigger("echo"),
             Self::SecretEcho => Effects::trigger("is_error"),
             Self::ResourcesOnlyIdle { .. } => Effects::NONE.removing_tools(),

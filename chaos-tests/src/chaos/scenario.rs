@@ -147,6 +147,11 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("mod_hang", |_| vec![Fault::ModHang]),
         ("mod_throw", |_| vec![Fault::ModThrow]),
         ("mod_memory", |_| vec![Fault::ModMemory]),
+        // The protocol eras: a server that crashes mid-call and comes back
+        // speaking the other era (ERA-1's remembered era is then wrong).
+        ("era_change_on_restart", |_| {
+            vec![Fault::CrashMidCall, Fault::EraFlip]
+        }),
     ];
     table
         .into_iter()
