@@ -125,6 +125,11 @@ struct Args {
     /// restarts.
     #[arg(long)]
     era_flip: bool,
+    /// List a tool `input_loop` that answers every round with
+    /// `input_required` (a request state and no input requests), never
+    /// with a result: a client must bound its rounds (stateless era).
+    #[arg(long)]
+    input_loop: bool,
     /// Answer `initialize` with this protocol version, whatever the client
     /// asked for.
     #[arg(long, value_name = "VERSION")]
@@ -361,6 +366,11 @@ impl FaultServer {
             "A tool with a name that needs replacing",
         );
         fault_tool(args.duplicate_names, "echo", "A second tool named echo");
+        fault_tool(
+            args.input_loop,
+            "input_loop",
+            "Asks for more input on every round, forever",
+        );
         for (name, what) in [
             (
                 "unknown_block",
@@ -436,6 +446,11 @@ impl FaultServer {
                 .map(|a| Value::Object(a.clone()).to_string())
                 .unwrap_or_else(|| "{}".into());
             line.push_str(&format!(" {} {args}", call.name));
+            // A stateless-era round after `input_required` carries the
+            // server's state: the same call's next round, not a re-send.
+            if let Some(state) = &call.request_state {
+                line.push_str(&format!(" state={state}"));
+            }
         }
         // One write per line on an O_APPEND file: lines of concurrent requests never interleave.
         if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
@@ -711,6 +726,16 @@ impl ServerHandler for FaultServer {
                 let _ = ctx.peer.notify_progress(note).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+        if req.name == "input_loop" {
+            let round = req.request_state.as_deref().unwrap_or("round-0");
+            let next = round
+                .strip_prefix("round-")
+                .and_then(|n| n.parse::<u64>().ok())
+                .map_or(1, |n| n + 1);
+            return Ok(CallToolResponse::InputRequired(
+                rmcp::model::InputRequiredResult::from_request_state(format!("round-{next}")),
+            ));
         }
         let args = req.arguments.unwrap_or_default();
         let result = match req.name.as_ref() {

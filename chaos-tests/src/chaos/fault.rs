@@ -171,6 +171,9 @@ pub enum Fault {
     /// then the stateless era): the era the runtime remembered is wrong
     /// after a restart (ERA-1).
     EraFlip,
+    /// A stateless-era server whose trigger tool answers `input_required`
+    /// on every round (ERA-5): the client must give up after its rounds.
+    EndlessInput,
 }
 
 /// The echo message on which the mod faults' handlers misbehave.
@@ -249,6 +252,7 @@ impl Fault {
             Self::ModThrow => "mod_throw",
             Self::ModMemory => "mod_memory",
             Self::EraFlip => "era_flip",
+            Self::EndlessInput => "endless_input",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -344,6 +348,7 @@ impl Fault {
             Self::BrowserWontDie => Vec::new(),
             Self::ModHang | Self::ModThrow | Self::ModMemory => Vec::new(),
             Self::EraFlip => v(&["--era-flip"]),
+            Self::EndlessInput => v(&["--era", "both", "--input-loop"]),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -431,6 +436,7 @@ impl Fault {
             | Self::ModMemory => true,
             // The connection is lost with the crash it comes with.
             Self::EraFlip => false,
+            Self::EndlessInput => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -457,6 +463,8 @@ impl Fault {
             Self::HookHang => "ok",
             Self::ModHang | Self::ModThrow | Self::ModMemory => "ok",
             Self::InvalidResult | Self::DeepJson => "invalid_result",
+            // Past max_input_rounds (10), within the call's deadline.
+            Self::EndlessInput => "invalid_result",
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
@@ -672,6 +680,7 @@ impl Fault {
             Self::OverlongLine => Effects::trigger("overlong").adding(1),
             Self::ListChangedStorm { .. } => Effects::trigger("storm").adding(1),
             Self::InvalidResult => Effects::trigger("invalid").adding(1),
+            Self::EndlessInput => Effects::trigger("input_loop").adding(1),
             Self::IsError => Effects::trigger("is_error"),
             Self::SchemaViolation => Effects::trigger("structured_bad"),
             Self::HugeResult { .. } => Effects::trigger("huge").adding(1),

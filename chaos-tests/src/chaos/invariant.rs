@@ -431,8 +431,11 @@ pub(super) fn check_double_send(log: &Path, run_id: &str, ok_nonces: &[String]) 
             )];
         }
     };
-    let mut executed: HashMap<&str, u32> = HashMap::new();
-    let mut posted: HashMap<&str, u32> = HashMap::new();
+    // A call's stateless-era rounds (ERA-5) each carry the state the
+    // server minted (` state=…` at the end of the line): a round is its own
+    // request, and the same round twice is a re-send.
+    let mut executed: HashMap<String, u32> = HashMap::new();
+    let mut posted: HashMap<String, u32> = HashMap::new();
     for line in text.lines() {
         let counts = if line.starts_with("tools/call") || line.starts_with("resources/read") {
             &mut executed
@@ -444,7 +447,10 @@ pub(super) fn check_double_send(log: &Path, run_id: &str, ok_nonces: &[String]) 
         if let Some(start) = line.find(run_id) {
             let rest = &line[start..];
             let end = rest.find('"').unwrap_or(rest.len());
-            *counts.entry(&rest[..end]).or_default() += 1;
+            let round = line.rfind(" state=").map_or("", |at| &line[at..]);
+            *counts
+                .entry(format!("{}{round}", &rest[..end]))
+                .or_default() += 1;
         }
     }
     let mut problems: Vec<String> = Vec::new();
@@ -457,7 +463,7 @@ pub(super) fn check_double_send(log: &Path, run_id: &str, ok_nonces: &[String]) 
         );
     }
     for nonce in ok_nonces {
-        if !executed.contains_key(nonce.as_str()) {
+        if !executed.contains_key(nonce) {
             problems.push(format!("{nonce} ended ok but the server never ran it"));
         }
     }
@@ -676,6 +682,15 @@ mod tests {
         .unwrap();
         let problems = check_double_send(&log, "run", &["run#2".into()]);
         assert_eq!(problems, vec!["run#1 arrived 2 times".to_owned()]);
+        // The rounds of one call after input_required each carry their
+        // state: not a re-send; the same round twice is.
+        std::fs::write(
+            &log,
+            "tools/call 1 t {\"message\":\"run#4\"}\ntools/call 2 t {\"message\":\"run#4\"} state=r1\ntools/call 3 t {\"message\":\"run#4\"} state=r2\ntools/call 4 t {\"message\":\"run#5\"} state=r1\ntools/call 5 t {\"message\":\"run#5\"} state=r1\n",
+        )
+        .unwrap();
+        let problems = check_double_send(&log, "run", &[]);
+        assert_eq!(problems, vec!["run#5 state=r1 arrived 2 times".to_owned()]);
         // A request re-sent at the HTTP layer counts even when it ran once,
         // and an ok call the server never ran is flagged.
         std::fs::write(

@@ -152,6 +152,7 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         ("era_change_on_restart", |_| {
             vec![Fault::CrashMidCall, Fault::EraFlip]
         }),
+        ("endless_input_required", |_| vec![Fault::EndlessInput]),
     ];
     table
         .into_iter()
