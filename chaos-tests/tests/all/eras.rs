@@ -314,7 +314,7 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
     let command = format!("{} conformance", mcpvisor.display());
     let out = mcpvisor_chaos::unique_temp_path("conformance-next");
     let mut list = tokio::process::Command::new(mcpvisor_chaos::peers::node(&dir));
-    list.arg(dir.join("node_modules/conformance-next/dist/index.js"))
+    list.arg(mcpvisor_chaos::peers::Suite::Next.entry(&dir))
         .arg("list")
         .current_dir(&dir)
         .stdin(std::process::Stdio::null())
@@ -337,27 +337,15 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
     let mut unexpected = Vec::new();
     let mut failing = Vec::new();
     for scenario in &scenarios {
-        let mut run = mcpvisor_chaos::peers::conformance_next(
+        let (result, printed) = mcpvisor_chaos::peers::client_scenario(
+            mcpvisor_chaos::peers::Suite::Next,
             &dir,
-            &["client", "--command", &command, "--scenario", scenario],
+            &command,
+            scenario,
             &out,
-        );
-        run.env(
-            "NODE_OPTIONS",
-            format!(
-                "--require {}",
-                dir.join("force-loopback-sync.cjs").display()
-            ),
         )
-        .env_remove("DISPLAY");
-        let result = mcpvisor_chaos::peers::conformance_output(run)
-            .await
-            .unwrap();
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&result.stdout),
-            String::from_utf8_lossy(&result.stderr)
-        );
+        .await
+        .unwrap();
         // sse-retry times the reconnect: a warning there is the loaded
         // machine's timing, not a protocol fault (as for 0.1.16).
         let clean = if scenario == "sse-retry" {

@@ -851,37 +851,22 @@ async fn with_allow_remote_every_request_needs_the_bearer_token() {
     terminate_and_check_reaped(&mut child, None).await;
 }
 
-/// Run the conformance suite's client `scenario` against `command` (its
-/// mock servers bound to 127.0.0.1 by the preload; no display, so no
-/// browser is started); the output and what it printed.
+/// The stable suite's client `scenario` against `command`.
 async fn client_scenario(
     dir: &Path,
     command: &str,
     scenario: &str,
     out: &Path,
 ) -> (std::process::Output, String) {
-    let mut run = mcpvisor_chaos::peers::conformance_suite(
+    mcpvisor_chaos::peers::client_scenario(
+        mcpvisor_chaos::peers::Suite::Stable,
         dir,
-        &["client", "--command", command, "--scenario", scenario],
+        command,
+        scenario,
         out,
-    );
-    run.env(
-        "NODE_OPTIONS",
-        format!(
-            "--require {}",
-            dir.join("force-loopback-sync.cjs").display()
-        ),
     )
-    .env_remove("DISPLAY");
-    let result = mcpvisor_chaos::peers::conformance_output(run)
-        .await
-        .unwrap();
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&result.stdout),
-        String::from_utf8_lossy(&result.stderr)
-    );
-    (result, printed)
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
