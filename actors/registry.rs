@@ -364,6 +364,7 @@ mod tests {
             redactions: Arc::new([]),
             deliveries: None,
             era: crate::messages::server::Era::Session,
+            progress: Default::default(),
             handlers: Default::default(),
         };
         (live, running)

@@ -129,6 +129,8 @@ pub struct LiveConn {
     pub deliveries: Option<Arc<Deliveries>>,
     /// The protocol era the connection speaks (ERA-1).
     pub era: crate::messages::server::Era,
+    /// Which call each progress token belongs to.
+    pub progress: Arc<ProgressRoutes>,
     /// The embedder's client handlers: what answers a stateless server's
     /// `input_required` (ERA-5).
     pub handlers: Arc<crate::messages::capabilities::ClientHandlers>,
@@ -150,6 +152,76 @@ pub enum Delivery {
 /// Per connection, the `tools/call` requests the transport handed to the
 /// wire, by JSON-RPC id (its JSON text), and the ones refused unrun; the
 /// call path forgets each once its call ended. Bounded: past
+/// One `notifications/progress` of a server, before it is an event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressNote {
+    /// Progress so far.
+    pub progress: f64,
+    /// The total, when the server knows it.
+    pub total: Option<f64>,
+    /// The server's message, redacted (TRUST-2).
+    pub message: Option<String>,
+}
+
+/// Which call each progress token of a connection belongs to. rmcp gives
+/// every request a progress token of its own (a per-connection counter), so
+/// the call path records the token of each `tools/call` it sends, and the
+/// client handler looks the call up when a notification comes. A
+/// notification that beats the record is kept (at most
+/// [`ProgressRoutes::EARLY`]) and handed over when it is made.
+#[derive(Debug, Default)]
+pub struct ProgressRoutes {
+    inner: std::sync::Mutex<RoutesInner>,
+}
+
+#[derive(Debug, Default)]
+struct RoutesInner {
+    calls: HashMap<String, u64>,
+    early: std::collections::VecDeque<(String, ProgressNote)>,
+}
+
+impl ProgressRoutes {
+    /// Notifications kept for a token not yet routed.
+    pub const EARLY: usize = 64;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RoutesInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Route `token`'s notifications to `call_id`; the notes that came
+    /// before, in their order.
+    pub fn route(&self, token: String, call_id: u64) -> Vec<ProgressNote> {
+        let mut r = self.lock();
+        let mut early = Vec::new();
+        if !r.early.is_empty() {
+            let (mine, rest): (Vec<_>, Vec<_>) = r.early.drain(..).partition(|(t, _)| *t == token);
+            r.early = rest.into();
+            early = mine.into_iter().map(|(_, n)| n).collect();
+        }
+        r.calls.insert(token, call_id);
+        early
+    }
+
+    /// The call of `token` is over.
+    pub fn forget(&self, token: &str) {
+        self.lock().calls.remove(token);
+    }
+
+    /// The call `token` belongs to, with the note; or None, the note kept
+    /// for when the token is routed.
+    pub fn arrive(&self, token: String, note: ProgressNote) -> Option<(u64, ProgressNote)> {
+        let mut r = self.lock();
+        if let Some(call_id) = r.calls.get(&token) {
+            return Some((*call_id, note));
+        }
+        if r.early.len() >= Self::EARLY {
+            r.early.pop_front();
+        }
+        r.early.push_back((token, note));
+        None
+    }
+}
+
 /// [`Deliveries::MAX`] in flight the oldest are forgotten, and from then
 /// on an unknown id reads "may have arrived" (the safe side).
 #[derive(Debug, Default)]
@@ -527,6 +599,36 @@ pub enum SwapError {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_progress_note_goes_to_its_call_and_one_that_came_first_waits_for_the_route() {
+        let routes = ProgressRoutes::default();
+        let note = |p: f64| ProgressNote {
+            progress: p,
+            total: None,
+            message: None,
+        };
+        // Before the route: kept; the route hands it over, in order.
+        assert_eq!(routes.arrive("7".into(), note(1.0)), None);
+        assert_eq!(routes.arrive("8".into(), note(9.0)), None);
+        assert_eq!(routes.route("7".into(), 42), vec![note(1.0)]);
+        assert_eq!(routes.arrive("7".into(), note(2.0)), Some((42, note(2.0))));
+        // Another token's early note stays for its own route.
+        assert_eq!(routes.route("8".into(), 43), vec![note(9.0)]);
+        routes.forget("7");
+        assert_eq!(routes.arrive("7".into(), note(3.0)), None);
+        // Bounded: the oldest early notes fall out.
+        for i in 0..(ProgressRoutes::EARLY + 5) {
+            routes.arrive(format!("x{i}"), note(0.0));
+        }
+        assert!(routes.route("x0".into(), 1).is_empty());
+        assert_eq!(
+            routes
+                .route(format!("x{}", ProgressRoutes::EARLY + 4), 2)
+                .len(),
+            1
+        );
+    }
     use std::time::Duration;
 
     use super::*;

@@ -289,25 +289,19 @@ impl ClientHandler for SupervisedClient {
         params: rmcp::model::ProgressNotificationParam,
         _: NotificationContext<RoleClient>,
     ) {
-        // Our tokens are call ids; any other token is not ours to route.
-        let rmcp::model::NumberOrString::Number(id) = params.progress_token.0 else {
-            return;
-        };
-        let (Some((scope, events)), Ok(call_id)) =
-            (&self.handlers.notifications, u64::try_from(id))
-        else {
-            return;
-        };
         // TRUST-2: a progress message is the server's output.
-        let message = params.message.map(|m| redact(&m, &self.diag.redactions()));
-        let _ = events.send(crate::messages::status::RuntimeEvent::CallProgress {
-            scope: scope.clone(),
-            server: self.server.clone(),
-            call_id,
+        let note = crate::messages::registry::ProgressNote {
             progress: params.progress,
             total: params.total,
-            message,
-        });
+            message: params.message.map(|m| redact(&m, &self.diag.redactions())),
+        };
+        if let Some((call_id, note)) = self
+            .diag
+            .progress
+            .arrive(progress_key(&params.progress_token), note)
+        {
+            emit_progress(&self.handlers, &self.server, call_id, note);
+        }
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
@@ -452,6 +446,33 @@ pub async fn answer_input_required(
         (!responses.is_empty()).then_some(responses),
         result.request_state,
     ))
+}
+
+/// The key of a progress token in [`ProgressRoutes`](crate::messages::registry::ProgressRoutes).
+pub fn progress_key(token: &rmcp::model::ProgressToken) -> String {
+    match &token.0 {
+        rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        rmcp::model::NumberOrString::String(s) => format!("s:{s}"),
+    }
+}
+
+/// A progress note of call `call_id` as the runtime's event.
+pub fn emit_progress(
+    handlers: &ClientHandlers,
+    server: &str,
+    call_id: u64,
+    note: crate::messages::registry::ProgressNote,
+) {
+    if let Some((scope, events)) = &handlers.notifications {
+        let _ = events.send(crate::messages::status::RuntimeEvent::CallProgress {
+            scope: scope.clone(),
+            server: server.to_owned(),
+            call_id,
+            progress: note.progress,
+            total: note.total,
+            message: note.message,
+        });
+    }
 }
 
 /// Fetch every page of `tools/list`, bypassing rmcp's response cache. Entries
@@ -865,9 +886,9 @@ impl McpClient {
     }
 
     /// Hand `tools/call` of `raw_name` with `arguments` to the session's
-    /// loop; the reply is awaited on the returned handle. `progress` (the
-    /// call id) is the progress token: the server's
-    /// `notifications/progress` for it become the call's events.
+    /// loop; the reply is awaited on the returned handle. rmcp gives the
+    /// request a progress token of its own (`PendingRequest::progress_token`):
+    /// the caller routes it to the call ([`ProgressRoutes`](crate::messages::registry::ProgressRoutes)).
     ///
     /// `answers` are the input responses and request state of a retry after
     /// `input_required` (ERA-5); `None` for the first round.
@@ -875,7 +896,6 @@ impl McpClient {
         &self,
         raw_name: &str,
         arguments: Map<String, Value>,
-        progress: u64,
         answers: Option<(Option<rmcp::model::InputResponses>, Option<String>)>,
     ) -> Result<PendingRequest, rmcp::service::ServiceError> {
         let mut params =
@@ -883,12 +903,6 @@ impl McpClient {
         if let Some((responses, state)) = answers {
             params.input_responses = responses;
             params.request_state = state;
-        }
-        if let Ok(token) = i64::try_from(progress) {
-            use rmcp::model::RequestParamsMeta as _;
-            params.set_progress_token(rmcp::model::ProgressToken(
-                rmcp::model::NumberOrString::Number(token),
-            ));
         }
         let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
         self.peer()

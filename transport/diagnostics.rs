@@ -29,6 +29,8 @@ pub struct Diagnostics {
     /// What became of each `tools/call` request on the wire, where the
     /// transport can tell (the HTTP client records it).
     pub(crate) deliveries: Arc<crate::messages::registry::Deliveries>,
+    /// Which call each progress token of this connection belongs to.
+    pub(crate) progress: Arc<crate::messages::registry::ProgressRoutes>,
 }
 
 #[derive(Debug, Default)]

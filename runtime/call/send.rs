@@ -4,6 +4,38 @@
 
 use super::*;
 
+/// A request's progress token routed to its call while the request is
+/// under way: notes that came first are emitted at once; the route is
+/// dropped with it.
+struct Routed<'a> {
+    routes: &'a crate::messages::registry::ProgressRoutes,
+    key: String,
+}
+
+impl<'a> Routed<'a> {
+    fn new(
+        live: &'a crate::messages::registry::LiveConn,
+        server: &str,
+        token: &rmcp::model::ProgressToken,
+        call_id: u64,
+    ) -> Self {
+        let key = crate::transport::client::progress_key(token);
+        for note in live.progress.route(key.clone(), call_id) {
+            crate::transport::client::emit_progress(&live.handlers, server, call_id, note);
+        }
+        Self {
+            routes: &live.progress,
+            key,
+        }
+    }
+}
+
+impl Drop for Routed<'_> {
+    fn drop(&mut self) {
+        self.routes.forget(&self.key);
+    }
+}
+
 /// Ends when the caller cancels the call; never when it gave no token of
 /// its own (then nothing can cancel it).
 async fn cancelled_by(options: &CallOptions) {
@@ -42,16 +74,14 @@ impl Runtime {
         let mut answers = None;
         let mut rounds: u32 = 0;
         let (response, lost_as) = loop {
-            // The call id is the progress token: the server's
-            // `notifications/progress` become this very call's events.
             // A stateless server may answer `input_required` (ERA-5): the
             // request is then sent again with the same arguments, so a copy
             // is kept where that can happen, and only there.
             let again =
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
-            let sending =
-                live.client
-                    .send_call(&def.raw_name, arguments, out.call_id, answers.take());
+            let sending = live
+                .client
+                .send_call(&def.raw_name, arguments, answers.take());
             let handed = tokio::select! {
                 biased;
                 handed = sending => Ok(handed),
@@ -80,6 +110,9 @@ impl Runtime {
                     );
                 }
             };
+            // The server's `notifications/progress` for this request's
+            // token become this very call's events, until it is over.
+            let _routed = Routed::new(live, &def.server, &handle.progress_token, out.call_id);
             #[allow(clippy::large_enum_variant)] // a local, moved once
             enum Ended {
                 Response(

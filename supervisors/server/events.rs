@@ -86,6 +86,7 @@ pub(super) async fn on_conn_up(
             )
             .then(|| st.diag.deliveries.clone()),
             era: info.era,
+            progress: st.diag.progress.clone(),
             handlers: Arc::new(st.handlers.clone()),
         },
         idle: None,

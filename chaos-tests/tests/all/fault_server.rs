@@ -405,51 +405,58 @@ async fn is_error_results_are_server_errors_whose_text_reaches_the_projection() 
     finish(&runtime, &[]).await;
 }
 
-/// Every call carries its call id as its progress token, and a
-/// server's `notifications/progress` come out as `CallProgress` events of
-/// that very call, in order, with the server's total and message.
+/// A server's `notifications/progress` come out as `CallProgress` events
+/// of the call they belong to, in order, with the server's total and
+/// message: in both protocol eras, and for a second call of the same
+/// connection (rmcp gives each request a progress token of its own, which
+/// the runtime routes to its call).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_progress_notifications_are_events_of_the_call_they_belong_to() {
-    let (runtime, mut events, _) = start_ready("prog", &["--progress", "3"]).await;
-    let outcome = call(&runtime, "mcp__prog__echo", json!({"message": "hi"})).await;
-    assert!(outcome.is_ok(), "{outcome:?}");
-    let started = next_event(
-        &mut events,
-        READY,
-        |e| matches!(e, RuntimeEvent::CallStarted { tool, .. } if tool == "mcp__prog__echo"),
-    )
-    .await;
-    let Some(RuntimeEvent::CallStarted { call_id: id, .. }) = started else {
-        panic!("no CallStarted: {started:?}");
-    };
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        match next_event(&mut events, READY, |e| {
-            matches!(e, RuntimeEvent::CallProgress { .. })
-        })
-        .await
-        {
-            Some(RuntimeEvent::CallProgress {
-                call_id,
-                server,
-                progress,
-                total,
-                message,
-                ..
-            }) => {
-                assert_eq!((call_id, server.as_str()), (id, "prog"));
-                seen.push((progress, total, message));
+    for era in ["session", "both"] {
+        let (runtime, mut events, _) =
+            start_ready("prog", &["--progress", "3", "--era", era]).await;
+        for _ in 0..2 {
+            let outcome = call(&runtime, "mcp__prog__echo", json!({"message": "hi"})).await;
+            assert!(outcome.is_ok(), "{outcome:?}");
+            let started = next_event(
+                &mut events,
+                READY,
+                |e| matches!(e, RuntimeEvent::CallStarted { tool, .. } if tool == "mcp__prog__echo"),
+            )
+            .await;
+            let Some(RuntimeEvent::CallStarted { call_id: id, .. }) = started else {
+                panic!("no CallStarted: {started:?}");
+            };
+            let mut seen = Vec::new();
+            while seen.len() < 3 {
+                match next_event(&mut events, READY, |e| {
+                    matches!(e, RuntimeEvent::CallProgress { .. })
+                })
+                .await
+                {
+                    Some(RuntimeEvent::CallProgress {
+                        call_id,
+                        server,
+                        progress,
+                        total,
+                        message,
+                        ..
+                    }) => {
+                        assert_eq!((call_id, server.as_str()), (id, "prog"), "era {era}");
+                        seen.push((progress, total, message));
+                    }
+                    other => panic!("progress {} of 3 never came: {other:?}", seen.len() + 1),
+                }
             }
-            other => panic!("progress {} of 3 never came: {other:?}", seen.len() + 1),
+            assert_eq!(
+                seen,
+                (1..=3)
+                    .map(|i| (f64::from(i), Some(3.0), Some(format!("step {i} of 3"))))
+                    .collect::<Vec<_>>()
+            );
         }
+        finish(&runtime, &[]).await;
     }
-    assert_eq!(
-        seen,
-        (1..=3)
-            .map(|i| (f64::from(i), Some(3.0), Some(format!("step {i} of 3"))))
-            .collect::<Vec<_>>()
-    );
-    finish(&runtime, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
