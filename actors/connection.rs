@@ -346,7 +346,7 @@ impl Actor for Connection {
                         }));
                         if let TransportConfig::StreamableHttp(h) = &state.config.transport {
                             let (client, h, me) = (client.clone(), h.clone(), myself.clone());
-                            let era = info.era;
+                            let era = info.era();
                             state.pinger = Some(tokio::spawn(async move {
                                 let why = ping_until_dead(client, &h, era).await;
                                 let _ = me.cast(ConnectionMsg::Lost(why));

@@ -33,8 +33,6 @@ impl std::fmt::Debug for Unreaped {
 pub struct ConnInfo {
     /// Negotiated protocol version.
     pub protocol_version: String,
-    /// The era that version belongs to (ERA-1).
-    pub era: Era,
     /// `serverInfo` as "name version".
     pub server_info: Option<String>,
     /// Attributed instructions text (RES-5), within the byte cap.
@@ -67,6 +65,13 @@ impl Era {
         } else {
             Self::Session
         }
+    }
+}
+
+impl ConnInfo {
+    /// The era the negotiated version belongs to (ERA-1).
+    pub fn era(&self) -> Era {
+        Era::of(&self.protocol_version)
     }
 }
 

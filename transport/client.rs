@@ -414,7 +414,7 @@ pub async fn answer_input_required(
     server: &str,
     redactions: &[String],
     result: rmcp::model::InputRequiredResult,
-) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), InputRefused> {
+) -> Result<Answers, InputRefused> {
     let requests = result.input_requests.unwrap_or_default();
     if requests.is_empty() && result.request_state.is_none() {
         return Err(InputRefused::Empty);
@@ -745,7 +745,6 @@ where
     let has_tools = server.capabilities.tools.is_some();
     let info = ConnInfo {
         protocol_version: server.protocol_version.to_string(),
-        era,
         server_info: server
             .server_info
             .as_ref()
@@ -896,7 +895,7 @@ impl McpClient {
         &self,
         raw_name: &str,
         arguments: Map<String, Value>,
-        answers: Option<(Option<rmcp::model::InputResponses>, Option<String>)>,
+        answers: Option<Answers>,
     ) -> Result<PendingRequest, rmcp::service::ServiceError> {
         let mut params =
             rmcp::model::CallToolRequestParams::new(raw_name.to_owned()).with_arguments(arguments);

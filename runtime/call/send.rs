@@ -182,7 +182,8 @@ impl Runtime {
                         return ToolOutcome::failure(
                             OutcomeKind::InvalidResult,
                             format!(
-                                "the server asked for more input (resultType \"input_required\") {rounds} time(s), past max_input_rounds = {max}; side effects unknown"
+                                "{}; side effects unknown",
+                                crate::transport::WireError::Rounds { rounds, max }
                             ),
                         );
                     };

@@ -69,7 +69,7 @@ pub(super) async fn on_conn_up(
     st.instructions = info.instructions.clone();
     st.status.pid = info.pid;
     st.status.protocol_version = Some(info.protocol_version.clone());
-    st.era = Some(info.era);
+    st.era = Some(info.era());
     st.status.server_info = info.server_info.clone();
     st.status.resources = info.has_resources;
     st.status.prompts = info.has_prompts;
@@ -85,7 +85,7 @@ pub(super) async fn on_conn_up(
                 crate::messages::config::TransportConfig::StreamableHttp(_)
             )
             .then(|| st.diag.deliveries.clone()),
-            era: info.era,
+            era: info.era(),
             progress: st.diag.progress.clone(),
             handlers: Arc::new(st.handlers.clone()),
         },
