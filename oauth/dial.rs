@@ -21,6 +21,7 @@ use rmcp::transport::auth::{
     OAuthHttpRequest,
 };
 
+use super::dpop::{self, DpopKey};
 use crate::messages::trust::validate_endpoint;
 
 /// The longest OAuth response body read.
@@ -185,6 +186,8 @@ pub(crate) struct CheckedClient {
     follow: reqwest::Client,
     stop: reqwest::Client,
     rule: Arc<Filtered>,
+    /// The login's DPoP key, when its tokens are DPoP-bound.
+    dpop: Option<Arc<DpopKey>>,
 }
 
 impl CheckedClient {
@@ -227,6 +230,7 @@ impl CheckedClient {
             follow: build(follow)?,
             stop: build(reqwest::redirect::Policy::none())?,
             rule,
+            dpop: None,
         })
     }
 }
@@ -250,50 +254,122 @@ impl OAuthHttpClient for CheckedClient {
                 timeout,
                 ..
             } = request;
-            let url = request.uri().to_string();
-            if let Err(e) = validate_endpoint(&url) {
-                return Err(Box::new(DialError::Refused {
-                    url,
-                    why: e.to_string(),
-                }) as OAuthHttpClientError);
-            }
-            let client = match redirect_policy {
-                OAuthHttpRedirectPolicy::Stop => &self.stop,
-                _ => &self.follow,
-            };
-            let mut request = reqwest::Request::try_from(request)
+            let request = reqwest::Request::try_from(request)
                 .map_err(|e| Box::new(e) as OAuthHttpClientError)?;
-            if literal_refused(&self.rule, request.url()) {
-                return Err(Box::new(DialError::Refused {
-                    url,
-                    why: "its address may not be reached".into(),
-                }) as OAuthHttpClientError);
-            }
-            *request.timeout_mut() = Some(timeout.unwrap_or(DEFAULT_TIMEOUT));
-            let response = client
-                .execute(request)
-                .await
-                .map_err(|e| Box::new(e) as OAuthHttpClientError)?;
-            let mut builder = oauth2::http::Response::builder()
-                .status(response.status())
-                .version(response.version());
-            for (name, value) in response.headers() {
-                builder = builder.header(name, value);
-            }
-            let mut body = Vec::new();
-            let mut chunks = response.bytes_stream();
-            while let Some(chunk) = chunks.next().await {
-                let chunk = chunk.map_err(|e| Box::new(e) as OAuthHttpClientError)?;
-                if chunk.len() > MAX_BODY_BYTES - body.len() {
-                    return Err(Box::new(DialError::TooLarge) as OAuthHttpClientError);
-                }
-                body.extend_from_slice(&chunk);
-            }
-            builder
-                .body(body)
-                .map_err(|e| Box::new(e) as OAuthHttpClientError)
+            self.send(
+                request,
+                matches!(redirect_policy, OAuthHttpRedirectPolicy::Stop),
+                timeout,
+            )
+            .await
         })
     }
+}
+
+impl CheckedClient {
+    /// Send proofs made with `key` on token requests (DPoP, RFC 9449 §5).
+    pub(crate) fn with_dpop(mut self, key: Option<Arc<DpopKey>>) -> Self {
+        self.dpop = key;
+        self
+    }
+
+    /// Send one OAuth request under the rules (see the module docs): its
+    /// URL checked, no redirect followed when `stop`, the body read up
+    /// to [`MAX_BODY_BYTES`]. A token request carries a DPoP proof when
+    /// the client has a key, and is sent once more with the nonce an
+    /// authorization server asks for (`use_dpop_nonce`, RFC 9449 §8).
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::Request,
+        stop: bool,
+        timeout: Option<Duration>,
+    ) -> Result<oauth2::http::Response<Vec<u8>>, OAuthHttpClientError> {
+        let url = request.url().to_string();
+        if let Err(e) = validate_endpoint(&url) {
+            return Err(Box::new(DialError::Refused {
+                url,
+                why: e.to_string(),
+            }) as OAuthHttpClientError);
+        }
+        if literal_refused(&self.rule, request.url()) {
+            return Err(Box::new(DialError::Refused {
+                url,
+                why: "its address may not be reached".into(),
+            }) as OAuthHttpClientError);
+        }
+        let client = if stop { &self.stop } else { &self.follow };
+        let key = self.dpop.as_ref().filter(|_| is_token_request(&request));
+        let mut again = None;
+        let mut request = request;
+        for _ in 0..2 {
+            if let Some(key) = key {
+                again = request.try_clone();
+                let proof = key
+                    .proof(request.method().as_str(), &url, None)
+                    .map_err(|e| Box::new(e) as OAuthHttpClientError)?;
+                let value = http::HeaderValue::from_str(&proof)
+                    .map_err(|e| Box::new(e) as OAuthHttpClientError)?;
+                request.headers_mut().insert(dpop::DPOP_HEADER, value);
+            }
+            *request.timeout_mut() = Some(timeout.unwrap_or(DEFAULT_TIMEOUT));
+            let response = read(client.execute(request).await).await?;
+            let new_nonce = match (key, response.headers().get(dpop::NONCE_HEADER)) {
+                (Some(key), Some(nonce)) => {
+                    key.remember_nonce(&url, nonce.to_str().unwrap_or_default())
+                }
+                _ => false,
+            };
+            let asks_nonce = response.status() == http::StatusCode::BAD_REQUEST
+                && dpop::wants_nonce(&String::from_utf8_lossy(response.body()));
+            match again.take() {
+                Some(next) if asks_nonce && new_nonce => request = next,
+                _ => return Ok(response),
+            }
+        }
+        Err(Box::new(DialError::Refused {
+            url,
+            why: "the authorization server asked for a DPoP nonce twice".into(),
+        }) as OAuthHttpClientError)
+    }
+}
+
+/// Whether `request` is one to a token endpoint (a form POST with a
+/// `grant_type`): the requests a DPoP proof goes with.
+fn is_token_request(request: &reqwest::Request) -> bool {
+    request.method() == reqwest::Method::POST
+        && request
+            .body()
+            .and_then(|b| b.as_bytes())
+            .is_some_and(|b| b.starts_with(b"grant_type=") || contains(b, b"&grant_type="))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A response with its body read (up to [`MAX_BODY_BYTES`]).
+async fn read(
+    response: Result<reqwest::Response, reqwest::Error>,
+) -> Result<oauth2::http::Response<Vec<u8>>, OAuthHttpClientError> {
+    let response = response.map_err(|e| Box::new(e) as OAuthHttpClientError)?;
+    let mut builder = oauth2::http::Response::builder()
+        .status(response.status())
+        .version(response.version());
+    for (name, value) in response.headers() {
+        builder = builder.header(name, value);
+    }
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| Box::new(e) as OAuthHttpClientError)?;
+        if chunk.len() > MAX_BODY_BYTES - body.len() {
+            return Err(Box::new(DialError::TooLarge) as OAuthHttpClientError);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    builder
+        .body(body)
+        .map_err(|e| Box::new(e) as OAuthHttpClientError)
 }
 
 #[cfg(test)]

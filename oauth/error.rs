@@ -118,6 +118,45 @@ pub enum OAuthError {
         /// The server.
         server: String,
     },
+    /// The DPoP key could not be made.
+    #[error("server {server}: OAuth: {source}")]
+    Dpop {
+        /// The server.
+        server: String,
+        /// Why.
+        source: super::DpopError,
+    },
+    /// DPoP-bound tokens are wanted, and the authorization server does not
+    /// sign DPoP proofs with ES256.
+    #[error(
+        "server {server}: OAuth: DPoP-bound tokens are wanted, and the authorization server offers DPoP with {offered} only (this client signs with ES256); set `dpop = false` if the server takes bearer tokens"
+    )]
+    DpopUnsupported {
+        /// The server.
+        server: String,
+        /// The algorithms it offers.
+        offered: String,
+    },
+    /// The workload's JWT could not be read from its file.
+    #[error("server {server}: OAuth: the workload's JWT could not be read from {}: {source}", path.display())]
+    AssertionFile {
+        /// The server.
+        server: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A token request the runtime makes itself failed.
+    #[error("server {server}: OAuth: the {grant} token request failed: {why}")]
+    TokenRequest {
+        /// The server.
+        server: String,
+        /// The grant.
+        grant: &'static str,
+        /// Why, with the authorization server's error code and description.
+        why: String,
+    },
     /// The stored credentials could not be removed.
     #[error("server {server}: {source}")]
     Logout {

@@ -15,20 +15,30 @@
 //!   a 127.0.0.1 listener; [`HeadlessAuthorization`] follows an
 //!   authorization server that redirects at once (tests, the conformance
 //!   suite);
-//! - [`login`] probes the server for its challenge first, so discovery
-//!   starts where the server points, and refuses an authorization endpoint
-//!   that is neither https nor loopback (TRUST-3);
+//! - [`login`] probes the server for its challenge first (`server/discover`,
+//!   then `initialize`), so discovery starts where the server points, and
+//!   refuses an authorization endpoint that is neither https nor loopback
+//!   (TRUST-3); a login for more scope asks for the granted ones too
+//!   (SEP-2350);
+//! - DPoP-bound tokens ([`DpopKey`], SEP-1932) when the challenge names the
+//!   DPoP scheme or `dpop = true`: the key is kept with the tokens, token
+//!   requests carry a proof (`dial.rs`), the connection's requests too
+//!   (`transport/dpop.rs`);
+//! - the workload-identity JWT-bearer grant (SEP-1933), made here;
 //! - a connection with `[servers.<name>.oauth]` sends the stored token and
-//!   refreshes it (`actors/http.rs`); without one it asks the server
+//!   refreshes it (`transport/http.rs`); without one it asks the server
 //!   unauthenticated, and a 401 says to run `mcpvisor auth login <name>`.
 //!   A 403 `insufficient_scope` on a call ends that call (nothing was
 //!   executed) naming the scope to log in with: the runtime never opens an
 //!   authorization by itself in the middle of a call.
 
 mod dial;
+mod dpop;
 mod error;
 
 pub use dial::DialError;
+pub(crate) use dpop::{DPOP_HEADER, NONCE_HEADER};
+pub use dpop::{DpopError, DpopKey};
 pub use error::OAuthError;
 
 use std::sync::Arc;
@@ -129,10 +139,14 @@ pub(crate) struct SecretCredentials {
     store: Arc<dyn SecretStore>,
     name: String,
     resource: String,
+    /// The DPoP key the tokens are bound to, kept beside them.
+    dpop: Option<Arc<DpopKey>>,
 }
 
 /// The key of the entry's JSON that names the URL it was issued for.
 const RESOURCE_KEY: &str = "mcpvisor_resource";
+/// The key of the entry's JSON that holds the DPoP private key.
+const DPOP_KEY: &str = "mcpvisor_dpop_key";
 
 impl SecretCredentials {
     pub(crate) fn new(store: Arc<dyn SecretStore>, server: &str, url: &str) -> Self {
@@ -140,7 +154,41 @@ impl SecretCredentials {
             store,
             name: credentials_name(server),
             resource: url.to_owned(),
+            dpop: None,
         }
+    }
+
+    /// Saves keep `key` beside the tokens.
+    fn with_dpop(mut self, key: Option<Arc<DpopKey>>) -> Self {
+        self.dpop = key;
+        self
+    }
+
+    /// The DPoP key stored with the tokens, if they are DPoP-bound.
+    async fn dpop_key(&self) -> Result<Option<Arc<DpopKey>>, StoreError> {
+        let secret = match self.store.get(&self.name).await {
+            Ok(secret) => secret,
+            Err(StoreError::Missing { .. } | StoreError::EnvNotSet(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let value: Value = serde_json::from_str(secret.expose()).unwrap_or(Value::Null);
+        if value.get(RESOURCE_KEY).and_then(Value::as_str) != Some(self.resource.as_str()) {
+            return Ok(None);
+        }
+        // A token the authorization server did not bind is sent as a
+        // bearer token (RFC 9449 §7.1).
+        let bound = value
+            .pointer("/token_response/token_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.eq_ignore_ascii_case("dpop"));
+        if !bound {
+            return Ok(None);
+        }
+        Ok(value
+            .get(DPOP_KEY)
+            .and_then(Value::as_str)
+            .and_then(|k| DpopKey::from_stored(k).ok())
+            .map(Arc::new))
     }
 }
 
@@ -175,6 +223,9 @@ impl CredentialStore for SecretCredentials {
         let mut value = serde_json::to_value(&credentials).map_err(store_error)?;
         if let Value::Object(m) = &mut value {
             m.insert(RESOURCE_KEY.into(), self.resource.clone().into());
+            if let Some(key) = &self.dpop {
+                m.insert(DPOP_KEY.into(), key.to_stored().into());
+            }
         }
         let json = value.to_string();
         self.store
@@ -191,11 +242,17 @@ impl CredentialStore for SecretCredentials {
 /// rmcp's authorization manager for `server` at `url`, dialing through
 /// [`dial::CheckedClient`]: every URL of discovery, registration, the
 /// token and refresh requests passes the endpoint validator (TRUST-3).
-async fn new_manager(server: &str, url: &str) -> Result<AuthorizationManager, OAuthError> {
-    let client = dial::CheckedClient::new(url).map_err(|source| OAuthError::Client {
-        server: server.to_owned(),
-        source,
-    })?;
+async fn new_manager(
+    server: &str,
+    url: &str,
+    dpop: Option<Arc<DpopKey>>,
+) -> Result<AuthorizationManager, OAuthError> {
+    let client = dial::CheckedClient::new(url)
+        .map_err(|source| OAuthError::Client {
+            server: server.to_owned(),
+            source,
+        })?
+        .with_dpop(dpop);
     AuthorizationManager::new_with_oauth_http_client(url, Arc::new(client))
         .await
         .map_err(protocol(server))
@@ -209,16 +266,33 @@ fn protocol(server: &str) -> impl Fn(AuthError) -> OAuthError + '_ {
     }
 }
 
+/// What a connection authorizes with: rmcp's manager, whether tokens are
+/// stored, and the DPoP key they are bound to.
+pub(crate) struct Connecting {
+    /// The authorization manager (its tokens from the store).
+    pub(crate) manager: AuthorizationManager,
+    /// The DPoP key, when the stored tokens are DPoP-bound.
+    pub(crate) dpop: Option<Arc<DpopKey>>,
+}
+
 /// An authorization manager for `server` at `url` whose tokens come from
-/// (and rotated ones go to) `store`; `Ok(false)` with it when nothing is
-/// stored yet.
+/// (and rotated ones go to) `store`.
 pub(crate) async fn manager(
     server: &str,
     url: &str,
     store: Arc<dyn SecretStore>,
-) -> Result<(AuthorizationManager, bool), OAuthError> {
-    let mut manager = new_manager(server, url).await?;
-    let creds = SecretCredentials::new(store, server, url);
+) -> Result<Connecting, OAuthError> {
+    let dpop = SecretCredentials::new(store.clone(), server, url)
+        .dpop_key()
+        .await
+        .map_err(|source| OAuthError::Secret {
+            server: server.to_owned(),
+            what: "the stored OAuth credentials",
+            name: credentials_name(server),
+            source: Box::new(source),
+        })?;
+    let mut manager = new_manager(server, url, dpop.clone()).await?;
+    let creds = SecretCredentials::new(store, server, url).with_dpop(dpop.clone());
     let held = creds
         .load()
         .await
@@ -230,11 +304,11 @@ pub(crate) async fn manager(
         let metadata = discover(server, &manager, url, None).await?;
         manager.set_metadata(metadata);
     }
-    let stored = manager
+    manager
         .initialize_from_store()
         .await
         .map_err(protocol(server))?;
-    Ok((manager, stored))
+    Ok(Connecting { manager, dpop })
 }
 
 /// The token values stored for `server` at `url` (to redact from what the
@@ -355,11 +429,21 @@ pub async fn login(
 ) -> Result<Authorized, OAuthError> {
     validate_endpoint(&http.url).map_err(OAuthError::ServerUrl)?;
     let oauth = http.oauth.as_deref().cloned().unwrap_or_default();
-    let scopes = if request.scopes.is_empty() {
-        &oauth.scopes
-    } else {
-        &request.scopes
-    };
+    let creds = SecretCredentials::new(store.clone(), server, &http.url);
+    // SEP-2350: a step-up asks for the scopes held as well as the new ones.
+    let mut scopes = oauth.scopes.clone();
+    if !request.scopes.is_empty() {
+        scopes = match creds.load().await {
+            Ok(Some(held)) => held.granted_scopes,
+            _ => Vec::new(),
+        };
+        for s in &request.scopes {
+            if !scopes.contains(s) {
+                scopes.push(s.clone());
+            }
+        }
+    }
+    let scopes = &scopes;
     let client_secret = match &oauth.client_secret {
         Some(name) => Some(store.get(name).await.map_err(secret_error(
             server,
@@ -368,8 +452,30 @@ pub async fn login(
         ))?),
         None => None,
     };
-    let mut manager = new_manager(server, &http.url).await?;
-    manager.set_credential_store(SecretCredentials::new(store.clone(), server, &http.url));
+    let challenge = match oauth.grant {
+        OAuthGrant::AuthorizationCode => probe(&http.url).await,
+        _ => None,
+    };
+    // DPoP-bound tokens when asked for, or when the server's challenge
+    // names the DPoP scheme.
+    let wants_dpop = oauth.grant != OAuthGrant::Enterprise
+        && oauth.dpop.unwrap_or_else(|| {
+            challenge
+                .as_deref()
+                .is_some_and(|c| c.trim_start().to_ascii_lowercase().starts_with("dpop"))
+        });
+    let dpop = if wants_dpop {
+        Some(Arc::new(DpopKey::generate().map_err(|source| {
+            OAuthError::Dpop {
+                server: server.to_owned(),
+                source,
+            }
+        })?))
+    } else {
+        None
+    };
+    let mut manager = new_manager(server, &http.url, dpop.clone()).await?;
+    manager.set_credential_store(creds.with_dpop(dpop.clone()));
     if oauth.grant == OAuthGrant::Enterprise {
         return enterprise(server, http, &oauth, store, &manager, client_secret, scopes).await;
     }
@@ -377,8 +483,9 @@ pub async fn login(
         return client_credentials(server, http, &oauth, store, manager, client_secret, scopes)
             .await;
     }
-    let mut manager = manager;
-    let challenge = probe(&http.url).await;
+    if oauth.grant == OAuthGrant::JwtBearer {
+        return jwt_bearer(server, http, &oauth, store, &manager, dpop, scopes).await;
+    }
     let redirect = ui.redirect_uri().await.map_err(OAuthError::Ui)?;
     let mut ask = AuthorizationRequest::new(redirect)
         .with_client_name(oauth.client_name.as_deref().unwrap_or("mcpvisor"));
@@ -397,6 +504,9 @@ pub async fn login(
     // Discovery first, and every endpoint checked, before the
     // registration or anything else is sent (TRUST-3).
     let metadata = discover(server, &manager, &http.url, challenge.as_deref()).await?;
+    if dpop.is_some() {
+        dpop_offered(server, &metadata)?;
+    }
     manager.set_metadata(metadata);
     if let Some(challenge) = challenge {
         ask = ask.with_challenge(challenge);
@@ -623,6 +733,155 @@ async fn enterprise(
     stored_summary(server, &http.url, store, scopes).await
 }
 
+/// Refuse a DPoP login with an authorization server that does not sign
+/// DPoP proofs with ES256 (the one algorithm this client offers); one
+/// that names no algorithms at all is tried.
+fn dpop_offered(server: &str, metadata: &AuthorizationMetadata) -> Result<(), OAuthError> {
+    let Some(algs) = metadata
+        .additional_fields
+        .get("dpop_signing_alg_values_supported")
+        .and_then(Value::as_array)
+    else {
+        return Ok(());
+    };
+    if algs.iter().any(|a| a.as_str() == Some(dpop::ALGORITHM)) {
+        return Ok(());
+    }
+    Err(OAuthError::DpopUnsupported {
+        server: server.to_owned(),
+        offered: algs
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// The grant type of RFC 7523's JWT-bearer grant.
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+/// `grant = "jwt_bearer"` (RFC 7523, workload identity federation,
+/// SEP-1933): the workload's JWT, read again now (platforms rotate it), is
+/// the assertion of one token request. An error is reported as the
+/// authorization server gave it: no retry, no other grant tried.
+async fn jwt_bearer(
+    server: &str,
+    http: &HttpConfig,
+    oauth: &crate::messages::config::OAuthConfig,
+    store: Arc<dyn SecretStore>,
+    manager: &AuthorizationManager,
+    dpop: Option<Arc<DpopKey>>,
+    scopes: &[String],
+) -> Result<Authorized, OAuthError> {
+    let assertion = match (&oauth.assertion, &oauth.assertion_file) {
+        (Some(name), _) => store
+            .get(name)
+            .await
+            .map_err(secret_error(server, "the workload's JWT", name))?
+            .expose()
+            .trim()
+            .to_owned(),
+        (None, Some(path)) => tokio::fs::read_to_string(path)
+            .await
+            .map_err(|source| OAuthError::AssertionFile {
+                server: server.to_owned(),
+                path: path.clone(),
+                source,
+            })?
+            .trim()
+            .to_owned(),
+        (None, None) => {
+            return Err(OAuthError::Missing {
+                server: server.to_owned(),
+                grant: "jwt_bearer",
+                needs: "assertion (a secret name) or assertion_file",
+            });
+        }
+    };
+    let metadata = discover(server, manager, &http.url, None).await?;
+    if dpop.is_some() {
+        dpop_offered(server, &metadata)?;
+    }
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", JWT_BEARER)
+        .append_pair("assertion", &assertion)
+        // RFC 8707: the token is for this server.
+        .append_pair("resource", &http.url);
+    if let Some(id) = &oauth.client_id {
+        form.append_pair("client_id", id);
+    }
+    if !scopes.is_empty() {
+        form.append_pair("scope", &scopes.join(" "));
+    }
+    let token_error = |why: String| OAuthError::TokenRequest {
+        server: server.to_owned(),
+        grant: "jwt_bearer",
+        why,
+    };
+    let client = dial::CheckedClient::new(&http.url)
+        .map_err(|source| OAuthError::Client {
+            server: server.to_owned(),
+            source,
+        })?
+        .with_dpop(dpop.clone());
+    let request = reqwest::Client::new()
+        .post(&metadata.token_endpoint)
+        .header(http::header::ACCEPT, "application/json")
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .body(form.finish())
+        .build()
+        .map_err(|e| token_error(e.to_string()))?;
+    let reply = client
+        .send(request, true, None)
+        .await
+        .map_err(|e| token_error(e.to_string()))?;
+    let body: Value = serde_json::from_slice(reply.body()).unwrap_or(Value::Null);
+    if !reply.status().is_success() {
+        let code = body
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("no error code");
+        let text = body
+            .get("error_description")
+            .and_then(Value::as_str)
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        return Err(token_error(format!(
+            "the token endpoint answered HTTP {}, {code}{text}",
+            reply.status().as_u16()
+        )));
+    }
+    let response: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(body)
+        .map_err(|source| OAuthError::TokenNotKept {
+            server: server.to_owned(),
+            source,
+        })?;
+    let granted = {
+        use oauth2::TokenResponse as _;
+        response
+            .scopes()
+            .map(|s| s.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_else(|| scopes.to_vec())
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .ok();
+    let client_id = oauth.client_id.clone().unwrap_or_default();
+    SecretCredentials::new(store.clone(), server, &http.url)
+        .with_dpop(dpop)
+        .save(
+            StoredCredentials::new(client_id, Some(response), granted, now)
+                .with_issuer(metadata.issuer.clone()),
+        )
+        .await
+        .map_err(protocol(server))?;
+    stored_summary(server, &http.url, store, scopes).await
+}
+
 /// The `private_key_jwt` algorithm of this name (ES256 when unset).
 fn signing_algorithm(server: &str, name: Option<&str>) -> Result<JwtSigningAlgorithm, OAuthError> {
     Ok(match name.unwrap_or("ES256") {
@@ -682,30 +941,47 @@ fn secret_error<'a>(
 }
 
 /// The server's `WWW-Authenticate` challenge to an unauthenticated
-/// `initialize`, when it answers 401 or 403 with one.
+/// request, when it answers 401 or 403 with one: first to the new era's
+/// opening (`server/discover`), then to the old one's (`initialize`), as a
+/// server may leave either open.
 async fn probe(url: &str) -> Option<String> {
     let client = no_redirects(PROBE_TIMEOUT)?;
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "mcpvisor", "version": env!("CARGO_PKG_VERSION")}}
-    });
-    let reply = client
-        .post(url)
-        .header(http::header::ACCEPT, "application/json, text/event-stream")
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .ok()?;
-    if !matches!(reply.status().as_u16(), 401 | 403) {
-        return None;
+    let info = serde_json::json!({"name": "mcpvisor", "version": env!("CARGO_PKG_VERSION")});
+    let openings = [
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "server/discover",
+            "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": info,
+                "io.modelcontextprotocol/clientCapabilities": {}}}
+        }),
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info}
+        }),
+    ];
+    for (body, method) in openings.iter().zip(["server/discover", "initialize"]) {
+        let reply = client
+            .post(url)
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header("mcp-method", method)
+            .body(body.to_string())
+            .send()
+            .await
+            .ok()?;
+        if !matches!(reply.status().as_u16(), 401 | 403) {
+            continue;
+        }
+        if let Some(challenge) = reply
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+        {
+            return Some(challenge.to_owned());
+        }
     }
-    reply
-        .headers()
-        .get(http::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+    None
 }
 
 /// An rmcp authorization error in words, naming the server.

@@ -84,6 +84,7 @@ pub async fn connect(
             Some(
                 crate::messages::config::OAuthGrant::ClientCredentials
                     | crate::messages::config::OAuthGrant::Enterprise
+                    | crate::messages::config::OAuthGrant::JwtBearer
             )
         );
         if machine {
@@ -106,15 +107,14 @@ pub async fn connect(
                 source,
             })??;
         }
-        let (manager, _stored) =
-            crate::oauth::manager(&parts.server, &cfg.url, store.clone()).await?;
+        let connecting = crate::oauth::manager(&parts.server, &cfg.url, store.clone()).await?;
         // TRUST-2: a server that echoes its token shows "[redacted]".
         parts
             .diag
             .add_redactions(crate::oauth::token_values(&parts.server, &cfg.url, store).await);
         // Without a stored token the requests go out unauthenticated: a
         // server that wants one answers 401, and the error says to log in.
-        transport(cfg, parts, Some(manager))
+        transport(cfg, parts, Some((connecting.manager, connecting.dpop)))
     }
     #[cfg(not(feature = "oauth"))]
     Err(HttpSetupError::NoOAuthFeature {
@@ -122,8 +122,12 @@ pub async fn connect(
     })
 }
 
+/// The authorization manager, and the DPoP key its tokens are bound to.
 #[cfg(feature = "oauth")]
-type Manager = rmcp::transport::auth::AuthorizationManager;
+type Manager = (
+    rmcp::transport::auth::AuthorizationManager,
+    Option<Arc<crate::oauth::DpopKey>>,
+);
 #[cfg(not(feature = "oauth"))]
 type Manager = std::convert::Infallible;
 
@@ -185,7 +189,13 @@ fn transport(
     let inner = match manager {
         None => Inner::Plain(inner),
         #[cfg(feature = "oauth")]
-        Some(m) => Inner::Auth(rmcp::transport::auth::AuthClient::new(inner, m)),
+        Some((m, None)) => Inner::Auth(rmcp::transport::auth::AuthClient::new(inner, m)),
+        #[cfg(feature = "oauth")]
+        Some((m, Some(key))) => Inner::Dpop(super::dpop::DpopWire {
+            client: inner.clone(),
+            auth: rmcp::transport::auth::AuthClient::new(inner, m),
+            key,
+        }),
         #[cfg(not(feature = "oauth"))]
         Some(never) => match never {},
     };
@@ -275,21 +285,27 @@ fn refused_unrun(e: &StreamableHttpError<reqwest::Error>) -> Option<String> {
     }
 }
 
-/// The client under the taps: plain, or sending an OAuth token (CONN-13).
+/// The client under the taps: plain, sending an OAuth token (CONN-13),
+/// or sending a DPoP-bound one with its proofs (ERA-8).
 #[derive(Clone, Debug)]
 enum Inner {
     Plain(reqwest::Client),
     #[cfg(feature = "oauth")]
     Auth(rmcp::transport::auth::AuthClient<reqwest::Client>),
+    #[cfg(feature = "oauth")]
+    Dpop(super::dpop::DpopWire),
 }
 
-/// Call the same method on whichever client is under the taps.
+/// Call the same method on whichever rmcp client is under the taps, or
+/// the DPoP one's own.
 macro_rules! on_inner {
-    ($self:expr, $c:ident => $call:expr) => {
+    ($self:expr, $c:ident => $call:expr, $d:ident => $dpop:expr) => {
         match &$self.inner {
             Inner::Plain($c) => $call,
             #[cfg(feature = "oauth")]
             Inner::Auth($c) => $call,
+            #[cfg(feature = "oauth")]
+            Inner::Dpop($d) => $dpop,
         }
     };
 }
@@ -433,11 +449,26 @@ impl StreamableHttpClient for TappedClient {
                 custom_headers,
                 limits,
             )
-            .await);
+            .await,
+            d => d.post(uri, message, session_id, custom_headers).await);
         if let (Some(id), Err(e)) = (&call_id, &r)
             && let Some(why) = refused_unrun(e)
         {
             self.diag.deliveries.refused(id, why);
+        }
+        // A step-up refusal of anything but a call (the opening, a list)
+        // is the connection's: its end says which scope to log in with.
+        if let (None, Err(StreamableHttpError::InsufficientScope(e))) = (&call_id, &r) {
+            let scope = e.required_scope.as_deref().unwrap_or_default();
+            let mut why = format!(
+                "the server requires more authorization (HTTP 403 insufficient_scope, scope \"{scope}\")"
+            );
+            if let Some(server) = &self.oauth_server {
+                why.push_str(&format!(
+                    ": run `mcpvisor auth login {server} --scope \"{scope}\"`"
+                ));
+            }
+            self.diag.set_fatal(why);
         }
         match self.note_error(r)? {
             StreamableHttpPostResponse::Sse(stream, session) => Ok(
@@ -456,7 +487,8 @@ impl StreamableHttpClient for TappedClient {
     ) -> Result<(), StreamableHttpError<Self::Error>> {
         on_inner!(self, c => c
             .delete_session(uri, session_id, auth_header, custom_headers)
-            .await)
+            .await,
+            d => d.delete_session(uri, session_id, custom_headers).await)
     }
 
     async fn get_stream(
@@ -469,7 +501,8 @@ impl StreamableHttpClient for TappedClient {
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
         let r = on_inner!(self, c => c
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await);
+            .await,
+            d => d.get_stream(uri, session_id, last_event_id, custom_headers).await);
         self.note_error(r)
     }
 
@@ -491,7 +524,8 @@ impl StreamableHttpClient for TappedClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await);
+            .await,
+            d => d.get_stream(uri, session_id, last_event_id, custom_headers).await);
         self.note_error(r)
     }
 }

@@ -7,6 +7,8 @@
 
 pub mod client;
 pub mod diagnostics;
+#[cfg(feature = "oauth")]
+mod dpop;
 mod error;
 pub mod http;
 pub mod open;

@@ -6,8 +6,12 @@
 //! scenarios (`auth/*`) log in with `mcpvisor::oauth::login` through a
 //! headless authorization (the suite's authorization servers redirect at
 //! once), keep the tokens in a memory secret store, and run the server
-//! through the runtime with `[oauth]`; a refusal for lack of scope logs in
-//! again with the scope the server names, at most 3 logins in all.
+//! through the runtime with `[oauth]`; a refusal for lack of scope (of a
+//! call, or of the connection's opening) logs in again with the scope the
+//! server names, and a connection refused for want of authorization (the
+//! authorization server changed) logs in again, at most 3 logins in all.
+//! A scenario whose context holds a workload JWT uses `grant =
+//! "jwt_bearer"`; DPoP follows from the server's challenge.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,6 +152,8 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
     let mut oauth = mcpvisor::OAuthConfig {
         grant: if scenario.starts_with("auth/client-credentials") {
             mcpvisor::OAuthGrant::ClientCredentials
+        } else if context.get("valid_jwt").is_some() {
+            mcpvisor::OAuthGrant::JwtBearer
         } else if context.get("idp_id_token").is_some() {
             mcpvisor::OAuthGrant::Enterprise
         } else {
@@ -172,6 +178,12 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
             .put("suite_idp_secret", mcpvisor::Secret::new(secret))
             .await?;
         oauth.idp_client_secret = Some("suite_idp_secret".into());
+    }
+    if let Some(jwt) = text("valid_jwt") {
+        store
+            .put("suite_workload_jwt", mcpvisor::Secret::new(jwt))
+            .await?;
+        oauth.assertion = Some("suite_workload_jwt".into());
     }
     if let Some(pem) = text("private_key_pem") {
         store
@@ -229,9 +241,24 @@ async fn auth(url: &str, scenario: &str) -> anyhow::Result<u8> {
             .wait_ready(&Scope::Global, "suite", Duration::from_secs(20))
             .await
         {
-            eprintln!("mcpvisor conformance: {scenario}: {e}");
-            failed = true;
-            break;
+            let text = e.to_string();
+            eprintln!("mcpvisor conformance: {scenario}: {text}");
+            // The connection's end says what to log in again for: a scope
+            // (step-up), or a new authorization (the authorization server
+            // changed: the next login discovers and registers anew).
+            let again = wanted_scope(&text)
+                .map(|s| s.split_whitespace().map(str::to_owned).collect())
+                .or_else(|| text.contains("authorization required").then(Vec::new));
+            match again {
+                Some(scopes) if logins < MAX_LOGINS => {
+                    request.scopes = scopes;
+                    continue 'run;
+                }
+                _ => {
+                    failed = true;
+                    break;
+                }
+            }
         }
         for tool in runtime.tools(&Scope::Global) {
             let outcome = runtime

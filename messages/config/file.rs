@@ -427,6 +427,21 @@ impl ServerConfig {
                                 "{prefix}.oauth: grant = \"enterprise\" needs client_id, idp_issuer, idp_token_endpoint, idp_client_id and idp_id_token (a secret name)"
                             ));
                         }
+                        if o.grant == crate::messages::config::OAuthGrant::JwtBearer
+                            && o.assertion.is_none()
+                            && o.assertion_file.is_none()
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth: grant = \"jwt_bearer\" needs assertion (a secret name) or assertion_file (a path) holding the workload's JWT"
+                            ));
+                        }
+                        if o.grant == crate::messages::config::OAuthGrant::Enterprise
+                            && o.dpop == Some(true)
+                        {
+                            problems.push(format!(
+                                "{prefix}.oauth: dpop = true does not apply to grant = \"enterprise\" (its token exchange makes bearer tokens)"
+                            ));
+                        }
                         if let Some(a) = &o.signing_algorithm
                             && !["ES256", "ES384", "RS256", "RS384", "RS512"].contains(&a.as_str())
                         {
@@ -689,17 +704,25 @@ pub fn parse_config_at(
 }
 
 /// A stdio server's `command` (when it is a path, not a bare name looked
-/// up in PATH) and `cwd`, relative to the config file's directory; `~/`
-/// is the home directory. Arguments are the server's own and stay as written.
+/// up in PATH) and `cwd`, and an HTTP server's `oauth.assertion_file`,
+/// relative to the config file's directory; `~/` is the home directory.
+/// Arguments are the server's own and stay as written.
 fn resolve_paths(
     c: &mut ServerConfig,
     base: Option<&std::path::Path>,
     home: Option<&std::path::Path>,
 ) {
-    let TransportConfig::Stdio(stdio) = &mut c.transport else {
-        return;
-    };
     let resolve = |p: &std::path::Path| resolve_path(p, base, home);
+    let stdio = match &mut c.transport {
+        TransportConfig::Stdio(stdio) => stdio,
+        TransportConfig::StreamableHttp(http) => {
+            if let Some(file) = http.oauth.as_mut().and_then(|o| o.assertion_file.as_mut()) {
+                *file = resolve(file);
+            }
+            return;
+        }
+        TransportConfig::InProcess(_) => return,
+    };
     if stdio.command.starts_with("~/")
         || (stdio.command.contains('/') && !stdio.command.starts_with('/'))
     {

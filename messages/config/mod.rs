@@ -319,6 +319,18 @@ pub struct OAuthConfig {
     /// `enterprise`: the secret-store name of the user's ID token from the
     /// identity provider (the host keeps it current).
     pub idp_id_token: Option<String>,
+    /// `jwt_bearer`: the secret-store name of the workload's JWT (the
+    /// assertion), read again at every connection.
+    pub assertion: Option<String>,
+    /// `jwt_bearer`: a file holding the workload's JWT (a projected
+    /// service-account token, say), read again at every connection; used
+    /// when `assertion` is unset.
+    pub assertion_file: Option<std::path::PathBuf>,
+    /// DPoP-bound tokens (RFC 9449, SEP-1932): `true` always asks for
+    /// them, `false` never; unset, they are asked for when the server's
+    /// challenge names the `DPoP` scheme and the authorization server
+    /// signs with ES256.
+    pub dpop: Option<bool>,
 }
 
 /// The OAuth grant a server's tokens come from (CONN-13).
@@ -334,6 +346,9 @@ pub enum OAuthGrant {
     /// identity provider is exchanged for an ID-JAG there, and that for an
     /// access token at the server's authorization server.
     Enterprise,
+    /// The RFC 7523 JWT-bearer grant for workload identity federation
+    /// (SEP-1933): a JWT the workload's platform issued is the assertion.
+    JwtBearer,
 }
 
 /// The transport of a server instance.

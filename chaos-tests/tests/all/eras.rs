@@ -287,25 +287,11 @@ async fn an_input_required_result_is_answered_by_the_elicitation_handler_and_bou
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
 
-/// The client scenarios of the conformance suite 0.2.0-alpha.12 that do
-/// not pass yet, each with what it needs (shared/spec/eras.md ERA-8).
-const NOT_YET: [&str; 5] = [
-    // A refusal for lack of scope during a call: the step-up login.
-    "auth/scope-step-up",
-    // Credentials keyed by issuer, re-registration when it changes.
-    "auth/authorization-server-migration",
-    // DPoP-bound tokens (SEP-1932), both nonce flows.
-    "auth/dpop",
-    "auth/dpop-nonce",
-    // The workload-identity JWT-bearer grant.
-    "auth/wif-jwt-bearer",
-];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance() {
-    // ERA-1/2/5/7: every client scenario of the suite's 0.2.0 line (48)
-    // runs once against `mcpvisor conformance`, no retry; exactly the ones
-    // in NOT_YET fail, so a fix or a regression both show here.
+    // ERA-1/2/5/7/8: every client scenario of the suite's 0.2.0 line (48)
+    // runs once against `mcpvisor conformance`, no retry, and passes with
+    // no failed check.
     let Some(dir) = mcpvisor_chaos::conformance_next_dir() else {
         println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): the conformance suite is not installed");
         return;
@@ -334,7 +320,6 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
         .map(str::to_owned)
         .collect();
     assert_eq!(scenarios.len(), 48, "{listed}");
-    let mut unexpected = Vec::new();
     let mut failing = Vec::new();
     for scenario in &scenarios {
         let (result, printed) = mcpvisor_chaos::peers::client_scenario(
@@ -354,10 +339,7 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
             result.status.code() == Some(0) && printed.contains(" 0 failed, 0 warnings")
         };
         if !clean {
-            failing.push(scenario.clone());
-            if !NOT_YET.contains(&scenario.as_str()) {
-                unexpected.push(format!("{scenario}:\n{printed}"));
-            }
+            failing.push(format!("{scenario}:\n{printed}"));
         }
     }
     let _ = std::fs::remove_dir_all(&out);
@@ -367,18 +349,10 @@ async fn the_2026_conformance_client_scenarios_pass_through_mcpvisor_conformance
         scenarios.len()
     );
     assert!(
-        unexpected.is_empty(),
+        failing.is_empty(),
         "{} scenario(s) failed:\n{}",
-        unexpected.len(),
-        unexpected.join("\n\n")
-    );
-    let fixed: Vec<&&str> = NOT_YET
-        .iter()
-        .filter(|s| !failing.iter().any(|f| f == **s))
-        .collect();
-    assert!(
-        fixed.is_empty(),
-        "these now pass: take them out of NOT_YET: {fixed:?}"
+        failing.len(),
+        failing.join("\n\n")
     );
 }
 

@@ -39,6 +39,10 @@ struct Issued {
     registrations: u32,
     /// The challenge's `resource_metadata` URL, when not the fixture's own.
     metadata_at: Option<String>,
+    /// The JWT-bearer assertions presented, in order.
+    assertions: Vec<String>,
+    /// Refuse every JWT-bearer request (`invalid_grant`).
+    refuse_assertion: bool,
 }
 
 #[derive(Clone)]
@@ -127,6 +131,22 @@ async fn token(State(f): State<Fixture>, body: Bytes) -> Response {
     let pairs = form(&body);
     match field(&pairs, "grant_type") {
         Some("authorization_code") => json_reply(StatusCode::OK, f.mint()),
+        Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
+            let refuse = {
+                let mut i = f.issued.lock().unwrap();
+                let assertion = field(&pairs, "assertion").unwrap_or_default().to_owned();
+                i.assertions.push(assertion);
+                i.refuse_assertion
+            };
+            if refuse {
+                json_reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "invalid_grant", "error_description": "assertion expired"}),
+                )
+            } else {
+                json_reply(StatusCode::OK, f.mint())
+            }
+        }
         Some("refresh_token") => {
             let presented = field(&pairs, "refresh_token")
                 .unwrap_or_default()
@@ -421,6 +441,80 @@ async fn login_error(cfg: &ServerConfig, store: &Arc<dyn SecretStore>) -> String
     .await
     .unwrap_err()
     .to_string()
+}
+
+#[tokio::test]
+async fn a_workload_jwt_is_read_again_at_every_connection_and_a_refusal_is_not_retried() {
+    // ERA-8 (SEP-1933): grant = "jwt_bearer" sends the workload's JWT from
+    // its file as the assertion at every connection (the platform rotates
+    // it), and an authorization server's refusal ends the connection with
+    // its words, after one request.
+    let f = start().await;
+    let dir = mcpvisor_chaos::unique_temp_path("wif");
+    std::fs::create_dir_all(&dir).unwrap();
+    let jwt = dir.join("token.jwt");
+    std::fs::write(&jwt, "workload-jwt-1\n").unwrap();
+    let store: Arc<dyn SecretStore> = Arc::new(MemorySecretStore::new());
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base)).trusted();
+    cfg.reconnect.enabled = false;
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(Box::new(OAuthConfig {
+        grant: mcpvisor::OAuthGrant::JwtBearer,
+        client_id: Some("workload".into()),
+        assertion_file: Some(jwt.clone()),
+        ..OAuthConfig::default()
+    }));
+    let rt = Runtime::builder()
+        .secrets(store.clone())
+        .start()
+        .await
+        .unwrap();
+    rt.add_server(Scope::Global, cfg.clone()).await.unwrap();
+    rt.wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let call = || {
+        rt.call(
+            &Scope::Global,
+            "mcp__notes__read",
+            None,
+            CallOptions::default(),
+        )
+    };
+    assert!(call().await.is_ok());
+    std::fs::write(&jwt, "workload-jwt-2").unwrap();
+    rt.remove_server(&Scope::Global, "notes").await.unwrap();
+    rt.add_server(Scope::Global, cfg.clone()).await.unwrap();
+    rt.wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert!(call().await.is_ok());
+    assert_eq!(
+        f.issued.lock().unwrap().assertions,
+        ["workload-jwt-1", "workload-jwt-2"]
+    );
+    assert_eq!(f.issued.lock().unwrap().registrations, 0, "no registration");
+
+    f.issued.lock().unwrap().refuse_assertion = true;
+    rt.remove_server(&Scope::Global, "notes").await.unwrap();
+    rt.add_server(Scope::Global, cfg.clone()).await.unwrap();
+    let e = rt
+        .wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("jwt_bearer token request failed")
+            && e.contains("HTTP 400, invalid_grant: assertion expired"),
+        "{e}"
+    );
+    assert_eq!(f.issued.lock().unwrap().assertions.len(), 3, "not retried");
+    mcpvisor_chaos::shutdown_checked(&rt, &[])
+        .await
+        .assert_clean();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A `grant = "enterprise"` config for the fixture's server, with the

@@ -42,6 +42,36 @@ fn an_oauth_table_is_checked_where_it_is_written() {
         "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\nclient_sercet = \"S\"\n",
     );
     assert!(e.contains("client_sercet"), "{e}");
+    // ERA-8: the workload-identity grant needs its JWT; DPoP does not
+    // apply to the enterprise exchange.
+    let e = bad(
+        "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"jwt_bearer\"\n",
+    );
+    assert!(
+        e.contains("servers.n.oauth: grant = \"jwt_bearer\" needs assertion"),
+        "{e}"
+    );
+    let e = bad(
+        "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"enterprise\"\nclient_id = \"c\"\nidp_issuer = \"i\"\nidp_token_endpoint = \"https://i/t\"\nidp_client_id = \"c\"\nidp_id_token = \"t\"\ndpop = true\n",
+    );
+    assert!(e.contains("dpop = true does not apply"), "{e}");
+    let cfg = parse_config(
+        "/etc/mcp/m.toml",
+        "[servers.n]\nurl = \"https://n.example/mcp\"\n[servers.n.oauth]\ngrant = \"jwt_bearer\"\nassertion_file = \"tokens/wif.jwt\"\ndpop = true\n",
+    )
+    .unwrap();
+    match &cfg.servers[0].transport {
+        TransportConfig::StreamableHttp(h) => {
+            let o = h.oauth.as_deref().unwrap();
+            assert_eq!(o.grant, crate::messages::config::OAuthGrant::JwtBearer);
+            assert_eq!(
+                o.assertion_file.as_deref(),
+                Some(std::path::Path::new("/etc/mcp/tokens/wif.jwt"))
+            );
+            assert_eq!(o.dpop, Some(true));
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
