@@ -15,8 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::messages::catalog::ToolPages;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::messages::server::ServerSupervisorMsg;
@@ -46,7 +46,7 @@ pub struct CatalogSyncArgs {
 /// Its one message: the fetch ended.
 pub enum CatalogSyncMsg {
     /// Every entry, or why the fetch failed.
-    Fetched(Result<Vec<Value>, WireError>),
+    Fetched(Result<ToolPages, WireError>),
 }
 
 /// Its state: the fetch task and where the result goes.

@@ -13,6 +13,17 @@ use super::config::Scope;
 use super::naming::public_tool_name;
 use super::schema::check_supported;
 
+/// Every page of one `tools/list`, as fetched (SYNC-3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPages {
+    /// Every page's entries, raw.
+    pub entries: Vec<Value>,
+    /// How long the server says the list stays fresh (`ttlMs`, the
+    /// shortest of the pages'; `None` when a page gave none, as every
+    /// session-era server).
+    pub fresh_for: Option<std::time::Duration>,
+}
+
 /// A built catalog: definitions plus the warnings about dropped or degraded entries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuiltCatalog {

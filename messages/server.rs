@@ -4,7 +4,6 @@
 //! quiescent shutdown are all expressed as these messages (RECO-1..7).
 
 use ractor::RpcReplyPort;
-use serde_json::Value;
 
 use super::status::ShutdownReport;
 
@@ -85,8 +84,8 @@ pub enum ServerSupervisorMsg {
         client: super::registry::McpClient,
         /// Handshake facts.
         info: ConnInfo,
-        /// Raw `tools/list` entries of all pages (empty without the tools capability).
-        catalog: Vec<Value>,
+        /// Every `tools/list` page (no entry without the tools capability).
+        catalog: super::catalog::ToolPages,
     },
     /// The transport of connection `conn_gen` is closed; `reaped` = the process was
     /// confirmed gone (RECO-3).
@@ -122,8 +121,16 @@ pub enum ServerSupervisorMsg {
         conn_gen: u64,
         /// The sync's number: only the one running now counts (SYNC-6).
         n: u64,
-        /// All entries, or why the fetch failed.
-        result: Result<Vec<Value>, String>,
+        /// Every page, or why the fetch failed.
+        result: Result<super::catalog::ToolPages, String>,
+    },
+    /// The tool list armed as `arm` is past the freshness its server gave
+    /// (`ttlMs`): fetch it again, as for a list change (ERA-4).
+    CatalogExpired {
+        /// Connection generation.
+        conn_gen: u64,
+        /// Which arming: only the latest counts.
+        arm: u64,
     },
     /// The backoff timer for attempt `attempt` fired (RECO-1).
     Reconnect {

@@ -25,6 +25,7 @@ use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
     ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
+use crate::messages::catalog::ToolPages;
 use crate::messages::config::{ProtocolChoice, ServerConfig, TransportConfig};
 use crate::messages::registry::McpClient;
 use crate::messages::server::{ConnInfo, Era, ServerSupervisorMsg};
@@ -481,8 +482,17 @@ pub async fn fetch_catalog(
     client: &McpClient,
     request_timeout: Duration,
     diag: &Diagnostics,
-) -> Result<Vec<Value>, WireError> {
+) -> Result<ToolPages, WireError> {
     let mut entries = Vec::new();
+    // The shortest page's ttlMs; none when any page lacks one (SEP-2549).
+    let mut fresh_ms: Option<Option<u64>> = None;
+    let mut merge = |page_ttl: Option<u64>| {
+        fresh_ms = Some(match (fresh_ms, page_ttl) {
+            (None, t) => t,
+            (Some(Some(a)), Some(b)) => Some(a.min(b)),
+            _ => None,
+        });
+    };
     let mut cursor: Option<String> = None;
     let mut seen = std::collections::HashSet::new();
     for _page in 0..MAX_CATALOG_PAGES {
@@ -511,6 +521,7 @@ pub async fn fetch_catalog(
         let stashed = diag.take_tools_page(&id);
         let next = match response {
             ServerResult::ListToolsResult(page) => {
+                merge(page.ttl_ms);
                 match stashed {
                     Some(raw) => entries.extend(raw),
                     None => {
@@ -524,6 +535,7 @@ pub async fn fetch_catalog(
             ServerResult::CustomResult(raw) => {
                 // A page rmcp's typed model could not read (e.g. one malformed entry).
                 let value = raw.0;
+                merge(value.get("ttlMs").and_then(Value::as_u64));
                 let tools = value
                     .get("tools")
                     .and_then(Value::as_array)
@@ -544,7 +556,12 @@ pub async fn fetch_catalog(
             }
         };
         match next {
-            None => return Ok(entries),
+            None => {
+                return Ok(ToolPages {
+                    entries,
+                    fresh_for: fresh_ms.flatten().map(Duration::from_millis),
+                });
+            }
             Some(c) => {
                 if !seen.insert(c.clone()) {
                     return Err(WireError::RepeatedCursor { cursor: c });
@@ -565,8 +582,8 @@ pub struct Established {
     pub running: RunningService<RoleClient, SupervisedClient>,
     /// What the server said of itself.
     pub info: ConnInfo,
-    /// The first catalog's raw entries.
-    pub catalog: Vec<Value>,
+    /// The first catalog's pages.
+    pub catalog: ToolPages,
     /// Stateless era, a server with tools: the listen stream, opened
     /// before the first catalog was fetched (ERA-4).
     pub listen: Option<Listen>,
@@ -764,7 +781,10 @@ where
     let catalog = if has_tools {
         fetch_catalog(&client, cfg.request_timeout, &diag).await?
     } else {
-        Vec::new()
+        ToolPages {
+            entries: Vec::new(),
+            fresh_for: None,
+        }
     };
     Ok(Box::new(Established {
         running,

@@ -104,6 +104,32 @@ pub(super) async fn sync_if_pending(
     start_sync(myself, st).await;
 }
 
+/// The shortest freshness honoured: a list that says it is fresh for less
+/// is fetched again after this long.
+pub(super) const MIN_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Fetch the tool list of connection `conn_gen` again once it is past the
+/// freshness its server gave (`ttlMs`, SEP-2549; at least [`MIN_FRESH`]),
+/// through the list-change path (coalesced with notifications, one sync at
+/// a time, SYNC-5). `ttlMs` 0 ("stale at once") and none arm nothing: such
+/// a list is fetched again on a change notification only. Each arming
+/// voids the last.
+pub(super) fn arm_expiry(
+    myself: &ActorRef<ServerSupervisorMsg>,
+    st: &mut ServerSupervisorState,
+    conn_gen: u64,
+    fresh_for: Option<std::time::Duration>,
+) {
+    st.expiry_arms += 1;
+    let Some(fresh) = fresh_for.filter(|d| !d.is_zero()) else {
+        return;
+    };
+    let arm = st.expiry_arms;
+    myself.send_after(fresh.max(MIN_FRESH), move || {
+        ServerSupervisorMsg::CatalogExpired { conn_gen, arm }
+    });
+}
+
 /// Start `CatalogSync(conn_gen, n)`, a linked child (ADR 0011). One that
 /// cannot be started leaves the catalog as it is, with a warning.
 pub(super) async fn start_sync(

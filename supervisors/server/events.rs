@@ -55,7 +55,7 @@ pub(super) async fn on_conn_up(
     conn_gen: u64,
     client: crate::messages::registry::McpClient,
     info: crate::messages::server::ConnInfo,
-    catalog: Vec<serde_json::Value>,
+    catalog: crate::messages::catalog::ToolPages,
 ) {
     let current = matches!(&st.phase, Phase::Connecting { conn, .. } if conn.conn_gen == conn_gen);
     if !current {
@@ -95,7 +95,8 @@ pub(super) async fn on_conn_up(
     // The live handle goes out with the first catalog, in one registry
     // snapshot: never callable under the previous connection's definitions;
     // `ready` only once the catalog is registered (CONN-10).
-    apply_catalog(st, conn_gen, catalog, true).await;
+    apply_catalog(st, conn_gen, catalog.entries, true).await;
+    arm_expiry(myself, st, conn_gen, catalog.fresh_for);
     st.answer_waiters(Ok(()));
     arm_idle(myself, st, None);
     // A list_changed during the handshake: the first catalog may be old.
@@ -198,7 +199,7 @@ pub(super) async fn on_sync_done(
     st: &mut ServerSupervisorState,
     conn_gen: u64,
     n: u64,
-    result: Result<Vec<serde_json::Value>, String>,
+    result: Result<crate::messages::catalog::ToolPages, String>,
 ) {
     let Phase::Ready { live, sync, .. } = &mut st.phase else {
         return;
@@ -208,7 +209,10 @@ pub(super) async fn on_sync_done(
     }
     *sync = None;
     match result {
-        Ok(entries) => apply_catalog(st, conn_gen, entries, false).await,
+        Ok(pages) => {
+            apply_catalog(st, conn_gen, pages.entries, false).await;
+            arm_expiry(myself, st, conn_gen, pages.fresh_for);
+        }
         Err(e) => {
             st.catalog_warnings = vec![format!(
                 "catalog re-sync failed, previous generation kept: {e}"

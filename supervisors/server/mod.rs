@@ -20,6 +20,7 @@
 //! | ready          | ToolsListChanged(g), no sync        | start a CatalogSync actor                    | ready          |
 //! | ready          | ToolsListChanged(g), sync running   | one follow-up sync pending (SYNC-5)          | ready          |
 //! | ready          | SyncDone(g live, n running)         | swap catalog (or keep, with a warning)       | ready          |
+//! | ready          | CatalogExpired(g, latest arm)       | as ToolsListChanged (ttlMs, ERA-4)           | ready          |
 //! | ready          | IdleCheck, idle ≥ limit             | stop the connection (not a failure)          | stopping(idle) |
 //! | ready          | connection exit                     | failures+=1 (0 first if up ≥ window, RECO-2) | backing_off    |
 //! | any live       | failure, reconnect disabled         | (on_disconnect=remove: withdraw tools)       | failed         |
@@ -464,6 +465,8 @@ pub struct ServerSupervisorState {
     /// same config skips the probe for it (ERA-1). Forgotten when a
     /// connection fails before it is up (the server may have changed era).
     era: Option<crate::messages::server::Era>,
+    /// Freshness timers armed so far (`ttlMs`): only the latest counts.
+    expiry_arms: u64,
 }
 
 impl ServerSupervisorState {
@@ -607,6 +610,7 @@ impl Actor for ServerSupervisor {
             instructions: None,
             catalog_warnings: Vec::new(),
             era: None,
+            expiry_arms: 0,
         })
     }
 
@@ -663,6 +667,11 @@ impl Actor for ServerSupervisor {
                     info,
                     catalog,
                 } => on_conn_up(&myself, st, conn_gen, client, info, catalog).await,
+                ServerSupervisorMsg::CatalogExpired { conn_gen, arm } => {
+                    if arm == st.expiry_arms {
+                        on_tools_list_changed(&myself, st, conn_gen).await
+                    }
+                }
                 ServerSupervisorMsg::ConnectionEnded {
                     conn_gen,
                     reaped,

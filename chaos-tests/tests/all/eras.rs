@@ -387,3 +387,42 @@ async fn the_python_sdk_server_is_spoken_to_in_the_stateless_era() {
     assert!(out.projection.contains("from python"), "{}", out.projection);
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_list_is_fetched_again_when_the_freshness_its_server_gave_runs_out() {
+    // ERA-4 (SEP-2549): a stateless server that serves no listen stream
+    // says its tool list stays fresh for 1500 ms; a tool it adds silently
+    // shows in the catalog once that has run out, with no notification.
+    let Some(python) = mcpvisor_chaos::python_sdk() else {
+        println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): the Python SDK is not installed");
+        return;
+    };
+    let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era_server.py");
+    let mut cfg = ServerConfig::stdio(
+        "py",
+        python.to_string_lossy(),
+        vec![
+            script.to_string_lossy().into_owned(),
+            "--ttl-ms".into(),
+            "1500".into(),
+        ],
+    )
+    .trusted();
+    cfg.idle_stop_after = None;
+    let runtime = start().await;
+    let mut events = runtime.subscribe();
+    runtime.add_server(G, cfg).await.unwrap();
+    let status = runtime.wait_ready(&G, "py", READY).await.unwrap();
+    assert_eq!(status.protocol_version.as_deref(), Some("2026-07-28"));
+    assert_eq!(status.tools, 2, "{status:?}");
+    let out = call(&runtime, "mcp__py__grow", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    mcpvisor_chaos::wait_for_status(&runtime, &mut events, "py", Duration::from_secs(20), |s| {
+        s.tools == 3
+    })
+    .await
+    .unwrap();
+    let out = call(&runtime, "mcp__py__grown_1", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}

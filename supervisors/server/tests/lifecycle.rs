@@ -519,7 +519,10 @@ async fn a_sync_result_of_another_connection_generation_is_dropped() {
             .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
                 conn_gen,
                 n,
-                result: Ok(Vec::new()),
+                result: Ok(crate::messages::catalog::ToolPages {
+                    entries: Vec::new(),
+                    fresh_for: None,
+                }),
             })
             .unwrap();
     }
@@ -570,7 +573,10 @@ async fn a_sync_killed_mid_page_goes_with_its_connection_and_reports_nothing() {
         .cast(crate::messages::server::ServerSupervisorMsg::SyncDone {
             conn_gen: syncing.connection_generation,
             n: 7,
-            result: Ok(Vec::new()),
+            result: Ok(crate::messages::catalog::ToolPages {
+                entries: Vec::new(),
+                fresh_for: None,
+            }),
         })
         .unwrap();
     rt.set_server_enabled(&Scope::Global, "srv", true)
