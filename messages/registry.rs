@@ -293,17 +293,66 @@ impl Deliveries {
 #[derive(Debug, Clone)]
 pub struct McpClient {
     peer: Peer<RoleClient>,
+    /// Stateless era: the listen stream of each resource subscribed to.
+    streams: Arc<ResourceStreams>,
 }
 
 impl McpClient {
     /// The client over rmcp's handle of a running session.
     pub(crate) fn new(peer: Peer<RoleClient>) -> Self {
-        Self { peer }
+        Self {
+            peer,
+            streams: Arc::default(),
+        }
     }
 
     /// rmcp's handle, for the wire's own code (`transport/`).
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
         &self.peer
+    }
+
+    /// The resource subscriptions' streams (`transport/`).
+    pub(crate) fn streams(&self) -> &ResourceStreams {
+        &self.streams
+    }
+}
+
+/// The tasks following one `subscriptions/listen` stream per subscribed
+/// resource (stateless era), by URI; they end with the connection's last
+/// client, or when unsubscribed.
+#[derive(Debug, Default)]
+pub struct ResourceStreams {
+    by_uri: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+impl ResourceStreams {
+    /// Whether `uri` is followed.
+    pub(crate) fn has(&self, uri: &str) -> bool {
+        self.lock().get(uri).is_some_and(|t| !t.is_finished())
+    }
+
+    /// Follow `uri` with `task` (one already following it is stopped).
+    pub(crate) fn insert(&self, uri: &str, task: tokio::task::AbortHandle) {
+        if let Some(old) = self.lock().insert(uri.to_owned(), task) {
+            old.abort();
+        }
+    }
+
+    /// Stop following `uri`; whether it was.
+    pub(crate) fn remove(&self, uri: &str) -> bool {
+        self.lock().remove(uri).inspect(|t| t.abort()).is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+        self.by_uri.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for ResourceStreams {
+    fn drop(&mut self) {
+        for task in self.lock().values() {
+            task.abort();
+        }
     }
 }
 

@@ -267,7 +267,8 @@ impl Runtime {
 }
 
 impl Runtime {
-    /// `resources/subscribe` to `uri` at `server`: the server's
+    /// `resources/subscribe` to `uri` at `server` (in the stateless era, a
+    /// `subscriptions/listen` stream for it): the server's
     /// `notifications/resources/updated` then arrive as
     /// [`RuntimeEvent::ResourceUpdated`](crate::RuntimeEvent::ResourceUpdated).
     /// A subscription lives as long as the server's connection: after a
@@ -322,7 +323,11 @@ impl Runtime {
                     .get_prompt(name, arguments, timeout, &answerer)
                     .await
             }
-            Ask::Subscribe { uri, on } => live.client.subscription(uri, on, timeout).await,
+            Ask::Subscribe { uri, on } => {
+                live.client
+                    .subscription(uri, on, timeout, live.era, &live.handlers, server)
+                    .await
+            }
         };
         let mut value = asked.map_err(|e| {
             err(crate::messages::trust::redact(

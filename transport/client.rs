@@ -1068,12 +1068,24 @@ impl McpClient {
     }
 
     /// `resources/subscribe` (`on`) or `resources/unsubscribe` to `uri`.
+    /// The stateless era has neither: a subscription is a
+    /// `subscriptions/listen` stream for the one URI, whose updates go out
+    /// as [`RuntimeEvent::ResourceUpdated`](crate::RuntimeEvent::ResourceUpdated)
+    /// through `handlers`; unsubscribing drops it.
     pub async fn subscription(
         &self,
         uri: &str,
         on: bool,
         timeout: Duration,
+        era: Era,
+        handlers: &ClientHandlers,
+        server: &str,
     ) -> Result<Value, WireError> {
+        if era == Era::Stateless {
+            return self
+                .listen_to_resource(uri, on, timeout, handlers, server)
+                .await;
+        }
         #[allow(deprecated)] // legacy-only in rmcp; what 2025-11-25 servers speak
         let request = if on {
             ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
@@ -1085,6 +1097,59 @@ impl McpClient {
             ))
         };
         self.request_value(request, timeout).await
+    }
+
+    /// A stateless subscription to `uri` (see [`Self::subscription`]).
+    async fn listen_to_resource(
+        &self,
+        uri: &str,
+        on: bool,
+        timeout: Duration,
+        handlers: &ClientHandlers,
+        server: &str,
+    ) -> Result<Value, WireError> {
+        if !on {
+            self.streams().remove(uri);
+            return Ok(Value::Object(Map::new()));
+        }
+        if self.streams().has(uri) {
+            return Ok(Value::Object(Map::new()));
+        }
+        let filter = rmcp::model::SubscriptionFilter::builder()
+            .resource_subscriptions([uri])
+            .build();
+        let mut stream = tokio::time::timeout(timeout, self.peer().listen(filter))
+            .await
+            .map_err(|_| WireError::Timeout { after: timeout })?
+            .map_err(WireError::from)?;
+        let honored = stream
+            .acknowledged()
+            .resource_subscriptions
+            .as_ref()
+            .is_some_and(|uris| uris.iter().any(|u| u == uri));
+        if !honored {
+            return Err(WireError::SubscriptionRefused {
+                uri: uri.to_owned(),
+            });
+        }
+        let events = handlers.notifications.clone();
+        let (server, mine) = (server.to_owned(), uri.to_owned());
+        let task = tokio::spawn(async move {
+            while let Ok(Some(note)) = stream.next().await {
+                if let rmcp::model::ServerNotification::ResourceUpdatedNotification(n) = note
+                    && let Some((scope, events)) = &events
+                    && n.params.uri == mine
+                {
+                    let _ = events.send(crate::messages::status::RuntimeEvent::ResourceUpdated {
+                        scope: scope.clone(),
+                        server: server.clone(),
+                        uri: n.params.uri,
+                    });
+                }
+            }
+        });
+        self.streams().insert(uri, task.abort_handle());
+        Ok(Value::Object(Map::new()))
     }
 
     /// Send one request with a timeout and return its result as raw JSON.

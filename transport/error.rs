@@ -34,6 +34,15 @@ pub enum WireError {
     /// The transport closed before the answer.
     #[error("Transport closed")]
     Closed,
+    /// A stateless server acknowledged a listen stream without the resource
+    /// asked for: it offers no subscription to it.
+    #[error(
+        "the server does not offer updates of {uri} (its subscriptions/listen acknowledgement left it out)"
+    )]
+    SubscriptionRefused {
+        /// The resource.
+        uri: String,
+    },
     /// Any other failure of rmcp's service (the request not written, a
     /// cancellation, an answer of another type).
     #[error("{}", words(.0.to_string()))]

@@ -10,7 +10,9 @@
 // with an elicitation and a request state), and answers "confirmed WHAT
 // (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
 // a sampling answer; `ask_forever` asks again on every round. The prompt
-// `confirm_prompt` asks for the same confirmation before its messages.
+// `confirm_prompt` asks for the same confirmation before its messages. The
+// resource `note://counter` can be subscribed to; `bump` raises it and sends
+// `notifications/resources/updated` for it.
 // With --stateless-only an `initialize` is refused with -32022 naming
 // 2026-07-28 (serveStdio's `legacy: 'reject'`); otherwise both eras are served.
 import { McpServer, acceptedContent, fromJsonSchema, inputRequired } from '@modelcontextprotocol/server';
@@ -27,8 +29,17 @@ const none = fromJsonSchema({ type: 'object', properties: {} });
 serveStdio(() => {
   const server = new McpServer(
     { name: 'era-server', version: '1.0.0' },
-    { capabilities: { tools: { listChanged: true }, prompts: {} } },
+    { capabilities: { tools: { listChanged: true }, prompts: {}, resources: { subscribe: true } } },
   );
+  let counter = 0;
+  server.registerResource('counter', 'note://counter', { description: 'A counter `bump` raises.' },
+    async (uri) => ({ contents: [{ uri: uri.href, text: String(counter) }] }));
+  server.registerTool('bump', { description: 'Raises note://counter and says it changed.', inputSchema: none },
+    async () => {
+      counter += 1;
+      await server.server.sendResourceUpdated({ uri: 'note://counter' });
+      return { content: [{ type: 'text', text: String(counter) }] };
+    });
   server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
   server.registerTool('add_tool', { description: 'Registers the tool `added`.', inputSchema: none },

@@ -164,13 +164,13 @@ async fn a_stateless_servers_tool_list_change_arrives_on_its_listen_stream() {
         .await
         .unwrap();
     runtime.wait_ready(&G, "modern", READY).await.unwrap();
-    assert_eq!(status_of(&runtime, "modern").tools, 5);
+    assert_eq!(status_of(&runtime, "modern").tools, 6);
     let out = call(&runtime, "mcp__modern__add_tool", json!({})).await;
     assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
     let grown = wait_for(&runtime, &mut events, READY, |statuses| {
         statuses
             .iter()
-            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 6)
+            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 7)
             .cloned()
     })
     .await;
@@ -424,5 +424,53 @@ async fn a_tool_list_is_fetched_again_when_the_freshness_its_server_gave_runs_ou
     .unwrap();
     let out = call(&runtime, "mcp__py__grown_1", json!({})).await;
     assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    shutdown_checked(&runtime, &[]).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_subscription_is_a_listen_stream_in_the_stateless_era() {
+    // ERA-4: resources/subscribe is gone in 2026-07-28; subscribing opens
+    // a subscriptions/listen stream for the URI, and the server's
+    // notifications/resources/updated on it reach the runtime's events.
+    let Some(script) = era_script("a_resource_subscription_is_a_listen_stream") else {
+        return;
+    };
+    let runtime = start().await;
+    let mut events = runtime.subscribe();
+    runtime
+        .add_server(G, sdk_server("era", &script, true))
+        .await
+        .unwrap();
+    runtime.wait_ready(&G, "era", READY).await.unwrap();
+    runtime
+        .subscribe_resource(&G, "era", "note://counter")
+        .await
+        .unwrap();
+    // A second subscription to the same URI is the same stream.
+    runtime
+        .subscribe_resource(&G, "era", "note://counter")
+        .await
+        .unwrap();
+    let out = call(&runtime, "mcp__era__bump", json!({})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    let updated = async {
+        loop {
+            match events.recv().await {
+                Ok(mcpvisor::RuntimeEvent::ResourceUpdated { server, uri, .. }) => {
+                    return (server, uri);
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    let (server, uri) = tokio::time::timeout(READY, updated)
+        .await
+        .expect("the update arrived on the listen stream");
+    assert_eq!((server.as_str(), uri.as_str()), ("era", "note://counter"));
+    runtime
+        .unsubscribe_resource(&G, "era", "note://counter")
+        .await
+        .unwrap();
     shutdown_checked(&runtime, &[]).await.assert_clean();
 }
