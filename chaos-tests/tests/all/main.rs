@@ -23,6 +23,7 @@ mod mods;
 mod oauth;
 mod results;
 mod seats;
+mod tasks;
 mod secrets;
 mod trust;
 mod turn;
