@@ -248,6 +248,9 @@ impl Runtime {
             let polled = match polled {
                 Ok(p) => p,
                 Err(how) => {
+                    if matches!(how, Stop::Timeout) && self.inner.chaos.late_timeouts() {
+                        tokio::time::sleep(Duration::from_secs(4)).await;
+                    }
                     let (kind, why) = stopped(how);
                     return Err(give_up(kind, why).await);
                 }
