@@ -538,8 +538,8 @@ fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<
 mod send;
 mod task;
 
-pub(crate) use task::LiveTasks;
 use send::*;
+pub(crate) use task::LiveTasks;
 
 #[cfg(test)]
 mod tests;

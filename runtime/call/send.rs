@@ -87,9 +87,9 @@ impl Runtime {
             // is kept where that can happen, and only there.
             let again =
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
-            let sending = live
-                .client
-                .send_call(&def.raw_name, arguments, answers.take(), tasks_meta.clone());
+            let sending =
+                live.client
+                    .send_call(&def.raw_name, arguments, answers.take(), tasks_meta.clone());
             let handed = tokio::select! {
                 biased;
                 handed = sending => Ok(handed),

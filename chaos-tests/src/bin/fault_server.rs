@@ -502,7 +502,10 @@ impl FaultServer {
                 line.push_str(&format!(" state={state}"));
             }
             // The request declared the tasks extension: it may become a task.
-            if ctx.client_capabilities().is_some_and(|c| c.supports_tasks()) {
+            if ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
+            {
                 line.push_str(" tasks");
             }
         }
@@ -784,8 +787,13 @@ impl ServerHandler for FaultServer {
         } else {
             TaskPayload::Working
         };
-        let base = Task::new(req.task_id.clone(), TaskStatus::Working, TASK_TIME, TASK_TIME)
-            .with_poll_interval_ms(task.poll_ms);
+        let base = Task::new(
+            req.task_id.clone(),
+            TaskStatus::Working,
+            TASK_TIME,
+            TASK_TIME,
+        )
+        .with_poll_interval_ms(task.poll_ms);
         Ok(GetTaskResult::new(DetailedTask::new(base, payload)))
     }
 

@@ -23,7 +23,7 @@ mod mods;
 mod oauth;
 mod results;
 mod seats;
-mod tasks;
 mod secrets;
+mod tasks;
 mod trust;
 mod turn;

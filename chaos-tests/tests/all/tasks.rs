@@ -73,8 +73,9 @@ async fn a_task_is_polled_to_its_result_and_a_plain_answer_still_works() {
     let text = log.text();
     // The call declared the extension; the task was polled until it ended.
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("tools/call") && l.contains("task_echo") && l.ends_with(" tasks")),
+        text.lines().any(|l| l.starts_with("tools/call")
+            && l.contains("task_echo")
+            && l.ends_with(" tasks")),
         "{text}"
     );
     let tasks = polled_tasks(&log);
