@@ -13,12 +13,13 @@
 //! writes a raw non-JSON line to stdout first).
 //!
 //! With `--task-tools` (the stateless era's tasks extension, SEP-2663) it
-//! declares `io.modelcontextprotocol/tasks` and lists three tools with
+//! declares `io.modelcontextprotocol/tasks` and lists four tools with
 //! `execution.taskSupport: "required"`: `task_echo {message, ms, poll_ms}`
 //! (a task that completes `ms` after it was created), `task_forever` (a
-//! task that never ends) and `task_plain` (answered at once with a plain
-//! result, no task). `tasks/get` and `tasks/cancel` are logged as
-//! `tasks/get ID TASK` and `tasks/cancel ID TASK`. Over stdio only: the
+//! task that never ends), `task_ask` (a task that asks for a name by
+//! elicitation, then completes with "Hello, NAME") and `task_plain`
+//! (answered at once with a plain result, no task). `tasks/get`,
+//! `tasks/update` and `tasks/cancel` are logged as `METHOD ID TASK`. Over stdio only: the
 //! tools' `execution` is added to `tools/list` by a wrapper that rmcp's
 //! HTTP service does not take.
 
@@ -323,7 +324,7 @@ fn fixed_tools() -> Vec<Tool> {
 }
 
 /// The tools of `--task-tools`, all of taskSupport "required".
-const TASK_TOOLS: [&str; 3] = ["task_echo", "task_forever", "task_plain"];
+const TASK_TOOLS: [&str; 4] = ["task_echo", "task_forever", "task_ask", "task_plain"];
 
 /// One task of `--task-tools`.
 struct FaultTask {
@@ -337,6 +338,12 @@ struct FaultTask {
     poll_ms: u64,
     /// `tasks/cancel` arrived.
     cancelled: bool,
+    /// `task_ask`: it asks for a name; the name, once `tasks/update` gave it.
+    asks: Option<Option<String>>,
+    /// Polls after the answer that still show the question: the answer
+    /// takes effect late, as the extension allows, so a client must not
+    /// answer the same key twice.
+    stale_polls: u8,
 }
 
 /// The creation time every task reports (the client reads none of it).
@@ -415,6 +422,11 @@ impl FaultServer {
             "A task that completes after ms milliseconds with the message echoed",
         );
         fault_tool(args.task_tools, "task_forever", "A task that never ends");
+        fault_tool(
+            args.task_tools,
+            "task_ask",
+            "A task that asks for a name, then greets it",
+        );
         fault_tool(
             args.task_tools,
             "task_plain",
@@ -768,16 +780,49 @@ impl ServerHandler for FaultServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         self.log_task("tasks/get", &ctx, &req.task_id);
-        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(task) = tasks.get(&req.task_id) else {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(task) = tasks.get_mut(&req.task_id) else {
             return Err(McpError::invalid_params(
                 "Failed to retrieve task: Task not found",
                 None,
             ));
         };
+        let stale = task.stale_polls > 0;
+        task.stale_polls = task.stale_polls.saturating_sub(1);
         let done = task.runs_for.is_some_and(|d| task.created.elapsed() >= d);
         let payload = if task.cancelled {
             TaskPayload::Cancelled
+        } else if let Some(asks) = &task.asks {
+            match asks {
+                Some(name) if !stale => {
+                    let greeting = CallToolResult::success(vec![text(format!("Hello, {name}"))]);
+                    TaskPayload::Completed {
+                        result: serde_json::to_value(greeting)
+                            .ok()
+                            .and_then(|v| v.as_object().cloned())
+                            .unwrap_or_default(),
+                    }
+                }
+                _ => {
+                    let ask = json!({
+                        "method": "elicitation/create",
+                        "params": {
+                            "mode": "form",
+                            "message": "Your name?",
+                            "requestedSchema": {
+                                "type": "object",
+                                "properties": {"name": {"type": "string", "default": "otter"}},
+                                "required": ["name"]
+                            }
+                        }
+                    });
+                    let ask = serde_json::from_value(ask)
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                    TaskPayload::InputRequired {
+                        input_requests: [("name".to_owned(), ask)].into_iter().collect(),
+                    }
+                }
+            }
         } else if done {
             let result = serde_json::to_value(CallToolResult::success(vec![text(&task.text)]))
                 .ok()
@@ -795,6 +840,32 @@ impl ServerHandler for FaultServer {
         )
         .with_poll_interval_ms(task.poll_ms);
         Ok(GetTaskResult::new(DetailedTask::new(base, payload)))
+    }
+
+    async fn update_task(
+        &self,
+        req: rmcp::model::UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_task("tasks/update", &ctx, &req.task_id);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(task) = tasks.get_mut(&req.task_id) else {
+            return Err(McpError::invalid_params(
+                "Failed to update task: Task not found",
+                None,
+            ));
+        };
+        let name = req
+            .input_responses
+            .get("name")
+            .and_then(|r| r.get("content"))
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str);
+        if let (Some(asks), Some(name)) = (task.asks.as_mut(), name) {
+            *asks = Some(name.to_owned());
+            task.stale_polls = 2;
+        }
+        Ok(())
     }
 
     async fn cancel_task(
@@ -1145,6 +1216,8 @@ impl FaultServer {
             text: format!("Echo: {message}"),
             poll_ms,
             cancelled: false,
+            asks: (req.name == "task_ask").then_some(None),
+            stale_polls: 0,
         };
         let id = format!("task-{}-{}", std::process::id(), ctx.id);
         self.tasks

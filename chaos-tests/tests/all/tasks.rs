@@ -102,6 +102,51 @@ async fn a_task_is_polled_to_its_result_and_a_plain_answer_still_works() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_input_request_is_answered_once_by_tasks_update() {
+    let log = RequestLog::new("tasks-input.log");
+    let runtime = Runtime::builder()
+        .elicitation(std::sync::Arc::new(mcpvisor::AcceptSchemaDefaults))
+        .start()
+        .await
+        .unwrap();
+    runtime
+        .add_server(G, task_server(&log, "stateless", Duration::from_secs(20)))
+        .await
+        .unwrap();
+    runtime.wait_ready(&G, "srv", READY).await.unwrap();
+    let out = call(&runtime, "mcp__srv__task_ask", json!({"poll_ms": 50})).await;
+    assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
+    assert_eq!(out.projection, "Hello, otter");
+    let text = log.text();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("tasks/update "))
+            .count(),
+        1,
+        "{text}"
+    );
+    let report = runtime.shutdown(Duration::from_secs(10)).await;
+    assert!(report.is_clean(), "{report:?}");
+
+    // Without a handler the request cannot be answered: the call ends and
+    // the task is cancelled.
+    let log = RequestLog::new("tasks-input-refused.log");
+    let runtime = started(task_server(&log, "stateless", Duration::from_secs(20))).await;
+    let out = call(&runtime, "mcp__srv__task_ask", json!({"poll_ms": 50})).await;
+    assert_eq!(out.kind, OutcomeKind::ServerError, "{out:?}");
+    assert!(
+        out.projection.contains("could not be answered"),
+        "{}",
+        out.projection
+    );
+    let text = log.text();
+    assert!(!text.contains("tasks/update"), "{text}");
+    assert!(text.contains("tasks/cancel "), "{text}");
+    let report = runtime.shutdown(Duration::from_secs(10)).await;
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_never_ends_times_out_and_is_cancelled_on_the_wire() {
     let log = RequestLog::new("tasks-timeout.log");
     let runtime = started(task_server(&log, "stateless", Duration::from_millis(700))).await;
