@@ -691,7 +691,7 @@ impl Fault {
             Self::ListChangedStorm { .. } => Effects::trigger("storm").adding(1),
             Self::InvalidResult => Effects::trigger("invalid").adding(1),
             Self::EndlessInput => Effects::trigger("input_loop").adding(1),
-            Self::EndlessTask => Effects::trigger("task_forever").adding(3),
+            Self::EndlessTask => Effects::trigger("task_forever").adding(4),
             Self::IsError => Effects::trigger("is_error"),
             Self::SchemaViolation => Effects::trigger("structured_bad"),
             Self::HugeResult { .. } => Effects::trigger("huge").adding(1),
