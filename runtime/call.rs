@@ -5,11 +5,14 @@
 //! Runtime::call            call id, CallStarted / CallFinished events (only when listened)
 //! └ call_inner             resolve the public name in the scope's snapshot,
 //!   │                      normalise the arguments, expected generation, taskSupport
+//!   │                      (a task-only tool is refused in the session era)
 //!   └ execute              the policy chain: trust gate → hook bridges → guards
 //!     │                    → installed policies (policies/); re-resolve after it;
 //!     │                    wake an idle-stopped server (the one actor hop, RECO-6)
 //!     ├ send_call          tools/call with the server's timeout and the caller's
 //!     │                    cancellation; a lost transport waits for its cause (CONN-8)
+//!     │ ├ follow_task      a task handle polled to its end within the same
+//!     │ │                  deadline, cancelled when the call ends first (ERA-6)
 //!     │ └ judge_result     the result half (results.rs): validate, classify,
 //!     │                    admit images, budget, spill (CALL-3/6/7/8)
 //!     └ after_policies     PostToolUse hooks, then the installed policies' after half
