@@ -218,7 +218,9 @@ pub use messages::seat::{
 pub use runtime::Activation;
 
 // Status and events.
-pub use messages::status::{HookRunInfo, RuntimeEvent, ServerState, ServerStatus, ShutdownReport};
+pub use messages::status::{
+    CancelledTask, HookRunInfo, RuntimeEvent, ServerState, ServerStatus, ShutdownReport,
+};
 
 // Trust and secrets.
 pub use messages::approval::{ApprovalRequest, Approver};

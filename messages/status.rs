@@ -329,6 +329,27 @@ pub struct ShutdownReport {
     pub escaped: Vec<u32>,
     /// Whole shutdown wall time.
     pub duration_ms: u64,
+    /// Tasks (the tasks extension, ERA-6) that calls were following when the
+    /// shutdown began: each was sent `tasks/cancel`, and its call ended
+    /// `cancelled`.
+    pub tasks_cancelled: Vec<CancelledTask>,
+}
+
+/// A task the shutdown cancelled (ERA-6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CancelledTask {
+    /// The scope of the call.
+    pub scope: String,
+    /// The server that ran it.
+    pub server: String,
+    /// The tool's name on the wire.
+    pub tool: String,
+    /// The server's task id.
+    pub task_id: String,
+    /// The server acknowledged `tasks/cancel` within the notice wait
+    /// (cancellation is cooperative: the task may still end otherwise).
+    pub acknowledged: bool,
 }
 
 impl ShutdownReport {
@@ -345,5 +366,6 @@ impl ShutdownReport {
         self.hook_runs_aborted += other.hook_runs_aborted;
         self.unconfirmed.extend(other.unconfirmed);
         self.escaped.extend(other.escaped);
+        self.tasks_cancelled.extend(other.tasks_cancelled);
     }
 }

@@ -316,6 +316,7 @@ impl RuntimeBuilder {
                 #[cfg(feature = "mods")]
                 mods,
                 shut_down: std::sync::atomic::AtomicBool::new(false),
+                tasks: Default::default(),
             }),
         };
         // `callTool` (MOD-6): through this runtime's call pipeline, held

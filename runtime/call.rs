@@ -5,11 +5,14 @@
 //! Runtime::call            call id, CallStarted / CallFinished events (only when listened)
 //! └ call_inner             resolve the public name in the scope's snapshot,
 //!   │                      normalise the arguments, expected generation, taskSupport
+//!   │                      (a task-only tool is refused in the session era)
 //!   └ execute              the policy chain: trust gate → hook bridges → guards
 //!     │                    → installed policies (policies/); re-resolve after it;
 //!     │                    wake an idle-stopped server (the one actor hop, RECO-6)
 //!     ├ send_call          tools/call with the server's timeout and the caller's
 //!     │                    cancellation; a lost transport waits for its cause (CONN-8)
+//!     │ ├ follow_task      a task handle polled to its end within the same
+//!     │ │                  deadline, cancelled when the call ends first (ERA-6)
 //!     │ └ judge_result     the result half (results.rs): validate, classify,
 //!     │                    admit images, budget, spill (CALL-3/6/7/8)
 //!     └ after_policies     PostToolUse hooks, then the installed policies' after half
@@ -144,15 +147,16 @@ impl Runtime {
         if let Some(stale) = stale_generation(&def, &options) {
             return stale;
         }
-        if def.task_support_required {
-            return ToolOutcome::failure(
-                OutcomeKind::TaskSupportRequired,
-                format!(
-                    "tool \"{}\" requires task-based execution, which mcpvisor does not implement",
-                    def.raw_name
-                ),
-            )
-            .for_tool(&def);
+        // A tool that requires a task is callable in the stateless era only
+        // (ERA-6): refused at once when the server is known to speak the
+        // session era, checked again once the connection is in hand.
+        if let Some(refused) = snap
+            .servers
+            .get(&def.server)
+            .and_then(|e| e.live.as_ref())
+            .and_then(|live| task_support_refused(&def, live))
+        {
+            return refused;
         }
         let trust = snap
             .servers
@@ -321,6 +325,9 @@ impl Runtime {
         let Some(entry) = snap.servers.get(&def.server) else {
             return not_found(Some(&snap), name);
         };
+        if let Some(refused) = task_support_refused(&def, &live) {
+            return refused; // never sent: nothing for the after half to see
+        }
         let outcome = self
             .send_call(
                 scope,
@@ -501,6 +508,22 @@ fn not_found(snap: Option<&ScopeSnapshot>, name: &str) -> ToolOutcome {
 
 /// `stale_generation` (CALL-4) when the caller expected another catalog
 /// generation of the tool than `def`'s.
+/// A tool that requires a task, on a connection of the session era: the
+/// tasks extension is of the stateless era (ERA-6), so the call is refused
+/// unsent.
+fn task_support_refused(def: &ToolDefinition, live: &LiveConn) -> Option<ToolOutcome> {
+    (def.task_support_required && live.era == crate::messages::server::Era::Session).then(|| {
+        ToolOutcome::failure(
+            OutcomeKind::TaskSupportRequired,
+            format!(
+                "tool \"{}\" requires task-based execution (the tasks extension, io.modelcontextprotocol/tasks), which this client follows in the stateless era (2026-07-28) only; server \"{}\" speaks the session era",
+                def.raw_name, def.server
+            ),
+        )
+        .for_tool(def)
+    })
+}
+
 fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<ToolOutcome> {
     let expected = options.expected_generation?;
     (expected != def.generation).then(|| {
@@ -516,7 +539,10 @@ fn stale_generation(def: &Arc<ToolDefinition>, options: &CallOptions) -> Option<
 }
 
 mod send;
+mod task;
+
 use send::*;
+pub(crate) use task::LiveTasks;
 
 #[cfg(test)]
 mod tests;

@@ -141,6 +141,8 @@ struct Inner {
     /// A shutdown completed: a later one finds the root gone, and that is
     /// not a failure.
     shut_down: std::sync::atomic::AtomicBool,
+    /// The tasks calls follow (ERA-6): the shutdown cancels them.
+    tasks: call::LiveTasks,
 }
 
 impl Drop for Inner {
@@ -597,12 +599,23 @@ impl Runtime {
         // Counted before anything stops: the root's fan-out drains the hooks
         // supervisor too, and may end a run before `dispose` first runs.
         let hook_runs_aborted = self.inner.hooks.running_count();
+        // Tasks first (ERA-6): `tasks/cancel` needs the connections the
+        // tree is about to close.
+        let tasks_cancelled = self
+            .inner
+            .tasks
+            .cancel_all(call::CANCEL_NOTICE_WAIT.min(deadline))
+            .await;
         if self.inner.chaos.dead_root() {
             self.inner.root.kill();
         }
         // The tree and the running hooks (HOOK-8) stop side by side.
         let (stopped, _) = tokio::join!(
-            self.inner.root.shutdown(deadline),
+            self.inner.root.shutdown(
+                deadline
+                    .saturating_sub(started.elapsed())
+                    .max(Duration::from_millis(100))
+            ),
             self.inner.hooks.dispose(deadline)
         );
         let mut report = match stopped {
@@ -628,6 +641,7 @@ impl Runtime {
             },
         };
         report.hook_runs_aborted = hook_runs_aborted;
+        report.tasks_cancelled = tasks_cancelled;
         // RECO-7: what left its server's or hook's process group is found by
         // this runtime's tag, killed, and reported.
         let swept = crate::process::kill_tagged(&format!("{}/", self.inner.tag), true, None);

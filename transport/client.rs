@@ -11,8 +11,8 @@ use ractor::ActorRef;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
-    ListToolsRequest, PaginatedRequestParams, PingRequest, ProtocolVersion, ServerResult,
-    UrlElicitationCapability,
+    ListToolsRequest, PaginatedRequestParams, PingRequest, ProtocolVersion, RequestMetaObject,
+    ServerResult, TASKS_EXTENSION_ID, UrlElicitationCapability,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
@@ -209,6 +209,36 @@ pub struct SupervisedClient {
     pub diag: Arc<Diagnostics>,
 }
 
+/// The capabilities this client declares (CONN-11): none but elicitation,
+/// and that only when the embedder installed a handler.
+pub fn declared_capabilities(handlers: &ClientHandlers) -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    if handlers.elicitation.is_some() {
+        let mut elicitation = ElicitationCapability::new();
+        elicitation.form = Some(FormElicitationCapability::new());
+        elicitation.url = Some(UrlElicitationCapability::default());
+        capabilities.elicitation = Some(elicitation);
+    }
+    capabilities
+}
+
+/// The `_meta` of a stateless-era request that declares the tasks extension
+/// (`io.modelcontextprotocol/tasks`, ERA-6) besides
+/// [`declared_capabilities`]. The extension is declared per request: a
+/// server may answer a `tools/call` with a task only when that request
+/// declared it, and serves `tasks/get`, `tasks/update` and `tasks/cancel`
+/// only to requests that declare it too.
+pub fn tasks_meta(handlers: &ClientHandlers) -> RequestMetaObject {
+    let mut capabilities = declared_capabilities(handlers);
+    capabilities
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert(TASKS_EXTENSION_ID.to_owned(), Map::new());
+    let mut meta = RequestMetaObject::default();
+    meta.set_client_capabilities(capabilities);
+    meta
+}
+
 fn no_capabilities(method: &str) -> McpError {
     McpError::new(
         ErrorCode::METHOD_NOT_FOUND,
@@ -220,15 +250,8 @@ fn no_capabilities(method: &str) -> McpError {
 #[allow(deprecated)]
 impl ClientHandler for SupervisedClient {
     fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        if self.handlers.elicitation.is_some() {
-            let mut elicitation = ElicitationCapability::new();
-            elicitation.form = Some(FormElicitationCapability::new());
-            elicitation.url = Some(UrlElicitationCapability::default());
-            capabilities.elicitation = Some(elicitation);
-        }
         ClientConfig::new(
-            capabilities,
+            declared_capabilities(&self.handlers),
             Implementation::new("mcpvisor", env!("CARGO_PKG_VERSION")).with_title("mcpvisor"),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
@@ -910,12 +933,15 @@ impl McpClient {
     /// the caller routes it to the call ([`ProgressRoutes`](crate::messages::registry::ProgressRoutes)).
     ///
     /// `answers` are the input responses and request state of a retry after
-    /// `input_required` (ERA-5); `None` for the first round.
+    /// `input_required` (ERA-5); `None` for the first round. `meta`, when
+    /// given, is the request's `_meta` ([`tasks_meta`] for a call that may
+    /// become a task).
     pub async fn send_call(
         &self,
         raw_name: &str,
         arguments: Map<String, Value>,
         answers: Option<Answers>,
+        meta: Option<RequestMetaObject>,
     ) -> Result<PendingRequest, rmcp::service::ServiceError> {
         let mut params =
             rmcp::model::CallToolRequestParams::new(raw_name.to_owned()).with_arguments(arguments);
@@ -924,8 +950,60 @@ impl McpClient {
             params.request_state = state;
         }
         let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+        // Through the options: they override the capabilities rmcp puts in
+        // every stateless-era request's `_meta`, which the params' would not.
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = meta;
+        self.peer().send_request_with_option(request, options).await
+    }
+
+    /// `tasks/get` of `task_id` (ERA-6): the task's state, and its result
+    /// or error once it ended. `meta` declares the tasks extension
+    /// ([`tasks_meta`]).
+    pub async fn get_task(
+        &self,
+        task_id: &str,
+        meta: RequestMetaObject,
+    ) -> Result<ServerResult, rmcp::service::ServiceError> {
+        let params = rmcp::model::GetTaskParams::new(task_id);
+        let request = ClientRequest::GetTaskRequest(rmcp::model::GetTaskRequest::new(params));
         self.peer()
-            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
+            .await?
+            .await_response()
+            .await
+    }
+
+    /// `tasks/update` of `task_id` with the answers to its input requests
+    /// (ERA-6).
+    pub async fn update_task(
+        &self,
+        task_id: &str,
+        responses: rmcp::model::InputResponses,
+        meta: RequestMetaObject,
+    ) -> Result<ServerResult, rmcp::service::ServiceError> {
+        let params = rmcp::model::UpdateTaskParams::new(task_id, responses);
+        let request = ClientRequest::UpdateTaskRequest(rmcp::model::UpdateTaskRequest::new(params));
+        self.peer()
+            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
+            .await?
+            .await_response()
+            .await
+    }
+
+    /// `tasks/cancel` of `task_id` (ERA-6): the server acknowledges; the
+    /// cancellation itself is cooperative.
+    pub async fn cancel_task(
+        &self,
+        task_id: &str,
+        meta: RequestMetaObject,
+    ) -> Result<ServerResult, rmcp::service::ServiceError> {
+        let params = rmcp::model::CancelTaskParams::new(task_id);
+        let request = ClientRequest::CancelTaskRequest(rmcp::model::CancelTaskRequest::new(params));
+        self.peer()
+            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
+            .await?
+            .await_response()
             .await
     }
 

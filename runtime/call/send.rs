@@ -38,7 +38,7 @@ impl Drop for Routed<'_> {
 
 /// Ends when the caller cancels the call; never when it gave no token of
 /// its own (then nothing can cancel it).
-async fn cancelled_by(options: &CallOptions) {
+pub(super) async fn cancelled_by(options: &CallOptions) {
     match &options.cancel {
         Some(cancel) => cancel.cancelled().await,
         None => std::future::pending().await,
@@ -72,6 +72,14 @@ impl Runtime {
         tokio::pin!(deadline);
         let mut arguments = out.arguments;
         let mut answers = None;
+        // A tool that requires a task gets the tasks extension declared on
+        // its requests (ERA-6), in the stateless era only: the extension
+        // is of 2026-07-28 (the call path refuses such a tool in the
+        // session era before it gets here). Every other call stays
+        // synchronous: the server may not answer it with a task.
+        let tasks_meta = (def.task_support_required
+            && live.era == crate::messages::server::Era::Stateless)
+            .then(|| crate::transport::client::tasks_meta(&live.handlers));
         let mut rounds: u32 = 0;
         let (response, lost_as) = loop {
             // A stateless server may answer `input_required` (ERA-5): the
@@ -79,9 +87,9 @@ impl Runtime {
             // is kept where that can happen, and only there.
             let again =
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
-            let sending = live
-                .client
-                .send_call(&def.raw_name, arguments, answers.take());
+            let sending =
+                live.client
+                    .send_call(&def.raw_name, arguments, answers.take(), tasks_meta.clone());
             let handed = tokio::select! {
                 biased;
                 handed = sending => Ok(handed),
@@ -236,11 +244,30 @@ impl Runtime {
                 Err(e) => return ToolOutcome::failure(OutcomeKind::InvalidResult, e.to_string()),
             },
             Ok(ServerResult::CustomResult(v)) => v.0,
-            Ok(ServerResult::CreateTaskResult(_)) => {
-                return ToolOutcome::failure(
-                    OutcomeKind::InvalidResult,
-                    "the server made the call a task (the tasks extension), which this client does not follow yet; side effects unknown",
-                );
+            Ok(ServerResult::CreateTaskResult(created)) => {
+                let Some(meta) = tasks_meta else {
+                    return ToolOutcome::failure(
+                        OutcomeKind::InvalidResult,
+                        format!(
+                            "server \"{}\" made the call a task (the tasks extension), although the request did not declare the extension; side effects unknown",
+                            def.server
+                        ),
+                    );
+                };
+                let call = super::task::TaskCall {
+                    scope,
+                    def,
+                    live,
+                    options,
+                    timeout,
+                    max_rounds: entry.config.max_input_rounds,
+                    meta,
+                    call_id: out.call_id,
+                };
+                match self.follow_task(call, created, deadline.as_mut()).await {
+                    Ok(result) => result,
+                    Err(outcome) => return outcome,
+                }
             }
             Ok(_) => {
                 return ToolOutcome::failure(

@@ -11,6 +11,17 @@
 //! a numeric `temp`), `audio`, `add_tool` (adds `dyn_N` and sends
 //! `notifications/tools/list_changed`) and `garbage` (with `--garbage-on-call`,
 //! writes a raw non-JSON line to stdout first).
+//!
+//! With `--task-tools` (the stateless era's tasks extension, SEP-2663) it
+//! declares `io.modelcontextprotocol/tasks` and lists four tools with
+//! `execution.taskSupport: "required"`: `task_echo {message, ms, poll_ms}`
+//! (a task that completes `ms` after it was created), `task_forever` (a
+//! task that never ends), `task_ask` (a task that asks for a name by
+//! elicitation, then completes with "Hello, NAME") and `task_plain`
+//! (answered at once with a plain result, no task). `tasks/get`,
+//! `tasks/update` and `tasks/cancel` are logged as `METHOD ID TASK`. Over stdio only: the
+//! tools' `execution` is added to `tools/list` by a wrapper that rmcp's
+//! HTTP service does not take.
 
 #![allow(deprecated)]
 
@@ -23,10 +34,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientRequest,
+    ContentBlock, CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, Implementation,
     InitializeRequestParams, InitializeResult, JsonObject, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    Resource, ResourceContents, ServerCapabilities, ServerConfig, ServerResult, Task, TaskPayload,
+    TaskStatus, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
@@ -219,6 +232,10 @@ struct Args {
     /// total N), then answers.
     #[arg(long, value_name = "N")]
     progress: Option<u32>,
+    /// Serve the tasks extension: `task_echo`, `task_forever` and
+    /// `task_plain` (taskSupport "required"), `tasks/get`, `tasks/cancel`.
+    #[arg(long)]
+    task_tools: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -306,6 +323,32 @@ fn fixed_tools() -> Vec<Tool> {
     ]
 }
 
+/// The tools of `--task-tools`, all of taskSupport "required".
+const TASK_TOOLS: [&str; 4] = ["task_echo", "task_forever", "task_ask", "task_plain"];
+
+/// One task of `--task-tools`.
+struct FaultTask {
+    /// When it was created.
+    created: std::time::Instant,
+    /// How long it works before it completes; `None`: forever.
+    runs_for: Option<Duration>,
+    /// What it completes with.
+    text: String,
+    /// The poll interval it suggests.
+    poll_ms: u64,
+    /// `tasks/cancel` arrived.
+    cancelled: bool,
+    /// `task_ask`: it asks for a name; the name, once `tasks/update` gave it.
+    asks: Option<Option<String>>,
+    /// Polls after the answer that still show the question: the answer
+    /// takes effect late, as the extension allows, so a client must not
+    /// answer the same key twice.
+    stale_polls: u8,
+}
+
+/// The creation time every task reports (the client reads none of it).
+const TASK_TIME: &str = "2026-07-28T00:00:00Z";
+
 /// The handler. Cloned per HTTP session; the state is shared.
 #[derive(Clone)]
 struct FaultServer {
@@ -314,6 +357,8 @@ struct FaultServer {
     dynamic: Arc<Mutex<Vec<Tool>>>,
     calls: Arc<AtomicUsize>,
     listed: Arc<AtomicUsize>,
+    /// `--task-tools`: the tasks by id.
+    tasks: Arc<Mutex<std::collections::HashMap<String, FaultTask>>>,
 }
 
 impl FaultServer {
@@ -371,6 +416,22 @@ impl FaultServer {
             "input_loop",
             "Asks for more input on every round, forever",
         );
+        fault_tool(
+            args.task_tools,
+            "task_echo",
+            "A task that completes after ms milliseconds with the message echoed",
+        );
+        fault_tool(args.task_tools, "task_forever", "A task that never ends");
+        fault_tool(
+            args.task_tools,
+            "task_ask",
+            "A task that asks for a name, then greets it",
+        );
+        fault_tool(
+            args.task_tools,
+            "task_plain",
+            "Requires a task, yet answers at once with a plain result",
+        );
         for (name, what) in [
             (
                 "unknown_block",
@@ -418,6 +479,7 @@ impl FaultServer {
             dynamic: Arc::new(Mutex::new(Vec::new())),
             calls: Arc::new(AtomicUsize::new(0)),
             listed: Arc::new(AtomicUsize::new(0)),
+            tasks: Arc::default(),
         }
     }
 
@@ -450,6 +512,13 @@ impl FaultServer {
             // server's state: the same call's next round, not a re-send.
             if let Some(state) = &call.request_state {
                 line.push_str(&format!(" state={state}"));
+            }
+            // The request declared the tasks extension: it may become a task.
+            if ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
+            {
+                line.push_str(" tasks");
             }
         }
         // One write per line on an O_APPEND file: lines of concurrent requests never interleave.
@@ -529,6 +598,12 @@ impl ServerHandler for FaultServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.args.resources_only {
             ServerCapabilities::builder().enable_resources().build()
+        } else if self.args.task_tools {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_tasks()
+                .build()
         } else {
             ServerCapabilities::builder()
                 .enable_tools()
@@ -699,6 +774,119 @@ impl ServerHandler for FaultServer {
         Ok(result)
     }
 
+    async fn get_task(
+        &self,
+        req: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.log_task("tasks/get", &ctx, &req.task_id);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(task) = tasks.get_mut(&req.task_id) else {
+            return Err(McpError::invalid_params(
+                "Failed to retrieve task: Task not found",
+                None,
+            ));
+        };
+        let stale = task.stale_polls > 0;
+        task.stale_polls = task.stale_polls.saturating_sub(1);
+        let done = task.runs_for.is_some_and(|d| task.created.elapsed() >= d);
+        let payload = if task.cancelled {
+            TaskPayload::Cancelled
+        } else if let Some(asks) = &task.asks {
+            match asks {
+                Some(name) if !stale => {
+                    let greeting = CallToolResult::success(vec![text(format!("Hello, {name}"))]);
+                    TaskPayload::Completed {
+                        result: serde_json::to_value(greeting)
+                            .ok()
+                            .and_then(|v| v.as_object().cloned())
+                            .unwrap_or_default(),
+                    }
+                }
+                _ => {
+                    let ask = json!({
+                        "method": "elicitation/create",
+                        "params": {
+                            "mode": "form",
+                            "message": "Your name?",
+                            "requestedSchema": {
+                                "type": "object",
+                                "properties": {"name": {"type": "string", "default": "otter"}},
+                                "required": ["name"]
+                            }
+                        }
+                    });
+                    let ask = serde_json::from_value(ask)
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                    TaskPayload::InputRequired {
+                        input_requests: [("name".to_owned(), ask)].into_iter().collect(),
+                    }
+                }
+            }
+        } else if done {
+            let result = serde_json::to_value(CallToolResult::success(vec![text(&task.text)]))
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .unwrap_or_default();
+            TaskPayload::Completed { result }
+        } else {
+            TaskPayload::Working
+        };
+        let base = Task::new(
+            req.task_id.clone(),
+            TaskStatus::Working,
+            TASK_TIME,
+            TASK_TIME,
+        )
+        .with_poll_interval_ms(task.poll_ms);
+        Ok(GetTaskResult::new(DetailedTask::new(base, payload)))
+    }
+
+    async fn update_task(
+        &self,
+        req: rmcp::model::UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_task("tasks/update", &ctx, &req.task_id);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(task) = tasks.get_mut(&req.task_id) else {
+            return Err(McpError::invalid_params(
+                "Failed to update task: Task not found",
+                None,
+            ));
+        };
+        let name = req
+            .input_responses
+            .get("name")
+            .and_then(|r| r.get("content"))
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str);
+        if let (Some(asks), Some(name)) = (task.asks.as_mut(), name) {
+            *asks = Some(name.to_owned());
+            task.stale_polls = 2;
+        }
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        req: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_task("tasks/cancel", &ctx, &req.task_id);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        match tasks.get_mut(&req.task_id) {
+            Some(task) => {
+                task.cancelled = true;
+                Ok(())
+            }
+            None => Err(McpError::invalid_params(
+                "Failed to cancel task: Task not found",
+                None,
+            )),
+        }
+    }
+
     async fn call_tool(
         &self,
         req: CallToolRequestParams,
@@ -726,6 +914,9 @@ impl ServerHandler for FaultServer {
                 let _ = ctx.peer.notify_progress(note).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+        if self.args.task_tools && TASK_TOOLS.contains(&req.name.as_ref()) {
+            return self.start_task(&req, &ctx);
         }
         if req.name == "input_loop" {
             let round = req.request_state.as_deref().unwrap_or("round-0");
@@ -989,6 +1180,124 @@ impl ServerHandler for FaultServer {
     }
 }
 
+impl FaultServer {
+    /// `--task-tools`: a call of one of [`TASK_TOOLS`]. A request that did
+    /// not declare the tasks extension is refused with -32003, as the
+    /// extension says.
+    fn start_task(
+        &self,
+        req: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if !ctx
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+        {
+            return Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            ));
+        }
+        let args = req.arguments.clone().unwrap_or_default();
+        if req.name == "task_plain" {
+            return Ok(CallToolResult::success(vec![text("plain, no task")]).into());
+        }
+        let poll_ms = args.get("poll_ms").and_then(Value::as_u64).unwrap_or(100);
+        let message = args
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let task = FaultTask {
+            created: std::time::Instant::now(),
+            runs_for: (req.name == "task_echo").then(|| {
+                Duration::from_millis(args.get("ms").and_then(Value::as_u64).unwrap_or(300))
+            }),
+            text: format!("Echo: {message}"),
+            poll_ms,
+            cancelled: false,
+            asks: (req.name == "task_ask").then_some(None),
+            stale_polls: 0,
+        };
+        let id = format!("task-{}-{}", std::process::id(), ctx.id);
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), task);
+        Ok(CreateTaskResult::new(
+            Task::new(id, TaskStatus::Working, TASK_TIME, TASK_TIME).with_poll_interval_ms(poll_ms),
+        )
+        .into())
+    }
+
+    /// One line `METHOD ID TASK` in the request log.
+    fn log_task(&self, method: &str, ctx: &RequestContext<RoleServer>, task_id: &str) {
+        if let Some(path) = &self.args.log_requests
+            && let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path)
+        {
+            let _ = f.write_all(format!("{method} {} {task_id}\n", ctx.id).as_bytes());
+        }
+    }
+}
+
+/// What the fault server serves: its handler, with the `execution` of the
+/// `--task-tools` tools added to `tools/list` (rmcp's `Tool` has no field
+/// for it, so the list goes out as raw JSON).
+#[derive(Clone)]
+struct Served(FaultServer);
+
+impl rmcp::Service<RoleServer> for Served {
+    async fn handle_request(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        let listing = matches!(request, ClientRequest::ListToolsRequest(_));
+        let result =
+            <FaultServer as rmcp::Service<RoleServer>>::handle_request(&self.0, request, context)
+                .await?;
+        if !(listing && self.0.args.task_tools) {
+            return Ok(result);
+        }
+        let mut value = serde_json::to_value(&result)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
+            for tool in tools {
+                let named = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+                if TASK_TOOLS.contains(&named)
+                    && let Some(obj) = tool.as_object_mut()
+                {
+                    obj.insert("execution".into(), json!({"taskSupport": "required"}));
+                }
+            }
+        }
+        Ok(ServerResult::CustomResult(rmcp::model::CustomResult(value)))
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: rmcp::model::ClientNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        <FaultServer as rmcp::Service<RoleServer>>::handle_notification(
+            &self.0,
+            notification,
+            context,
+        )
+        .await
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerHandler::get_info(&self.0)
+    }
+
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        ServerHandler::supported_protocol_versions(&self.0)
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 fn unix_ms() -> u128 {
     std::time::SystemTime::now()
@@ -1111,7 +1420,7 @@ async fn serve_stdio(
     if server.args.hang_on_initialize {
         std::thread::spawn(exit_when_stdin_hangs_up);
     }
-    let running = server.serve(rmcp::transport::stdio_pipes()).await;
+    let running = Served(server).serve(rmcp::transport::stdio_pipes()).await;
     match running {
         Ok(running) => {
             let _ = running.waiting().await;

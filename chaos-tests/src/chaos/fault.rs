@@ -174,6 +174,10 @@ pub enum Fault {
     /// A stateless-era server whose trigger tool answers `input_required`
     /// on every round (ERA-5): the client must give up after its rounds.
     EndlessInput,
+    /// A stateless-era server whose trigger tool requires a task and makes
+    /// it one that never ends (ERA-6): the call must end at its deadline
+    /// and cancel the task on the wire.
+    EndlessTask,
 }
 
 /// The echo message on which the mod faults' handlers misbehave.
@@ -253,6 +257,7 @@ impl Fault {
             Self::ModMemory => "mod_memory",
             Self::EraFlip => "era_flip",
             Self::EndlessInput => "endless_input",
+            Self::EndlessTask => "endless_task",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -349,6 +354,7 @@ impl Fault {
             Self::ModHang | Self::ModThrow | Self::ModMemory => Vec::new(),
             Self::EraFlip => v(&["--era-flip"]),
             Self::EndlessInput => v(&["--era", "both", "--input-loop"]),
+            Self::EndlessTask => v(&["--era", "both", "--task-tools"]),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -436,7 +442,7 @@ impl Fault {
             | Self::ModMemory => true,
             // The connection is lost with the crash it comes with.
             Self::EraFlip => false,
-            Self::EndlessInput => true,
+            Self::EndlessInput | Self::EndlessTask => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -465,6 +471,8 @@ impl Fault {
             Self::InvalidResult | Self::DeepJson => "invalid_result",
             // Past max_input_rounds (10), within the call's deadline.
             Self::EndlessInput => "invalid_result",
+            // At the call's deadline, the task cancelled on the wire.
+            Self::EndlessTask => "timeout",
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
@@ -538,6 +546,8 @@ impl Fault {
             // The session era's probe, and the probe again once the
             // remembered era failed against the upgraded server.
             Self::EraFlip => Some(("server/discover", 2)),
+            // The task the trigger call gave up on was cancelled (ERA-6).
+            Self::EndlessTask => Some(("tasks/cancel", 1)),
             _ => None,
         }
     }
@@ -681,6 +691,7 @@ impl Fault {
             Self::ListChangedStorm { .. } => Effects::trigger("storm").adding(1),
             Self::InvalidResult => Effects::trigger("invalid").adding(1),
             Self::EndlessInput => Effects::trigger("input_loop").adding(1),
+            Self::EndlessTask => Effects::trigger("task_forever").adding(4),
             Self::IsError => Effects::trigger("is_error"),
             Self::SchemaViolation => Effects::trigger("structured_bad"),
             Self::HugeResult { .. } => Effects::trigger("huge").adding(1),

@@ -153,6 +153,7 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
             vec![Fault::CrashMidCall, Fault::EraFlip]
         }),
         ("endless_input_required", |_| vec![Fault::EndlessInput]),
+        ("endless_task", |_| vec![Fault::EndlessTask]),
     ];
     table
         .into_iter()

@@ -24,5 +24,6 @@ mod oauth;
 mod results;
 mod seats;
 mod secrets;
+mod tasks;
 mod trust;
 mod turn;
