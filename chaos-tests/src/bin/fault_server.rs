@@ -236,6 +236,13 @@ struct Args {
     /// `task_plain` (taskSupport "required"), `tasks/get`, `tasks/cancel`.
     #[arg(long)]
     task_tools: bool,
+    /// Serve `subscriptions/listen` for tool list changes (stateless era),
+    /// and list tools `before_break` and `break_listen`, which replaces
+    /// `before_break` with `after_break` and then ends every open listen
+    /// stream (its final result) without a notification: only a client
+    /// that opens the stream again and fetches the list sees the change.
+    #[arg(long)]
+    listen_break: bool,
     /// Ignored: lets a test runner find its processes by command line.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
@@ -359,6 +366,8 @@ struct FaultServer {
     listed: Arc<AtomicUsize>,
     /// `--task-tools`: the tasks by id.
     tasks: Arc<Mutex<std::collections::HashMap<String, FaultTask>>>,
+    /// `--listen-break`: ends the open listen streams.
+    end_listens: Arc<tokio::sync::Notify>,
 }
 
 impl FaultServer {
@@ -379,6 +388,11 @@ impl FaultServer {
             args.storm.is_some(),
             "storm",
             "Sends a burst of tools/list_changed",
+        );
+        fault_tool(
+            args.listen_break,
+            "break_listen",
+            "Adds a tool, then ends every listen stream without a notification",
         );
         fault_tool(
             args.invalid_result,
@@ -473,13 +487,21 @@ impl FaultServer {
                 schema(json!({"type": "object", "properties": {"x": {"type": "string"}}})),
             ));
         }
+        let before_break = args.listen_break.then(|| {
+            Tool::new(
+                "before_break",
+                "Replaced by after_break when break_listen is called",
+                schema(json!({"type": "object"})),
+            )
+        });
         Self {
             args: Arc::new(args),
             base_tools: Arc::new(tools),
-            dynamic: Arc::new(Mutex::new(Vec::new())),
+            dynamic: Arc::new(Mutex::new(before_break.into_iter().collect())),
             calls: Arc::new(AtomicUsize::new(0)),
             listed: Arc::new(AtomicUsize::new(0)),
             tasks: Arc::default(),
+            end_listens: Arc::default(),
         }
     }
 
@@ -687,6 +709,26 @@ impl ServerHandler for FaultServer {
             result.protocol_version = v;
         }
         Ok(result)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        self.args.listen_break.then(|| {
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build()
+        })
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        self.log_request("subscriptions/listen", context.request_context(), None);
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = self.end_listens.notified() => {}
+        }
+        Ok(())
     }
 
     async fn ping(&self, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
@@ -941,6 +983,19 @@ impl ServerHandler for FaultServer {
                 }
                 std::future::pending::<()>().await;
                 unreachable!()
+            }
+            "break_listen" => {
+                {
+                    let mut dynamic = self.dynamic.lock().unwrap_or_else(|p| p.into_inner());
+                    dynamic.retain(|t| t.name != "before_break");
+                    dynamic.push(Tool::new(
+                        "after_break",
+                        "Listed in place of before_break once the listen streams ended",
+                        schema(json!({"type": "object"})),
+                    ));
+                }
+                self.end_listens.notify_waiters();
+                CallToolResult::success(vec![text("listen streams ended")])
             }
             "storm" => {
                 for _ in 0..self.args.storm.unwrap_or(0) {

@@ -178,6 +178,11 @@ pub enum Fault {
     /// it one that never ends (ERA-6): the call must end at its deadline
     /// and cancel the task on the wire.
     EndlessTask,
+    /// A stateless-era server ends its `subscriptions/listen` stream and
+    /// adds a tool while it is down, with no notification (ERA-4): the
+    /// client must open the stream again and fetch the list, or its
+    /// catalog stays short of the server's.
+    ListenBreak,
 }
 
 /// The echo message on which the mod faults' handlers misbehave.
@@ -258,6 +263,7 @@ impl Fault {
             Self::EraFlip => "era_flip",
             Self::EndlessInput => "endless_input",
             Self::EndlessTask => "endless_task",
+            Self::ListenBreak => "listen_break",
             Self::ModelCutStream => "model_cut_stream",
             Self::ModelGarbageSse => "model_garbage_sse",
         }
@@ -355,6 +361,7 @@ impl Fault {
             Self::EraFlip => v(&["--era-flip"]),
             Self::EndlessInput => v(&["--era", "both", "--input-loop"]),
             Self::EndlessTask => v(&["--era", "both", "--task-tools"]),
+            Self::ListenBreak => v(&["--era", "stateless", "--listen-break"]),
             Self::HookGrandchild | Self::HookHang | Self::HookGarbage => Vec::new(),
             Self::CrashMidCall
             | Self::HangOnCall
@@ -442,7 +449,7 @@ impl Fault {
             | Self::ModMemory => true,
             // The connection is lost with the crash it comes with.
             Self::EraFlip => false,
-            Self::EndlessInput | Self::EndlessTask => true,
+            Self::EndlessInput | Self::EndlessTask | Self::ListenBreak => true,
             Self::CrashAtStart { .. }
             | Self::CrashAfterCalls { .. }
             | Self::CrashMidCall
@@ -473,6 +480,7 @@ impl Fault {
             Self::EndlessInput => "invalid_result",
             // At the call's deadline, the task cancelled on the wire.
             Self::EndlessTask => "timeout",
+            Self::ListenBreak => "ok",
             Self::IsError | Self::SecretEcho => "server_error",
             Self::SchemaViolation => "output_schema_violation",
             Self::HugeResult { .. } | Self::AudioContent | Self::ListChangedStorm { .. } => "ok",
@@ -548,6 +556,8 @@ impl Fault {
             Self::EraFlip => Some(("server/discover", 2)),
             // The task the trigger call gave up on was cancelled (ERA-6).
             Self::EndlessTask => Some(("tasks/cancel", 1)),
+            // The stream the server ended was opened again (ERA-4).
+            Self::ListenBreak => Some(("subscriptions/listen", 2)),
             _ => None,
         }
     }
@@ -645,6 +655,16 @@ impl Fault {
         }
     }
 
+    /// A tool the scope's published catalog must hold just before the
+    /// shutdown: one the server added after the start, which only a
+    /// re-sync shows.
+    pub(super) fn expected_published_tool(&self) -> Option<&'static str> {
+        match self {
+            Self::ListenBreak => Some("mcp__s__after_break"),
+            _ => None,
+        }
+    }
+
     pub(super) fn expected_lists(&self) -> Option<usize> {
         match self {
             Self::ListChangedStorm { .. } => Some(3),
@@ -692,6 +712,9 @@ impl Fault {
             Self::InvalidResult => Effects::trigger("invalid").adding(1),
             Self::EndlessInput => Effects::trigger("input_loop").adding(1),
             Self::EndlessTask => Effects::trigger("task_forever").adding(4),
+            // `break_listen`, and `before_break`, which becomes `after_break`
+            // (expected_published_tool).
+            Self::ListenBreak => Effects::trigger("break_listen").adding(2),
             Self::IsError => Effects::trigger("is_error"),
             Self::SchemaViolation => Effects::trigger("structured_bad"),
             Self::HugeResult { .. } => Effects::trigger("huge").adding(1),

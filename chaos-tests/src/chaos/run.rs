@@ -768,6 +768,15 @@ fn expected_consequences(run: &Run<'_>, seen: &Seen, tally: &Tally, orphans: &[S
             judged = true;
             problems.extend(browser_consequences(seen, tally));
         }
+        if let Some(tool) = fault.expected_published_tool() {
+            judged = true;
+            if !seen.published.contains(&format!("\"{tool}\"")) {
+                problems.push(format!(
+                    "{}: the catalog just before the shutdown lacks {tool}, which the server added (no re-sync after it)",
+                    fault.name()
+                ));
+            }
+        }
         if let Some(want) = fault.expected_lists() {
             judged = true;
             let got = requests_logged(&run.ids.log, "tools/list");

@@ -154,6 +154,7 @@ pub fn scenarios(seed: u64) -> Vec<Scenario> {
         }),
         ("endless_input_required", |_| vec![Fault::EndlessInput]),
         ("endless_task", |_| vec![Fault::EndlessTask]),
+        ("listen_break", |_| vec![Fault::ListenBreak]),
     ];
     table
         .into_iter()

@@ -505,6 +505,20 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
         // The notifications are handled after the call returned: wait
         // (bounded) for the sync and its one follow-up to be swapped in, so
         // `expected_consequences` counts them all (SYNC-5).
+        // The stream is opened again after its first backoff (1 s), and a
+        // re-sync follows: wait for it (bounded), so that the end's
+        // one_generation sees whether it came.
+        if let Fault::ListenBreak = fault {
+            let mut events = run.runtime.subscribe();
+            let _ = wait_for_status(
+                &run.runtime,
+                &mut events,
+                "s",
+                Duration::from_secs(5),
+                |s| !s.syncing && s.generation > generation,
+            )
+            .await;
+        }
         if let Fault::ListChangedStorm { .. } = fault {
             let mut events = run.runtime.subscribe();
             let _ = wait_for_status(
