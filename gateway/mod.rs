@@ -32,8 +32,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerCapabilities, ServerConfig, Tool,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -50,6 +50,10 @@ pub use session::GatewaySession;
 
 /// The `_meta` key naming the server a resource comes from.
 pub const SERVER_META_KEY: &str = "io.mcpvisor/server";
+
+/// Notifications a slow listen stream may fall behind by before it is
+/// told of a tool list change instead of what it missed.
+const LISTEN_BACKLOG: usize = 64;
 
 /// The opt-in status tool's name (off by default).
 pub const STATUS_TOOL: &str = "mcpvisor_status";
@@ -105,6 +109,9 @@ struct Shared {
     prompt_owner: Mutex<HashMap<String, (String, String)>>,
     /// list_changed notifications sent (all clients), for status and tests.
     notified: AtomicU64,
+    /// What the open `subscriptions/listen` streams of stateless clients
+    /// are sent (each stream passes on what its filter accepted).
+    listens: tokio::sync::broadcast::Sender<rmcp::model::ServerNotification>,
     /// Held (written) while a config reload runs: the notifier waits, so
     /// the reload's changes reach clients as one list_changed.
     hold: Arc<tokio::sync::RwLock<()>>,
@@ -135,6 +142,7 @@ impl Gateway {
             prompt_owner: Mutex::default(),
             subscriptions: Mutex::default(),
             notified: AtomicU64::new(0),
+            listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),

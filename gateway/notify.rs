@@ -77,6 +77,10 @@ pub(super) async fn notifier(
             }
             Err(_) => Vec::new(),
         };
+        // Stateless clients hear it on their listen streams.
+        let _ = shared
+            .listens
+            .send(rmcp::model::ServerNotification::ToolListChangedNotification(Default::default()));
         for peer in peers {
             shared.notified.fetch_add(1, Ordering::Relaxed);
             // A client that stopped reading holds up nobody else.
@@ -113,6 +117,15 @@ pub(super) async fn resource_updates(
         if scope != shared.options.scope {
             continue;
         }
+        // Stateless clients: each listen stream passes on the URIs its
+        // filter names.
+        let _ = shared.listens.send(
+            rmcp::model::ServerNotification::ResourceUpdatedNotification(
+                rmcp::model::ResourceUpdatedNotification::new(
+                    rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone()),
+                ),
+            ),
+        );
         let ids: Vec<u64> = shared
             .subscriptions
             .lock()

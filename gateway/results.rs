@@ -20,6 +20,10 @@ use crate::{ModelEdit, OUTCOME_META, OutcomeKind, SIDE_EFFECTS_META, ToolOutcome
 pub(super) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
     let failed = (!outcome.is_ok()).then_some((outcome.kind, outcome.side_effects));
     let mut result = backend_or_runtime_result(outcome);
+    // A backend's result read back from its raw form has no `resultType`
+    // (a session-era backend sends none); a 2026-07-28 client requires it.
+    // rmcp takes it off again for a session-era client.
+    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
     if let Some((kind, side_effects)) = failed {
         let meta = result
             .meta

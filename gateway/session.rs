@@ -71,6 +71,59 @@ impl GatewaySession {
         }
     }
 
+    /// Subscriber `id` (a session, or a listen stream) follows `uri`: the
+    /// first one subscribes the server that listed it.
+    async fn subscribe_uri(
+        &self,
+        uri: String,
+        id: u64,
+        ct: &CancellationToken,
+    ) -> Result<(), McpError> {
+        let Some(server) = self.owner_of(&uri, ct).await else {
+            return Err(not_listed(&uri));
+        };
+        let first = self
+            .shared
+            .subscriptions
+            .lock()
+            .map(|s| s.get(&uri).is_none_or(|ids| ids.is_empty()))
+            .unwrap_or(true);
+        if first {
+            self.shared
+                .runtime
+                .subscribe_resource(self.scope(), &server, &uri)
+                .await
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        }
+        if let Ok(mut subs) = self.shared.subscriptions.lock() {
+            subs.entry(uri).or_default().insert(id);
+        }
+        Ok(())
+    }
+
+    /// Subscriber `id` leaves `uri`: the last one unsubscribes the server.
+    async fn unsubscribe_uri(&self, uri: String, id: u64, ct: &CancellationToken) {
+        let last = match self.shared.subscriptions.lock() {
+            Ok(mut subs) => {
+                let ids = subs.entry(uri.clone()).or_default();
+                ids.remove(&id);
+                let empty = ids.is_empty();
+                if empty {
+                    subs.remove(&uri);
+                }
+                empty
+            }
+            Err(_) => false,
+        };
+        if last && let Some(server) = self.owner_of(&uri, ct).await {
+            let _ = self
+                .shared
+                .runtime
+                .unsubscribe_resource(self.scope(), &server, &uri)
+                .await;
+        }
+    }
+
     /// The server that listed `uri` (listing first when none has yet: a
     /// client may read a URI it knows); for a URI no server listed, the
     /// scope's only resource server, if there is just one.
@@ -174,17 +227,6 @@ impl ServerHandler for GatewaySession {
             Some(text) => info.with_instructions(text),
             None => info,
         }
-    }
-
-    /// The session era only (up to 2025-11-25): what the gateway serves.
-    /// rmcp's default lists 2026-07-28 too, in `server/discover`, and a
-    /// modern client then picks it and rejects every relayed result (they
-    /// carry no `resultType`). Without it such clients fall back to
-    /// `initialize`.
-    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
-        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
@@ -340,12 +382,15 @@ impl ServerHandler for GatewaySession {
             .get_prompt(self.scope(), &server, &raw, request.arguments)
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let result: rmcp::model::GetPromptResult = serde_json::from_value(value).map_err(|e| {
-            McpError::internal_error(
-                format!("server \"{server}\" answered prompts/get with an invalid result: {e}"),
-                None,
-            )
-        })?;
+        let mut result: rmcp::model::GetPromptResult =
+            serde_json::from_value(value).map_err(|e| {
+                McpError::internal_error(
+                    format!("server \"{server}\" answered prompts/get with an invalid result: {e}"),
+                    None,
+                )
+            })?;
+        // As for a call's result (`results::to_call_result`).
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result.into())
     }
 
@@ -373,27 +418,7 @@ impl ServerHandler for GatewaySession {
         request: rmcp::model::SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let uri = request.uri;
-        let Some(server) = self.owner_of(&uri, &ctx.ct).await else {
-            return Err(not_listed(&uri));
-        };
-        let first = self
-            .shared
-            .subscriptions
-            .lock()
-            .map(|s| s.get(&uri).is_none_or(|ids| ids.is_empty()))
-            .unwrap_or(true);
-        if first {
-            self.shared
-                .runtime
-                .subscribe_resource(self.scope(), &server, &uri)
-                .await
-                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        }
-        if let Ok(mut subs) = self.shared.subscriptions.lock() {
-            subs.entry(uri).or_default().insert(self.id);
-        }
-        Ok(())
+        self.subscribe_uri(request.uri, self.id, &ctx.ct).await
     }
 
     /// `resources/unsubscribe`: the last session to leave a URI unsubscribes
@@ -404,25 +429,74 @@ impl ServerHandler for GatewaySession {
         request: rmcp::model::UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let uri = request.uri;
-        let last = match self.shared.subscriptions.lock() {
-            Ok(mut subs) => {
-                let ids = subs.entry(uri.clone()).or_default();
-                ids.remove(&self.id);
-                let empty = ids.is_empty();
-                if empty {
-                    subs.remove(&uri);
+        self.unsubscribe_uri(request.uri, self.id, &ctx.ct).await;
+        Ok(())
+    }
+
+    /// A stateless client's `subscriptions/listen` (2026-07-28): tool list
+    /// changes, and the updates of the resources it names (each passed to
+    /// the server that listed it, as `resources/subscribe` is).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let mut accepted = rmcp::model::SubscriptionFilter::builder()
+            .tools_list_changed()
+            .build();
+        accepted.resource_subscriptions = requested.resource_subscriptions.clone();
+        Some(accepted)
+    }
+
+    /// Follow one listen stream until the client ends it or the gateway
+    /// stops: what the gateway's notifiers send, as far as the stream's
+    /// filter accepts it.
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut notes = self.shared.listens.subscribe();
+        // A stream of its own among the subscribers of a URI.
+        let me = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
+        let ct = context.request_context().ct.clone();
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        for uri in &uris {
+            if let Err(e) = self.subscribe_uri(uri.clone(), me, &ct).await {
+                for done in &uris {
+                    self.unsubscribe_uri(done.clone(), me, &ct).await;
                 }
-                empty
+                return Err(e);
             }
-            Err(_) => false,
-        };
-        if last && let Some(server) = self.owner_of(&uri, &ctx.ct).await {
-            let _ = self
-                .shared
-                .runtime
-                .unsubscribe_resource(self.scope(), &server, &uri)
-                .await;
+        }
+        loop {
+            let note = tokio::select! {
+                () = context.cancelled() => break,
+                () = self.shared.stop.cancelled() => break,
+                note = notes.recv() => note,
+            };
+            let note = match note {
+                Ok(n) => n,
+                // Fell behind: the catalog may have changed meanwhile.
+                Err(RecvError::Lagged(_)) => {
+                    rmcp::model::ServerNotification::ToolListChangedNotification(Default::default())
+                }
+                Err(RecvError::Closed) => break,
+            };
+            // Not accepted by this stream's filter: not its business.
+            let sent =
+                tokio::time::timeout(Duration::from_secs(5), context.sink().send(note)).await;
+            if matches!(
+                sent,
+                Ok(Err(
+                    rmcp::service::SubscriptionSendError::SubscriptionClosed
+                ))
+            ) {
+                break;
+            }
+        }
+        for uri in uris {
+            self.unsubscribe_uri(uri, me, &ct).await;
         }
         Ok(())
     }
@@ -459,12 +533,16 @@ impl ServerHandler for GatewaySession {
             .await
             .map_err(|e| McpError::internal_error(e.text, None))?;
         let value = per_server.remove(&server).unwrap_or(Value::Null);
-        let result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
+        let mut result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
             McpError::internal_error(
                 format!("server \"{server}\" answered resources/read with an invalid result: {e}"),
                 None,
             )
         })?;
+        // As for a call's result (`results::to_call_result`); a stateless
+        // backend's cache hints pass on as it gave them (rmcp fills absent
+        // ones with "stale at once", and drops them for a session-era client).
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result.into())
     }
 }

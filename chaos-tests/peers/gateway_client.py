@@ -10,6 +10,12 @@ with {"message": "from python"}, and prints one JSON object on stdout:
 {"protocol_version", "tools", "call": {"is_error", "text"}}; on failure
 {"error": "..."} and exit status 1. The Rust test
 (chaos-tests/tests/all/gateway.rs) reads it.
+
+With `--listen ADD_TOOL ERROR_TOOL` (the 2026-07-28 era only) it also calls
+ERROR_TOOL (a relayed `isError` result: "error_call"), opens a
+`subscriptions/listen` stream for tool list changes, calls ADD_TOOL, waits
+for the change on the stream (20 s at most) and lists again: "listen":
+{"event", "tools"}.
 """
 
 import asyncio
@@ -23,7 +29,26 @@ from mcp.client.stdio import StdioServerParameters
 LIMIT_S = 20.0
 
 
-async def run(server, tool, mode):
+async def listen_for_change(client, add_tool, error_tool):
+    """The --listen steps (see the module docs)."""
+    failed = await client.call_tool(error_tool, {})
+    error_text = "\n".join(
+        b.text for b in failed.content if getattr(b, "type", None) == "text"
+    )
+    async with client.listen(tools_list_changed=True) as sub:
+        await client.call_tool(add_tool, {})
+        event = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
+    listed = await client.list_tools(cache_mode="bypass")
+    return {
+        "error_call": {"is_error": bool(failed.is_error), "text": error_text},
+        "listen": {
+            "event": type(event).__name__,
+            "tools": [t.name for t in listed.tools],
+        },
+    }
+
+
+async def run(server, tool, mode, listen=None):
     async with Client(server, mode=mode) as client:
         deadline = time.monotonic() + LIMIT_S
         while True:
@@ -38,11 +63,14 @@ async def run(server, tool, mode):
         text = "\n".join(
             b.text for b in result.content if getattr(b, "type", None) == "text"
         )
-        return {
+        out = {
             "protocol_version": client.protocol_version,
             "tools": names,
             "call": {"is_error": bool(result.is_error), "text": text},
         }
+        if listen is not None:
+            out.update(await listen_for_change(client, *listen))
+        return out
 
 
 def describe(e):
@@ -58,6 +86,11 @@ def main(argv):
         at = argv.index("--mode")
         mode = argv[at + 1]
         del argv[at : at + 2]
+    listen = None
+    if "--listen" in argv:
+        at = argv.index("--listen")
+        listen = (argv[at + 1], argv[at + 2])
+        del argv[at : at + 3]
     if argv[1] == "stdio":
         _, _, mcpvisor, config, tool = argv
         server = StdioServerParameters(
@@ -67,7 +100,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

@@ -1097,11 +1097,12 @@ async fn every_route_checks_host_and_refuses_a_foreign_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_in_its_default_mode_gets_the_session_era_and_every_relayed_result() {
-    // The gateway offered 2026-07-28 in server/discover,
-    // the Python SDK 2.x (default mode `auto`) took it, and every relayed
-    // result failed ("missing required resultType"). Offering only what it
-    // serves, the SDK falls back to initialize, over stdio and over HTTP.
+async fn the_python_sdk_gets_every_relayed_result_and_list_change_in_either_era() {
+    // GW-1: the Python SDK 2.x in its default mode (`auto`) speaks
+    // 2026-07-28 to the gateway, over stdio and over HTTP: a relayed result
+    // and a relayed `isError` carry `resultType` (the SDK refuses one
+    // without), and a tool list change reaches its subscriptions/listen
+    // stream. In `legacy` mode the same client speaks 2025-11-25.
     let Some(python) = mcpvisor_chaos::python_sdk() else {
         println!("note: the_python_sdk… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
         return;
@@ -1131,24 +1132,51 @@ async fn the_python_sdk_in_its_default_mode_gets_the_session_era_and_every_relay
             v
         }
     };
-    let stdio = run(vec![
-        "stdio".into(),
-        mcpvisor.to_string_lossy().into(),
-        work.config().to_string_lossy().into(),
-        "mcp__s__echo".into(),
-    ])
-    .await;
+    let stdio = |extra: &[&str]| {
+        let mut args = vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__s__echo".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let listen = ["--listen", "mcp__s__add_tool", "mcp__s__is_error"];
+    let modern_stdio = run(stdio(&listen)).await;
+    let legacy_stdio = run(stdio(&["--mode", "legacy"])).await;
     let (mut child, addr) = http_gateway(&work, &[]).await;
-    let http = run(vec![
-        "http".into(),
-        format!("http://{addr}/mcp"),
-        "mcp__s__echo".into(),
-    ])
-    .await;
-    for (how, v) in [("stdio", &stdio), ("http", &http)] {
-        assert_eq!(v["protocol_version"], "2025-11-25", "{how}: {v}");
+    let http = |extra: &[&str]| {
+        let mut args = vec![
+            "http".into(),
+            format!("http://{addr}/mcp"),
+            "mcp__s__echo".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let modern_http = run(http(&listen)).await;
+    let legacy_http = run(http(&["--mode", "legacy"])).await;
+    for (how, v, era) in [
+        ("stdio", &modern_stdio, "2026-07-28"),
+        ("stdio legacy", &legacy_stdio, "2025-11-25"),
+        ("http", &modern_http, "2026-07-28"),
+        ("http legacy", &legacy_http, "2025-11-25"),
+    ] {
+        assert_eq!(v["protocol_version"], era, "{how}: {v}");
         assert_eq!(v["call"]["is_error"], false, "{how}: {v}");
         assert_eq!(v["call"]["text"], "Echo: from python", "{how}: {v}");
+    }
+    for (how, v) in [("stdio", &modern_stdio), ("http", &modern_http)] {
+        assert_eq!(v["error_call"]["is_error"], true, "{how}: {v}");
+        assert_eq!(v["listen"]["event"], "ToolsListChanged", "{how}: {v}");
+        let tools = v["listen"]["tools"].as_array().unwrap();
+        assert!(
+            tools
+                .iter()
+                .any(|t| t.as_str().is_some_and(|t| t.starts_with("mcp__s__dyn_"))),
+            "{how}: {v}"
+        );
     }
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
