@@ -51,6 +51,11 @@ pub use session::GatewaySession;
 /// The `_meta` key naming the server a resource comes from.
 pub const SERVER_META_KEY: &str = "io.mcpvisor/server";
 
+/// The `_meta` key of a tool list naming the servers whose tools it lacks
+/// (not ready: still starting, reconnecting, failed), with their state and
+/// last error.
+pub const UNAVAILABLE_META_KEY: &str = "io.mcpvisor/unavailable";
+
 /// Notifications a slow listen stream may fall behind by before it is
 /// told of a tool list change instead of what it missed.
 const LISTEN_BACKLOG: usize = 64;
@@ -73,6 +78,11 @@ pub struct GatewayOptions {
     pub max_instruction_bytes: usize,
     /// The server name in `initialize`.
     pub name: String,
+    /// The first `initialize`, `server/discover`, list or call waits at
+    /// most this long for servers still making their first connection
+    /// (the binary sets the longest `startup_timeout_ms` of its servers):
+    /// a client that lists once sees every server that could start.
+    pub first_list_wait: Duration,
 }
 
 impl Default for GatewayOptions {
@@ -84,6 +94,8 @@ impl Default for GatewayOptions {
             notify_max_wait: Duration::from_secs(1),
             max_instruction_bytes: 32 * 1024,
             name: "mcpvisor-gateway".into(),
+            // A server's default `startup_timeout_ms`.
+            first_list_wait: Duration::from_secs(30),
         }
     }
 }
@@ -112,12 +124,68 @@ struct Shared {
     /// What the open `subscriptions/listen` streams of stateless clients
     /// are sent (each stream passes on what its filter accepted).
     listens: tokio::sync::broadcast::Sender<rmcp::model::ServerNotification>,
+    /// Set once no server of the scope is still in its first connection
+    /// attempt (or [`GatewayOptions::first_list_wait`] passed).
+    settled: tokio::sync::OnceCell<()>,
     /// Held (written) while a config reload runs: the notifier waits, so
     /// the reload's changes reach clients as one list_changed.
     hold: Arc<tokio::sync::RwLock<()>>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
+}
+
+impl Shared {
+    /// Wait (once per gateway; later callers return at once) until no
+    /// server of the scope is still making its first connection, or
+    /// [`GatewayOptions::first_list_wait`] passed: a first `tools/list`
+    /// then holds every server that could start, and names those that
+    /// could not (`_meta`, [`UNAVAILABLE_META_KEY`]).
+    async fn settle(&self) {
+        self.settled
+            .get_or_init(|| async {
+                let mut events = self.runtime.subscribe();
+                let deadline = tokio::time::Instant::now() + self.options.first_list_wait;
+                let scope = &self.options.scope;
+                loop {
+                    let starting = self.runtime.status().iter().any(|s| {
+                        &s.scope == scope
+                            && s.state == crate::ServerState::Connecting
+                            && s.consecutive_failures == 0
+                    });
+                    if !starting {
+                        return;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep_until(deadline) => return,
+                        () = self.stop.cancelled() => return,
+                        ev = events.recv() => {
+                            if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+    }
+
+    /// The scope's servers that are not ready now, each with its state and
+    /// its last error: what a client's tool list lacks, and why.
+    fn unavailable(&self) -> Vec<Value> {
+        self.runtime
+            .status()
+            .into_iter()
+            .filter(|s| s.scope == self.options.scope && s.state != crate::ServerState::Ready)
+            .map(|s| {
+                json!({
+                    "server": s.server,
+                    "state": s.state.name(),
+                    "error": s.error,
+                })
+            })
+            .collect()
+    }
 }
 
 impl Gateway {
@@ -143,6 +211,7 @@ impl Gateway {
             subscriptions: Mutex::default(),
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
+            settled: tokio::sync::OnceCell::new(),
             hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),

@@ -229,6 +229,30 @@ impl ServerHandler for GatewaySession {
         }
     }
 
+    /// Answered once the servers still starting are up (or the wait is
+    /// over): the instructions then hold every backend's.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        self.shared.settle().await;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    /// As `initialize`, for a stateless client's opening.
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, McpError> {
+        self.shared.settle().await;
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         if let Ok(mut clients) = self.shared.clients.lock() {
             clients.retain(|_, p| !p.is_transport_closed());
@@ -245,6 +269,7 @@ impl ServerHandler for GatewaySession {
         _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.shared.settle().await;
         let mut tools: Vec<Tool> = self
             .shared
             .runtime
@@ -257,6 +282,13 @@ impl ServerHandler for GatewaySession {
         }
         let mut page = ListToolsResult::default();
         page.tools = tools;
+        let unavailable = self.shared.unavailable();
+        if !unavailable.is_empty() {
+            let mut meta = rmcp::model::MetaObject(Map::new());
+            meta.0
+                .insert(UNAVAILABLE_META_KEY.into(), Value::Array(unavailable));
+            page.meta = Some(meta);
+        }
         Ok(page)
     }
 
@@ -275,6 +307,7 @@ impl ServerHandler for GatewaySession {
             .unwrap_or_default();
             return Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]).into());
         }
+        self.shared.settle().await;
         let arguments = request.arguments.map(Value::Object);
         let outcome = self
             .shared

@@ -68,6 +68,15 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
         }
         _ => None,
     };
+    // The first answer waits for the servers still starting, each bounded
+    // by its own startup timeout (GW-3).
+    let first_list_wait = cfg
+        .servers
+        .iter()
+        .map(|s| s.startup_timeout)
+        .max()
+        .unwrap_or_default()
+        + std::time::Duration::from_secs(1);
     let approver = Arc::new(ClientApprover::default());
     let mut builder = base_builder(&cfg, false)?.approver(approver.clone());
     for s in cfg.servers.clone() {
@@ -75,14 +84,15 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     }
     // Registered before any server starts (never the default kill).
     let mut signals = Signals::new()?;
-    // Servers connect in the background; their tools appear (with a
-    // list_changed) as each becomes ready.
+    // Servers connect in the background; a client's first answer waits for
+    // them (`first_list_wait`), later ones appear with a list_changed.
     let runtime = builder.start().await?;
     let gateway = Gateway::new(
         runtime.clone(),
         Some(approver),
         GatewayOptions {
             status_tool: flags.status_tool,
+            first_list_wait,
             ..GatewayOptions::default()
         },
     );

@@ -1181,3 +1181,43 @@ async fn the_python_sdk_gets_every_relayed_result_and_list_change_in_either_era(
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_lists_once_gets_every_server_that_could_start_and_the_others_named() {
+    // GW-3: the gateway answers `initialize` only once the servers still
+    // making their first connection are up (each within its startup
+    // timeout), so a client that lists once at start (the Inspector CLI,
+    // hosts that ignore list_changed) sees the slow server's tools; the
+    // one that could not start is named in the list's `_meta`.
+    let fault = mcpvisor_chaos::fault_server_path();
+    let slow = format!(
+        "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {:?}]\nidle_stop_after_s = 0\ntrust = \"always\"\n",
+        format!("sleep 2; exec {}", fault.to_string_lossy())
+    );
+    let broken = fault_section("broken", &["--crash-at-start".into(), "3".into()], "always");
+    let work = workdir(&format!("{slow}\n{broken}"));
+    let (handler, _events) = client(None);
+    let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
+    let listed = tokio::time::timeout(LIMIT, client.list_tools(None))
+        .await
+        .expect("listed in time")
+        .unwrap();
+    let names: Vec<String> = listed.tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(names.iter().any(|n| n == "mcp__slow__echo"), "{names:?}");
+    let meta = serde_json::to_value(&listed.meta).unwrap();
+    let unavailable = &meta[mcpvisor::gateway::UNAVAILABLE_META_KEY];
+    let broken = unavailable
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["server"] == "broken"))
+        .unwrap_or_else(|| panic!("{meta}"));
+    assert!(
+        broken["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("boom at start")),
+        "{meta}"
+    );
+    let out = call(&client, "mcp__slow__echo", json!({"message": "late"})).await;
+    assert_eq!(text_of(&out), "Echo: late");
+    drop(client);
+    exited_and_reaped(&mut child, None).await;
+}
