@@ -220,6 +220,84 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     measured
 }
 
+/// `mcpvisor gateway` fronting the demo server, over stdio (`http` false:
+/// its pipes are the child's) or `--http 127.0.0.1:0` (its URL).
+struct DemoGateway {
+    child: tokio::process::Child,
+    url: Option<String>,
+    dir: std::path::PathBuf,
+}
+
+impl DemoGateway {
+    async fn start(http: bool, tag: &str) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let dir =
+            std::env::temp_dir().join(format!("mcpvisor-bench-gw-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("mcpvisor.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[servers.demo]\ncommand = {:?}\nargs = [\"serve-demo\"]\ntrust = \"always\"\n",
+                exe.to_string_lossy()
+            ),
+        )?;
+        let mut gateway = tokio::process::Command::new(&exe);
+        gateway
+            .arg("--config")
+            .arg(&config)
+            .arg("gateway")
+            .env_remove("MCPVISOR_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if http {
+            gateway
+                .args(["--http", "127.0.0.1:0"])
+                .stderr(Stdio::piped());
+        } else {
+            gateway.arg("--stdio").stderr(Stdio::null());
+        }
+        let mut child = gateway.spawn()?;
+        let url = if http {
+            let Some(stderr) = child.stderr.take() else {
+                anyhow::bail!("no stderr of the gateway");
+            };
+            Some(
+                tokio::time::timeout(Duration::from_secs(30), gateway_url(stderr))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("the gateway never said where it serves"))??,
+            )
+        } else {
+            None
+        };
+        Ok(Self { child, url, dir })
+    }
+
+    /// Stop it: its stdin closed (stdio) or SIGTERM (http), which reaps
+    /// its backend.
+    async fn stop(mut self) {
+        drop(self.child.stdin.take());
+        if self.url.is_some()
+            && let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok())
+        {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our
+            // child's, not yet reaped.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Median µs of an echo call made by a bare rmcp client straight to the
 /// demo server, and through `mcpvisor gateway` fronting the same demo
 /// server, over stdio (`http` false) or `--http 127.0.0.1:0` (PERF-1's
@@ -230,56 +308,23 @@ async fn gateway_call(calls: usize, http: bool) -> anyhow::Result<(f64, f64)> {
         .cloned()
         .unwrap_or_default();
     let (direct_client, mut child) = bare_client(0).await?;
-
-    let exe = std::env::current_exe()?;
-    let dir = std::env::temp_dir().join(format!(
-        "mcpvisor-bench-gw-{}-{}",
-        std::process::id(),
-        if http { "http" } else { "stdio" }
-    ));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("mcpvisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[servers.demo]\ncommand = {:?}\nargs = [\"serve-demo\"]\ntrust = \"always\"\n",
-            exe.to_string_lossy()
-        ),
-    )?;
-    let mut gateway = tokio::process::Command::new(&exe);
-    gateway
-        .arg("--config")
-        .arg(&config)
-        .arg("gateway")
-        .env_remove("MCPVISOR_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    if http {
-        gateway
-            .args(["--http", "127.0.0.1:0"])
-            .stderr(Stdio::piped());
-    } else {
-        gateway.arg("--stdio").stderr(Stdio::null());
-    }
-    let mut gateway = gateway.spawn()?;
-    let (Some(stdin), Some(stdout)) = (gateway.stdin.take(), gateway.stdout.take()) else {
-        anyhow::bail!("no pipes to the gateway");
-    };
-    let client = if http {
-        let Some(stderr) = gateway.stderr.take() else {
-            anyhow::bail!("no stderr of the gateway");
-        };
-        let url = tokio::time::timeout(Duration::from_secs(30), gateway_url(stderr))
-            .await
-            .map_err(|_| anyhow::anyhow!("the gateway never said where it serves"))??;
-        ClientConfig::default()
-            .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
-                url,
-            ))
-            .await?
-    } else {
-        ClientConfig::default().serve((stdout, stdin)).await?
+    let mut gateway = DemoGateway::start(http, if http { "http" } else { "stdio" }).await?;
+    let client = match &gateway.url {
+        Some(url) => {
+            ClientConfig::default()
+                .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                    url.clone(),
+                ))
+                .await?
+        }
+        None => {
+            let (Some(stdin), Some(stdout)) =
+                (gateway.child.stdin.take(), gateway.child.stdout.take())
+            else {
+                anyhow::bail!("no pipes to the gateway");
+            };
+            ClientConfig::default().serve((stdout, stdin)).await?
+        }
     };
     // The backend connects in the background: wait until its tools are listed.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -310,30 +355,72 @@ async fn gateway_call(calls: usize, http: bool) -> anyhow::Result<(f64, f64)> {
     .await;
     let _ = direct_client.cancel().await;
     let _ = child.kill().await;
-    // Closing stdin (stdio) or SIGTERM (http) stops the gateway, which
-    // reaps its backend.
     let _ = client.cancel().await;
-    if http && let Some(pid) = gateway.id().and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our
-        // child's, not yet reaped.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-    }
-    if tokio::time::timeout(Duration::from_secs(20), gateway.wait())
-        .await
-        .is_err()
-    {
-        let _ = gateway.kill().await;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let (direct, through) = measured?;
-    Ok((direct * 1e3, through * 1e3))
+    gateway.stop().await;
+    measured
 }
 
-/// The `/mcp` URL an HTTP gateway prints on stderr; stderr is drained on
-/// after it so the gateway never blocks on a full pipe.
+/// An `echo` through the runtime to one streamable-HTTP server in each
+/// protocol era: `mcpvisor gateway --http` fronting the demo server (it
+/// serves both eras on one listener), one connection pinned to
+/// 2025-11-25 and one to 2026-07-28, interleaved call by call: median
+/// ms, (session era, stateless era).
+async fn http_era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
+    let gateway = DemoGateway::start(true, "era").await?;
+    let url = gateway.url.clone().unwrap_or_default();
+    let config = |name: &str, protocol: mcpvisor::ProtocolChoice| {
+        let mut cfg = mcpvisor::ServerConfig::http(name, url.clone()).trusted();
+        cfg.protocol = protocol;
+        cfg
+    };
+    let measured = async {
+        let runtime = Runtime::builder()
+            .server(
+                Scope::Global,
+                config("session", mcpvisor::ProtocolChoice::Session),
+            )
+            .server(
+                Scope::Global,
+                config("stateless", mcpvisor::ProtocolChoice::Stateless),
+            )
+            .start()
+            .await?;
+        let measured = async {
+            for name in ["session", "stateless"] {
+                runtime
+                    .wait_ready(&Scope::Global, name, Duration::from_secs(30))
+                    .await?;
+            }
+            let args = json!({"message": "bench"});
+            let call = |server: &str| {
+                let tool = mcpvisor::public_tool_name(server, "mcp__demo__echo");
+                let (runtime, args) = (&runtime, args.clone());
+                move || {
+                    let (tool, args) = (tool.clone(), args.clone());
+                    async move {
+                        let o = runtime
+                            .call(&Scope::Global, &tool, Some(args), CallOptions::default())
+                            .await;
+                        if o.is_ok() {
+                            Ok(())
+                        } else {
+                            anyhow::bail!("{tool}: {}", o.projection)
+                        }
+                    }
+                }
+            };
+            median_ms_pair(calls, call("session"), call("stateless")).await
+        }
+        .await;
+        runtime.shutdown(Duration::from_secs(20)).await;
+        measured
+    }
+    .await;
+    gateway.stop().await;
+    measured
+}
+
+/// The URL `mcpvisor gateway --http` prints on stderr ("serving URL …").
 async fn gateway_url(stderr: tokio::process::ChildStderr) -> anyhow::Result<String> {
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(stderr).lines();
@@ -908,6 +995,10 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("client CPU per call", "/tools_call/ratio_client_cpu"),
     ("stateless/session era call p50", "/era_call_p50_ms/ratio"),
     ("the same, bare rmcp", "/bare_era_call_p50_ms/ratio"),
+    (
+        "the same over HTTP (gateway)",
+        "/http_era_call_p50_ms/ratio",
+    ),
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
     ("gateway --http call p50", "/gateway_http_call_p50_us/ratio"),
@@ -1030,6 +1121,11 @@ async fn measure(
     } else {
         none
     };
+    let (http_era_session, http_era_stateless) = if want(Row::Calls) {
+        http_era_call((calls / 2).max(100)).await?
+    } else {
+        none
+    };
     let (c1k, b1k) = if want(Row::Catalog) {
         catalog_sync(1_000).await?
     } else {
@@ -1092,6 +1188,7 @@ async fn measure(
         },
         "era_call_p50_ms": {"session": era_session, "stateless": era_stateless, "ratio": era_stateless / era_session.max(1e-9)},
         "bare_era_call_p50_ms": {"session": bare_era_session, "stateless": bare_era_stateless, "ratio": bare_era_stateless / bare_era_session.max(1e-9)},
+        "http_era_call_p50_ms": {"session": http_era_session, "stateless": http_era_stateless, "ratio": http_era_stateless / http_era_session.max(1e-9)},
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
         "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
         "gateway_http_call_p50_us": {"bare": gw_http_direct, "runtime": gw_http_through, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
@@ -1151,6 +1248,12 @@ fn print_human(f: &serde_json::Value) {
         n("/bare_era_call_p50_ms/session") * 1e3,
         n("/bare_era_call_p50_ms/stateless") * 1e3,
         n("/bare_era_call_p50_ms/ratio")
+    );
+    println!(
+        "echo through mcpvisor to one HTTP server in each era (gateway --http fronting the demo server), median µs: 2025-11-25 {:.1}, 2026-07-28 {:.1}, ratio {:.2}",
+        n("/http_era_call_p50_ms/session") * 1e3,
+        n("/http_era_call_p50_ms/stateless") * 1e3,
+        n("/http_era_call_p50_ms/ratio")
     );
     println!(
         "1 MiB echo (event log + attachment store + a policy installed), median ms: bare rmcp {:.1}, mcpvisor {:.1}, ratio {:.2}",
