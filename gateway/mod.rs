@@ -124,6 +124,9 @@ struct Shared {
     /// What the open `subscriptions/listen` streams of stateless clients
     /// are sent (each stream passes on what its filter accepted).
     listens: tokio::sync::broadcast::Sender<rmcp::model::ServerNotification>,
+    /// Stateless clients' trust questions awaiting their answer, by the
+    /// request state handed out with the question.
+    pending_asks: Mutex<HashMap<String, PendingAsk>>,
     /// Set once no server of the scope is still in its first connection
     /// attempt (or [`GatewayOptions::first_list_wait`] passed).
     settled: tokio::sync::OnceCell<()>,
@@ -135,7 +138,61 @@ struct Shared {
     _stop_on_drop: DropGuard,
 }
 
+/// A stateless client's call refused pending its answer to the trust
+/// question (GW-1): the retry must be the same call.
+struct PendingAsk {
+    /// The chat the question was asked in (the retry's).
+    chat: String,
+    /// The server and public tool name asked about.
+    server: String,
+    tool: String,
+    /// The call's arguments, as asked about.
+    arguments: Option<Value>,
+    /// When it was asked (unanswered ones are dropped after [`PENDING_ASK_TTL`]).
+    asked: std::time::Instant,
+}
+
+/// How long a stateless client has to answer a trust question.
+const PENDING_ASK_TTL: Duration = Duration::from_secs(600);
+/// The most trust questions awaiting answers at once (the oldest go first).
+const MAX_PENDING_ASKS: usize = 1024;
+
+/// The input request key of the trust question in an `input_required` result.
+pub const TRUST_INPUT_KEY: &str = "mcpvisor_trust";
+
 impl Shared {
+    /// Keep `ask` until the client's retry brings the answer; the request
+    /// state that names it.
+    fn remember_ask(&self, ask: PendingAsk) -> String {
+        let mut nonce = [0u8; 16];
+        rand::fill(&mut nonce);
+        let state: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        if let Ok(mut p) = self.pending_asks.lock() {
+            p.retain(|_, a| a.asked.elapsed() < PENDING_ASK_TTL);
+            while p.len() >= MAX_PENDING_ASKS {
+                let Some(oldest) = p
+                    .iter()
+                    .min_by_key(|(_, a)| a.asked)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                p.remove(&oldest);
+            }
+            p.insert(state.clone(), ask);
+        }
+        state
+    }
+
+    /// The question a retry's request state names (it is answered now).
+    fn take_ask(&self, state: &str) -> Option<PendingAsk> {
+        self.pending_asks
+            .lock()
+            .ok()?
+            .remove(state)
+            .filter(|a| a.asked.elapsed() < PENDING_ASK_TTL)
+    }
+
     /// Wait (once per gateway; later callers return at once) until no
     /// server of the scope is still making its first connection, or
     /// [`GatewayOptions::first_list_wait`] passed: a first `tools/list`
@@ -212,6 +269,7 @@ impl Gateway {
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
+            pending_asks: Mutex::default(),
             hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),

@@ -25,6 +25,36 @@ impl GatewaySession {
         format!("gateway-{}", self.id)
     }
 
+    /// The `input_required` result that puts the trust question `q` to a
+    /// stateless client; its retry (with the answer and the request state)
+    /// is the same call in `chat`.
+    fn ask_in_a_round(
+        &self,
+        q: approver::Question,
+        chat: String,
+        arguments: Option<Value>,
+    ) -> CallToolResponse {
+        let state = self.shared.remember_ask(PendingAsk {
+            chat,
+            server: q.server,
+            tool: q.tool,
+            arguments,
+            asked: std::time::Instant::now(),
+        });
+        let elicit = json!({"method": "elicitation/create", "params": q.form});
+        let mut requests = rmcp::model::InputRequests::new();
+        if let Ok(request) = serde_json::from_value(elicit) {
+            requests.insert(
+                TRUST_INPUT_KEY.to_owned(),
+                rmcp::model::InputRequest::Elicitation(request),
+            );
+        }
+        CallToolResponse::InputRequired(rmcp::model::InputRequiredResult::new(
+            Some(requests),
+            Some(state),
+        ))
+    }
+
     fn scope(&self) -> &Scope {
         &self.shared.options.scope
     }
@@ -308,21 +338,71 @@ impl ServerHandler for GatewaySession {
             return Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]).into());
         }
         self.shared.settle().await;
-        let arguments = request.arguments.map(Value::Object);
+        let arguments = request.arguments.clone().map(Value::Object);
+        // A stateless client that can answer an elicitation is asked by an
+        // `input_required` round (approver.rs): a chat of the call's own.
+        let rounds = match &self.shared.approver {
+            Some(approver) if stateless_with_elicitation(&ctx) => Some(approver.clone()),
+            _ => None,
+        };
+        let mut chat = self.chat();
+        if let Some(approver) = &rounds {
+            chat = match (&request.request_state, &request.input_responses) {
+                (Some(state), Some(responses)) => {
+                    let Some(asked) = self.shared.take_ask(state) else {
+                        return Err(McpError::invalid_params(
+                            "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
+                            None,
+                        ));
+                    };
+                    if asked.tool != request.name || asked.arguments != arguments {
+                        return Err(McpError::invalid_params(
+                            format!(
+                                "the requestState answers a question about another call (of {}): retry that call unchanged",
+                                asked.tool
+                            ),
+                            None,
+                        ));
+                    }
+                    let answer = responses
+                        .get(TRUST_INPUT_KEY)
+                        .map(approver::decision)
+                        .unwrap_or(crate::Approval::DontAllow);
+                    approver.answer(&asked.chat, &asked.server, &asked.tool, answer);
+                    asked.chat
+                }
+                _ => format!(
+                    "{}-{}",
+                    self.chat(),
+                    self.shared.next_session.fetch_add(1, Ordering::Relaxed)
+                ),
+            };
+            approver.expect_rounds(&chat);
+        }
         let outcome = self
             .shared
             .runtime
             .call(
                 self.scope(),
                 &request.name,
-                arguments,
+                arguments.clone(),
                 CallOptions {
                     cancel: Some(ctx.ct.clone()),
-                    chat: Some(self.chat()),
+                    chat: Some(chat.clone()),
                     ..CallOptions::default()
                 },
             )
             .await;
+        if let Some(approver) = &rounds {
+            let question = approver.take_question(&chat);
+            approver.forget(&chat);
+            self.shared.runtime.end_chat(&chat);
+            if outcome.kind == OutcomeKind::RefusedByTrust
+                && let Some(q) = question
+            {
+                return Ok(self.ask_in_a_round(q, chat, arguments));
+            }
+        }
         Ok(results::to_call_result(outcome).into())
     }
 
@@ -578,6 +658,20 @@ impl ServerHandler for GatewaySession {
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result.into())
     }
+}
+
+/// Whether the request comes from a stateless (2026-07-28) client that
+/// declared elicitation in its `_meta`.
+fn stateless_with_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
+    let stateless = ctx
+        .meta
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+    stateless
+        && ctx
+            .meta
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some())
 }
 
 pub(super) fn not_listed(uri: &str) -> McpError {

@@ -196,12 +196,12 @@ impl RuntimeBuilder {
         let approval_timeout = self
             .approval_timeout
             .unwrap_or(crate::runtime::policies::trust::DEFAULT_APPROVAL_TIMEOUT);
-        let trust_gate: Arc<dyn CallPolicy> =
-            Arc::new(crate::runtime::policies::trust::TrustGate::new(
-                self.approver.clone(),
-                approval_timeout,
-                events.clone(),
-            ));
+        let trust = Arc::new(crate::runtime::policies::trust::TrustGate::new(
+            self.approver.clone(),
+            approval_timeout,
+            events.clone(),
+        ));
+        let trust_gate: Arc<dyn CallPolicy> = trust.clone();
         // Without a store of the embedder's, secret names are environment
         // variable names (TRUST-2).
         let secrets: Arc<dyn crate::messages::trust::SecretStore> = self
@@ -301,6 +301,7 @@ impl RuntimeBuilder {
                 events,
                 call_ids: std::sync::atomic::AtomicU64::new(1),
                 trust_gate,
+                trust,
                 hooks,
                 hooks_policy,
                 policies,

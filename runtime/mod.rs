@@ -110,6 +110,8 @@ impl RuntimeError {
 
 struct Inner {
     trust_gate: Arc<dyn CallPolicy>,
+    /// The same gate, for what only it answers ([`Runtime::end_chat`]).
+    trust: Arc<self::policies::trust::TrustGate>,
     hooks: Arc<self::hooks::HookEngine>,
     /// PreToolUse / PostToolUse, when any such hook is registered.
     hooks_policy: Option<Arc<dyn CallPolicy>>,
@@ -259,6 +261,14 @@ impl Runtime {
                 .await?;
         }
         Ok(name)
+    }
+
+    /// The chat `chat` is over: its "Allow This Chat" grants (TRUST-4) are
+    /// forgotten. A gateway ends the chat of each stateless client's call
+    /// once the call is over (a stateless client has no session to scope
+    /// a grant to).
+    pub fn end_chat(&self, chat: &str) {
+        self.inner.trust.end_chat(chat);
     }
 
     /// Wait until the server is ready, up to `limit` (CONN-12's `first_ready`).

@@ -16,12 +16,17 @@ ERROR_TOOL (a relayed `isError` result: "error_call"), opens a
 `subscriptions/listen` stream for tool list changes, calls ADD_TOOL, waits
 for the change on the stream (20 s at most) and lists again: "listen":
 {"event", "tools"}.
+
+With `--elicit DECISION` the client answers every elicitation by accepting
+{"decision": DECISION}, and reports the messages it was asked ("asked").
 """
 
 import asyncio
 import json
 import sys
 import time
+
+import mcp.types as types
 
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -48,8 +53,15 @@ async def listen_for_change(client, add_tool, error_tool):
     }
 
 
-async def run(server, tool, mode, listen=None):
-    async with Client(server, mode=mode) as client:
+async def run(server, tool, mode, listen=None, elicit=None):
+    asked = []
+
+    async def answer(_context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": elicit})
+
+    options = {"elicitation_callback": answer} if elicit is not None else {}
+    async with Client(server, mode=mode, **options) as client:
         deadline = time.monotonic() + LIMIT_S
         while True:
             listed = await client.list_tools(cache_mode="bypass")
@@ -70,6 +82,8 @@ async def run(server, tool, mode, listen=None):
         }
         if listen is not None:
             out.update(await listen_for_change(client, *listen))
+        if elicit is not None:
+            out["asked"] = asked
         return out
 
 
@@ -86,6 +100,11 @@ def main(argv):
         at = argv.index("--mode")
         mode = argv[at + 1]
         del argv[at : at + 2]
+    elicit = None
+    if "--elicit" in argv:
+        at = argv.index("--elicit")
+        elicit = argv[at + 1]
+        del argv[at : at + 2]
     listen = None
     if "--listen" in argv:
         at = argv.index("--listen")
@@ -100,7 +119,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

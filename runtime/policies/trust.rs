@@ -68,6 +68,13 @@ impl TrustGate {
         }
     }
 
+    /// Forget every "Allow This Chat" grant of `chat`.
+    pub(crate) fn end_chat(&self, chat: &str) {
+        if let Ok(mut g) = self.chat_grants.lock() {
+            g.retain(|(_, _, c)| c != chat);
+        }
+    }
+
     fn record(&self, call: &PolicyCall, decision: TrustDecision, approval: Option<Approval>) {
         if self.events.receiver_count() == 0 {
             return;

@@ -1096,6 +1096,29 @@ async fn every_route_checks_host_and_refuses_a_foreign_origin() {
     terminate_and_check_reaped(&mut child, backend).await;
 }
 
+/// `chaos-tests/peers/gateway_client.py` (the Python SDK 2.x) run with
+/// `args`: what it printed, and that it exited 0.
+async fn python_gateway_client(python: &Path, args: Vec<String>) -> Value {
+    let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/gateway_client.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python client finished in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{v}");
+    v
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_gets_every_relayed_result_and_list_change_in_either_era() {
     // GW-1: the Python SDK 2.x in its default mode (`auto`) speaks
@@ -1107,31 +1130,9 @@ async fn the_python_sdk_gets_every_relayed_result_and_list_change_in_either_era(
         println!("note: the_python_sdk… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
         return;
     };
-    let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/gateway_client.py");
     let work = workdir(&fault_section("s", &[], "always"));
     let mcpvisor = ensure_mcpvisor_built().unwrap();
-    let run = |args: Vec<String>| {
-        let (python, script) = (python.clone(), script.clone());
-        async move {
-            let out = tokio::time::timeout(
-                Duration::from_secs(90),
-                tokio::process::Command::new(python)
-                    .arg(script)
-                    .args(args)
-                    .stdin(Stdio::null())
-                    .kill_on_drop(true)
-                    .output(),
-            )
-            .await
-            .expect("the Python client finished in time")
-            .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-            let v: Value = serde_json::from_str(stdout.trim())
-                .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-            assert!(out.status.success(), "{v}");
-            v
-        }
-    };
+    let run = |args: Vec<String>| python_gateway_client(&python, args);
     let stdio = |extra: &[&str]| {
         let mut args = vec![
             "stdio".into(),
@@ -1220,4 +1221,77 @@ async fn a_client_that_lists_once_gets_every_server_that_could_start_and_the_oth
     assert_eq!(text_of(&out), "Echo: late");
     drop(client);
     exited_and_reaped(&mut child, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_is_asked_by_an_input_required_round_and_its_answer_holds() {
+    // GW-1 / TRUST-5: trust `ask` for a 2026-07-28 client (which cannot be
+    // sent a request) is an `input_required` result with the elicitation;
+    // the client's retry with the answer runs the call, or not. The Python
+    // SDK 2.x answers it with its elicitation callback, over stdio and HTTP.
+    let Some(python) = mcpvisor_chaos::python_sdk() else {
+        println!("note: a_stateless_client_is_asked… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let log = RequestLog::new("gateway-stateless-ask.log");
+    let work = workdir(&fault_section("s", &log.args(), "ask"));
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let stdio = |decision: &str| {
+        vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__s__echo".into(),
+            "--elicit".into(),
+            decision.into(),
+        ]
+    };
+    let allowed = python_gateway_client(&python, stdio("allow_once_for_this_session")).await;
+    let refused = python_gateway_client(&python, stdio("do_not_allow")).await;
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let http = python_gateway_client(
+        &python,
+        vec![
+            "http".into(),
+            format!("http://{addr}/mcp"),
+            "mcp__s__echo".into(),
+            "--elicit".into(),
+            "allow_once_for_this_session".into(),
+        ],
+    )
+    .await;
+    for (how, v) in [("stdio", &allowed), ("http", &http)] {
+        assert_eq!(v["protocol_version"], "2026-07-28", "{how}: {v}");
+        assert_eq!(v["call"]["text"], "Echo: from python", "{how}: {v}");
+        let asked = v["asked"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{how}: {v}");
+        assert!(
+            asked[0]
+                .as_str()
+                .unwrap()
+                .contains("Allow the tool \"mcp__s__echo\""),
+            "{how}: {v}"
+        );
+    }
+    assert_eq!(refused["call"]["is_error"], true, "{refused}");
+    assert!(
+        refused["call"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Don't Allow")
+            || refused["call"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("declined"),
+        "{refused}"
+    );
+    // The server ran the two allowed calls, never the refused one.
+    let echoed = log
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("tools/call") && l.contains(" echo "))
+        .count();
+    assert_eq!(echoed, 2, "{}", log.text());
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
 }
