@@ -373,48 +373,12 @@ async fn http_era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
         cfg.protocol = protocol;
         cfg
     };
-    let measured = async {
-        let runtime = Runtime::builder()
-            .server(
-                Scope::Global,
-                config("session", mcpvisor::ProtocolChoice::Session),
-            )
-            .server(
-                Scope::Global,
-                config("stateless", mcpvisor::ProtocolChoice::Stateless),
-            )
-            .start()
-            .await?;
-        let measured = async {
-            for name in ["session", "stateless"] {
-                runtime
-                    .wait_ready(&Scope::Global, name, Duration::from_secs(30))
-                    .await?;
-            }
-            let args = json!({"message": "bench"});
-            let call = |server: &str| {
-                let tool = mcpvisor::public_tool_name(server, "mcp__demo__echo");
-                let (runtime, args) = (&runtime, args.clone());
-                move || {
-                    let (tool, args) = (tool.clone(), args.clone());
-                    async move {
-                        let o = runtime
-                            .call(&Scope::Global, &tool, Some(args), CallOptions::default())
-                            .await;
-                        if o.is_ok() {
-                            Ok(())
-                        } else {
-                            anyhow::bail!("{tool}: {}", o.projection)
-                        }
-                    }
-                }
-            };
-            median_ms_pair(calls, call("session"), call("stateless")).await
-        }
-        .await;
-        runtime.shutdown(Duration::from_secs(20)).await;
-        measured
-    }
+    let measured = era_pair(
+        config("session", mcpvisor::ProtocolChoice::Session),
+        config("stateless", mcpvisor::ProtocolChoice::Stateless),
+        "mcp__demo__echo",
+        calls,
+    )
     .await;
     gateway.stop().await;
     measured
@@ -651,31 +615,45 @@ async fn era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
         cfg.protocol = protocol;
         Ok(cfg)
     };
+    era_pair(
+        config("session", mcpvisor::ProtocolChoice::Session)?,
+        config("stateless", mcpvisor::ProtocolChoice::Stateless)?,
+        "echo",
+        calls,
+    )
+    .await
+}
+
+/// The servers `session` and `stateless` (the same server, each pinned to
+/// one era) in one runtime, and `raw_tool` of each called through it,
+/// interleaved call by call: median ms, (session era, stateless era).
+async fn era_pair(
+    session: mcpvisor::ServerConfig,
+    stateless: mcpvisor::ServerConfig,
+    raw_tool: &str,
+    calls: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let names = [session.server_name.clone(), stateless.server_name.clone()];
     let runtime = Runtime::builder()
-        .server(
-            Scope::Global,
-            config("session", mcpvisor::ProtocolChoice::Session)?,
-        )
-        .server(
-            Scope::Global,
-            config("stateless", mcpvisor::ProtocolChoice::Stateless)?,
-        )
+        .server(Scope::Global, session)
+        .server(Scope::Global, stateless)
         .start()
         .await?;
     let measured = async {
-        for name in ["session", "stateless"] {
+        for name in &names {
             runtime
                 .wait_ready(&Scope::Global, name, Duration::from_secs(30))
                 .await?;
         }
         let args = json!({"message": "bench"});
-        let call = |tool: &'static str| {
+        let call = |server: &str| {
+            let tool = mcpvisor::public_tool_name(server, raw_tool);
             let (runtime, args) = (&runtime, args.clone());
             move || {
-                let args = args.clone();
+                let (tool, args) = (tool.clone(), args.clone());
                 async move {
                     let o = runtime
-                        .call(&Scope::Global, tool, Some(args), CallOptions::default())
+                        .call(&Scope::Global, &tool, Some(args), CallOptions::default())
                         .await;
                     if o.is_ok() {
                         Ok(())
@@ -685,12 +663,7 @@ async fn era_call(calls: usize) -> anyhow::Result<(f64, f64)> {
                 }
             }
         };
-        median_ms_pair(
-            calls,
-            call("mcp__session__echo"),
-            call("mcp__stateless__echo"),
-        )
-        .await
+        median_ms_pair(calls, call(&names[0]), call(&names[1])).await
     }
     .await;
     runtime.shutdown(Duration::from_secs(20)).await;

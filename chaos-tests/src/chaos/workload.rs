@@ -502,32 +502,22 @@ pub(super) async fn trigger(run: &Run<'_>, tally: &mut Tally) {
         }
         tally.triggers.push((tool, kind, notes));
         tally.record(result, format!("trigger {tool}"), None, &run.ids.secret);
-        // The notifications are handled after the call returned: wait
-        // (bounded) for the sync and its one follow-up to be swapped in, so
-        // `expected_consequences` counts them all (SYNC-5).
-        // The stream is opened again after its first backoff (1 s), and a
-        // re-sync follows: wait for it (bounded), so that the end's
-        // one_generation sees whether it came.
-        if let Fault::ListenBreak = fault {
+        // Re-syncs the trigger starts come after it returned: wait (bounded)
+        // for them to be swapped in, so that the end's judges see them: a
+        // storm's sync and its one follow-up (SYNC-5, counted by
+        // `expected_consequences`); a broken listen stream's re-sync after
+        // its first backoff of 1 s (ERA-4, judged by `one_generation` and
+        // `expected_consequences`).
+        let resyncs = match fault {
+            Fault::ListChangedStorm { .. } => Some((2, Duration::from_secs(3))),
+            Fault::ListenBreak => Some((1, Duration::from_secs(5))),
+            _ => None,
+        };
+        if let Some((syncs, limit)) = resyncs {
             let mut events = run.runtime.subscribe();
-            let _ = wait_for_status(
-                &run.runtime,
-                &mut events,
-                "s",
-                Duration::from_secs(5),
-                |s| !s.syncing && s.generation > generation,
-            )
-            .await;
-        }
-        if let Fault::ListChangedStorm { .. } = fault {
-            let mut events = run.runtime.subscribe();
-            let _ = wait_for_status(
-                &run.runtime,
-                &mut events,
-                "s",
-                Duration::from_secs(3),
-                |s| !s.syncing && s.generation >= generation + 2,
-            )
+            let _ = wait_for_status(&run.runtime, &mut events, "s", limit, |s| {
+                !s.syncing && s.generation >= generation + syncs
+            })
             .await;
         }
         if run.sc.panics_supervisor() {
