@@ -148,3 +148,40 @@ pub(super) async fn resource_updates(
         }
     }
 }
+
+/// Passes the progress of one call to the client that made it (GW-2):
+/// each `CallProgress` of the call whose id comes on `id`, as
+/// `notifications/progress` under the client's own `token`, until the
+/// call's `CallFinished`.
+pub(super) async fn progress(
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    mut id: tokio::sync::mpsc::UnboundedReceiver<u64>,
+    token: rmcp::model::ProgressToken,
+    peer: Peer<RoleServer>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(call) = id.recv().await else {
+        return;
+    };
+    loop {
+        match events.recv().await {
+            Ok(RuntimeEvent::CallProgress {
+                call_id,
+                progress,
+                total,
+                message,
+                ..
+            }) if call_id == call => {
+                let mut note = rmcp::model::ProgressNotificationParam::new(token.clone(), progress);
+                note.total = total;
+                note.message = message;
+                // A client that stopped reading holds up nobody else.
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), peer.notify_progress(note)).await;
+            }
+            Ok(RuntimeEvent::CallFinished { call_id, .. }) if call_id == call => return,
+            Err(RecvError::Closed) => return,
+            _ => {}
+        }
+    }
+}

@@ -379,6 +379,15 @@ impl ServerHandler for GatewaySession {
             };
             approver.expect_rounds(&chat);
         }
+        let (id_to, progress) = match ctx.meta.get_progress_token() {
+            Some(token) => {
+                let (to, id) = tokio::sync::mpsc::unbounded_channel();
+                let events = self.shared.runtime.subscribe();
+                let forward = notify::progress(events, id, token, ctx.peer.clone());
+                (Some(to), Some(tokio::spawn(forward)))
+            }
+            None => (None, None),
+        };
         let outcome = self
             .shared
             .runtime
@@ -389,10 +398,20 @@ impl ServerHandler for GatewaySession {
                 CallOptions {
                     cancel: Some(ctx.ct.clone()),
                     chat: Some(chat.clone()),
+                    id_to,
                     ..CallOptions::default()
                 },
             )
             .await;
+        // Its progress goes out before its result (the forwarder ends at
+        // the call's `CallFinished`).
+        if let Some(forward) = progress
+            && tokio::time::timeout(Duration::from_secs(1), forward)
+                .await
+                .is_err()
+        {
+            tracing::debug!("gateway: a call's progress forwarder outlived it");
+        }
         if let Some(approver) = &rounds {
             let question = approver.take_question(&chat);
             approver.forget(&chat);

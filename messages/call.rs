@@ -329,6 +329,10 @@ pub struct CallOptions {
     /// load index: its `tool.call` event is seen only by the mods loaded
     /// before it (MOD-5). The mod host sets it.
     pub mod_origin: Option<usize>,
+    /// Sent the call's id as soon as it has one, so that the caller can
+    /// follow the call's events (its `CallProgress` above all) among
+    /// others'.
+    pub id_to: Option<tokio::sync::mpsc::UnboundedSender<u64>>,
 }
 
 /// What a policy sees of a call.

@@ -77,6 +77,9 @@ impl Runtime {
             .inner
             .call_ids
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(to) = &options.id_to {
+            let _ = to.send(call_id);
+        }
         // Events cost a clone of the projection: build them only for listeners.
         let listened = self.inner.events.receiver_count() > 0;
         if listened {

@@ -19,6 +19,10 @@ for the change on the stream (20 s at most) and lists again: "listen":
 
 With `--elicit DECISION` the client answers every elicitation by accepting
 {"decision": DECISION}, and reports the messages it was asked ("asked").
+
+With `--progress` the call asks for progress and reports each
+notification it got during the call ("progress": [[progress, total,
+message], ...]).
 """
 
 import asyncio
@@ -53,8 +57,12 @@ async def listen_for_change(client, add_tool, error_tool):
     }
 
 
-async def run(server, tool, mode, listen=None, elicit=None):
+async def run(server, tool, mode, listen=None, elicit=None, progress=False):
     asked = []
+    noted = []
+
+    async def note(done, total, message):
+        noted.append([done, total, message])
 
     async def answer(_context, params):
         asked.append(params.message)
@@ -71,7 +79,11 @@ async def run(server, tool, mode, listen=None, elicit=None):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{tool} never listed; got {names}")
             await asyncio.sleep(0.2)
-        result = await client.call_tool(tool, {"message": "from python"})
+        result = await client.call_tool(
+            tool,
+            {"message": "from python"},
+            progress_callback=note if progress else None,
+        )
         text = "\n".join(
             b.text for b in result.content if getattr(b, "type", None) == "text"
         )
@@ -84,6 +96,8 @@ async def run(server, tool, mode, listen=None, elicit=None):
             out.update(await listen_for_change(client, *listen))
         if elicit is not None:
             out["asked"] = asked
+        if progress:
+            out["progress"] = noted
         return out
 
 
@@ -100,6 +114,9 @@ def main(argv):
         at = argv.index("--mode")
         mode = argv[at + 1]
         del argv[at : at + 2]
+    progress = "--progress" in argv
+    if progress:
+        argv.remove("--progress")
     elicit = None
     if "--elicit" in argv:
         at = argv.index("--elicit")
@@ -119,7 +136,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

@@ -1295,3 +1295,62 @@ async fn a_stateless_client_is_asked_by_an_input_required_round_and_its_answer_h
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_progress_reaches_the_client_under_its_own_token_in_either_era() {
+    // GW-2: the backend's notifications/progress for a call go to the
+    // client that made it, under the client's progress token, before the
+    // result: the Python SDK 2.x's progress callback hears every step, in
+    // the stateless era over stdio and HTTP and in the session era.
+    let Some(python) = mcpvisor_chaos::python_sdk() else {
+        println!("note: a_backends_progress… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let work = workdir(&fault_section(
+        "s",
+        &["--progress".into(), "3".into()],
+        "always",
+    ));
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let stdio = |extra: &[&str]| {
+        let mut args = vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__s__echo".into(),
+            "--progress".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let modern = python_gateway_client(&python, stdio(&[])).await;
+    let legacy = python_gateway_client(&python, stdio(&["--mode", "legacy"])).await;
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let http = python_gateway_client(
+        &python,
+        vec![
+            "http".into(),
+            format!("http://{addr}/mcp"),
+            "mcp__s__echo".into(),
+            "--progress".into(),
+        ],
+    )
+    .await;
+    for (how, v) in [
+        ("stdio", &modern),
+        ("stdio legacy", &legacy),
+        ("http", &http),
+    ] {
+        assert_eq!(v["call"]["text"], "Echo: from python", "{how}: {v}");
+        let steps: Vec<f64> = v["progress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p[0].as_f64())
+            .collect();
+        assert_eq!(steps, [1.0, 2.0, 3.0], "{how}: {v}");
+        assert_eq!(v["progress"][2][1], 3.0, "{how}: {v}");
+    }
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
+}
