@@ -216,6 +216,13 @@ pub(crate) enum Command {
         /// Also list a `mcpvisor_status` tool returning the servers' status.
         #[arg(long)]
         status_tool: bool,
+        /// `--http`: session-era client sessions at most; one more is refused
+        /// until one ends (2026-07-28 clients hold none).
+        #[arg(long, value_name = "N", default_value_t = 1024)]
+        max_sessions: usize,
+        /// `--http`: a session-era client session idle this many seconds ends.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+        session_idle_s: u64,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

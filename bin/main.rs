@@ -234,6 +234,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             allow_remote,
             token_secret,
             status_tool,
+            max_sessions,
+            session_idle_s,
         } => {
             let flags = cmd::gateway::GatewayFlags {
                 stdio: *stdio,
@@ -241,6 +243,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 allow_remote: *allow_remote,
                 token_secret: token_secret.clone(),
                 status_tool: *status_tool,
+                max_sessions: *max_sessions,
+                session_idle: std::time::Duration::from_secs(*session_idle_s),
             };
             cmd::gateway::run(&cli, flags).await
         }

@@ -23,6 +23,7 @@ mod guard;
 mod notify;
 mod results;
 mod session;
+mod sessions;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,6 +48,7 @@ use guard::*;
 pub use guard::{RequestGuard, no_delay};
 use notify::*;
 pub use session::GatewaySession;
+pub use sessions::{CappedSessions, SessionError};
 
 /// The `_meta` key naming the server a resource comes from.
 pub const SERVER_META_KEY: &str = "io.mcpvisor/server";
@@ -83,6 +85,11 @@ pub struct GatewayOptions {
     /// (the binary sets the longest `startup_timeout_ms` of its servers):
     /// a client that lists once sees every server that could start.
     pub first_list_wait: Duration,
+    /// The HTTP listener's session-era client sessions at most (GW-5);
+    /// one more is refused until one ends. Stateless clients hold none.
+    pub max_sessions: usize,
+    /// A session-era client session with no request for this long ends.
+    pub session_idle: Duration,
 }
 
 impl Default for GatewayOptions {
@@ -96,6 +103,8 @@ impl Default for GatewayOptions {
             name: "mcpvisor-gateway".into(),
             // A server's default `startup_timeout_ms`.
             first_list_wait: Duration::from_secs(30),
+            max_sessions: 1024,
+            session_idle: Duration::from_secs(300),
         }
     }
 }
@@ -346,7 +355,6 @@ impl Gateway {
     /// another origin (GW-5): see [`RequestGuard`]. Serve it on
     /// [`no_delay`]`(listener)` (GW-6).
     pub fn http_router(&self, allowed_hosts: Option<Vec<String>>) -> axum::Router {
-        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::streamable_http_server::{
             StreamableHttpServerConfig, StreamableHttpService,
         };
@@ -357,11 +365,9 @@ impl Gateway {
             config = config.with_allowed_hosts(hosts);
         }
         let gateway = self.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(gateway.session()),
-            LocalSessionManager::default().into(),
-            config,
-        );
+        let sessions = Arc::new(CappedSessions::new(&self.shared.options));
+        let service =
+            StreamableHttpService::new(move || Ok(gateway.session()), sessions.clone(), config);
         let health = self.clone();
         let guard = Arc::new(RequestGuard::new(allowed_hosts_or_loopback(&allowed)));
         axum::Router::new()
@@ -381,12 +387,29 @@ impl Gateway {
             .layer(axum::middleware::from_fn(
                 move |req: axum::extract::Request, next: axum::middleware::Next| {
                     let refused = guard.refuses(req.headers());
+                    let sessions = sessions.clone();
+                    // A request that could open a session (a POST naming none).
+                    let opening = req.method() == axum::http::Method::POST
+                        && !req.headers().contains_key("mcp-session-id");
                     async move {
                         use axum::response::IntoResponse;
-                        match refused {
-                            None => next.run(req).await,
-                            Some(why) => (axum::http::StatusCode::FORBIDDEN, why).into_response(),
+                        if let Some(why) = refused {
+                            return (axum::http::StatusCode::FORBIDDEN, why).into_response();
                         }
+                        let response = next.run(req).await;
+                        // The cap held: say so, and when to try again.
+                        if opening
+                            && response.status() == axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                            && let Some(full) = sessions.full().await
+                        {
+                            return (
+                                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                [(axum::http::header::RETRY_AFTER, "5")],
+                                full.to_string(),
+                            )
+                                .into_response();
+                        }
+                        response
                     }
                 },
             ))

@@ -30,6 +30,10 @@ pub(crate) struct GatewayFlags {
     pub(crate) token_secret: String,
     /// List the `mcpvisor_status` tool.
     pub(crate) status_tool: bool,
+    /// Session-era client sessions at most (`--http`).
+    pub(crate) max_sessions: usize,
+    /// A session-era client session idle this long ends (`--http`).
+    pub(crate) session_idle: std::time::Duration,
 }
 
 /// Run the gateway until the client leaves (stdio) or a signal; exit 0 when
@@ -37,6 +41,9 @@ pub(crate) struct GatewayFlags {
 pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     if flags.stdio == flags.http.is_some() {
         bail!("give exactly one of --stdio or --http ADDR (e.g. --http 127.0.0.1:8931)");
+    }
+    if flags.max_sessions == 0 {
+        bail!("--max-sessions 0 would refuse every session-era client: give at least 1");
     }
     let cfg = load_config(cli, true)?;
     // Checked before anything starts: a remote bind needs --allow-remote,
@@ -93,6 +100,8 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
         GatewayOptions {
             status_tool: flags.status_tool,
             first_list_wait,
+            max_sessions: flags.max_sessions,
+            session_idle: flags.session_idle,
             ..GatewayOptions::default()
         },
     );

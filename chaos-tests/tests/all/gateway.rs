@@ -1354,3 +1354,79 @@ async fn a_backends_progress_reaches_the_client_under_its_own_token_in_either_er
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_era_clients_are_capped_and_a_stateless_one_needs_no_session() {
+    // GW-5: `--max-sessions 2`: a third session-era client is refused with
+    // a sentence naming the cap; a stateless client (the Python SDK in
+    // `auto`) still gets its call through; when a session ends, a new one
+    // is taken.
+    let work = workdir(&fault_section("s", &[], "always"));
+    let (mut child, addr) = http_gateway(&work, &["--max-sessions", "2"]).await;
+    let (h1, _e1) = client(None);
+    let (h2, _e2) = client(None);
+    let c1 = http_client(&addr, h1).await;
+    let c2 = http_client(&addr, h2).await;
+    let (h3, _e3) = client(None);
+    let transport =
+        rmcp::transport::StreamableHttpClientTransport::from_uri(format!("http://{addr}/mcp"));
+    let third = tokio::time::timeout(LIMIT, h3.serve(transport))
+        .await
+        .expect("answered in time");
+    let refused = match third {
+        Ok(_) => panic!("a third session was opened past the cap"),
+        Err(e) => format!("{e:?}"),
+    };
+    // rmcp's client keeps the status and Retry-After of a 503 (not its
+    // body): the body is read by hand below.
+    assert!(refused.contains("503"), "{refused}");
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    })
+    .to_string();
+    let said = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        out
+    };
+    assert!(said.starts_with("HTTP/1.1 503"), "{said}");
+    assert!(
+        said.to_ascii_lowercase().contains("retry-after: 5"),
+        "{said}"
+    );
+    assert!(said.contains("limit of 2 client sessions"), "{said}");
+    if let Some(python) = mcpvisor_chaos::python_sdk() {
+        let v = python_gateway_client(
+            &python,
+            vec![
+                "http".into(),
+                format!("http://{addr}/mcp"),
+                "mcp__s__echo".into(),
+            ],
+        )
+        .await;
+        assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
+        assert_eq!(v["call"]["text"], "Echo: from python", "{v}");
+    }
+    // Closing a session (its DELETE) frees its place.
+    c1.cancel().await.unwrap();
+    let (h4, _e4) = client(None);
+    let c4 = http_client(&addr, h4).await;
+    let out = call(&c4, "mcp__s__echo", json!({"message": "fourth"})).await;
+    assert_eq!(text_of(&out), "Echo: fourth");
+    drop((c2, c4));
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
+}
