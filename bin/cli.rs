@@ -223,6 +223,11 @@ pub(crate) enum Command {
         /// `--http`: a session-era client session idle this many seconds ends.
         #[arg(long, value_name = "SECONDS", default_value_t = 300)]
         session_idle_s: u64,
+        /// Serve tools (and prompts) under their servers' own names, so a
+        /// client set up for one server works unchanged; refused when two
+        /// servers have a tool of the same name.
+        #[arg(long)]
+        raw_names: bool,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

@@ -236,6 +236,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             status_tool,
             max_sessions,
             session_idle_s,
+            raw_names,
         } => {
             let flags = cmd::gateway::GatewayFlags {
                 stdio: *stdio,
@@ -245,6 +246,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 status_tool: *status_tool,
                 max_sessions: *max_sessions,
                 session_idle: std::time::Duration::from_secs(*session_idle_s),
+                raw_names: *raw_names,
             };
             cmd::gateway::run(&cli, flags).await
         }

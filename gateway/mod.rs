@@ -90,6 +90,11 @@ pub struct GatewayOptions {
     pub max_sessions: usize,
     /// A session-era client session with no request for this long ends.
     pub session_idle: Duration,
+    /// Serve each tool under its server's own name where no other server
+    /// has a tool of that name (GW-4), so that a client configured for one
+    /// server can be pointed at the gateway unchanged; colliding ones keep
+    /// their public names. Public names are taken in calls either way.
+    pub raw_names: bool,
 }
 
 impl Default for GatewayOptions {
@@ -105,6 +110,7 @@ impl Default for GatewayOptions {
             first_list_wait: Duration::from_secs(30),
             max_sessions: 1024,
             session_idle: Duration::from_secs(300),
+            raw_names: false,
         }
     }
 }
@@ -236,6 +242,47 @@ impl Shared {
             .await;
     }
 
+    /// The name each tool is served under (public name → served name):
+    /// its server's own name in raw-names mode when no other server's tool
+    /// has it (GW-4), else its public name.
+    fn served_names(&self) -> HashMap<String, String> {
+        let tools = self.runtime.tools(&self.options.scope);
+        if !self.options.raw_names {
+            return tools
+                .iter()
+                .map(|t| (t.name.clone(), t.name.clone()))
+                .collect();
+        }
+        let mut by_raw: HashMap<&str, usize> = HashMap::new();
+        for t in &tools {
+            *by_raw.entry(t.raw_name.as_str()).or_default() += 1;
+        }
+        tools
+            .iter()
+            .map(|t| {
+                let served = if by_raw.get(t.raw_name.as_str()) == Some(&1) {
+                    t.raw_name.clone()
+                } else {
+                    t.name.clone()
+                };
+                (t.name.clone(), served)
+            })
+            .collect()
+    }
+
+    /// The public name of the tool a client called `name` (a served raw
+    /// name, or a public name).
+    fn public_name(&self, name: &str) -> String {
+        if !self.options.raw_names {
+            return name.to_owned();
+        }
+        self.served_names()
+            .into_iter()
+            .find(|(_, served)| served == name)
+            .map(|(public, _)| public)
+            .unwrap_or_else(|| name.to_owned())
+    }
+
     /// The scope's servers that are not ready now, each with its state and
     /// its last error: what a client's tool list lacks, and why.
     fn unavailable(&self) -> Vec<Value> {
@@ -255,6 +302,26 @@ impl Shared {
 }
 
 impl Gateway {
+    /// Wait until the servers still making their first connection are up,
+    /// or the first-list wait is over (what a client's first answer waits
+    /// for, [`GatewayOptions::first_list_wait`]).
+    pub async fn first_catalog(&self) {
+        self.shared.settle().await;
+    }
+
+    /// Raw tool names more than one server has (each with its servers): in
+    /// raw-names mode those tools are served under their public names.
+    pub fn raw_name_collisions(&self) -> Vec<(String, Vec<String>)> {
+        let mut by_raw: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for t in self.shared.runtime.tools(&self.shared.options.scope) {
+            by_raw
+                .entry(t.raw_name.clone())
+                .or_default()
+                .push(t.server.clone());
+        }
+        by_raw.into_iter().filter(|(_, s)| s.len() > 1).collect()
+    }
+
     /// A gateway serving `runtime`'s tools. `approver` is the
     /// [`ClientApprover`] the runtime was built with, if any: `ask` is then
     /// put to the calling client as an elicitation. Must be called within a

@@ -300,12 +300,19 @@ impl ServerHandler for GatewaySession {
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.shared.settle().await;
+        let served = self.shared.served_names();
         let mut tools: Vec<Tool> = self
             .shared
             .runtime
             .tools(self.scope())
             .iter()
-            .filter_map(|d| to_mcp_tool(d))
+            .filter_map(|d| {
+                let mut tool = to_mcp_tool(d)?;
+                if let Some(name) = served.get(&d.name) {
+                    tool.name = name.clone().into();
+                }
+                Some(tool)
+            })
             .collect();
         if self.shared.options.status_tool {
             tools.push(status_tool());
@@ -338,6 +345,7 @@ impl ServerHandler for GatewaySession {
             return Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]).into());
         }
         self.shared.settle().await;
+        let public = self.shared.public_name(&request.name);
         let arguments = request.arguments.clone().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
@@ -355,7 +363,7 @@ impl ServerHandler for GatewaySession {
                             None,
                         ));
                     };
-                    if asked.tool != request.name || asked.arguments != arguments {
+                    if asked.tool != public || asked.arguments != arguments {
                         return Err(McpError::invalid_params(
                             format!(
                                 "the requestState answers a question about another call (of {}): retry that call unchanged",
@@ -393,7 +401,7 @@ impl ServerHandler for GatewaySession {
             .runtime
             .call(
                 self.scope(),
-                &request.name,
+                &public,
                 arguments.clone(),
                 CallOptions {
                     cancel: Some(ctx.ct.clone()),
@@ -443,14 +451,25 @@ impl ServerHandler for GatewaySession {
         _: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
         let mut prompts = Vec::new();
+        let mut all = Vec::new();
         for (server, listed) in self.shared.runtime.list_prompts(self.scope()).await {
-            let list = match listed {
-                Ok(list) => list,
+            match listed {
+                Ok(list) => all.push((server, list)),
                 Err(e) => {
                     tracing::warn!(server = %server, error = %e, "gateway: prompts/list failed");
-                    continue;
                 }
-            };
+            }
+        }
+        // Raw-names mode: a prompt name only one server has is served as it is.
+        let mut by_raw: HashMap<String, usize> = HashMap::new();
+        for (_, list) in &all {
+            for p in list {
+                if let Some(n) = p.get("name").and_then(Value::as_str) {
+                    *by_raw.entry(n.to_owned()).or_default() += 1;
+                }
+            }
+        }
+        for (server, list) in all {
             for mut prompt in list {
                 let Some(raw) = prompt
                     .get("name")
@@ -459,7 +478,11 @@ impl ServerHandler for GatewaySession {
                 else {
                     continue;
                 };
-                let public = crate::public_tool_name(&server, &raw);
+                let public = if self.shared.options.raw_names && by_raw.get(&raw) == Some(&1) {
+                    raw.clone()
+                } else {
+                    crate::public_tool_name(&server, &raw)
+                };
                 if let Some(obj) = prompt.as_object_mut() {
                     obj.insert("name".into(), Value::String(public.clone()));
                     let meta = obj

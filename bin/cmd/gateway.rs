@@ -34,6 +34,8 @@ pub(crate) struct GatewayFlags {
     pub(crate) max_sessions: usize,
     /// A session-era client session idle this long ends (`--http`).
     pub(crate) session_idle: std::time::Duration,
+    /// Serve the servers' own tool names (GW-4).
+    pub(crate) raw_names: bool,
 }
 
 /// Run the gateway until the client leaves (stdio) or a signal; exit 0 when
@@ -102,9 +104,29 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             first_list_wait,
             max_sessions: flags.max_sessions,
             session_idle: flags.session_idle,
+            raw_names: flags.raw_names,
             ..GatewayOptions::default()
         },
     );
+    // GW-4: raw names only where they do not collide, checked once the
+    // servers that can start are up; a collision refuses to serve.
+    if flags.raw_names {
+        gateway.first_catalog().await;
+        let collisions = gateway.raw_name_collisions();
+        if !collisions.is_empty() {
+            let named: Vec<String> = collisions
+                .iter()
+                .map(|(tool, servers)| format!("\"{tool}\" ({})", servers.join(", ")))
+                .collect();
+            gateway.close();
+            let report = finish(runtime).await;
+            drop(report);
+            bail!(
+                "--raw-names: these tool names are served by more than one server: {}; rename or drop one of the servers, or serve without --raw-names (the tools then have names mcp__<server>__<tool>)",
+                named.join("; ")
+            );
+        }
+    }
     let mut reloader = Reloader {
         cli,
         servers: cfg.servers,

@@ -1430,3 +1430,44 @@ async fn session_era_clients_are_capped_and_a_stateless_one_needs_no_session() {
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_names_serve_a_servers_own_tool_names_and_a_collision_refuses_to_start() {
+    // GW-4: with --raw-names a client set up for one server sees its own
+    // tool names (and the public names still call); two servers with a
+    // tool of the same name refuse to start, naming it.
+    let work = workdir(&fault_section("s", &[], "always"));
+    let (handler, _events) = client(None);
+    let (mut child, client) = stdio_gateway(&work, handler, &["--raw-names"]).await;
+    let names = tool_names(&client).await;
+    assert!(names.iter().any(|n| n == "echo"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__s__")),
+        "{names:?}"
+    );
+    let raw = call(&client, "echo", json!({"message": "raw"})).await;
+    assert_eq!(text_of(&raw), "Echo: raw");
+    let public = call(&client, "mcp__s__echo", json!({"message": "public"})).await;
+    assert_eq!(text_of(&public), "Echo: public");
+    drop(client);
+    exited_and_reaped(&mut child, None).await;
+
+    let two = workdir(&format!(
+        "{}\n{}",
+        fault_section("a", &[], "always"),
+        fault_section("b", &[], "always")
+    ));
+    let out = tokio::time::timeout(
+        LIMIT,
+        gateway_command(&two.config(), &["--stdio", "--raw-names"]).output(),
+    )
+    .await
+    .expect("refused in time")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("\"echo\" (a, b)") && stderr.contains("--raw-names"),
+        "{stderr}"
+    );
+}
