@@ -99,15 +99,16 @@ else
         "@playwright/mcp@$PLAYWRIGHT_MCP_VERSION" "chrome-devtools-mcp@$DEVTOOLS_MCP_VERSION")
 fi
 
-# The TypeScript SDK 2.x server package (the 2026-07-28 era): the era
-# tests' server (chaos-tests/peers/era-server.mjs) is built on it.
+# The TypeScript SDK 2.x server and client packages (the 2026-07-28 era):
+# the era tests' server (chaos-tests/peers/era-server.mjs) is built on the
+# first, a gateway client (chaos-tests/peers/era-client.mjs) on the second.
 SERVER_SDK_VERSION="2.4.0"
-if [ "$(pkg_version @modelcontextprotocol/server)" = "$SERVER_SDK_VERSION" ]; then
-    echo "peers: @modelcontextprotocol/server@$SERVER_SDK_VERSION already installed"
+if [ "$(pkg_version @modelcontextprotocol/server)" = "$SERVER_SDK_VERSION" ] && [ "$(pkg_version @modelcontextprotocol/client)" = "$SERVER_SDK_VERSION" ]; then
+    echo "peers: @modelcontextprotocol/server and client @$SERVER_SDK_VERSION already installed"
 else
-    echo "peers: installing @modelcontextprotocol/server@$SERVER_SDK_VERSION"
+    echo "peers: installing @modelcontextprotocol/server and client @$SERVER_SDK_VERSION"
     (cd "$dir" && npm install --no-audit --no-fund --save-exact \
-        "@modelcontextprotocol/server@$SERVER_SDK_VERSION")
+        "@modelcontextprotocol/server@$SERVER_SDK_VERSION" "@modelcontextprotocol/client@$SERVER_SDK_VERSION")
 fi
 
 # The official Python SDK (mcp 2.x), a client of the gateway in the SDK's

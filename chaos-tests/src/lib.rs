@@ -122,6 +122,12 @@ pub fn era_server_dir() -> Option<PathBuf> {
     peers_with(&["node_modules/@modelcontextprotocol/server"])
 }
 
+/// The peers directory with the TypeScript SDK 2.x client package, installed
+/// on first use like [`everything_dir`].
+pub fn era_client_dir() -> Option<PathBuf> {
+    peers_with(&["node_modules/@modelcontextprotocol/client"])
+}
+
 /// The peers directory with the conformance suite's 0.2.0 line (as
 /// `conformance-next`) and the Node 22 it needs.
 pub fn conformance_next_dir() -> Option<PathBuf> {

@@ -1471,3 +1471,95 @@ async fn raw_names_serve_a_servers_own_tool_names_and_a_collision_refuses_to_sta
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_2_lists_once_calls_and_hears_progress_in_either_era() {
+    // GW-1/2/3 against the TypeScript SDK 2.x client
+    // (@modelcontextprotocol/client 2.4.0): in `auto` it speaks 2026-07-28,
+    // in `legacy` 2025-11-25, over stdio and HTTP; each time its one list
+    // holds the backend's tools, its call is answered and the backend's
+    // progress reaches it under its own token.
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: the_typescript_sdk_2… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = dir.join("era-client.mjs");
+    std::fs::copy(
+        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-client.mjs"),
+        &script,
+    )
+    .unwrap();
+    let work = workdir(&fault_section(
+        "s",
+        &["--progress".into(), "3".into()],
+        "always",
+    ));
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let run = |args: Vec<String>| {
+        let (dir, script) = (dir.clone(), script.clone());
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(90),
+                tokio::process::Command::new("node")
+                    .arg(script)
+                    .args(args)
+                    .current_dir(dir)
+                    .stdin(Stdio::null())
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await
+            .expect("the TypeScript client finished in time")
+            .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            let v: Value = serde_json::from_str(stdout.trim())
+                .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+            assert!(out.status.success(), "{v}");
+            v
+        }
+    };
+    let stdio = |mode: &str| {
+        vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__s__echo".into(),
+            "--mode".into(),
+            mode.into(),
+        ]
+    };
+    let modern_stdio = run(stdio("auto")).await;
+    let legacy_stdio = run(stdio("legacy")).await;
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let http = |mode: &str| {
+        vec![
+            "http".into(),
+            format!("http://{addr}/mcp"),
+            "mcp__s__echo".into(),
+            "--mode".into(),
+            mode.into(),
+        ]
+    };
+    let modern_http = run(http("auto")).await;
+    let legacy_http = run(http("legacy")).await;
+    for (how, v, era) in [
+        ("stdio auto", &modern_stdio, "2026-07-28"),
+        ("stdio legacy", &legacy_stdio, "2025-11-25"),
+        ("http auto", &modern_http, "2026-07-28"),
+        ("http legacy", &legacy_http, "2025-11-25"),
+    ] {
+        assert_eq!(v["protocol_version"], era, "{how}: {v}");
+        assert!(
+            v["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "mcp__s__echo"),
+            "{how}: {v}"
+        );
+        assert_eq!(v["call"]["text"], "Echo: from ts", "{how}: {v}");
+        assert_eq!(v["progress"], json!([[1, 3], [2, 3], [3, 3]]), "{how}: {v}");
+    }
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
+}
