@@ -210,7 +210,11 @@ impl GatewaySession {
                             if let Some(meta) = meta.as_object_mut() {
                                 meta.insert(SERVER_META_KEY.into(), Value::String(server.clone()));
                             }
-                            if let Some(uri) = obj.get("uri").and_then(Value::as_str)
+                            // A resource's URI, or a template's (for completions).
+                            if let Some(uri) = obj
+                                .get("uri")
+                                .or_else(|| obj.get("uriTemplate"))
+                                .and_then(Value::as_str)
                                 && let Ok(mut owners) = self.shared.uri_owner.lock()
                             {
                                 owners.insert(uri.to_owned(), server.clone());
@@ -242,6 +246,7 @@ impl ServerHandler for GatewaySession {
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
+            .enable_completions()
             .enable_logging()
             .enable_prompts()
             .enable_resources()
@@ -431,6 +436,83 @@ impl ServerHandler for GatewaySession {
             }
         }
         Ok(results::to_call_result(outcome).into())
+    }
+
+    /// `completion/complete` (GW-2): passed to the server whose prompt or
+    /// resource template it names, in that server's own names.
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        self.shared.settle().await;
+        let mut params = serde_json::to_value(&request)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let ct = ctx.ct.clone();
+        let server = match &request.r#ref {
+            rmcp::model::Reference::Prompt(p) => {
+                let owner = |s: &Self| {
+                    s.shared
+                        .prompt_owner
+                        .lock()
+                        .ok()
+                        .and_then(|o| o.get(&p.name).cloned())
+                };
+                let mut found = owner(self);
+                if found.is_none() {
+                    let _ = self.list_prompts(None, ctx).await;
+                    found = owner(self);
+                }
+                let Some((server, raw)) = found else {
+                    return Err(McpError::invalid_params(
+                        format!("no server of this gateway lists the prompt {:?}", p.name),
+                        None,
+                    ));
+                };
+                params["ref"]["name"] = Value::String(raw);
+                server
+            }
+            rmcp::model::Reference::Resource(r) => {
+                let listed = |s: &Self| {
+                    s.shared
+                        .uri_owner
+                        .lock()
+                        .ok()
+                        .is_some_and(|o| o.contains_key(&r.uri))
+                };
+                if !listed(self) {
+                    let _ = self
+                        .list_all(ResourceOp::Templates, "resourceTemplates", &ct)
+                        .await;
+                }
+                self.owner_of(&r.uri, &ct)
+                    .await
+                    .ok_or_else(|| not_listed(&r.uri))?
+            }
+            _ => {
+                return Err(McpError::invalid_params(
+                    "a completion reference of a kind this gateway does not know",
+                    None,
+                ));
+            }
+        };
+        if let Some(obj) = params.as_object_mut() {
+            obj.remove("_meta");
+        }
+        let value = self
+            .shared
+            .runtime
+            .complete(self.scope(), &server, params)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        serde_json::from_value(value).map_err(|e| {
+            McpError::internal_error(
+                format!(
+                    "server \"{server}\" answered completion/complete with an invalid result: {e}"
+                ),
+                None,
+            )
+        })
     }
 
     /// The level is accepted; the gateway sends no log messages of its own

@@ -284,6 +284,20 @@ impl Runtime {
             .map(|_| ())
     }
 
+    /// `completion/complete` at `server`: `params` are the request's
+    /// parameters (`ref`, `argument`, `context`) in the server's own names
+    /// (its prompt's name, its resource template); the result as raw JSON,
+    /// secrets redacted.
+    pub async fn complete(
+        &self,
+        scope: &Scope,
+        server: &str,
+        params: Value,
+    ) -> Result<Value, RuntimeError> {
+        self.server_request(scope, server, Ask::Complete { params })
+            .await
+    }
+
     /// `resources/unsubscribe` from `uri` at `server`.
     pub async fn unsubscribe_resource(
         &self,
@@ -323,6 +337,7 @@ impl Runtime {
                     .get_prompt(name, arguments, timeout, &answerer)
                     .await
             }
+            Ask::Complete { params } => live.client.complete(params, timeout).await,
             Ask::Subscribe { uri, on } => {
                 live.client
                     .subscription(uri, on, timeout, live.era, &live.handlers, server)
@@ -387,4 +402,6 @@ enum Ask<'a> {
     },
     /// `resources/subscribe` (`on`) or `resources/unsubscribe`.
     Subscribe { uri: &'a str, on: bool },
+    /// `completion/complete`.
+    Complete { params: Value },
 }

@@ -1177,6 +1177,18 @@ impl McpClient {
         self.request_value(request, timeout).await
     }
 
+    /// `completion/complete` with `params` (the request's parameters, in
+    /// the server's own names); the result as raw JSON.
+    pub async fn complete(&self, params: Value, timeout: Duration) -> Result<Value, WireError> {
+        let params: rmcp::model::CompleteRequestParams =
+            serde_json::from_value(params).map_err(|source| WireError::Params {
+                method: "completion/complete",
+                source,
+            })?;
+        let request = ClientRequest::CompleteRequest(rmcp::model::CompleteRequest::new(params));
+        self.request_value(request, timeout).await
+    }
+
     /// A stateless subscription to `uri` (see [`Self::subscription`]).
     async fn listen_to_resource(
         &self,

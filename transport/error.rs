@@ -34,6 +34,14 @@ pub enum WireError {
     /// The transport closed before the answer.
     #[error("Transport closed")]
     Closed,
+    /// A request's parameters, as given, are not the method's.
+    #[error("the {method} parameters are not valid: {source}")]
+    Params {
+        /// The method.
+        method: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
     /// A stateless server acknowledged a listen stream without the resource
     /// asked for: it offers no subscription to it.
     #[error(

@@ -1563,3 +1563,61 @@ async fn the_typescript_sdk_2_lists_once_calls_and_hears_progress_in_either_era(
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_reach_the_server_whose_prompt_or_template_they_name() {
+    // GW-2: completion/complete through the gateway, to server-everything:
+    // a prompt argument (named by the gateway's public prompt name, the
+    // context passed on) and a resource template's variable.
+    let Some(dir) = mcpvisor_chaos::everything_dir() else {
+        println!("note: completions… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let toml = format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = \"always\"\n",
+        mcpvisor_chaos::peers::everything_entry(&dir)
+    );
+    let work = workdir(&toml);
+    let (handler, _events) = client(None);
+    let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
+    let complete = |reference: Value, argument: Value, context: Option<Value>| {
+        let mut params = json!({"ref": reference, "argument": argument});
+        if let Some(c) = context {
+            params["context"] = c;
+        }
+        let params: rmcp::model::CompleteRequestParams = serde_json::from_value(params).unwrap();
+        let client = &client;
+        async move {
+            tokio::time::timeout(LIMIT, client.complete(params))
+                .await
+                .expect("completed in time")
+                .unwrap()
+                .completion
+                .values
+        }
+    };
+    let prompt = json!({"type": "ref/prompt", "name": "mcp__everything__completable-prompt"});
+    let departments = complete(
+        prompt.clone(),
+        json!({"name": "department", "value": "E"}),
+        None,
+    )
+    .await;
+    assert_eq!(departments, ["Engineering"]);
+    let names = complete(
+        prompt,
+        json!({"name": "name", "value": "A"}),
+        Some(json!({"arguments": {"department": "Engineering"}})),
+    )
+    .await;
+    assert_eq!(names, ["Alice"]);
+    let ids = complete(
+        json!({"type": "ref/resource", "uri": "demo://resource/dynamic/text/{resourceId}"}),
+        json!({"name": "resourceId", "value": "7"}),
+        None,
+    )
+    .await;
+    assert_eq!(ids, ["7"]);
+    drop(client);
+    exited_and_reaped(&mut child, None).await;
+}
