@@ -351,6 +351,8 @@ impl Gateway {
             _stop_on_drop: stop.clone().drop_guard(),
         });
         let updates = shared.runtime.subscribe();
+        let lists = shared.runtime.subscribe();
+        tokio::spawn(list_changes(Arc::downgrade(&shared), lists, stop.clone()));
         tokio::spawn(notifier(Arc::downgrade(&shared), events, stop.clone()));
         tokio::spawn(resource_updates(Arc::downgrade(&shared), updates, stop));
         Self { shared }

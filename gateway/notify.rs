@@ -185,3 +185,53 @@ pub(super) async fn progress(
         }
     }
 }
+
+/// Passes the backends' prompt and resource list changes on to every
+/// client (GW-2): session clients as notifications, stateless ones on
+/// their listen streams; until the gateway stops.
+pub(super) async fn list_changes(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use rmcp::model::ServerNotification as N;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        let (scope, prompts) = match ev {
+            Ok(RuntimeEvent::ListChanged { scope, list, .. }) => (scope, list == "prompts"),
+            Err(RecvError::Closed) => return,
+            _ => continue,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if scope != shared.options.scope {
+            continue;
+        }
+        let _ = shared.listens.send(if prompts {
+            N::PromptListChangedNotification(Default::default())
+        } else {
+            N::ResourceListChangedNotification(Default::default())
+        });
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(c) => c.values().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for peer in peers {
+            tokio::spawn(async move {
+                let sent = async {
+                    if prompts {
+                        peer.notify_prompt_list_changed().await
+                    } else {
+                        peer.notify_resource_list_changed().await
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(5), sent).await;
+            });
+        }
+    }
+}

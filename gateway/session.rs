@@ -249,8 +249,10 @@ impl ServerHandler for GatewaySession {
             .enable_completions()
             .enable_logging()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_resources()
             .enable_resources_subscribe()
+            .enable_resources_list_changed()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
@@ -679,6 +681,8 @@ impl ServerHandler for GatewaySession {
     ) -> Option<rmcp::model::SubscriptionFilter> {
         let mut accepted = rmcp::model::SubscriptionFilter::builder()
             .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
             .build();
         accepted.resource_subscriptions = requested.resource_subscriptions.clone();
         Some(accepted)

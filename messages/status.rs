@@ -195,6 +195,18 @@ pub enum RuntimeEvent {
         /// The resource's URI, as the server sent it.
         uri: String,
     },
+    /// A server said its prompt or resource list changed
+    /// (`notifications/prompts/list_changed`,
+    /// `notifications/resources/list_changed`). The runtime keeps no such
+    /// list; this is for those that do (the gateway's clients).
+    ListChanged {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// Which list: `prompts` or `resources`.
+        list: &'static str,
+    },
     /// A server reported progress on a call (`notifications/progress`).
     /// Every call carries its `call_id` as its progress token, so the
     /// notification names the call it belongs to.

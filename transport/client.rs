@@ -239,6 +239,19 @@ pub fn tasks_meta(handlers: &ClientHandlers) -> RequestMetaObject {
     meta
 }
 
+impl SupervisedClient {
+    /// The server's prompt or resource `list` changed: a `ListChanged` event.
+    fn list_changed(&self, list: &'static str) {
+        if let Some((scope, events)) = &self.handlers.notifications {
+            let _ = events.send(crate::messages::status::RuntimeEvent::ListChanged {
+                scope: scope.clone(),
+                server: self.server.clone(),
+                list,
+            });
+        }
+    }
+}
+
 fn no_capabilities(method: &str) -> McpError {
     McpError::new(
         ErrorCode::METHOD_NOT_FOUND,
@@ -292,6 +305,14 @@ impl ClientHandler for SupervisedClient {
         _: RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
         Err(no_capabilities(&request.method))
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.list_changed("prompts");
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.list_changed("resources");
     }
 
     async fn on_resource_updated(

@@ -6,6 +6,7 @@
 //
 // stdio. Tools: `echo` {text} answers the text; `add_tool` registers a tool
 // `added` (a tool list change, announced on subscriptions/listen streams);
+// `add_prompt` registers a prompt `added_prompt` (a prompt list change);
 // `confirm` {what} asks the client to confirm (an `input_required` result
 // with an elicitation and a request state), and answers "confirmed WHAT
 // (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
@@ -42,6 +43,12 @@ serveStdio(() => {
     });
   server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
+  server.registerTool('add_prompt', { description: 'Registers the prompt `added_prompt`.', inputSchema: none },
+    async () => {
+      server.registerPrompt('added_prompt', { description: 'Added at run time.' },
+        async () => ({ messages: [{ role: 'user', content: { type: 'text', text: 'added' } }] }));
+      return { content: [{ type: 'text', text: 'registered' }] };
+    });
   server.registerTool('add_tool', { description: 'Registers the tool `added`.', inputSchema: none },
     async () => {
       server.registerTool('added', { description: 'Added at run time.', inputSchema: none },

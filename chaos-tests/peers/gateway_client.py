@@ -20,6 +20,10 @@ for the change on the stream (20 s at most) and lists again: "listen":
 With `--elicit DECISION` the client answers every elicitation by accepting
 {"decision": DECISION}, and reports the messages it was asked ("asked").
 
+With `--prompts-change ADD_TOOL` (the 2026-07-28 era) it opens a listen
+stream for prompt list changes, calls ADD_TOOL, waits for the change
+(20 s at most) and lists the prompts: "prompts": {"event", "names"}.
+
 With `--progress` the call asks for progress and reports each
 notification it got during the call ("progress": [[progress, total,
 message], ...]).
@@ -57,7 +61,16 @@ async def listen_for_change(client, add_tool, error_tool):
     }
 
 
-async def run(server, tool, mode, listen=None, elicit=None, progress=False):
+async def prompts_change(client, add_tool):
+    """The --prompts-change steps (see the module docs)."""
+    async with client.listen(prompts_list_changed=True) as sub:
+        await client.call_tool(add_tool, {})
+        event = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
+    listed = await client.list_prompts()
+    return {"event": type(event).__name__, "names": [p.name for p in listed.prompts]}
+
+
+async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None):
     asked = []
     noted = []
 
@@ -98,6 +111,8 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False):
             out["asked"] = asked
         if progress:
             out["progress"] = noted
+        if prompts is not None:
+            out["prompts"] = await prompts_change(client, prompts)
         return out
 
 
@@ -113,6 +128,11 @@ def main(argv):
     if "--mode" in argv:
         at = argv.index("--mode")
         mode = argv[at + 1]
+        del argv[at : at + 2]
+    prompts = None
+    if "--prompts-change" in argv:
+        at = argv.index("--prompts-change")
+        prompts = argv[at + 1]
         del argv[at : at + 2]
     progress = "--progress" in argv
     if progress:
@@ -136,7 +156,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

@@ -1621,3 +1621,46 @@ async fn completions_reach_the_server_whose_prompt_or_template_they_name() {
     drop(client);
     exited_and_reaped(&mut child, None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
+    // GW-2: a backend's notifications/prompts/list_changed (the TS SDK 2.x
+    // server, spoken to in the session era) reaches the listen stream of a
+    // stateless client (the Python SDK 2.x in `auto`), which then lists
+    // the new prompt.
+    let (Some(python), Some(dir)) = (
+        mcpvisor_chaos::python_sdk(),
+        mcpvisor_chaos::era_server_dir(),
+    ) else {
+        println!("note: a_backends_prompt_list_change… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = dir.join("era-server.mjs");
+    std::fs::copy(
+        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
+        &script,
+    )
+    .unwrap();
+    let toml = format!(
+        "[servers.era]\ncommand = \"node\"\nargs = [{:?}]\ntrust = \"always\"\nprotocol = \"2025-11-25\"\nidle_stop_after_s = 0\n",
+        script.to_string_lossy()
+    );
+    let work = workdir(&toml);
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let v = python_gateway_client(
+        &python,
+        vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__era__add_tool".into(),
+            "--prompts-change".into(),
+            "mcp__era__add_prompt".into(),
+        ],
+    )
+    .await;
+    assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
+    assert_eq!(v["prompts"]["event"], "PromptsListChanged", "{v}");
+    let names = v["prompts"]["names"].as_array().unwrap();
+    assert!(names.iter().any(|n| n == "mcp__era__added_prompt"), "{v}");
+}
