@@ -139,6 +139,9 @@ struct Shared {
     /// What the open `subscriptions/listen` streams of stateless clients
     /// are sent (each stream passes on what its filter accepted).
     listens: tokio::sync::broadcast::Sender<rmcp::model::ServerNotification>,
+    /// The log level each session client set (`logging/setLevel`), by
+    /// session id: backends' log messages below it are not sent to it.
+    log_levels: Mutex<HashMap<u64, usize>>,
     /// Stateless clients' trust questions awaiting their answer, by the
     /// request state handed out with the question.
     pending_asks: Mutex<HashMap<String, PendingAsk>>,
@@ -171,6 +174,23 @@ struct PendingAsk {
 const PENDING_ASK_TTL: Duration = Duration::from_secs(600);
 /// The most trust questions awaiting answers at once (the oldest go first).
 const MAX_PENDING_ASKS: usize = 1024;
+
+/// MCP's log levels, least severe first.
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The rank of a log level in [`LOG_LEVELS`] (an unknown one: `info`'s).
+fn log_rank(level: &str) -> usize {
+    LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(1)
+}
 
 /// The input request key of the trust question in an `input_required` result.
 pub const TRUST_INPUT_KEY: &str = "mcpvisor_trust";
@@ -346,6 +366,7 @@ impl Gateway {
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
             pending_asks: Mutex::default(),
+            log_levels: Mutex::default(),
             hold: Arc::default(),
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),
@@ -353,6 +374,8 @@ impl Gateway {
         let updates = shared.runtime.subscribe();
         let lists = shared.runtime.subscribe();
         tokio::spawn(list_changes(Arc::downgrade(&shared), lists, stop.clone()));
+        let logs = shared.runtime.subscribe();
+        tokio::spawn(server_logs(Arc::downgrade(&shared), logs, stop.clone()));
         tokio::spawn(notifier(Arc::downgrade(&shared), events, stop.clone()));
         tokio::spawn(resource_updates(Arc::downgrade(&shared), updates, stop));
         Self { shared }

@@ -235,3 +235,72 @@ pub(super) async fn list_changes(
         }
     }
 }
+
+/// Passes the backends' log messages (`notifications/message`) on to the
+/// session clients whose level (`logging/setLevel`; all, before one is
+/// set) they reach (GW-2), the logger named `<server>` or
+/// `<server>/<logger>`; until the gateway stops. Logging is deprecated by
+/// SEP-2577, so stateless clients are not sent any.
+#[allow(deprecated)]
+pub(super) async fn server_logs(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.recv() => ev,
+        };
+        let (scope, server, level, logger, data) = match ev {
+            Ok(RuntimeEvent::ServerLog {
+                scope,
+                server,
+                level,
+                logger,
+                data,
+            }) => (scope, server, level, logger, data),
+            Err(RecvError::Closed) => return,
+            _ => continue,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if scope != shared.options.scope {
+            continue;
+        }
+        let Ok(level_value) = serde_json::from_value::<rmcp::model::LoggingLevel>(
+            serde_json::Value::String(level.clone()),
+        ) else {
+            continue;
+        };
+        let rank = log_rank(&level);
+        let levels = shared
+            .log_levels
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+            Ok(c) => c
+                .iter()
+                .filter(|(id, _)| levels.get(id).is_none_or(|min| rank >= *min))
+                .map(|(_, p)| p.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let logger = match &logger {
+            Some(l) => format!("{server}/{l}"),
+            None => server.clone(),
+        };
+        for peer in peers {
+            let note = rmcp::model::LoggingMessageNotificationParam::new(level_value, data.clone())
+                .with_logger(logger.clone());
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), peer.notify_logging_message(note))
+                        .await;
+            });
+        }
+    }
+}

@@ -517,14 +517,21 @@ impl ServerHandler for GatewaySession {
         })
     }
 
-    /// The level is accepted; the gateway sends no log messages of its own
-    /// yet (its log goes to its stderr), nor the backends'.
+    /// The level below which the backends' log messages are not sent to
+    /// this client (GW-2); the gateway's own log goes to its stderr.
     #[allow(deprecated)]
     async fn set_level(
         &self,
-        _: rmcp::model::SetLevelRequestParams,
+        request: rmcp::model::SetLevelRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        let level = serde_json::to_value(request.level)
+            .ok()
+            .and_then(|v| v.as_str().map(log_rank))
+            .unwrap_or(0);
+        if let Ok(mut levels) = self.shared.log_levels.lock() {
+            levels.insert(self.id, level);
+        }
         Ok(())
     }
 

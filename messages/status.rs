@@ -195,6 +195,20 @@ pub enum RuntimeEvent {
         /// The resource's URI, as the server sent it.
         uri: String,
     },
+    /// A server's log message (`notifications/message`), its data with the
+    /// server's secrets redacted (TRUST-2).
+    ServerLog {
+        /// Scope.
+        scope: Scope,
+        /// Server.
+        server: String,
+        /// Its level (`debug` … `emergency`, as the server sent it).
+        level: String,
+        /// Its logger, when it named one.
+        logger: Option<String>,
+        /// Its data.
+        data: serde_json::Value,
+    },
     /// A server said its prompt or resource list changed
     /// (`notifications/prompts/list_changed`,
     /// `notifications/resources/list_changed`). The runtime keeps no such

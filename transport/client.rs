@@ -307,6 +307,29 @@ impl ClientHandler for SupervisedClient {
         Err(no_capabilities(&request.method))
     }
 
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still what session-era servers send
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        if let Some((scope, events)) = &self.handlers.notifications {
+            let mut data = params.data;
+            crate::messages::trust::redact_value(&mut data, &self.diag.redactions());
+            let level = serde_json::to_value(params.level)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let _ = events.send(crate::messages::status::RuntimeEvent::ServerLog {
+                scope: scope.clone(),
+                server: self.server.clone(),
+                level,
+                logger: params.logger,
+                data,
+            });
+        }
+    }
+
     async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
         self.list_changed("prompts");
     }

@@ -7,6 +7,7 @@
 // stdio. Tools: `echo` {text} answers the text; `add_tool` registers a tool
 // `added` (a tool list change, announced on subscriptions/listen streams);
 // `add_prompt` registers a prompt `added_prompt` (a prompt list change);
+// `log` sends two log messages, "quiet" at info and "loud" at warning;
 // `confirm` {what} asks the client to confirm (an `input_required` result
 // with an elicitation and a request state), and answers "confirmed WHAT
 // (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
@@ -30,7 +31,7 @@ const none = fromJsonSchema({ type: 'object', properties: {} });
 serveStdio(() => {
   const server = new McpServer(
     { name: 'era-server', version: '1.0.0' },
-    { capabilities: { tools: { listChanged: true }, prompts: {}, resources: { subscribe: true } } },
+    { capabilities: { tools: { listChanged: true }, prompts: {}, resources: { subscribe: true }, logging: {} } },
   );
   let counter = 0;
   server.registerResource('counter', 'note://counter', { description: 'A counter `bump` raises.' },
@@ -43,6 +44,12 @@ serveStdio(() => {
     });
   server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
+  server.registerTool('log', { description: 'Logs "quiet" at info, then "loud" at warning.', inputSchema: none },
+    async () => {
+      await server.server.sendLoggingMessage({ level: 'info', logger: 'tool', data: 'quiet' });
+      await server.server.sendLoggingMessage({ level: 'warning', logger: 'tool', data: 'loud' });
+      return { content: [{ type: 'text', text: 'logged' }] };
+    });
   server.registerTool('add_prompt', { description: 'Registers the prompt `added_prompt`.', inputSchema: none },
     async () => {
       server.registerPrompt('added_prompt', { description: 'Added at run time.' },

@@ -24,6 +24,10 @@ With `--prompts-change ADD_TOOL` (the 2026-07-28 era) it opens a listen
 stream for prompt list changes, calls ADD_TOOL, waits for the change
 (20 s at most) and lists the prompts: "prompts": {"event", "names"}.
 
+With `--logs LEVEL` the client sets its log level to LEVEL before the
+call and reports the log messages it got until the first one ("logs":
+[[level, logger, data], ...]; 20 s at most).
+
 With `--progress` the call asks for progress and reports each
 notification it got during the call ("progress": [[progress, total,
 message], ...]).
@@ -70,9 +74,15 @@ async def prompts_change(client, add_tool):
     return {"event": type(event).__name__, "names": [p.name for p in listed.prompts]}
 
 
-async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None):
+async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None):
     asked = []
     noted = []
+    logged = []
+    got_log = asyncio.Event()
+
+    async def on_log(params):
+        logged.append([params.level, params.logger, params.data])
+        got_log.set()
 
     async def note(done, total, message):
         noted.append([done, total, message])
@@ -82,6 +92,8 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
         return types.ElicitResult(action="accept", content={"decision": elicit})
 
     options = {"elicitation_callback": answer} if elicit is not None else {}
+    if logs is not None:
+        options["logging_callback"] = on_log
     async with Client(server, mode=mode, **options) as client:
         deadline = time.monotonic() + LIMIT_S
         while True:
@@ -92,6 +104,8 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{tool} never listed; got {names}")
             await asyncio.sleep(0.2)
+        if logs is not None:
+            await client.set_logging_level(logs)
         result = await client.call_tool(
             tool,
             {"message": "from python"},
@@ -113,6 +127,9 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
             out["progress"] = noted
         if prompts is not None:
             out["prompts"] = await prompts_change(client, prompts)
+        if logs is not None:
+            await asyncio.wait_for(got_log.wait(), LIMIT_S)
+            out["logs"] = logged
         return out
 
 
@@ -128,6 +145,11 @@ def main(argv):
     if "--mode" in argv:
         at = argv.index("--mode")
         mode = argv[at + 1]
+        del argv[at : at + 2]
+    logs = None
+    if "--logs" in argv:
+        at = argv.index("--logs")
+        logs = argv[at + 1]
         del argv[at : at + 2]
     prompts = None
     if "--prompts-change" in argv:
@@ -156,7 +178,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts, logs), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

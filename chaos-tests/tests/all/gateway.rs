@@ -1664,3 +1664,46 @@ async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream
     let names = v["prompts"]["names"].as_array().unwrap();
     assert!(names.iter().any(|n| n == "mcp__era__added_prompt"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_log_messages_reach_a_session_client_at_its_level() {
+    // GW-2: a backend's notifications/message reach a session client
+    // (the Python SDK in `legacy` mode) from the level it set up, the
+    // logger naming the server: "loud" at warning arrives, "quiet" at info
+    // does not.
+    let (Some(python), Some(dir)) = (
+        mcpvisor_chaos::python_sdk(),
+        mcpvisor_chaos::era_server_dir(),
+    ) else {
+        println!("note: a_backends_log_messages… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = dir.join("era-server.mjs");
+    std::fs::copy(
+        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
+        &script,
+    )
+    .unwrap();
+    let toml = format!(
+        "[servers.era]\ncommand = \"node\"\nargs = [{:?}]\ntrust = \"always\"\nprotocol = \"2025-11-25\"\nidle_stop_after_s = 0\n",
+        script.to_string_lossy()
+    );
+    let work = workdir(&toml);
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let v = python_gateway_client(
+        &python,
+        vec![
+            "stdio".into(),
+            mcpvisor.to_string_lossy().into(),
+            work.config().to_string_lossy().into(),
+            "mcp__era__log".into(),
+            "--mode".into(),
+            "legacy".into(),
+            "--logs".into(),
+            "warning".into(),
+        ],
+    )
+    .await;
+    assert_eq!(v["protocol_version"], "2025-11-25", "{v}");
+    assert_eq!(v["logs"], json!([["warning", "era/tool", "loud"]]), "{v}");
+}
