@@ -307,7 +307,12 @@ impl ServerHandler for GatewaySession {
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.shared.settle().await;
-        let served = self.shared.served_names();
+        // Raw-names mode only: the name each tool is served under.
+        let served = self
+            .shared
+            .options
+            .raw_names
+            .then(|| self.shared.served_names());
         let mut tools: Vec<Tool> = self
             .shared
             .runtime
@@ -315,7 +320,7 @@ impl ServerHandler for GatewaySession {
             .iter()
             .filter_map(|d| {
                 let mut tool = to_mcp_tool(d)?;
-                if let Some(name) = served.get(&d.name) {
+                if let Some(name) = served.as_ref().and_then(|s| s.get(&d.name)) {
                     tool.name = name.clone().into();
                 }
                 Some(tool)
