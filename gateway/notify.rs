@@ -100,15 +100,9 @@ pub(super) async fn resource_updates(
     mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
     stop: CancellationToken,
 ) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let ev = tokio::select! {
-            _ = stop.cancelled() => return,
-            ev = events.recv() => ev,
-        };
+    while let Some(ev) = next(&mut events, &stop).await {
         let (scope, uri) = match ev {
             Ok(RuntimeEvent::ResourceUpdated { scope, uri, .. }) => (scope, uri),
-            Err(RecvError::Closed) => return,
             _ => continue,
         };
         let Some(shared) = shared.upgrade() else {
@@ -195,15 +189,9 @@ pub(super) async fn list_changes(
     stop: CancellationToken,
 ) {
     use rmcp::model::ServerNotification as N;
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let ev = tokio::select! {
-            _ = stop.cancelled() => return,
-            ev = events.recv() => ev,
-        };
+    while let Some(ev) = next(&mut events, &stop).await {
         let (scope, prompts) = match ev {
             Ok(RuntimeEvent::ListChanged { scope, list, .. }) => (scope, list == "prompts"),
-            Err(RecvError::Closed) => return,
             _ => continue,
         };
         let Some(shared) = shared.upgrade() else {
@@ -247,12 +235,7 @@ pub(super) async fn server_logs(
     mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
     stop: CancellationToken,
 ) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let ev = tokio::select! {
-            _ = stop.cancelled() => return,
-            ev = events.recv() => ev,
-        };
+    while let Some(ev) = next(&mut events, &stop).await {
         let (scope, server, level, logger, data) = match ev {
             Ok(RuntimeEvent::ServerLog {
                 scope,
@@ -261,7 +244,6 @@ pub(super) async fn server_logs(
                 logger,
                 data,
             }) => (scope, server, level, logger, data),
-            Err(RecvError::Closed) => return,
             _ => continue,
         };
         let Some(shared) = shared.upgrade() else {
@@ -302,5 +284,21 @@ pub(super) async fn server_logs(
                         .await;
             });
         }
+    }
+}
+
+/// The next runtime event (a lagged receiver's lag included), or `None`
+/// once the gateway stops or the runtime's events end.
+async fn next(
+    events: &mut tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: &CancellationToken,
+) -> Option<Result<RuntimeEvent, tokio::sync::broadcast::error::RecvError>> {
+    use tokio::sync::broadcast::error::RecvError;
+    tokio::select! {
+        _ = stop.cancelled() => None,
+        ev = events.recv() => match ev {
+            Err(RecvError::Closed) => None,
+            ev => Some(ev),
+        },
     }
 }

@@ -101,6 +101,32 @@ impl GatewaySession {
         }
     }
 
+    /// The server that lists the prompt the gateway serves as `name`, and
+    /// that server's own name for it (listing first when none has yet).
+    async fn prompt_owner(
+        &self,
+        name: &str,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(String, String), McpError> {
+        let owner = |s: &Self| {
+            s.shared
+                .prompt_owner
+                .lock()
+                .ok()
+                .and_then(|o| o.get(name).cloned())
+        };
+        if let Some(found) = owner(self) {
+            return Ok(found);
+        }
+        let _ = self.list_prompts(None, ctx).await;
+        owner(self).ok_or_else(|| {
+            McpError::invalid_params(
+                format!("no server of this gateway lists the prompt {name:?}"),
+                None,
+            )
+        })
+    }
+
     /// Subscriber `id` (a session, or a listen stream) follows `uri`: the
     /// first one subscribes the server that listed it.
     async fn subscribe_uri(
@@ -458,24 +484,7 @@ impl ServerHandler for GatewaySession {
         let ct = ctx.ct.clone();
         let server = match &request.r#ref {
             rmcp::model::Reference::Prompt(p) => {
-                let owner = |s: &Self| {
-                    s.shared
-                        .prompt_owner
-                        .lock()
-                        .ok()
-                        .and_then(|o| o.get(&p.name).cloned())
-                };
-                let mut found = owner(self);
-                if found.is_none() {
-                    let _ = self.list_prompts(None, ctx).await;
-                    found = owner(self);
-                }
-                let Some((server, raw)) = found else {
-                    return Err(McpError::invalid_params(
-                        format!("no server of this gateway lists the prompt {:?}", p.name),
-                        None,
-                    ));
-                };
+                let (server, raw) = self.prompt_owner(&p.name, ctx).await?;
                 params["ref"]["name"] = Value::String(raw);
                 server
             }
@@ -606,27 +615,7 @@ impl ServerHandler for GatewaySession {
         request: rmcp::model::GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        let owner = |s: &Self| {
-            s.shared
-                .prompt_owner
-                .lock()
-                .ok()
-                .and_then(|o| o.get(&request.name).cloned())
-        };
-        let mut found = owner(self);
-        if found.is_none() {
-            let _ = self.list_prompts(None, ctx).await;
-            found = owner(self);
-        }
-        let Some((server, raw)) = found else {
-            return Err(McpError::invalid_params(
-                format!(
-                    "no server of this gateway lists the prompt {:?}",
-                    request.name
-                ),
-                None,
-            ));
-        };
+        let (server, raw) = self.prompt_owner(&request.name, ctx).await?;
         let value = self
             .shared
             .runtime

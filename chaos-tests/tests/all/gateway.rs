@@ -1100,17 +1100,20 @@ async fn every_route_checks_host_and_refuses_a_foreign_origin() {
 /// `args`: what it printed, and that it exited 0.
 async fn python_gateway_client(python: &Path, args: Vec<String>) -> Value {
     let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/gateway_client.py");
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(script).args(args);
+    json_client(cmd).await
+}
+
+/// A client script run to its end (90 s at most): the one JSON object it
+/// printed, and that it exited 0.
+async fn json_client(mut cmd: tokio::process::Command) -> Value {
     let out = tokio::time::timeout(
         Duration::from_secs(90),
-        tokio::process::Command::new(python)
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
+        cmd.stdin(Stdio::null()).kill_on_drop(true).output(),
     )
     .await
-    .expect("the Python client finished in time")
+    .expect("the client finished in time")
     .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let v: Value = serde_json::from_str(stdout.trim())
@@ -1496,27 +1499,9 @@ async fn the_typescript_sdk_2_lists_once_calls_and_hears_progress_in_either_era(
     ));
     let mcpvisor = ensure_mcpvisor_built().unwrap();
     let run = |args: Vec<String>| {
-        let (dir, script) = (dir.clone(), script.clone());
-        async move {
-            let out = tokio::time::timeout(
-                Duration::from_secs(90),
-                tokio::process::Command::new("node")
-                    .arg(script)
-                    .args(args)
-                    .current_dir(dir)
-                    .stdin(Stdio::null())
-                    .kill_on_drop(true)
-                    .output(),
-            )
-            .await
-            .expect("the TypeScript client finished in time")
-            .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-            let v: Value = serde_json::from_str(stdout.trim())
-                .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-            assert!(out.status.success(), "{v}");
-            v
-        }
+        let mut cmd = tokio::process::Command::new("node");
+        cmd.arg(&script).args(args).current_dir(&dir);
+        json_client(cmd)
     };
     let stdio = |mode: &str| {
         vec![
@@ -1622,18 +1607,17 @@ async fn completions_reach_the_server_whose_prompt_or_template_they_name() {
     exited_and_reaped(&mut child, None).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
-    // GW-2: a backend's notifications/prompts/list_changed (the TS SDK 2.x
-    // server, spoken to in the session era) reaches the listen stream of a
-    // stateless client (the Python SDK 2.x in `auto`), which then lists
-    // the new prompt.
+/// The Python SDK client (`gateway_client.py stdio … ARGS`) of a stdio
+/// gateway fronting the TS SDK 2.x era server, spoken to in the session era
+/// (it sends list changes and log messages unasked there); what the client
+/// printed. `None` (skipped with a note) without the peers.
+async fn python_client_of_era_server(test: &str, args: &[&str]) -> Option<Value> {
     let (Some(python), Some(dir)) = (
         mcpvisor_chaos::python_sdk(),
         mcpvisor_chaos::era_server_dir(),
     ) else {
-        println!("note: a_backends_prompt_list_change… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
-        return;
+        println!("note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return None;
     };
     let script = dir.join("era-server.mjs");
     std::fs::copy(
@@ -1647,18 +1631,33 @@ async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream
     );
     let work = workdir(&toml);
     let mcpvisor = ensure_mcpvisor_built().unwrap();
-    let v = python_gateway_client(
-        &python,
-        vec![
-            "stdio".into(),
-            mcpvisor.to_string_lossy().into(),
-            work.config().to_string_lossy().into(),
-            "mcp__era__add_tool".into(),
-            "--prompts-change".into(),
-            "mcp__era__add_prompt".into(),
+    let mut all = vec![
+        "stdio".to_owned(),
+        mcpvisor.to_string_lossy().into(),
+        work.config().to_string_lossy().into(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    Some(python_gateway_client(&python, all).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
+    // GW-2: a backend's notifications/prompts/list_changed (the TS SDK 2.x
+    // server, spoken to in the session era) reaches the listen stream of a
+    // stateless client (the Python SDK 2.x in `auto`), which then lists
+    // the new prompt.
+    let Some(v) = python_client_of_era_server(
+        "a_backends_prompt_list_change",
+        &[
+            "mcp__era__add_tool",
+            "--prompts-change",
+            "mcp__era__add_prompt",
         ],
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
     assert_eq!(v["prompts"]["event"], "PromptsListChanged", "{v}");
     let names = v["prompts"]["names"].as_array().unwrap();
@@ -1671,39 +1670,14 @@ async fn a_backends_log_messages_reach_a_session_client_at_its_level() {
     // (the Python SDK in `legacy` mode) from the level it set up, the
     // logger naming the server: "loud" at warning arrives, "quiet" at info
     // does not.
-    let (Some(python), Some(dir)) = (
-        mcpvisor_chaos::python_sdk(),
-        mcpvisor_chaos::era_server_dir(),
-    ) else {
-        println!("note: a_backends_log_messages… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+    let Some(v) = python_client_of_era_server(
+        "a_backends_log_messages",
+        &["mcp__era__log", "--mode", "legacy", "--logs", "warning"],
+    )
+    .await
+    else {
         return;
     };
-    let script = dir.join("era-server.mjs");
-    std::fs::copy(
-        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
-        &script,
-    )
-    .unwrap();
-    let toml = format!(
-        "[servers.era]\ncommand = \"node\"\nargs = [{:?}]\ntrust = \"always\"\nprotocol = \"2025-11-25\"\nidle_stop_after_s = 0\n",
-        script.to_string_lossy()
-    );
-    let work = workdir(&toml);
-    let mcpvisor = ensure_mcpvisor_built().unwrap();
-    let v = python_gateway_client(
-        &python,
-        vec![
-            "stdio".into(),
-            mcpvisor.to_string_lossy().into(),
-            work.config().to_string_lossy().into(),
-            "mcp__era__log".into(),
-            "--mode".into(),
-            "legacy".into(),
-            "--logs".into(),
-            "warning".into(),
-        ],
-    )
-    .await;
     assert_eq!(v["protocol_version"], "2025-11-25", "{v}");
     assert_eq!(v["logs"], json!([["warning", "era/tool", "loud"]]), "{v}");
 }
