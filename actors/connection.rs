@@ -113,6 +113,8 @@ pub struct ConnectionState {
     session_watch: Option<JoinHandle<()>>,
     /// `ConnectionEnded` is sent exactly once.
     ended_sent: bool,
+    /// The client handlers (where the listen stream's other list changes go).
+    handlers: ClientHandlers,
 }
 
 /// A killed actor (or one whose parent failed) skips `post_stop`: its tasks
@@ -161,6 +163,7 @@ impl Actor for Connection {
             listener: None,
             session_watch: None,
             ended_sent: false,
+            handlers: args.handlers.clone(),
         };
         let handler = SupervisedClient {
             conn_gen: state.conn_gen,
@@ -357,12 +360,27 @@ impl Actor for Connection {
                             let (conn_gen, server) =
                                 (state.conn_gen, state.config.server_name.clone());
                             let limit = state.config.request_timeout;
+                            let events = state.handlers.notifications.clone();
+                            let name = server.clone();
                             state.listener = Some(tokio::spawn(async move {
-                                let why = listen_for_changes(client, first, limit, || {
+                                let tools = || {
                                     let _ = supervisor
                                         .cast(ServerSupervisorMsg::ToolsListChanged { conn_gen });
-                                })
-                                .await;
+                                };
+                                // Prompts and resources: for those that keep such lists.
+                                let other = |list| {
+                                    if let Some((scope, events)) = &events {
+                                        let _ = events.send(
+                                            crate::messages::status::RuntimeEvent::ListChanged {
+                                                scope: scope.clone(),
+                                                server: name.clone(),
+                                                list,
+                                            },
+                                        );
+                                    }
+                                };
+                                let why =
+                                    listen_for_changes(client, first, limit, tools, other).await;
                                 tracing::debug!(server = %server, "the listen stream ended: {why}");
                             }));
                         }

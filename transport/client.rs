@@ -673,6 +673,8 @@ pub enum Listen {
 fn listen_filter() -> rmcp::model::SubscriptionFilter {
     rmcp::model::SubscriptionFilter::builder()
         .tools_list_changed()
+        .prompts_list_changed()
+        .resources_list_changed()
         .build()
 }
 
@@ -927,6 +929,7 @@ pub async fn listen_for_changes(
     first: Listen,
     limit: Duration,
     changed: impl Fn() + Send,
+    other_list_changed: impl Fn(&'static str) + Send,
 ) -> String {
     let mut backoff = LISTEN_FIRST_BACKOFF;
     let mut listen = first;
@@ -939,11 +942,12 @@ pub async fn listen_for_changes(
                 }
                 backoff = LISTEN_FIRST_BACKOFF;
                 while let Ok(Some(note)) = stream.next().await {
-                    if matches!(
-                        note,
-                        rmcp::model::ServerNotification::ToolListChangedNotification(_)
-                    ) {
-                        changed();
+                    use rmcp::model::ServerNotification as N;
+                    match note {
+                        N::ToolListChangedNotification(_) => changed(),
+                        N::PromptListChangedNotification(_) => other_list_changed("prompts"),
+                        N::ResourceListChangedNotification(_) => other_list_changed("resources"),
+                        _ => {}
                     }
                 }
             }

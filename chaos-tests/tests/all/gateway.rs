@@ -1609,9 +1609,10 @@ async fn completions_reach_the_server_whose_prompt_or_template_they_name() {
 
 /// The Python SDK client (`gateway_client.py stdio … ARGS`) of a stdio
 /// gateway fronting the TS SDK 2.x era server, spoken to in the session era
-/// (it sends list changes and log messages unasked there); what the client
-/// printed. `None` (skipped with a note) without the peers.
-async fn python_client_of_era_server(test: &str, args: &[&str]) -> Option<Value> {
+/// (it sends list changes and log messages unasked there), or with
+/// `stateless` serving only 2026-07-28 (they come on its listen stream);
+/// what the client printed. `None` (skipped with a note) without the peers.
+async fn python_client_of_era_server(test: &str, stateless: bool, args: &[&str]) -> Option<Value> {
     let (Some(python), Some(dir)) = (
         mcpvisor_chaos::python_sdk(),
         mcpvisor_chaos::era_server_dir(),
@@ -1625,8 +1626,13 @@ async fn python_client_of_era_server(test: &str, args: &[&str]) -> Option<Value>
         &script,
     )
     .unwrap();
+    let (extra, protocol) = if stateless {
+        (", \"--stateless-only\"", "auto")
+    } else {
+        ("", "2025-11-25")
+    };
     let toml = format!(
-        "[servers.era]\ncommand = \"node\"\nargs = [{:?}]\ntrust = \"always\"\nprotocol = \"2025-11-25\"\nidle_stop_after_s = 0\n",
+        "[servers.era]\ncommand = \"node\"\nargs = [{:?}{extra}]\ntrust = \"always\"\nprotocol = \"{protocol}\"\nidle_stop_after_s = 0\n",
         script.to_string_lossy()
     );
     let work = workdir(&toml);
@@ -1642,26 +1648,33 @@ async fn python_client_of_era_server(test: &str, args: &[&str]) -> Option<Value>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
-    // GW-2: a backend's notifications/prompts/list_changed (the TS SDK 2.x
-    // server, spoken to in the session era) reaches the listen stream of a
-    // stateless client (the Python SDK 2.x in `auto`), which then lists
-    // the new prompt.
-    let Some(v) = python_client_of_era_server(
-        "a_backends_prompt_list_change",
-        &[
-            "mcp__era__add_tool",
-            "--prompts-change",
-            "mcp__era__add_prompt",
-        ],
-    )
-    .await
-    else {
-        return;
-    };
-    assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
-    assert_eq!(v["prompts"]["event"], "PromptsListChanged", "{v}");
-    let names = v["prompts"]["names"].as_array().unwrap();
-    assert!(names.iter().any(|n| n == "mcp__era__added_prompt"), "{v}");
+    // GW-2 / ERA-4: a backend's notifications/prompts/list_changed (the TS
+    // SDK 2.x server, in either era: a session-era backend says it unasked,
+    // a stateless one on the runtime's listen stream) reaches the listen
+    // stream of a stateless client (the Python SDK 2.x in `auto`), which
+    // then lists the new prompt.
+    for stateless in [false, true] {
+        let Some(v) = python_client_of_era_server(
+            "a_backends_prompt_list_change",
+            stateless,
+            &[
+                "mcp__era__add_tool",
+                "--prompts-change",
+                "mcp__era__add_prompt",
+            ],
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
+        assert_eq!(v["prompts"]["event"], "PromptsListChanged", "{v}");
+        let names = v["prompts"]["names"].as_array().unwrap();
+        assert!(
+            names.iter().any(|n| n == "mcp__era__added_prompt"),
+            "stateless backend {stateless}: {v}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1672,6 +1685,7 @@ async fn a_backends_log_messages_reach_a_session_client_at_its_level() {
     // does not.
     let Some(v) = python_client_of_era_server(
         "a_backends_log_messages",
+        false,
         &["mcp__era__log", "--mode", "legacy", "--logs", "warning"],
     )
     .await
