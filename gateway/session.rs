@@ -195,9 +195,27 @@ impl GatewaySession {
             return Some(server);
         }
         let _ = self.list_all(ResourceOp::List, "resources", ct).await;
-        known(self).or_else(|| {
-            // A URI no server listed (a template's instance, a resource the
-            // server does not list): unambiguous only with one provider.
+        if let Some(server) = known(self) {
+            return Some(server);
+        }
+        // A template's instance: the server whose template it matches.
+        let _ = self
+            .list_all(ResourceOp::Templates, "resourceTemplates", ct)
+            .await;
+        let by_template = self.shared.uri_owner.lock().ok().and_then(|o| {
+            let servers: std::collections::BTreeSet<&String> = o
+                .iter()
+                .filter(|(template, _)| template.contains('{') && matches_template(template, uri))
+                .map(|(_, server)| server)
+                .collect();
+            match servers.into_iter().collect::<Vec<_>>().as_slice() {
+                [only] => Some((*only).clone()),
+                _ => None,
+            }
+        });
+        by_template.or_else(|| {
+            // A URI no server listed nor templated (a resource the server
+            // does not list): unambiguous only with one provider.
             let providers: Vec<String> = self
                 .shared
                 .runtime
@@ -801,6 +819,39 @@ fn stateless_with_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
             .meta
             .client_capabilities()
             .is_some_and(|c| c.elicitation.is_some())
+}
+
+/// Whether `uri` is an instance of the URI template `template` (RFC 6570,
+/// the simple `{var}` form): its literal parts, in order, with something
+/// in the place of each variable.
+pub(super) fn matches_template(template: &str, uri: &str) -> bool {
+    let mut literals = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        literals.push(&rest[..open]);
+        match rest[open..].find('}') {
+            Some(close) => rest = &rest[open + close + 1..],
+            None => return false,
+        }
+    }
+    literals.push(rest);
+    let (Some(first), Some(last)) = (literals.first(), literals.last()) else {
+        return false;
+    };
+    if literals.len() < 2 || !uri.starts_with(first) || !uri.ends_with(last) {
+        return false;
+    }
+    let Some(mut middle) = uri.get(first.len()..uri.len().saturating_sub(last.len())) else {
+        return false;
+    };
+    for literal in &literals[1..literals.len() - 1] {
+        // Each variable takes at least one character before the next literal.
+        match middle.get(1..).and_then(|m| m.find(literal)) {
+            Some(at) => middle = &middle[1 + at + literal.len()..],
+            None => return false,
+        }
+    }
+    !middle.is_empty()
 }
 
 pub(super) fn not_listed(uri: &str) -> McpError {

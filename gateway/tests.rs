@@ -62,3 +62,18 @@ async fn every_socket_the_listener_accepts_has_tcp_nodelay() {
     let (accepted, _) = listener.accept().await;
     assert!(accepted.nodelay().unwrap());
 }
+
+#[test]
+fn a_uri_matches_the_templates_it_is_an_instance_of() {
+    // GW-2: reads routed by template.
+    use super::session::matches_template as m;
+    let t = "demo://resource/dynamic/text/{resourceId}";
+    assert!(m(t, "demo://resource/dynamic/text/7"));
+    assert!(!m(t, "demo://resource/dynamic/text/"));
+    assert!(!m(t, "demo://resource/dynamic/blob/7"));
+    assert!(m("file:///{dir}/{name}.md", "file:///notes/today.md"));
+    assert!(!m("file:///{dir}/{name}.md", "file:///notes/today.txt"));
+    assert!(!m("file:///{dir}/{name}.md", "file:///notes.md"));
+    assert!(!m("no/variables", "no/variables"));
+    assert!(!m("broken/{var", "broken/x"));
+}

@@ -1695,3 +1695,35 @@ async fn a_backends_log_messages_reach_a_session_client_at_its_level() {
     assert_eq!(v["protocol_version"], "2025-11-25", "{v}");
     assert_eq!(v["logs"], json!([["warning", "era/tool", "loud"]]), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_templates_instance_is_read_from_the_server_whose_template_it_matches() {
+    // GW-2: with two servers of resources, a URI no server lists (an
+    // instance of server-everything's text template) is read from the
+    // server whose template it matches.
+    let Some(dir) = mcpvisor_chaos::everything_dir() else {
+        println!("note: a_templates_instance… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let toml = format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = \"always\"\n\n{}",
+        mcpvisor_chaos::peers::everything_entry(&dir),
+        fault_section("notes", &["--resources-only".into()], "always")
+    );
+    let work = workdir(&toml);
+    let (handler, _events) = client(None);
+    let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
+    let read = tokio::time::timeout(
+        LIMIT,
+        client.read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "demo://resource/dynamic/text/3",
+        )),
+    )
+    .await
+    .expect("read in time")
+    .unwrap();
+    let text = serde_json::to_string(&read.contents).unwrap();
+    assert!(text.contains("Resource 3"), "{text}");
+    drop(client);
+    exited_and_reaped(&mut child, None).await;
+}
