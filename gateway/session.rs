@@ -387,7 +387,7 @@ impl ServerHandler for GatewaySession {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if self.shared.options.status_tool && request.name == STATUS_TOOL {
@@ -402,7 +402,7 @@ impl ServerHandler for GatewaySession {
         }
         self.shared.settle().await;
         let public = self.shared.public_name(&request.name);
-        let arguments = request.arguments.clone().map(Value::Object);
+        let mut arguments = request.arguments.take().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
         let rounds = match &self.shared.approver {
@@ -458,7 +458,12 @@ impl ServerHandler for GatewaySession {
             .call(
                 self.scope(),
                 &public,
-                arguments.clone(),
+                // Kept for the question only when a round may ask one.
+                if rounds.is_some() {
+                    arguments.clone()
+                } else {
+                    arguments.take()
+                },
                 CallOptions {
                     cancel: Some(ctx.ct.clone()),
                     chat: Some(chat.clone()),

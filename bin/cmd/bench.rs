@@ -298,7 +298,7 @@ impl DemoGateway {
     }
 }
 
-/// Median µs of an echo call made by a bare rmcp client straight to the
+/// Median ms of an echo call made by a bare rmcp client straight to the
 /// demo server, and through `mcpvisor gateway` fronting the same demo
 /// server, over stdio (`http` false) or `--http 127.0.0.1:0` (PERF-1's
 /// gateway rows): (direct, through the gateway).
@@ -1163,8 +1163,9 @@ async fn measure(
         "bare_era_call_p50_ms": {"session": bare_era_session, "stateless": bare_era_stateless, "ratio": bare_era_stateless / bare_era_session.max(1e-9)},
         "http_era_call_p50_ms": {"session": http_era_session, "stateless": http_era_stateless, "ratio": http_era_stateless / http_era_session.max(1e-9)},
         "large_result_ms": {"bare": large_bare, "runtime": large_ours, "ratio": large_ours / large_bare.max(1e-9)},
-        "gateway_call_p50_us": {"bare": gw_direct, "runtime": gw_through, "ratio": gw_through / gw_direct.max(1e-9)},
-        "gateway_http_call_p50_us": {"bare": gw_http_direct, "runtime": gw_http_through, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
+        // gateway_call measures ms; these keys are µs.
+        "gateway_call_p50_us": {"bare": gw_direct * 1e3, "runtime": gw_through * 1e3, "ratio": gw_through / gw_direct.max(1e-9)},
+        "gateway_http_call_p50_us": {"bare": gw_http_direct * 1e3, "runtime": gw_http_through * 1e3, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
         "start_to_ready_ms": ready_json,
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
