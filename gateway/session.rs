@@ -734,6 +734,17 @@ impl ServerHandler for GatewaySession {
                 return Err(e);
             }
         }
+        // The stream was acknowledged before the backends were asked to
+        // follow its resources: one may have changed in between, so each is
+        // said to have (a client reads it again; nothing is missed).
+        for uri in &uris {
+            let note = rmcp::model::ServerNotification::ResourceUpdatedNotification(
+                rmcp::model::ResourceUpdatedNotification::new(
+                    rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone()),
+                ),
+            );
+            let _ = context.sink().send(note).await;
+        }
         loop {
             let note = tokio::select! {
                 () = context.cancelled() => break,

@@ -1005,6 +1005,20 @@ impl McpClient {
         self.peer().send_request_with_option(request, options).await
     }
 
+    /// One `tasks/*` request with `meta` (which declares the extension), its
+    /// answer awaited.
+    async fn task_request(
+        &self,
+        request: ClientRequest,
+        meta: RequestMetaObject,
+    ) -> Result<ServerResult, rmcp::service::ServiceError> {
+        self.peer()
+            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
+            .await?
+            .await_response()
+            .await
+    }
+
     /// `tasks/get` of `task_id` (ERA-6): the task's state, and its result
     /// or error once it ended. `meta` declares the tasks extension
     /// ([`tasks_meta`]).
@@ -1015,11 +1029,7 @@ impl McpClient {
     ) -> Result<ServerResult, rmcp::service::ServiceError> {
         let params = rmcp::model::GetTaskParams::new(task_id);
         let request = ClientRequest::GetTaskRequest(rmcp::model::GetTaskRequest::new(params));
-        self.peer()
-            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
-            .await?
-            .await_response()
-            .await
+        self.task_request(request, meta).await
     }
 
     /// `tasks/update` of `task_id` with the answers to its input requests
@@ -1032,11 +1042,7 @@ impl McpClient {
     ) -> Result<ServerResult, rmcp::service::ServiceError> {
         let params = rmcp::model::UpdateTaskParams::new(task_id, responses);
         let request = ClientRequest::UpdateTaskRequest(rmcp::model::UpdateTaskRequest::new(params));
-        self.peer()
-            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
-            .await?
-            .await_response()
-            .await
+        self.task_request(request, meta).await
     }
 
     /// `tasks/cancel` of `task_id` (ERA-6): the server acknowledges; the
@@ -1048,11 +1054,7 @@ impl McpClient {
     ) -> Result<ServerResult, rmcp::service::ServiceError> {
         let params = rmcp::model::CancelTaskParams::new(task_id);
         let request = ClientRequest::CancelTaskRequest(rmcp::model::CancelTaskRequest::new(params));
-        self.peer()
-            .send_request_with_option(request, PeerRequestOptions::default().with_meta(meta))
-            .await?
-            .await_response()
-            .await
+        self.task_request(request, meta).await
     }
 
     /// Whether the session's transport is closed.

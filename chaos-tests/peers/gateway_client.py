@@ -24,6 +24,12 @@ With `--prompts-change ADD_TOOL` (the 2026-07-28 era) it opens a listen
 stream for prompt list changes, calls ADD_TOOL, waits for the change
 (20 s at most) and lists the prompts: "prompts": {"event", "names"}.
 
+With `--resource-change URI TOOL` (the 2026-07-28 era) it opens a listen
+stream for updates of URI, waits for the first event (the server says the
+resource may have changed once it follows it), calls TOOL, waits for the
+next event (20 s at most each) and reports both: "resource": {"first",
+"then", "uri"}.
+
 With `--logs LEVEL` the client sets its log level to LEVEL before the
 call and reports the log messages it got until the first one ("logs":
 [[level, logger, data], ...]; 20 s at most).
@@ -74,7 +80,20 @@ async def prompts_change(client, add_tool):
     return {"event": type(event).__name__, "names": [p.name for p in listed.prompts]}
 
 
-async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None):
+async def resource_change(client, uri, tool):
+    """The --resource-change steps (see the module docs)."""
+    async with client.listen(resource_subscriptions=[uri]) as sub:
+        first = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
+        await client.call_tool(tool, {})
+        then = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
+    return {
+        "first": type(first).__name__,
+        "then": type(then).__name__,
+        "uri": getattr(then, "uri", None),
+    }
+
+
+async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None, resource=None):
     asked = []
     noted = []
     logged = []
@@ -127,6 +146,8 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
             out["progress"] = noted
         if prompts is not None:
             out["prompts"] = await prompts_change(client, prompts)
+        if resource is not None:
+            out["resource"] = await resource_change(client, *resource)
         if logs is not None:
             await asyncio.wait_for(got_log.wait(), LIMIT_S)
             out["logs"] = logged
@@ -146,6 +167,11 @@ def main(argv):
         at = argv.index("--mode")
         mode = argv[at + 1]
         del argv[at : at + 2]
+    resource = None
+    if "--resource-change" in argv:
+        at = argv.index("--resource-change")
+        resource = (argv[at + 1], argv[at + 2])
+        del argv[at : at + 3]
     logs = None
     if "--logs" in argv:
         at = argv.index("--logs")
@@ -178,7 +204,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts, logs), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts, logs, resource), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

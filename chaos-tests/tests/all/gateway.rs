@@ -1727,3 +1727,31 @@ async fn a_templates_instance_is_read_from_the_server_whose_template_it_matches(
     drop(client);
     exited_and_reaped(&mut child, None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_clients_listen_stream_gets_the_updates_of_the_resources_it_names() {
+    // GW-1: a stateless client (the Python SDK 2.x in `auto`) names a
+    // resource in its listen filter; the gateway follows it at the backend
+    // (the TS SDK 2.x server, stateless too) and the backend's update
+    // reaches the client's stream.
+    let Some(v) = python_client_of_era_server(
+        "a_stateless_clients_listen_stream_gets_the_updates",
+        true,
+        &[
+            "mcp__era__add_tool",
+            "--resource-change",
+            "note://counter",
+            "mcp__era__bump",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
+    // The first: the gateway now follows it (it may have changed before);
+    // then: the backend's update after `bump`.
+    assert_eq!(v["resource"]["first"], "ResourceUpdated", "{v}");
+    assert_eq!(v["resource"]["then"], "ResourceUpdated", "{v}");
+    assert_eq!(v["resource"]["uri"], "note://counter", "{v}");
+}
