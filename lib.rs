@@ -233,7 +233,8 @@ pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore, MemorySecret
 
 // Client capabilities a server may use (CONN-11).
 pub use messages::capabilities::{
-    AcceptSchemaDefaults, ElicitationHandler, ElicitationRequest, ElicitationResponse,
+    AcceptSchemaDefaults, CallerRelay, ElicitationHandler, ElicitationRequest, ElicitationResponse,
+    Offers, RelayError,
 };
 
 // Hooks.

@@ -21,6 +21,7 @@
 mod approver;
 mod guard;
 mod notify;
+mod relay;
 mod results;
 mod session;
 mod sessions;
@@ -144,7 +145,10 @@ struct Shared {
     log_levels: Mutex<HashMap<u64, usize>>,
     /// Stateless clients' trust questions awaiting their answer, by the
     /// request state handed out with the question.
-    pending_asks: Mutex<HashMap<String, PendingAsk>>,
+    pending_asks: relay::Pending<PendingAsk>,
+    /// Stateless clients' calls awaiting their answer to a backend's
+    /// request (GW-2), by the request state handed out with it.
+    rounds: relay::Pending<relay::Waiting>,
     /// Set once no server of the scope is still in its first connection
     /// attempt (or [`GatewayOptions::first_list_wait`] passed).
     settled: tokio::sync::OnceCell<()>,
@@ -166,13 +170,13 @@ struct PendingAsk {
     tool: String,
     /// The call's arguments, as asked about.
     arguments: Option<Value>,
-    /// When it was asked (unanswered ones are dropped after [`PENDING_ASK_TTL`]).
-    asked: std::time::Instant,
 }
 
-/// How long a stateless client has to answer a trust question.
+/// How long a stateless client has to answer a trust question or a
+/// backend's request.
 const PENDING_ASK_TTL: Duration = Duration::from_secs(600);
-/// The most trust questions awaiting answers at once (the oldest go first).
+/// The most questions of each kind awaiting answers at once (the oldest go
+/// first).
 const MAX_PENDING_ASKS: usize = 1024;
 
 /// MCP's log levels, least severe first.
@@ -196,38 +200,6 @@ fn log_rank(level: &str) -> usize {
 pub const TRUST_INPUT_KEY: &str = "mcpvisor_trust";
 
 impl Shared {
-    /// Keep `ask` until the client's retry brings the answer; the request
-    /// state that names it.
-    fn remember_ask(&self, ask: PendingAsk) -> String {
-        let mut nonce = [0u8; 16];
-        rand::fill(&mut nonce);
-        let state: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        if let Ok(mut p) = self.pending_asks.lock() {
-            p.retain(|_, a| a.asked.elapsed() < PENDING_ASK_TTL);
-            while p.len() >= MAX_PENDING_ASKS {
-                let Some(oldest) = p
-                    .iter()
-                    .min_by_key(|(_, a)| a.asked)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                p.remove(&oldest);
-            }
-            p.insert(state.clone(), ask);
-        }
-        state
-    }
-
-    /// The question a retry's request state names (it is answered now).
-    fn take_ask(&self, state: &str) -> Option<PendingAsk> {
-        self.pending_asks
-            .lock()
-            .ok()?
-            .remove(state)
-            .filter(|a| a.asked.elapsed() < PENDING_ASK_TTL)
-    }
-
     /// Wait (once per gateway; later callers return at once) until no
     /// server of the scope is still making its first connection, or
     /// [`GatewayOptions::first_list_wait`] passed: a first `tools/list`
@@ -365,7 +337,8 @@ impl Gateway {
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
-            pending_asks: Mutex::default(),
+            pending_asks: relay::Pending::new("ask-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
+            rounds: relay::Pending::new("relay-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
             log_levels: Mutex::default(),
             hold: Arc::default(),
             stop: stop.clone(),

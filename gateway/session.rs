@@ -2,6 +2,7 @@
 //! catalog, calls, resources and prompts to that client.
 
 use super::*;
+use crate::ToolOutcome;
 
 /// One client's session: the MCP handler. Its id is the chat id of its calls
 /// (`gateway-<id>`), so "allow this chat" grants last as long as the session.
@@ -34,12 +35,11 @@ impl GatewaySession {
         chat: String,
         arguments: Option<Value>,
     ) -> CallToolResponse {
-        let state = self.shared.remember_ask(PendingAsk {
+        let state = self.shared.pending_asks.remember(PendingAsk {
             chat,
             server: q.server,
             tool: q.tool,
             arguments,
-            asked: std::time::Instant::now(),
         });
         let elicit = json!({"method": "elicitation/create", "params": q.form});
         let mut requests = rmcp::model::InputRequests::new();
@@ -57,6 +57,124 @@ impl GatewaySession {
 
     fn scope(&self) -> &Scope {
         &self.shared.options.scope
+    }
+
+    /// A call in `chat` that trust rounds may ask about is over: the
+    /// question it left, if any (its chat is forgotten).
+    fn end_rounds(
+        &self,
+        approver: Option<&approver::ClientApprover>,
+        chat: &str,
+    ) -> Option<approver::Question> {
+        let approver = approver?;
+        let question = approver.take_question(chat);
+        approver.forget(chat);
+        self.shared.runtime.end_chat(chat);
+        question
+    }
+
+    /// Run a stateless client's call until it ends, or until a backend
+    /// asks for input: the call then waits for the client's retry, and the
+    /// client is answered `input_required` with the request (GW-2).
+    async fn step(&self, mut call: relay::RunningCall, ct: &CancellationToken) -> Step {
+        let ended = |r: Result<ToolOutcome, tokio::task::JoinError>| {
+            r.unwrap_or_else(|e| {
+                ToolOutcome::failure(
+                    OutcomeKind::Cancelled,
+                    format!("the call ended before its result: {e}; side effects unknown"),
+                )
+            })
+        };
+        loop {
+            let asked = tokio::select! {
+                done = &mut call.outcome => return Step::Done(ended(done)),
+                Some(asked) = call.asks.recv() => asked,
+                () = ct.cancelled() => {
+                    call.cancel.cancel();
+                    return Step::Done(ended((&mut call.outcome).await));
+                }
+            };
+            let mut request = json!({"method": asked.method});
+            if !asked.params.is_null() {
+                request["params"] = asked.params;
+            }
+            match serde_json::from_value::<rmcp::model::InputRequest>(request) {
+                Ok(request) => {
+                    let key = RELAY_INPUT_KEY.to_owned();
+                    let mut requests = rmcp::model::InputRequests::new();
+                    requests.insert(key.clone(), request);
+                    let state = self.shared.rounds.remember(relay::Waiting {
+                        call,
+                        key,
+                        reply: asked.reply,
+                    });
+                    return Step::Round(CallToolResponse::InputRequired(
+                        rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
+                    ));
+                }
+                Err(e) => {
+                    let _ = asked.reply.send(Err(crate::RelayError {
+                        code: -32602,
+                        message: format!(
+                            "{}: the request could not be put to the client: {e}",
+                            asked.method
+                        ),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// A stateless client's retry with its answer to a backend's request:
+    /// the call it names goes on.
+    async fn resume(
+        &self,
+        state: &str,
+        public: &str,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(waiting) = self.shared.rounds.take(state) else {
+            return Err(McpError::invalid_params(
+                "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
+                None,
+            ));
+        };
+        if waiting.call.tool != public {
+            return Err(McpError::invalid_params(
+                format!(
+                    "the requestState answers a request of another call (of {}), which is cancelled now",
+                    waiting.call.tool
+                ),
+                None,
+            ));
+        }
+        let answer = request
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(&waiting.key))
+            .cloned()
+            .ok_or_else(|| crate::RelayError {
+                code: -32602,
+                message: format!(
+                    "the client's retry brought no answer under {:?}",
+                    waiting.key
+                ),
+            });
+        let _ = waiting.reply.send(answer);
+        let chat = waiting.call.chat.clone();
+        match self.step(waiting.call, &ctx.ct).await {
+            Step::Round(round) => Ok(round),
+            Step::Done(outcome) => {
+                let approver = self
+                    .shared
+                    .approver
+                    .as_deref()
+                    .filter(|_| stateless_with_elicitation(ctx));
+                let _ = self.end_rounds(approver, &chat);
+                Ok(results::to_call_result(outcome).into())
+            }
+        }
     }
 
     /// The combined, attributed instructions, cut at the byte limit.
@@ -402,6 +520,14 @@ impl ServerHandler for GatewaySession {
         }
         self.shared.settle().await;
         let public = self.shared.public_name(&request.name);
+        // The retry of a call that asked its stateless client for input.
+        if let Some(state) = request
+            .request_state
+            .as_deref()
+            .filter(|s| self.shared.rounds.names(s))
+        {
+            return self.resume(state, &public, &request, &ctx).await;
+        }
         let mut arguments = request.arguments.take().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
@@ -413,7 +539,7 @@ impl ServerHandler for GatewaySession {
         if let Some(approver) = &rounds {
             chat = match (&request.request_state, &request.input_responses) {
                 (Some(state), Some(responses)) => {
-                    let Some(asked) = self.shared.take_ask(state) else {
+                    let Some(asked) = self.shared.pending_asks.take(state) else {
                         return Err(McpError::invalid_params(
                             "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
                             None,
@@ -452,26 +578,65 @@ impl ServerHandler for GatewaySession {
             }
             None => (None, None),
         };
-        let outcome = self
-            .shared
-            .runtime
-            .call(
-                self.scope(),
-                &public,
-                // Kept for the question only when a round may ask one.
-                if rounds.is_some() {
-                    arguments.clone()
+        // Kept for the question only when a round may ask one.
+        let call_arguments = if rounds.is_some() {
+            arguments.clone()
+        } else {
+            arguments.take()
+        };
+        let options = CallOptions {
+            cancel: Some(ctx.ct.clone()),
+            chat: Some(chat.clone()),
+            id_to,
+            ..CallOptions::default()
+        };
+        let outcome = match stateless_offers(&ctx) {
+            // A stateless client is asked a backend's requests in rounds:
+            // the call runs on between them (relay.rs).
+            Some(offers) => {
+                let (runtime, scope, tool) = (
+                    self.shared.runtime.clone(),
+                    self.scope().clone(),
+                    public.clone(),
+                );
+                let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
+                let call = relay::RunningCall::start(
+                    client,
+                    offers,
+                    public.clone(),
+                    chat.clone(),
+                    move |relay, cancel| async move {
+                        let options = CallOptions {
+                            cancel: Some(cancel),
+                            relay: Some(relay),
+                            ..options
+                        };
+                        runtime.call(&scope, &tool, call_arguments, options).await
+                    },
+                );
+                match self.step(call, &ctx.ct).await {
+                    Step::Done(outcome) => outcome,
+                    Step::Round(round) => {
+                        if let Some(forward) = progress {
+                            forward.abort();
+                        }
+                        return Ok(round);
+                    }
+                }
+            }
+            None => {
+                let relay = if is_stateless(&ctx) {
+                    None
                 } else {
-                    arguments.take()
-                },
-                CallOptions {
-                    cancel: Some(ctx.ct.clone()),
-                    chat: Some(chat.clone()),
-                    id_to,
-                    ..CallOptions::default()
-                },
-            )
-            .await;
+                    relay::PeerRelay::of(self.id, &ctx.peer)
+                };
+                let options = CallOptions { relay, ..options };
+                self.shared
+                    .runtime
+                    .call(self.scope(), &public, call_arguments, options)
+                    .await
+            }
+        };
         // Its progress goes out before its result (the forwarder ends at
         // the call's `CallFinished`).
         if let Some(forward) = progress
@@ -481,15 +646,10 @@ impl ServerHandler for GatewaySession {
         {
             tracing::debug!("gateway: a call's progress forwarder outlived it");
         }
-        if let Some(approver) = &rounds {
-            let question = approver.take_question(&chat);
-            approver.forget(&chat);
-            self.shared.runtime.end_chat(&chat);
-            if outcome.kind == OutcomeKind::RefusedByTrust
-                && let Some(q) = question
-            {
-                return Ok(self.ask_in_a_round(q, chat, arguments));
-            }
+        if let Some(q) = self.end_rounds(rounds.as_deref(), &chat)
+            && outcome.kind == OutcomeKind::RefusedByTrust
+        {
+            return Ok(self.ask_in_a_round(q, chat, arguments));
         }
         Ok(results::to_call_result(outcome).into())
     }
@@ -825,12 +985,37 @@ impl ServerHandler for GatewaySession {
 
 /// Whether the request comes from a stateless (2026-07-28) client that
 /// declared elicitation in its `_meta`.
-fn stateless_with_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
-    let stateless = ctx
-        .meta
+/// How a stateless client's call goes on ([`GatewaySession::step`]).
+enum Step {
+    /// The call ended.
+    Done(ToolOutcome),
+    /// A backend asked for input: the client is answered this.
+    Round(CallToolResponse),
+}
+
+/// The key of a backend's request in the `input_required` result that puts
+/// it to a stateless client.
+const RELAY_INPUT_KEY: &str = "mcpvisor_relay";
+
+/// Whether the request is of the stateless era.
+fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.meta
         .protocol_version()
-        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
-    stateless
+        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// What a stateless client declared it answers (in the request's `_meta`),
+/// when anything.
+fn stateless_offers(ctx: &RequestContext<RoleServer>) -> Option<crate::Offers> {
+    if !is_stateless(ctx) {
+        return None;
+    }
+    let offers = relay::offers_of(&ctx.meta.client_capabilities()?);
+    (offers != crate::Offers::default()).then_some(offers)
+}
+
+fn stateless_with_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
+    is_stateless(ctx)
         && ctx
             .meta
             .client_capabilities()

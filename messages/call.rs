@@ -333,6 +333,10 @@ pub struct CallOptions {
     /// follow the call's events (its `CallProgress` above all) among
     /// others'.
     pub id_to: Option<tokio::sync::mpsc::UnboundedSender<u64>>,
+    /// The client the call is made for, when a server's requests during
+    /// the call should go to it (the gateway's client, GW-2); the
+    /// embedder's handlers answer them otherwise.
+    pub relay: Option<std::sync::Arc<dyn super::capabilities::CallerRelay>>,
 }
 
 /// What a policy sees of a call.

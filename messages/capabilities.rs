@@ -3,7 +3,9 @@
 //! By default mcpvisor's client exposes no MCP capabilities: every
 //! server→client request is answered with JSON-RPC -32601. An embedder opts in
 //! per capability by installing a typed handler; a capability is declared in
-//! `initialize` only when its handler is installed. Today: elicitation.
+//! `initialize` only when its handler is installed. Today: elicitation,
+//! and, for a runtime that serves other clients (the gateway), the relay of
+//! a server's requests to the client a call is made for ([`CallerRelay`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -67,6 +69,10 @@ pub struct ClientHandlers {
     /// Where `env_secrets` / `header_secrets` values come from; the process
     /// environment when not set.
     pub secrets: Option<Arc<dyn crate::messages::trust::SecretStore>>,
+    /// Declare elicitation, sampling and roots on every connection, so
+    /// that a server may ask them of the client a call is made for
+    /// ([`CallerRelay`], GW-2). Set by the gateway.
+    pub relays: bool,
     /// Where a server's `notifications/resources/updated` and
     /// `notifications/progress` go: its scope and the runtime's event stream
     /// (set by the scope supervisor).
@@ -81,8 +87,57 @@ impl fmt::Debug for ClientHandlers {
         f.debug_struct("ClientHandlers")
             .field("elicitation", &self.elicitation.is_some())
             .field("secrets", &self.secrets.is_some())
+            .field("relays", &self.relays)
             .finish()
     }
+}
+
+/// Which of a server's requests a calling client can answer: what it
+/// declared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offers {
+    /// `elicitation/create`.
+    pub elicitation: bool,
+    /// `sampling/createMessage`.
+    pub sampling: bool,
+    /// `roots/list`.
+    pub roots: bool,
+}
+
+impl Offers {
+    /// Whether the client answers `method`.
+    pub fn answers(&self, method: &str) -> bool {
+        match method {
+            "elicitation/create" => self.elicitation,
+            "sampling/createMessage" => self.sampling,
+            "roots/list" => self.roots,
+            _ => false,
+        }
+    }
+}
+
+/// The client refused or could not answer a relayed request: its JSON-RPC
+/// error, passed on to the server that asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct RelayError {
+    /// The JSON-RPC error code.
+    pub code: i32,
+    /// The error's message.
+    pub message: String,
+}
+
+/// The client a call is made for, when that client is itself an MCP client
+/// (the gateway's): a server's `elicitation/create`, `sampling/createMessage`
+/// and `roots/list` that arrive while the call runs are passed to it
+/// (GW-2). Set per call in [`CallOptions::relay`](crate::CallOptions::relay).
+pub trait CallerRelay: Send + Sync + fmt::Debug + 'static {
+    /// Which client this is: the calls of one client share the number.
+    fn client(&self) -> u64;
+    /// What the client declared it answers.
+    fn offers(&self) -> Offers;
+    /// Pass the request `method` with `params` to the client; its result.
+    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>>;
 }
 
 /// Fill every property `content` lacks with the `default` the schema declares

@@ -13,6 +13,7 @@ use rmcp::service::{Peer, RoleClient};
 use tokio::time::Instant;
 
 use super::call::ToolDefinition;
+use super::capabilities::CallerRelay;
 use super::config::{Scope, ServerConfig};
 use super::status::ServerStatus;
 
@@ -163,6 +164,17 @@ pub struct ProgressNote {
     pub message: Option<String>,
 }
 
+/// Where a server's request goes ([`ProgressRoutes::relay`]).
+#[derive(Debug, Clone)]
+pub enum Relay {
+    /// No call under way was made for a relaying client.
+    None,
+    /// The client of every call under way.
+    To(Arc<dyn CallerRelay>),
+    /// Calls of more than one client are under way.
+    Ambiguous,
+}
+
 /// Which call each progress token of a connection belongs to. rmcp gives
 /// every request a progress token of its own (a per-connection counter), so
 /// the call path records the token of each `tools/call` it sends, and the
@@ -176,7 +188,7 @@ pub struct ProgressRoutes {
 
 #[derive(Debug, Default)]
 struct RoutesInner {
-    calls: HashMap<String, u64>,
+    calls: HashMap<String, (u64, Option<Arc<dyn CallerRelay>>)>,
     early: std::collections::VecDeque<(String, ProgressNote)>,
 }
 
@@ -190,7 +202,12 @@ impl ProgressRoutes {
 
     /// Route `token`'s notifications to `call_id`; the notes that came
     /// before, in their order.
-    pub fn route(&self, token: String, call_id: u64) -> Vec<ProgressNote> {
+    pub fn route(
+        &self,
+        token: String,
+        call_id: u64,
+        relay: Option<Arc<dyn CallerRelay>>,
+    ) -> Vec<ProgressNote> {
         let mut r = self.lock();
         let mut early = Vec::new();
         if !r.early.is_empty() {
@@ -198,7 +215,7 @@ impl ProgressRoutes {
             r.early = rest.into();
             early = mine.into_iter().map(|(_, n)| n).collect();
         }
-        r.calls.insert(token, call_id);
+        r.calls.insert(token, (call_id, relay));
         early
     }
 
@@ -207,11 +224,27 @@ impl ProgressRoutes {
         self.lock().calls.remove(token);
     }
 
+    /// The client a server's request on this connection goes to (GW-2):
+    /// the one client whose calls are under way. A server's request does
+    /// not say which request it serves (over stdio nothing can), so with
+    /// calls of several clients under way it is [`Relay::Ambiguous`].
+    pub fn relay(&self) -> Relay {
+        let r = self.lock();
+        let mut found: Option<&Arc<dyn CallerRelay>> = None;
+        for relay in r.calls.values().filter_map(|(_, relay)| relay.as_ref()) {
+            match found {
+                Some(f) if f.client() != relay.client() => return Relay::Ambiguous,
+                _ => found = Some(relay),
+            }
+        }
+        found.map_or(Relay::None, |f| Relay::To(f.clone()))
+    }
+
     /// The call `token` belongs to, with the note; or None, the note kept
     /// for when the token is routed.
     pub fn arrive(&self, token: String, note: ProgressNote) -> Option<(u64, ProgressNote)> {
         let mut r = self.lock();
-        if let Some(call_id) = r.calls.get(&token) {
+        if let Some((call_id, _)) = r.calls.get(&token) {
             return Some((*call_id, note));
         }
         if r.early.len() >= Self::EARLY {
@@ -649,6 +682,44 @@ pub enum SwapError {
 #[cfg(test)]
 mod tests {
 
+    #[derive(Debug)]
+    struct Client(u64);
+
+    impl CallerRelay for Client {
+        fn client(&self) -> u64 {
+            self.0
+        }
+        fn offers(&self) -> crate::Offers {
+            crate::Offers::default()
+        }
+        fn ask(
+            &self,
+            _: String,
+            _: serde_json::Value,
+        ) -> futures::future::BoxFuture<'static, Result<serde_json::Value, crate::RelayError>>
+        {
+            Box::pin(async { Ok(serde_json::Value::Null) })
+        }
+    }
+
+    #[test]
+    fn a_servers_request_goes_to_the_one_client_with_calls_under_way_and_to_none_when_two_have() {
+        // GW-2: a session-era server's request names no call; it goes to
+        // the client whose calls are under way, never a guess between two.
+        let routes = ProgressRoutes::default();
+        assert!(matches!(routes.relay(), Relay::None));
+        routes.route("1".into(), 1, None);
+        assert!(matches!(routes.relay(), Relay::None), "a call of no client");
+        routes.route("2".into(), 2, Some(Arc::new(Client(7))));
+        routes.route("3".into(), 3, Some(Arc::new(Client(7))));
+        assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 7));
+        routes.route("4".into(), 4, Some(Arc::new(Client(8))));
+        assert!(matches!(routes.relay(), Relay::Ambiguous));
+        routes.forget("2");
+        routes.forget("3");
+        assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 8));
+    }
+
     #[test]
     fn a_progress_note_goes_to_its_call_and_one_that_came_first_waits_for_the_route() {
         let routes = ProgressRoutes::default();
@@ -660,20 +731,20 @@ mod tests {
         // Before the route: kept; the route hands it over, in order.
         assert_eq!(routes.arrive("7".into(), note(1.0)), None);
         assert_eq!(routes.arrive("8".into(), note(9.0)), None);
-        assert_eq!(routes.route("7".into(), 42), vec![note(1.0)]);
+        assert_eq!(routes.route("7".into(), 42, None), vec![note(1.0)]);
         assert_eq!(routes.arrive("7".into(), note(2.0)), Some((42, note(2.0))));
         // Another token's early note stays for its own route.
-        assert_eq!(routes.route("8".into(), 43), vec![note(9.0)]);
+        assert_eq!(routes.route("8".into(), 43, None), vec![note(9.0)]);
         routes.forget("7");
         assert_eq!(routes.arrive("7".into(), note(3.0)), None);
         // Bounded: the oldest early notes fall out.
         for i in 0..(ProgressRoutes::EARLY + 5) {
             routes.arrive(format!("x{i}"), note(0.0));
         }
-        assert!(routes.route("x0".into(), 1).is_empty());
+        assert!(routes.route("x0".into(), 1, None).is_empty());
         assert_eq!(
             routes
-                .route(format!("x{}", ProgressRoutes::EARLY + 4), 2)
+                .route(format!("x{}", ProgressRoutes::EARLY + 4), 2, None)
                 .len(),
             1
         );

@@ -147,6 +147,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declare elicitation, sampling and roots on every connection, so that
+    /// a server's requests reach the client a call is made for
+    /// ([`CallOptions::relay`](crate::CallOptions::relay), GW-2). For a
+    /// runtime that serves MCP clients (the gateway); a request that comes
+    /// with no relaying call under way gets the embedder's elicitation
+    /// handler, or -32601.
+    pub fn relay_client_requests(mut self) -> Self {
+        self.handlers.relays = true;
+        self
+    }
+
     /// Seed every random choice of the runtime (reconnect jitter, slug
     /// suffixes) from `seed`, for reproducible runs (the chaos runner's
     /// seeds). Without one, a random seed is drawn at start.

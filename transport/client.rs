@@ -23,11 +23,11 @@ use serde_json::{Map, Value};
 use super::WireError;
 use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
-    ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
+    CallerRelay, ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
 };
 use crate::messages::catalog::ToolPages;
 use crate::messages::config::{ProtocolChoice, ServerConfig, TransportConfig};
-use crate::messages::registry::McpClient;
+use crate::messages::registry::{McpClient, Relay};
 use crate::messages::server::{ConnInfo, Era, ServerSupervisorMsg};
 use crate::messages::trust::redact;
 
@@ -213,7 +213,11 @@ pub struct SupervisedClient {
 /// and that only when the embedder installed a handler.
 pub fn declared_capabilities(handlers: &ClientHandlers) -> ClientCapabilities {
     let mut capabilities = ClientCapabilities::default();
-    if handlers.elicitation.is_some() {
+    if handlers.relays {
+        capabilities.sampling = Some(Default::default());
+        capabilities.roots = Some(Default::default());
+    }
+    if handlers.elicitation.is_some() || handlers.relays {
         let mut elicitation = ElicitationCapability::new();
         elicitation.form = Some(FormElicitationCapability::new());
         elicitation.url = Some(UrlElicitationCapability::default());
@@ -252,6 +256,51 @@ impl SupervisedClient {
     }
 }
 
+impl SupervisedClient {
+    /// `method` passed to the client of the calls under way (GW-2), its
+    /// answer read as `R`; None when no such client declared it.
+    async fn relayed<P: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Option<Result<R, McpError>> {
+        let relay = match self.diag.progress.relay() {
+            Relay::None => return None,
+            Relay::Ambiguous => {
+                return Some(Err(McpError::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "{method}: calls of several clients are under way on this server, so the request cannot be passed to the one it is for"
+                    ),
+                    None,
+                )));
+            }
+            Relay::To(relay) => relay,
+        };
+        if !relay.offers().answers(method) {
+            return None;
+        }
+        let mut params = match serde_json::to_value(params) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(McpError::internal_error(e.to_string(), None))),
+        };
+        if let Some(obj) = params.as_object_mut() {
+            obj.remove("_meta");
+        }
+        // TRUST-2: what the server asks is its output; a user reads it.
+        crate::messages::trust::redact_value(&mut params, &self.diag.redactions());
+        Some(match relay.ask(method.to_owned(), params).await {
+            Ok(answer) => serde_json::from_value(answer).map_err(|e| {
+                McpError::internal_error(
+                    format!("{method}: the calling client's answer is not one: {e}"),
+                    None,
+                )
+            }),
+            Err(e) => Err(McpError::new(ErrorCode(e.code), e.message, None)),
+        })
+    }
+}
+
 fn no_capabilities(method: &str) -> McpError {
     McpError::new(
         ErrorCode::METHOD_NOT_FOUND,
@@ -272,17 +321,23 @@ impl ClientHandler for SupervisedClient {
 
     async fn create_message(
         &self,
-        _: rmcp::model::CreateMessageRequestParams,
+        params: rmcp::model::CreateMessageRequestParams,
         _: RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, McpError> {
-        Err(no_capabilities("sampling/createMessage"))
+        match self.relayed("sampling/createMessage", &params).await {
+            Some(answer) => answer,
+            None => Err(no_capabilities("sampling/createMessage")),
+        }
     }
 
     async fn list_roots(
         &self,
         _: RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ListRootsResult, McpError> {
-        Err(no_capabilities("roots/list"))
+        match self.relayed("roots/list", &Map::new()).await {
+            Some(answer) => answer,
+            None => Err(no_capabilities("roots/list")),
+        }
     }
 
     async fn create_elicitation(
@@ -290,6 +345,9 @@ impl ClientHandler for SupervisedClient {
         params: ElicitRequestParams,
         _: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, McpError> {
+        if let Some(answer) = self.relayed("elicitation/create", &params).await {
+            return answer;
+        }
         elicit(
             &self.handlers,
             &self.server,
@@ -450,6 +508,9 @@ pub enum InputRefused {
     /// An answer could not be written as JSON.
     #[error("an answer to the server's input request could not be written: {0}")]
     Unwritable(String),
+    /// The call's client refused or failed the request passed to it.
+    #[error("the server asked for {0}, which the calling client refused: {1}")]
+    Relayed(String, String),
     /// The result asked for nothing and carried no state to echo.
     #[error("the server answered input_required with neither input requests nor request state")]
     Empty,
@@ -479,6 +540,7 @@ pub struct Answerer<'a> {
 /// and the `requestState` to echo untouched.
 pub async fn answer_input_required(
     handlers: &ClientHandlers,
+    relay: Option<&dyn CallerRelay>,
     server: &str,
     redactions: &[String],
     result: rmcp::model::InputRequiredResult,
@@ -489,6 +551,26 @@ pub async fn answer_input_required(
     }
     let mut responses = rmcp::model::InputResponses::new();
     for (key, request) in requests {
+        // The call's client answers what it declared (GW-2).
+        if let Some(relay) = relay {
+            let asked = serde_json::to_value(&request)
+                .map_err(|e| InputRefused::Unwritable(e.to_string()))?;
+            let method = asked
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if relay.offers().answers(&method) {
+                let mut params = asked.get("params").cloned().unwrap_or(Value::Null);
+                crate::messages::trust::redact_value(&mut params, redactions);
+                let answer = relay
+                    .ask(method.clone(), params)
+                    .await
+                    .map_err(|e| InputRefused::Relayed(method, e.message))?;
+                responses.insert(key, answer);
+                continue;
+            }
+        }
         let answer = match request {
             rmcp::model::InputRequest::Elicitation(e) => {
                 let r = elicit(handlers, server, redactions, e.params)
@@ -1178,6 +1260,7 @@ impl McpClient {
                         answers = Some(
                             answer_input_required(
                                 answerer.handlers,
+                                None,
                                 answerer.server,
                                 answerer.redactions,
                                 asked,

@@ -87,7 +87,9 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
         .unwrap_or_default()
         + std::time::Duration::from_secs(1);
     let approver = Arc::new(ClientApprover::default());
-    let mut builder = base_builder(&cfg, false)?.approver(approver.clone());
+    let mut builder = base_builder(&cfg, false)?
+        .approver(approver.clone())
+        .relay_client_requests();
     for s in cfg.servers.clone() {
         builder = builder.server(Scope::Global, s);
     }

@@ -34,6 +34,13 @@ With `--logs LEVEL` the client sets its log level to LEVEL before the
 call and reports the log messages it got until the first one ("logs":
 [[level, logger, data], ...]; 20 s at most).
 
+With `--args JSON` the call's arguments are JSON instead. With `--answer
+JSON` every elicitation is accepted with the content JSON (and reported in
+"asked" like `--elicit`). With `--sample TEXT` the client declares sampling
+and answers every sampling request with TEXT ("sampled": the text of each
+request's first message). With `--roots URI` it declares roots and lists
+URI as its one root ("rooted": how many times it was asked).
+
 With `--progress` the call asks for progress and reports each
 notification it got during the call ("progress": [[progress, total,
 message], ...]).
@@ -93,8 +100,11 @@ async def resource_change(client, uri, tool):
     }
 
 
-async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None, resource=None):
+async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None, resource=None, extra=None):
+    extra = extra or {}
     asked = []
+    sampled = []
+    rooted = []
     noted = []
     logged = []
     got_log = asyncio.Event()
@@ -108,9 +118,27 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
 
     async def answer(_context, params):
         asked.append(params.message)
-        return types.ElicitResult(action="accept", content={"decision": elicit})
+        content = extra["answer"] if "answer" in extra else {"decision": elicit}
+        return types.ElicitResult(action="accept", content=content)
 
-    options = {"elicitation_callback": answer} if elicit is not None else {}
+    async def sample(_context, params):
+        first = params.messages[0].content if params.messages else None
+        sampled.append(getattr(first, "text", None))
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=extra["sample"]),
+            model="python-sampler",
+        )
+
+    async def roots(_context):
+        rooted.append(1)
+        return types.ListRootsResult(roots=[types.Root(uri=extra["roots"], name="the root")])
+
+    options = {"elicitation_callback": answer} if elicit is not None or "answer" in extra else {}
+    if "sample" in extra:
+        options["sampling_callback"] = sample
+    if "roots" in extra:
+        options["list_roots_callback"] = roots
     if logs is not None:
         options["logging_callback"] = on_log
     async with Client(server, mode=mode, **options) as client:
@@ -127,7 +155,7 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
             await client.set_logging_level(logs)
         result = await client.call_tool(
             tool,
-            {"message": "from python"},
+            extra.get("args", {"message": "from python"}),
             progress_callback=note if progress else None,
         )
         text = "\n".join(
@@ -140,8 +168,12 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
         }
         if listen is not None:
             out.update(await listen_for_change(client, *listen))
-        if elicit is not None:
+        if elicit is not None or "answer" in extra:
             out["asked"] = asked
+        if "sample" in extra:
+            out["sampled"] = sampled
+        if "roots" in extra:
+            out["rooted"] = len(rooted)
         if progress:
             out["progress"] = noted
         if prompts is not None:
@@ -190,6 +222,17 @@ def main(argv):
         at = argv.index("--elicit")
         elicit = argv[at + 1]
         del argv[at : at + 2]
+    extra = {}
+    for flag, key, parse in [
+        ("--args", "args", json.loads),
+        ("--answer", "answer", json.loads),
+        ("--sample", "sample", str),
+        ("--roots", "roots", str),
+    ]:
+        if flag in argv:
+            at = argv.index(flag)
+            extra[key] = parse(argv[at + 1])
+            del argv[at : at + 2]
     listen = None
     if "--listen" in argv:
         at = argv.index("--listen")
@@ -204,7 +247,7 @@ def main(argv):
         _, _, url, tool = argv
         server = url
     try:
-        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts, logs, resource), 60))
+        out = asyncio.run(asyncio.wait_for(run(server, tool, mode, listen, elicit, progress, prompts, logs, resource, extra), 60))
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         print(json.dumps({"error": describe(e)}))
         return 1

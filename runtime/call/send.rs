@@ -18,9 +18,10 @@ impl<'a> Routed<'a> {
         server: &str,
         token: &rmcp::model::ProgressToken,
         call_id: u64,
+        relay: Option<Arc<dyn crate::messages::capabilities::CallerRelay>>,
     ) -> Self {
         let key = crate::transport::client::progress_key(token);
-        for note in live.progress.route(key.clone(), call_id) {
+        for note in live.progress.route(key.clone(), call_id, relay) {
             crate::transport::client::emit_progress(&live.handlers, server, call_id, note);
         }
         Self {
@@ -120,7 +121,14 @@ impl Runtime {
             };
             // The server's `notifications/progress` for this request's
             // token become this very call's events, until it is over.
-            let _routed = Routed::new(live, &def.server, &handle.progress_token, out.call_id);
+            // A server's requests meanwhile go to the call's client (GW-2).
+            let _routed = Routed::new(
+                live,
+                &def.server,
+                &handle.progress_token,
+                out.call_id,
+                options.relay.clone(),
+            );
             #[allow(clippy::large_enum_variant)] // a local, moved once
             enum Ended {
                 Response(
@@ -198,6 +206,7 @@ impl Runtime {
                     // Answering is inside the call's deadline too (CALL-4).
                     let answering = crate::transport::client::answer_input_required(
                         &live.handlers,
+                        options.relay.as_deref(),
                         &def.server,
                         &live.redactions,
                         asked,

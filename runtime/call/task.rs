@@ -354,6 +354,7 @@ impl Runtime {
                     let exchange = async {
                         let (responses, _) = crate::transport::client::answer_input_required(
                             &live.handlers,
+                            options.relay.as_deref(),
                             server,
                             &live.redactions,
                             rmcp::model::InputRequiredResult::from_input_requests(fresh),

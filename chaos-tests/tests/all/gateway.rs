@@ -1755,3 +1755,126 @@ async fn a_stateless_clients_listen_stream_gets_the_updates_of_the_resources_it_
     assert_eq!(v["resource"]["then"], "ResourceUpdated", "{v}");
     assert_eq!(v["resource"]["uri"], "note://counter", "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_requests_reach_the_calling_client_in_every_pair_of_eras() {
+    // GW-2: a backend's elicitation, sampling and roots requests during a
+    // call reach the client that made the call, whatever the two eras: a
+    // session-era client (the Python SDK 2.x in `legacy`) is sent them as
+    // requests, a stateless one (`auto`) is answered `input_required` and
+    // its retry carries the answer back to the call that waits. Backends:
+    // the TS SDK 2.x server in each era (its `confirm` elicits: an
+    // `input_required` of its own when stateless, a request when not) and
+    // server-everything (session era), whose sampling and roots tools are
+    // listed only because the gateway now declares what it can pass on.
+    for stateless_backend in [false, true] {
+        for mode in ["auto", "legacy"] {
+            let Some(v) = python_client_of_era_server(
+                "a_backends_requests_reach_the_calling_client",
+                stateless_backend,
+                &[
+                    "mcp__era__confirm",
+                    "--mode",
+                    mode,
+                    "--args",
+                    r#"{"what": "the relay"}"#,
+                    "--answer",
+                    r#"{"confirm": true}"#,
+                ],
+            )
+            .await
+            else {
+                return;
+            };
+            let how = format!("client {mode}, backend stateless {stateless_backend}");
+            assert_eq!(v["asked"], json!(["Confirm the relay?"]), "{how}: {v}");
+            assert_eq!(
+                v["call"]["text"], "confirmed the relay (state state-of-the relay)",
+                "{how}: {v}"
+            );
+        }
+    }
+    let (Some(python), Some(dir)) = (
+        mcpvisor_chaos::python_sdk(),
+        mcpvisor_chaos::everything_dir(),
+    ) else {
+        return;
+    };
+    let toml = format!(
+        "[servers.ev]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = \"always\"\n",
+        mcpvisor_chaos::peers::everything_entry(&dir)
+    );
+    let work = workdir(&toml);
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let (mut child, addr) = http_gateway(&work, &[]).await;
+    let over = |http: bool, tool: &str, rest: &[&str]| {
+        let mut args: Vec<String> = if http {
+            vec!["http".into(), format!("http://{addr}/mcp")]
+        } else {
+            vec![
+                "stdio".into(),
+                mcpvisor.to_string_lossy().into(),
+                work.config().to_string_lossy().into(),
+            ]
+        };
+        args.push(tool.into());
+        args.extend(rest.iter().map(|a| a.to_string()));
+        args
+    };
+    for (http, mode) in [
+        (false, "auto"),
+        (false, "legacy"),
+        (true, "auto"),
+        (true, "legacy"),
+    ] {
+        let how = format!("client {mode}, over HTTP {http}");
+        let sampled = python_gateway_client(
+            &python,
+            over(
+                http,
+                "mcp__ev__trigger-sampling-request",
+                &[
+                    "--mode",
+                    mode,
+                    "--args",
+                    r#"{"prompt": "relay"}"#,
+                    "--sample",
+                    "sampled in python",
+                ],
+            ),
+        )
+        .await;
+        assert_eq!(
+            sampled["sampled"],
+            json!(["Resource trigger-sampling-request context: relay"]),
+            "{how}: {sampled}"
+        );
+        let text = sampled["call"]["text"].as_str().unwrap();
+        assert!(text.contains("sampled in python"), "{how}: {sampled}");
+        // server-everything keeps the roots it got: asked once per backend.
+        if http && mode == "legacy" {
+            continue;
+        }
+        let rooted = python_gateway_client(
+            &python,
+            over(
+                http,
+                "mcp__ev__get-roots-list",
+                &[
+                    "--mode",
+                    mode,
+                    "--args",
+                    "{}",
+                    "--roots",
+                    "file:///relayed/root",
+                ],
+            ),
+        )
+        .await;
+        assert_eq!(rooted["rooted"], 1, "{how}: {rooted}");
+        let text = rooted["call"]["text"].as_str().unwrap();
+        assert!(text.contains("file:///relayed/root"), "{how}: {rooted}");
+    }
+    let backend = health_backend_pid(&addr).await;
+    terminate_and_check_reaped(&mut child, backend).await;
+}

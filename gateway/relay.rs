@@ -1,0 +1,314 @@
+//! A backend's requests to the client a call is made for (GW-2):
+//! `elicitation/create`, `sampling/createMessage` and `roots/list` that a
+//! server sends while a call runs reach the gateway's client that made the
+//! call, when that client declared the capability.
+//!
+//! - A session-era client is sent the request as the gateway's own
+//!   ([`PeerRelay`]).
+//! - A stateless client cannot be sent requests: the call runs on while
+//!   the client is answered `input_required` with the request, and its
+//!   retry (with the answer and the request state) picks the same call up
+//!   ([`RoundRelay`], [`RunningCall`]).
+//!
+//! A backend of either era is served: a session-era backend's request is
+//! attributed to the client whose calls are under way on that connection
+//! ([`ProgressRoutes::relay`](crate::messages::registry::ProgressRoutes::relay)),
+//! a stateless backend's `input_required` to its own call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use rmcp::{Peer, RoleServer};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{CallerRelay, Offers, RelayError, ToolOutcome};
+
+/// JSON-RPC's internal error.
+const INTERNAL_ERROR: i32 = -32603;
+
+/// What a client declared it answers.
+pub(super) fn offers_of(capabilities: &rmcp::model::ClientCapabilities) -> Offers {
+    Offers {
+        elicitation: capabilities.elicitation.is_some(),
+        sampling: capabilities.sampling.is_some(),
+        roots: capabilities.roots.is_some(),
+    }
+}
+
+fn relay_error(method: &str, e: rmcp::service::ServiceError) -> RelayError {
+    match e {
+        rmcp::service::ServiceError::McpError(e) => RelayError {
+            code: e.code.0,
+            message: e.message.into_owned(),
+        },
+        other => RelayError {
+            code: INTERNAL_ERROR,
+            message: format!("{method}: the calling client did not answer: {other}"),
+        },
+    }
+}
+
+fn unreadable(method: &str, e: serde_json::Error) -> RelayError {
+    RelayError {
+        code: -32602,
+        message: format!("{method}: the server's request could not be read: {e}"),
+    }
+}
+
+/// A session-era client: the backend's request is sent to it as the
+/// gateway's own, and its answer goes back.
+#[derive(Debug)]
+pub(super) struct PeerRelay {
+    client: u64,
+    offers: Offers,
+    peer: Peer<RoleServer>,
+}
+
+impl PeerRelay {
+    /// The relay of session `client`, when its client declared anything
+    /// it could be asked.
+    pub(super) fn of(client: u64, peer: &Peer<RoleServer>) -> Option<Arc<dyn CallerRelay>> {
+        let offers = offers_of(&peer.peer_info()?.capabilities);
+        (offers != Offers::default()).then(|| {
+            Arc::new(Self {
+                client,
+                offers,
+                peer: peer.clone(),
+            }) as Arc<dyn CallerRelay>
+        })
+    }
+}
+
+impl CallerRelay for PeerRelay {
+    fn client(&self) -> u64 {
+        self.client
+    }
+
+    fn offers(&self) -> Offers {
+        self.offers
+    }
+
+    #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still what session-era clients answer
+    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>> {
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let answer = match method.as_str() {
+                "elicitation/create" => {
+                    let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
+                    serde_json::to_value(
+                        peer.create_elicitation(p)
+                            .await
+                            .map_err(|e| relay_error(&method, e))?,
+                    )
+                }
+                "sampling/createMessage" => {
+                    let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
+                    serde_json::to_value(
+                        peer.create_message(p)
+                            .await
+                            .map_err(|e| relay_error(&method, e))?,
+                    )
+                }
+                "roots/list" => serde_json::to_value(
+                    peer.list_roots()
+                        .await
+                        .map_err(|e| relay_error(&method, e))?,
+                ),
+                other => {
+                    return Err(RelayError {
+                        code: -32601,
+                        message: format!("{other}: not a request the gateway passes on"),
+                    });
+                }
+            };
+            answer.map_err(|e| RelayError {
+                code: INTERNAL_ERROR,
+                message: format!("{method}: the client's answer could not be written: {e}"),
+            })
+        })
+    }
+}
+
+/// One request of a backend for a stateless client, and where its answer
+/// goes.
+pub(super) struct Asked {
+    pub(super) method: String,
+    pub(super) params: Value,
+    pub(super) reply: tokio::sync::oneshot::Sender<Result<Value, RelayError>>,
+}
+
+/// A stateless client: a backend's request is handed to the request
+/// handler of the client's call, which answers the client `input_required`.
+#[derive(Debug)]
+pub(super) struct RoundRelay {
+    client: u64,
+    offers: Offers,
+    asks: tokio::sync::mpsc::UnboundedSender<Asked>,
+}
+
+impl std::fmt::Debug for Asked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asked")
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+impl CallerRelay for RoundRelay {
+    fn client(&self) -> u64 {
+        self.client
+    }
+
+    fn offers(&self) -> Offers {
+        self.offers
+    }
+
+    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let sent = self.asks.send(Asked {
+            method: method.clone(),
+            params,
+            reply,
+        });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(RelayError {
+                    code: INTERNAL_ERROR,
+                    message: format!("{method}: the calling client is gone"),
+                });
+            }
+            answer.await.unwrap_or_else(|_| {
+                Err(RelayError {
+                    code: INTERNAL_ERROR,
+                    message: format!(
+                        "{method}: the calling client did not answer (its retry never came, or the gateway stopped)"
+                    ),
+                })
+            })
+        })
+    }
+}
+
+/// A stateless client's call that runs on between the client's rounds.
+/// Dropping it cancels the call.
+pub(super) struct RunningCall {
+    /// The call, spawned.
+    pub(super) outcome: tokio::task::JoinHandle<ToolOutcome>,
+    /// The backend's requests for the client.
+    pub(super) asks: tokio::sync::mpsc::UnboundedReceiver<Asked>,
+    /// Cancels the call.
+    pub(super) cancel: CancellationToken,
+    /// The public tool name (a retry must name the same tool).
+    pub(super) tool: String,
+    /// The call's chat (trust rounds: forgotten when the call ends).
+    pub(super) chat: String,
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl RunningCall {
+    /// Start `call` for a stateless client `client` that declared
+    /// `offers`; `call` is given the relay to put in its options.
+    pub(super) fn start<F>(
+        client: u64,
+        offers: Offers,
+        tool: String,
+        chat: String,
+        call: impl FnOnce(Arc<dyn CallerRelay>, CancellationToken) -> F,
+    ) -> Self
+    where
+        F: std::future::Future<Output = ToolOutcome> + Send + 'static,
+    {
+        let (asks_to, asks) = tokio::sync::mpsc::unbounded_channel();
+        let relay = Arc::new(RoundRelay {
+            client,
+            offers,
+            asks: asks_to,
+        });
+        let cancel = CancellationToken::new();
+        let outcome = tokio::spawn(call(relay, cancel.clone()));
+        Self {
+            outcome,
+            asks,
+            cancel,
+            tool,
+            chat,
+        }
+    }
+}
+
+/// A call awaiting its stateless client's answer.
+pub(super) struct Waiting {
+    /// The call.
+    pub(super) call: RunningCall,
+    /// The key of the request in the `input_required` result.
+    pub(super) key: String,
+    /// Where the answer goes.
+    pub(super) reply: tokio::sync::oneshot::Sender<Result<Value, RelayError>>,
+}
+
+/// What awaits a stateless client's retry, by the request state handed out
+/// with it: at most `max` (the oldest go first), none older than `ttl`.
+pub(super) struct Pending<T> {
+    items: Mutex<HashMap<String, (Instant, T)>>,
+    prefix: &'static str,
+    ttl: Duration,
+    max: usize,
+}
+
+impl<T> Pending<T> {
+    pub(super) fn new(prefix: &'static str, ttl: Duration, max: usize) -> Self {
+        Self {
+            items: Mutex::default(),
+            prefix,
+            ttl,
+            max,
+        }
+    }
+
+    /// Keep `item` until the retry; the request state that names it.
+    pub(super) fn remember(&self, item: T) -> String {
+        let mut nonce = [0u8; 16];
+        rand::fill(&mut nonce);
+        let state: String = std::iter::once(self.prefix.to_owned())
+            .chain(nonce.iter().map(|b| format!("{b:02x}")))
+            .collect();
+        if let Ok(mut p) = self.items.lock() {
+            p.retain(|_, (at, _)| at.elapsed() < self.ttl);
+            while p.len() >= self.max {
+                let Some(oldest) = p
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                p.remove(&oldest);
+            }
+            p.insert(state.clone(), (Instant::now(), item));
+        }
+        state
+    }
+
+    /// Whether `state` is of this kind.
+    pub(super) fn names(&self, state: &str) -> bool {
+        state.starts_with(self.prefix)
+    }
+
+    /// What `state` names (taken: it is answered now).
+    pub(super) fn take(&self, state: &str) -> Option<T> {
+        self.items
+            .lock()
+            .ok()?
+            .remove(state)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, item)| item)
+    }
+}
