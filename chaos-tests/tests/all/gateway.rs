@@ -1878,3 +1878,79 @@ async fn a_backends_requests_reach_the_calling_client_in_every_pair_of_eras() {
     let backend = health_backend_pid(&addr).await;
     terminate_and_check_reaped(&mut child, backend).await;
 }
+
+/// One POST of `body` to the gateway's `/mcp`, in a session when given:
+/// the whole response (status line, headers, body).
+async fn raw_post(addr: &str, body: &Value, session: Option<&str>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMcp-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_expires_and_frees_its_place() {
+    // GW-5: `--session-idle-s 1 --max-sessions 1`: a session-era client
+    // that opened a session and went quiet (no stream, no DELETE: a
+    // crashed client) holds the one place only until it has been idle
+    // for a second; then its session is gone (404) and a new one is taken.
+    let work = workdir(&fault_section("s", &[], "always"));
+    let (mut child, addr) =
+        http_gateway(&work, &["--max-sessions", "1", "--session-idle-s", "1"]).await;
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    });
+    let first = raw_post(&addr, &init, None).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let session = first
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .expect("a session id");
+    let opened = std::time::Instant::now();
+    let second = raw_post(&addr, &init, None).await;
+    assert!(
+        second.starts_with("HTTP/1.1 503"),
+        "the place is held: {second}"
+    );
+    // Polled, not slept: the expiry is rmcp's timer in the gateway process.
+    let deadline = opened + Duration::from_secs(15);
+    let taken = loop {
+        let again = raw_post(&addr, &init, None).await;
+        if again.starts_with("HTTP/1.1 200") {
+            break opened.elapsed();
+        }
+        assert!(again.starts_with("HTTP/1.1 503"), "{again}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle session never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        taken >= Duration::from_millis(900),
+        "expired after {taken:?}"
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let stale = raw_post(&addr, &ping, Some(&session)).await;
+    assert!(stale.starts_with("HTTP/1.1 404"), "{stale}");
+    terminate_and_check_reaped(&mut child, None).await;
+}
