@@ -133,6 +133,9 @@ struct Shared {
     uri_owner: Mutex<HashMap<String, String>>,
     /// Resource URIs clients subscribed to → the sessions that did.
     subscriptions: Mutex<HashMap<String, std::collections::HashSet<u64>>>,
+    /// The resource URIs the gateway asked a backend to follow, and which
+    /// backend: asked again when that backend comes back.
+    followed: Mutex<HashMap<String, String>>,
     /// A listed prompt's public name → (server, the server's name for it).
     prompt_owner: Mutex<HashMap<String, (String, String)>>,
     /// list_changed notifications sent (all clients), for status and tests.
@@ -334,6 +337,7 @@ impl Gateway {
             uri_owner: Mutex::default(),
             prompt_owner: Mutex::default(),
             subscriptions: Mutex::default(),
+            followed: Mutex::default(),
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
@@ -350,6 +354,8 @@ impl Gateway {
         let logs = shared.runtime.subscribe();
         tokio::spawn(server_logs(Arc::downgrade(&shared), logs, stop.clone()));
         tokio::spawn(notifier(Arc::downgrade(&shared), events, stop.clone()));
+        let restarts = shared.runtime.subscribe();
+        tokio::spawn(resubscribe(Arc::downgrade(&shared), restarts, stop.clone()));
         tokio::spawn(resource_updates(Arc::downgrade(&shared), updates, stop));
         Self { shared }
     }

@@ -111,35 +111,104 @@ pub(super) async fn resource_updates(
         if scope != shared.options.scope {
             continue;
         }
-        // Stateless clients: each listen stream passes on the URIs its
-        // filter names.
-        let _ = shared.listens.send(
-            rmcp::model::ServerNotification::ResourceUpdatedNotification(
-                rmcp::model::ResourceUpdatedNotification::new(
-                    rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone()),
-                ),
-            ),
-        );
-        let ids: Vec<u64> = shared
-            .subscriptions
-            .lock()
-            .ok()
-            .and_then(|s| s.get(&uri).map(|ids| ids.iter().copied().collect()))
-            .unwrap_or_default();
-        let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
-            Ok(c) => ids.iter().filter_map(|id| c.get(id).cloned()).collect(),
-            Err(_) => Vec::new(),
+        updated(&shared, uri);
+    }
+}
+
+/// A backend that came back (a new connection, after a crash, a restart
+/// or an idle stop) has forgotten what it was asked to follow: it is asked
+/// again for every resource the gateway's clients follow there, and the
+/// clients are told each may have changed meanwhile.
+pub(super) async fn resubscribe(
+    shared: std::sync::Weak<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    stop: CancellationToken,
+) {
+    // Each server's connection when the gateway started: only a newer one
+    // has lost subscriptions.
+    let mut seen: HashMap<String, u64> = match shared.upgrade() {
+        Some(s) => s
+            .runtime
+            .status()
+            .into_iter()
+            .filter(|st| st.scope == s.options.scope)
+            .map(|st| (st.server, st.connection_generation))
+            .collect(),
+        None => return,
+    };
+    while let Some(ev) = next(&mut events, &stop).await {
+        let status = match ev {
+            Ok(RuntimeEvent::ServerStatus(status)) if status.state == crate::ServerState::Ready => {
+                status
+            }
+            _ => continue,
         };
-        for peer in peers {
-            let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(
-                    Duration::from_secs(5),
-                    peer.notify_resource_updated(params),
-                )
-                .await;
-            });
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if status.scope != shared.options.scope {
+            continue;
         }
+        let before = seen.insert(status.server.clone(), status.connection_generation);
+        if before.is_none_or(|g| g >= status.connection_generation) {
+            continue;
+        }
+        let uris: Vec<String> = shared
+            .followed
+            .lock()
+            .map(|f| {
+                f.iter()
+                    .filter(|(_, server)| **server == status.server)
+                    .map(|(uri, _)| uri.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for uri in uris {
+            match shared
+                .runtime
+                .subscribe_resource(&status.scope, &status.server, &uri)
+                .await
+            {
+                Ok(()) => updated(&shared, uri),
+                Err(e) => tracing::warn!(
+                    server = %status.server,
+                    uri = %uri,
+                    error = %e,
+                    "gateway: a resource could not be followed again after the server came back"
+                ),
+            }
+        }
+    }
+}
+
+/// Tell every client that follows `uri` that it was updated.
+fn updated(shared: &Shared, uri: String) {
+    // Stateless clients: each listen stream passes on the URIs its
+    // filter names.
+    let _ = shared.listens.send(
+        rmcp::model::ServerNotification::ResourceUpdatedNotification(
+            rmcp::model::ResourceUpdatedNotification::new(
+                rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone()),
+            ),
+        ),
+    );
+    let ids: Vec<u64> = shared
+        .subscriptions
+        .lock()
+        .ok()
+        .and_then(|s| s.get(&uri).map(|ids| ids.iter().copied().collect()))
+        .unwrap_or_default();
+    let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
+        Ok(c) => ids.iter().filter_map(|id| c.get(id).cloned()).collect(),
+        Err(_) => Vec::new(),
+    };
+    for peer in peers {
+        let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+        tokio::spawn(async move {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), peer.notify_resource_updated(params))
+                    .await;
+        });
     }
 }
 

@@ -268,6 +268,9 @@ impl GatewaySession {
                 .subscribe_resource(self.scope(), &server, &uri)
                 .await
                 .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            if let Ok(mut followed) = self.shared.followed.lock() {
+                followed.insert(uri.clone(), server);
+            }
         }
         if let Ok(mut subs) = self.shared.subscriptions.lock() {
             subs.entry(uri).or_default().insert(id);
@@ -284,6 +287,9 @@ impl GatewaySession {
                 let empty = ids.is_empty();
                 if empty {
                     subs.remove(&uri);
+                    if let Ok(mut followed) = self.shared.followed.lock() {
+                        followed.remove(&uri);
+                    }
                 }
                 empty
             }

@@ -14,7 +14,7 @@
 // a sampling answer; `ask_forever` asks again on every round. The prompt
 // `confirm_prompt` asks for the same confirmation before its messages. The
 // resource `note://counter` can be subscribed to; `bump` raises it and sends
-// `notifications/resources/updated` for it.
+// `notifications/resources/updated` for it. `crash` exits the process.
 // With --stateless-only an `initialize` is refused with -32022 naming
 // 2026-07-28 (serveStdio's `legacy: 'reject'`); otherwise both eras are served.
 import { McpServer, acceptedContent, fromJsonSchema, inputRequired } from '@modelcontextprotocol/server';
@@ -33,6 +33,11 @@ serveStdio(() => {
     { name: 'era-server', version: '1.0.0' },
     { capabilities: { tools: { listChanged: true }, prompts: {}, resources: { subscribe: true }, logging: {} } },
   );
+  // The session era's resources/subscribe and /unsubscribe (the SDK
+  // answers the stateless era's subscriptions/listen itself).
+  for (const method of ['resources/subscribe', 'resources/unsubscribe']) {
+    server.server.setRequestHandler(method, async () => ({}));
+  }
   let counter = 0;
   server.registerResource('counter', 'note://counter', { description: 'A counter `bump` raises.' },
     async (uri) => ({ contents: [{ uri: uri.href, text: String(counter) }] }));
@@ -42,6 +47,8 @@ serveStdio(() => {
       await server.server.sendResourceUpdated({ uri: 'note://counter' });
       return { content: [{ type: 'text', text: String(counter) }] };
     });
+  server.registerTool('crash', { description: 'Exits the process (status 3) mid-call.', inputSchema: none },
+    async () => process.exit(3));
   server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
   server.registerTool('log', { description: 'Logs "quiet" at info, then "loud" at warning.', inputSchema: none },

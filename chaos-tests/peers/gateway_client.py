@@ -30,6 +30,9 @@ resource may have changed once it follows it), calls TOOL, waits for the
 next event (20 s at most each) and reports both: "resource": {"first",
 "then", "uri"}.
 
+With `--after TOOL` as well, it then calls TOOL and waits for one more
+event ("after": its type).
+
 With `--logs LEVEL` the client sets its log level to LEVEL before the
 call and reports the log messages it got until the first one ("logs":
 [[level, logger, data], ...]; 20 s at most).
@@ -87,17 +90,23 @@ async def prompts_change(client, add_tool):
     return {"event": type(event).__name__, "names": [p.name for p in listed.prompts]}
 
 
-async def resource_change(client, uri, tool):
+async def resource_change(client, uri, tool, after=None):
     """The --resource-change steps (see the module docs)."""
+    out = {}
     async with client.listen(resource_subscriptions=[uri]) as sub:
         first = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
         await client.call_tool(tool, {})
         then = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
-    return {
+        if after is not None:
+            await client.call_tool(after, {})
+            last = await asyncio.wait_for(sub.__anext__(), LIMIT_S)
+            out["after"] = type(last).__name__
+    out.update({
         "first": type(first).__name__,
         "then": type(then).__name__,
         "uri": getattr(then, "uri", None),
-    }
+    })
+    return out
 
 
 async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None, resource=None, extra=None):
@@ -179,7 +188,7 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
         if prompts is not None:
             out["prompts"] = await prompts_change(client, prompts)
         if resource is not None:
-            out["resource"] = await resource_change(client, *resource)
+            out["resource"] = await resource_change(client, *resource, extra.get("after"))
         if logs is not None:
             await asyncio.wait_for(got_log.wait(), LIMIT_S)
             out["logs"] = logged
@@ -228,6 +237,7 @@ def main(argv):
         ("--answer", "answer", json.loads),
         ("--sample", "sample", str),
         ("--roots", "roots", str),
+        ("--after", "after", str),
     ]:
         if flag in argv:
             at = argv.index(flag)

@@ -164,13 +164,13 @@ async fn a_stateless_servers_tool_list_change_arrives_on_its_listen_stream() {
         .await
         .unwrap();
     runtime.wait_ready(&G, "modern", READY).await.unwrap();
-    assert_eq!(status_of(&runtime, "modern").tools, 8);
+    assert_eq!(status_of(&runtime, "modern").tools, 9);
     let out = call(&runtime, "mcp__modern__add_tool", json!({})).await;
     assert_eq!(out.kind, OutcomeKind::Ok, "{out:?}");
     let grown = wait_for(&runtime, &mut events, READY, |statuses| {
         statuses
             .iter()
-            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 9)
+            .find(|s| s.server == "modern" && s.state == ServerState::Ready && s.tools == 10)
             .cloned()
     })
     .await;

@@ -1954,3 +1954,36 @@ async fn an_idle_session_expires_and_frees_its_place() {
     assert!(stale.starts_with("HTTP/1.1 404"), "{stale}");
     terminate_and_check_reaped(&mut child, None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_resource_is_followed_again_when_its_backend_comes_back() {
+    // GW-2: a client follows note://counter of the TS SDK 2.x server (in
+    // each era); the backend crashes and is restarted. The new backend is
+    // asked to follow the resource again, and the client is told it may
+    // have changed meanwhile; a change on the new backend then reaches the
+    // client as well.
+    for stateless in [false, true] {
+        let Some(v) = python_client_of_era_server(
+            "a_followed_resource_is_followed_again",
+            stateless,
+            &[
+                "mcp__era__add_tool",
+                "--resource-change",
+                "note://counter",
+                "mcp__era__crash",
+                "--after",
+                "mcp__era__bump",
+            ],
+        )
+        .await
+        else {
+            return;
+        };
+        let how = format!("backend stateless {stateless}");
+        assert_eq!(v["resource"]["first"], "ResourceUpdated", "{how}: {v}");
+        // After the crash: the gateway's "may have changed" on the new backend.
+        assert_eq!(v["resource"]["then"], "ResourceUpdated", "{how}: {v}");
+        // The new backend's own update: it follows the resource again.
+        assert_eq!(v["resource"]["after"], "ResourceUpdated", "{how}: {v}");
+    }
+}
