@@ -410,16 +410,35 @@ impl ClientHandler for SupervisedClient {
         }
     }
 
+    /// Progress notifications are routed by the transport as they are
+    /// read ([`SupervisedClient::progress_arrived`]), not here.
     async fn on_progress(
         &self,
-        params: rmcp::model::ProgressNotificationParam,
+        _: rmcp::model::ProgressNotificationParam,
         _: NotificationContext<RoleClient>,
     ) {
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.supervisor.cast(ServerSupervisorMsg::ToolsListChanged {
+            conn_gen: self.conn_gen,
+        });
+    }
+}
+
+impl SupervisedClient {
+    /// A server's progress notification, read off the wire: to the call
+    /// its token belongs to, as that call's event. Called in wire order,
+    /// so a call's progress is out before its `CallFinished`.
+    pub fn progress_arrived(&self, params: &rmcp::model::ProgressNotificationParam) {
         // TRUST-2: a progress message is the server's output.
         let note = crate::messages::registry::ProgressNote {
             progress: params.progress,
             total: params.total,
-            message: params.message.map(|m| redact(&m, &self.diag.redactions())),
+            message: params
+                .message
+                .as_deref()
+                .map(|m| redact(m, &self.diag.redactions())),
         };
         if let Some((call_id, note)) = self
             .diag
@@ -428,12 +447,6 @@ impl ClientHandler for SupervisedClient {
         {
             emit_progress(&self.handlers, &self.server, call_id, note);
         }
-    }
-
-    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self.supervisor.cast(ServerSupervisorMsg::ToolsListChanged {
-            conn_gen: self.conn_gen,
-        });
     }
 }
 
@@ -870,7 +883,9 @@ where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let transport = super::opening::Opening::new(transport.into_transport());
+    let routes = handler.clone();
+    let transport = super::opening::Opening::new(transport.into_transport())
+        .with_progress(move |p| routes.progress_arrived(p));
     let running = handler
         .serve_with_lifecycle(
             transport,

@@ -26,10 +26,18 @@ fn stateless(version: &str) -> bool {
     version >= "2026-07-28"
 }
 
+/// Where a progress notification goes as it is read.
+type ProgressRoute = Box<dyn Fn(&rmcp::model::ProgressNotificationParam) + Send + Sync>;
+
 /// A transport whose answers to the opening's `server/discover` are read
 /// as the spec reads them (see the module header).
 pub struct Opening<T> {
     inner: T,
+    /// Where a server's `notifications/progress` go the moment they are
+    /// read, in wire order: before the result that follows them (rmcp
+    /// hands notifications to the handler on tasks of their own, which may
+    /// run after the result reached its caller).
+    progress: Option<ProgressRoute>,
     /// The ids of the probes sent; empty once a request of another method
     /// went out (the opening is over).
     probes: Vec<RequestId>,
@@ -41,9 +49,19 @@ impl<T> Opening<T> {
     pub fn new(inner: T) -> Self {
         Self {
             inner,
+            progress: None,
             probes: Vec::new(),
             open: true,
         }
+    }
+
+    /// Pass every progress notification to `route` as it is read.
+    pub fn with_progress(
+        mut self,
+        route: impl Fn(&rmcp::model::ProgressNotificationParam) + Send + Sync + 'static,
+    ) -> Self {
+        self.progress = Some(Box::new(route));
+        self
     }
 }
 
@@ -144,6 +162,11 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let message = self.inner.receive().await?;
+        if let (Some(route), JsonRpcMessage::Notification(n)) = (&self.progress, &message)
+            && let rmcp::model::ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            route(&p.params);
+        }
         if self.probes.is_empty() {
             return Some(message);
         }

@@ -232,6 +232,10 @@ struct Args {
     /// total N), then answers.
     #[arg(long, value_name = "N")]
     progress: Option<u32>,
+    /// With `--progress`: the answer follows the last notification at once
+    /// (no step after it), as a server's last progress and result often do.
+    #[arg(long)]
+    progress_burst: bool,
     /// Serve the tasks extension: `task_echo`, `task_forever` and
     /// `task_plain` (taskSupport "required"), `tasks/get`, `tasks/cancel`.
     #[arg(long)]
@@ -954,7 +958,11 @@ impl ServerHandler for FaultServer {
                     .with_total(f64::from(n))
                     .with_message(format!("step {i} of {n}{}", self.leaked()));
                 let _ = ctx.peer.notify_progress(note).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // With --progress-burst the last one is followed by the
+                // result at once.
+                if i < n || !self.args.progress_burst {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
             }
         }
         if self.args.task_tools && TASK_TOOLS.contains(&req.name.as_ref()) {

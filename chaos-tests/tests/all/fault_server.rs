@@ -460,6 +460,34 @@ async fn a_servers_progress_notifications_are_events_of_the_call_they_belong_to(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_last_progress_is_published_before_the_call_finishes() {
+    // A server's last progress notification is followed at once by the
+    // result (fault-server --progress 2 --progress-burst). rmcp hands notifications to the
+    // handler on tasks of their own, so one read before the result could
+    // be published after the call ended (and a gateway forwarding the
+    // call's progress, which stops at CallFinished, lost it): the runtime
+    // routes progress as it reads it. Every call of 25 has both of its
+    // notes among its events before its CallFinished.
+    let (runtime, mut events, _) =
+        start_ready("last", &["--progress", "2", "--progress-burst"]).await;
+    for n in 0..25 {
+        let outcome = call(&runtime, "mcp__last__echo", json!({"message": "hi"})).await;
+        assert!(outcome.is_ok(), "{outcome:?}");
+        let mut notes = 0;
+        loop {
+            match tokio::time::timeout(READY, events.recv()).await {
+                Ok(Ok(RuntimeEvent::CallProgress { .. })) => notes += 1,
+                Ok(Ok(RuntimeEvent::CallFinished { .. })) => break,
+                Ok(Ok(_)) => {}
+                other => panic!("call {n}: no CallFinished: {other:?}"),
+            }
+        }
+        assert_eq!(notes, 2, "call {n}: progress after its CallFinished");
+    }
+    finish(&runtime, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn structured_content_is_validated_against_the_output_schema_naming_the_failing_path() {
     // CALL-3: a kept output schema requires and validates structuredContent.
     let (runtime, _events, _) = start_ready("temps", &[]).await;
