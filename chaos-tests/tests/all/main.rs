@@ -16,6 +16,7 @@ mod eras;
 mod everything;
 mod fault_server;
 mod gateway;
+mod gateway_conformance;
 mod hooks;
 mod hostile_timing;
 mod http_errors;
