@@ -234,7 +234,7 @@ pub use runtime::stores::secrets::{EnvSecretStore, FileSecretStore, MemorySecret
 // Client capabilities a server may use (CONN-11).
 pub use messages::capabilities::{
     AcceptSchemaDefaults, CallerRelay, ElicitationHandler, ElicitationRequest, ElicitationResponse,
-    Offers, RelayError,
+    Offers, RELAY_KEY, RelayAsk, RelayError,
 };
 
 // Hooks.

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use rmcp::{Peer, RoleServer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallerRelay, Offers, RelayError, ToolOutcome};
+use crate::{CallerRelay, Offers, RelayAsk, RelayError, ToolOutcome};
 
 /// JSON-RPC's internal error.
 const INTERNAL_ERROR: i32 = -32603;
@@ -91,10 +91,35 @@ impl CallerRelay for PeerRelay {
         self.offers
     }
 
-    #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still what session-era clients answer
-    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>> {
+    fn ask(
+        &self,
+        asks: Vec<RelayAsk>,
+    ) -> BoxFuture<'static, Result<Map<String, Value>, RelayError>> {
         let peer = self.peer.clone();
         Box::pin(async move {
+            let mut answers = Map::new();
+            for RelayAsk {
+                key,
+                method,
+                params,
+            } in asks
+            {
+                answers.insert(key, ask_peer(&peer, method, params).await?);
+            }
+            Ok(answers)
+        })
+    }
+}
+
+/// One request to a session-era client; its result.
+#[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still what session-era clients answer
+async fn ask_peer(
+    peer: &Peer<RoleServer>,
+    method: String,
+    params: Value,
+) -> Result<Value, RelayError> {
+    {
+        {
             let answer = match method.as_str() {
                 "elicitation/create" => {
                     let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
@@ -128,16 +153,18 @@ impl CallerRelay for PeerRelay {
                 code: INTERNAL_ERROR,
                 message: format!("{method}: the client's answer could not be written: {e}"),
             })
-        })
+        }
     }
 }
 
-/// One request of a backend for a stateless client, and where its answer
-/// goes.
+/// Where the answers to a backend's requests go, by key.
+pub(super) type Reply = tokio::sync::oneshot::Sender<Result<Map<String, Value>, RelayError>>;
+
+/// A backend's requests for a stateless client (one round), and where
+/// the answers go.
 pub(super) struct Asked {
-    pub(super) method: String,
-    pub(super) params: Value,
-    pub(super) reply: tokio::sync::oneshot::Sender<Result<Value, RelayError>>,
+    pub(super) asks: Vec<RelayAsk>,
+    pub(super) reply: Reply,
 }
 
 /// A stateless client: a backend's request is handed to the request
@@ -151,9 +178,7 @@ pub(super) struct RoundRelay {
 
 impl std::fmt::Debug for Asked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Asked")
-            .field("method", &self.method)
-            .finish()
+        f.debug_struct("Asked").field("asks", &self.asks).finish()
     }
 }
 
@@ -166,13 +191,17 @@ impl CallerRelay for RoundRelay {
         self.offers
     }
 
-    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>> {
+    fn ask(
+        &self,
+        asks: Vec<RelayAsk>,
+    ) -> BoxFuture<'static, Result<Map<String, Value>, RelayError>> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let sent = self.asks.send(Asked {
-            method: method.clone(),
-            params,
-            reply,
-        });
+        let method = asks
+            .iter()
+            .map(|a| a.method.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sent = self.asks.send(Asked { asks, reply });
         Box::pin(async move {
             if sent.is_err() {
                 return Err(RelayError {
@@ -248,10 +277,10 @@ impl RunningCall {
 pub(super) struct Waiting {
     /// The call.
     pub(super) call: RunningCall,
-    /// The key of the request in the `input_required` result.
-    pub(super) key: String,
-    /// Where the answer goes.
-    pub(super) reply: tokio::sync::oneshot::Sender<Result<Value, RelayError>>,
+    /// The keys of the requests in the `input_required` result.
+    pub(super) keys: Vec<String>,
+    /// Where the answers go.
+    pub(super) reply: Reply,
 }
 
 /// What awaits a stateless client's retry, by the request state handed out

@@ -94,34 +94,36 @@ impl GatewaySession {
                     return Step::Done(ended((&mut call.outcome).await));
                 }
             };
-            let mut request = json!({"method": asked.method});
-            if !asked.params.is_null() {
-                request["params"] = asked.params;
-            }
-            match serde_json::from_value::<rmcp::model::InputRequest>(request) {
-                Ok(request) => {
-                    let key = RELAY_INPUT_KEY.to_owned();
-                    let mut requests = rmcp::model::InputRequests::new();
-                    requests.insert(key.clone(), request);
-                    let state = self.shared.rounds.remember(relay::Waiting {
-                        call,
-                        key,
-                        reply: asked.reply,
-                    });
-                    return Step::Round(CallToolResponse::InputRequired(
-                        rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
-                    ));
+            let mut requests = rmcp::model::InputRequests::new();
+            let mut unreadable = None;
+            for ask in &asked.asks {
+                let mut request = json!({"method": ask.method});
+                if !ask.params.is_null() {
+                    request["params"] = ask.params.clone();
                 }
-                Err(e) => {
-                    let _ = asked.reply.send(Err(crate::RelayError {
-                        code: -32602,
-                        message: format!(
-                            "{}: the request could not be put to the client: {e}",
-                            asked.method
-                        ),
-                    }));
+                match serde_json::from_value::<rmcp::model::InputRequest>(request) {
+                    Ok(request) => {
+                        requests.insert(ask.key.clone(), request);
+                    }
+                    Err(e) => unreadable = Some(format!("{}: {e}", ask.method)),
                 }
             }
+            if let Some(why) = unreadable {
+                let _ = asked.reply.send(Err(crate::RelayError {
+                    code: -32602,
+                    message: format!("the request could not be put to the client: {why}"),
+                }));
+                continue;
+            }
+            let keys = asked.asks.iter().map(|a| a.key.clone()).collect();
+            let state = self.shared.rounds.remember(relay::Waiting {
+                call,
+                keys,
+                reply: asked.reply,
+            });
+            return Step::Round(CallToolResponse::InputRequired(
+                rmcp::model::InputRequiredResult::new(Some(requests), Some(state)),
+            ));
         }
     }
 
@@ -149,19 +151,21 @@ impl GatewaySession {
                 None,
             ));
         }
-        let answer = request
-            .input_responses
-            .as_ref()
-            .and_then(|r| r.get(&waiting.key))
-            .cloned()
-            .ok_or_else(|| crate::RelayError {
-                code: -32602,
-                message: format!(
-                    "the client's retry brought no answer under {:?}",
-                    waiting.key
-                ),
-            });
-        let _ = waiting.reply.send(answer);
+        let responses = request.input_responses.as_ref();
+        let answers: Result<Map<String, Value>, crate::RelayError> = waiting
+            .keys
+            .iter()
+            .map(|key| {
+                responses
+                    .and_then(|r| r.get(key))
+                    .map(|v| (key.clone(), v.clone()))
+                    .ok_or_else(|| crate::RelayError {
+                        code: -32602,
+                        message: format!("the client's retry brought no answer under {key:?}"),
+                    })
+            })
+            .collect();
+        let _ = waiting.reply.send(answers);
         let chat = waiting.call.chat.clone();
         match self.step(waiting.call, &ctx.ct).await {
             Step::Round(round) => Ok(round),
@@ -1003,10 +1007,6 @@ enum Step {
     /// A backend asked for input: the client is answered this.
     Round(CallToolResponse),
 }
-
-/// The key of a backend's request in the `input_required` result that puts
-/// it to a stateless client.
-const RELAY_INPUT_KEY: &str = "mcpvisor_relay";
 
 /// Whether the request is of the stateless era.
 fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {

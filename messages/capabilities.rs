@@ -136,9 +136,29 @@ pub trait CallerRelay: Send + Sync + fmt::Debug + 'static {
     fn client(&self) -> u64;
     /// What the client declared it answers.
     fn offers(&self) -> Offers;
-    /// Pass the request `method` with `params` to the client; its result.
-    fn ask(&self, method: String, params: Value) -> BoxFuture<'static, Result<Value, RelayError>>;
+    /// Pass the requests to the client, at once where it can take them
+    /// at once (a stateless client's round); their results, by key.
+    fn ask(
+        &self,
+        asks: Vec<RelayAsk>,
+    ) -> BoxFuture<'static, Result<Map<String, Value>, RelayError>>;
 }
+
+/// One server request for a [`CallerRelay`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayAsk {
+    /// Its key: the server's, in an `input_required` result; [`RELAY_KEY`]
+    /// for a session-era request.
+    pub key: String,
+    /// `elicitation/create`, `sampling/createMessage` or `roots/list`.
+    pub method: String,
+    /// Its parameters.
+    pub params: Value,
+}
+
+/// The key of a session-era server's request (which has none of its own)
+/// when it is passed on in an `input_required` round.
+pub const RELAY_KEY: &str = "mcpvisor_relay";
 
 /// Fill every property `content` lacks with the `default` the schema declares
 /// for it. Present values are never overwritten.

@@ -694,11 +694,12 @@ mod tests {
         }
         fn ask(
             &self,
-            _: String,
-            _: serde_json::Value,
-        ) -> futures::future::BoxFuture<'static, Result<serde_json::Value, crate::RelayError>>
-        {
-            Box::pin(async { Ok(serde_json::Value::Null) })
+            _: Vec<crate::RelayAsk>,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<serde_json::Map<String, serde_json::Value>, crate::RelayError>,
+        > {
+            Box::pin(async { Ok(serde_json::Map::new()) })
         }
     }
 

@@ -23,7 +23,8 @@ use serde_json::{Map, Value};
 use super::WireError;
 use super::diagnostics::Diagnostics;
 use crate::messages::capabilities::{
-    CallerRelay, ClientHandlers, ElicitationRequest, ElicitationResponse, apply_schema_defaults,
+    CallerRelay, ClientHandlers, ElicitationRequest, ElicitationResponse, Offers, RELAY_KEY,
+    RelayAsk, apply_schema_defaults,
 };
 use crate::messages::catalog::ToolPages;
 use crate::messages::config::{ProtocolChoice, ServerConfig, TransportConfig};
@@ -210,14 +211,27 @@ pub struct SupervisedClient {
 }
 
 /// The capabilities this client declares (CONN-11): none but elicitation,
-/// and that only when the embedder installed a handler.
+/// and that only when the embedder installed a handler; elicitation,
+/// sampling and roots when the runtime relays them to calling clients
+/// (GW-2).
 pub fn declared_capabilities(handlers: &ClientHandlers) -> ClientCapabilities {
+    capabilities_of(Offers {
+        elicitation: handlers.elicitation.is_some() || handlers.relays,
+        sampling: handlers.relays,
+        roots: handlers.relays,
+    })
+}
+
+/// The client capabilities that answer `offers`.
+fn capabilities_of(offers: Offers) -> ClientCapabilities {
     let mut capabilities = ClientCapabilities::default();
-    if handlers.relays {
+    if offers.sampling {
         capabilities.sampling = Some(Default::default());
+    }
+    if offers.roots {
         capabilities.roots = Some(Default::default());
     }
-    if handlers.elicitation.is_some() || handlers.relays {
+    if offers.elicitation {
         let mut elicitation = ElicitationCapability::new();
         elicitation.form = Some(FormElicitationCapability::new());
         elicitation.url = Some(UrlElicitationCapability::default());
@@ -226,21 +240,34 @@ pub fn declared_capabilities(handlers: &ClientHandlers) -> ClientCapabilities {
     capabilities
 }
 
-/// The `_meta` of a stateless-era request that declares the tasks extension
-/// (`io.modelcontextprotocol/tasks`, ERA-6) besides
-/// [`declared_capabilities`]. The extension is declared per request: a
-/// server may answer a `tools/call` with a task only when that request
-/// declared it, and serves `tasks/get`, `tasks/update` and `tasks/cancel`
-/// only to requests that declare it too.
-pub fn tasks_meta(handlers: &ClientHandlers) -> RequestMetaObject {
-    let mut capabilities = declared_capabilities(handlers);
-    capabilities
-        .extensions
-        .get_or_insert_with(Default::default)
-        .insert(TASKS_EXTENSION_ID.to_owned(), Map::new());
+/// A stateless-era request's `_meta` declaring `capabilities`, and the
+/// tasks extension (`io.modelcontextprotocol/tasks`, ERA-6) when `tasks`.
+fn request_meta(mut capabilities: ClientCapabilities, tasks: bool) -> RequestMetaObject {
+    if tasks {
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), Map::new());
+    }
     let mut meta = RequestMetaObject::default();
     meta.set_client_capabilities(capabilities);
     meta
+}
+
+/// The `_meta` of a stateless-era request that declares the tasks extension
+/// besides [`declared_capabilities`]. The extension is declared per
+/// request: a server may answer a `tools/call` with a task only when that
+/// request declared it, and serves `tasks/get`, `tasks/update` and
+/// `tasks/cancel` only to requests that declare it too.
+pub fn tasks_meta(handlers: &ClientHandlers) -> RequestMetaObject {
+    request_meta(declared_capabilities(handlers), true)
+}
+
+/// The `_meta` of a stateless-era call made for a relaying client (GW-2):
+/// what that client declared, so that the server asks it only for that
+/// (and the tasks extension when `tasks`).
+pub fn relay_meta(offers: Offers, tasks: bool) -> RequestMetaObject {
+    request_meta(capabilities_of(offers), tasks)
 }
 
 impl SupervisedClient {
@@ -289,7 +316,16 @@ impl SupervisedClient {
         }
         // TRUST-2: what the server asks is its output; a user reads it.
         crate::messages::trust::redact_value(&mut params, &self.diag.redactions());
-        Some(match relay.ask(method.to_owned(), params).await {
+        let asks = vec![RelayAsk {
+            key: RELAY_KEY.to_owned(),
+            method: method.to_owned(),
+            params,
+        }];
+        let answer = relay
+            .ask(asks)
+            .await
+            .map(|mut answers| answers.remove(RELAY_KEY).unwrap_or(Value::Null));
+        Some(match answer {
             Ok(answer) => serde_json::from_value(answer).map_err(|e| {
                 McpError::internal_error(
                     format!("{method}: the calling client's answer is not one: {e}"),
@@ -563,27 +599,42 @@ pub async fn answer_input_required(
         return Err(InputRefused::Empty);
     }
     let mut responses = rmcp::model::InputResponses::new();
+    // The call's client answers what it declared (GW-2), all in one go.
+    let mut relayed = Vec::new();
+    let mut rest = Vec::new();
     for (key, request) in requests {
-        // The call's client answers what it declared (GW-2).
-        if let Some(relay) = relay {
-            let asked = serde_json::to_value(&request)
-                .map_err(|e| InputRefused::Unwritable(e.to_string()))?;
-            let method = asked
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            if relay.offers().answers(&method) {
-                let mut params = asked.get("params").cloned().unwrap_or(Value::Null);
-                crate::messages::trust::redact_value(&mut params, redactions);
-                let answer = relay
-                    .ask(method.clone(), params)
-                    .await
-                    .map_err(|e| InputRefused::Relayed(method, e.message))?;
-                responses.insert(key, answer);
-                continue;
-            }
+        let Some(relay) = relay else {
+            rest.push((key, request));
+            continue;
+        };
+        let asked =
+            serde_json::to_value(&request).map_err(|e| InputRefused::Unwritable(e.to_string()))?;
+        let method = asked
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if relay.offers().answers(&method) {
+            let mut params = asked.get("params").cloned().unwrap_or(Value::Null);
+            crate::messages::trust::redact_value(&mut params, redactions);
+            relayed.push(RelayAsk {
+                key,
+                method,
+                params,
+            });
+        } else {
+            rest.push((key, request));
         }
+    }
+    if let (Some(relay), false) = (relay, relayed.is_empty()) {
+        let methods: Vec<String> = relayed.iter().map(|a| a.method.clone()).collect();
+        let answers = relay
+            .ask(relayed)
+            .await
+            .map_err(|e| InputRefused::Relayed(methods.join(", "), e.message))?;
+        responses.extend(answers);
+    }
+    for (key, request) in rest {
         let answer = match request {
             rmcp::model::InputRequest::Elicitation(e) => {
                 let r = elicit(handlers, server, redactions, e.params)

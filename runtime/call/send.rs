@@ -81,6 +81,14 @@ impl Runtime {
         let tasks_meta = (def.task_support_required
             && live.era == crate::messages::server::Era::Stateless)
             .then(|| crate::transport::client::tasks_meta(&live.handlers));
+        // A call made for a relaying client tells a stateless server what
+        // that client can answer (GW-2).
+        let call_meta = match (&options.relay, live.era) {
+            (Some(relay), crate::messages::server::Era::Stateless) => Some(
+                crate::transport::client::relay_meta(relay.offers(), tasks_meta.is_some()),
+            ),
+            _ => tasks_meta.clone(),
+        };
         let mut rounds: u32 = 0;
         let (response, lost_as) = loop {
             // A stateless server may answer `input_required` (ERA-5): the
@@ -90,7 +98,7 @@ impl Runtime {
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
             let sending =
                 live.client
-                    .send_call(&def.raw_name, arguments, answers.take(), tasks_meta.clone());
+                    .send_call(&def.raw_name, arguments, answers.take(), call_meta.clone());
             let handed = tokio::select! {
                 biased;
                 handed = sending => Ok(handed),
