@@ -290,6 +290,14 @@ pub(crate) enum Command {
         /// The scenario's server URL (the suite appends it).
         url: String,
     },
+    /// Relay stdio byte for byte to a child running COMMAND: the floor of
+    /// any second hop, for `bench`'s gateway rows.
+    #[command(hide = true)]
+    ServeRelay {
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
     /// Serve the built-in demo MCP server on stdio.
     #[command(hide = true)]
     ServeDemo {

@@ -51,7 +51,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    if !matches!(cli.command, Command::ServeDemo { .. }) {
+    if !matches!(
+        cli.command,
+        Command::ServeDemo { .. } | Command::ServeRelay { .. }
+    ) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_env("MCPVISOR_LOG")
@@ -139,6 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             demo_server::serve(*tools).await?;
             Ok(0)
         }
+        Command::ServeRelay { command } => cmd::bench::relay(command).await,
         Command::Demo | Command::Bench { .. } if cli.config.is_some() => {
             anyhow::bail!(
                 "`demo` and `bench` run the built-in demo server and read no config: drop --config"

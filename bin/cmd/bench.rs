@@ -220,8 +220,77 @@ async fn large_result(calls: usize) -> anyhow::Result<(f64, f64)> {
     measured
 }
 
-/// `mcpvisor gateway` fronting the demo server, over stdio (`http` false:
-/// its pipes are the child's) or `--http 127.0.0.1:0` (its URL).
+/// The MCP server behind a second hop: the demo server, or
+/// server-everything (Node) where the peers are installed.
+#[derive(Debug, Clone)]
+enum Backend {
+    Demo,
+    /// server-everything's `dist/index.js`.
+    Everything(std::path::PathBuf),
+}
+
+impl Backend {
+    /// server-everything, when `chaos-tests/peers/install.sh` installed it
+    /// (`$MCPVISOR_PEERS_DIR`, else `target/peers` under the working
+    /// directory).
+    fn everything() -> Option<Self> {
+        let dir = std::env::var_os("MCPVISOR_PEERS_DIR")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from("target/peers"));
+        let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        entry
+            .is_file()
+            .then(|| Self::Everything(std::fs::canonicalize(&entry).unwrap_or(entry)))
+    }
+
+    /// Its command line.
+    fn command(&self) -> anyhow::Result<(String, Vec<String>)> {
+        Ok(match self {
+            Self::Demo => (
+                std::env::current_exe()?.to_string_lossy().into_owned(),
+                vec!["serve-demo".into()],
+            ),
+            Self::Everything(entry) => (
+                "node".into(),
+                vec![entry.to_string_lossy().into_owned(), "stdio".into()],
+            ),
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Demo => "demo",
+            Self::Everything(_) => "everything",
+        }
+    }
+
+    /// An rmcp client of this server started as `program args` (the
+    /// server itself, or a relay to it), over the child's pipes.
+    async fn client_of(
+        program: &str,
+        args: &[String],
+    ) -> anyhow::Result<(
+        rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+        tokio::process::Child,
+    )> {
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {program}"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            anyhow::bail!("no pipes");
+        };
+        Ok((ClientConfig::default().serve((stdout, stdin)).await?, child))
+    }
+}
+
+/// `mcpvisor gateway` fronting a backend, over stdio (`http` false: its
+/// pipes are the child's) or `--http 127.0.0.1:0` (its URL).
 struct DemoGateway {
     child: tokio::process::Child,
     url: Option<String>,
@@ -230,16 +299,21 @@ struct DemoGateway {
 
 impl DemoGateway {
     async fn start(http: bool, tag: &str) -> anyhow::Result<Self> {
+        Self::fronting(&Backend::Demo, http, tag).await
+    }
+
+    async fn fronting(backend: &Backend, http: bool, tag: &str) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
         let dir =
             std::env::temp_dir().join(format!("mcpvisor-bench-gw-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let config = dir.join("mcpvisor.toml");
+        let (program, args) = backend.command()?;
         std::fs::write(
             &config,
             format!(
-                "[servers.demo]\ncommand = {:?}\nargs = [\"serve-demo\"]\ntrust = \"always\"\n",
-                exe.to_string_lossy()
+                "[servers.{}]\ncommand = {program:?}\nargs = {args:?}\ntrust = \"always\"\n",
+                backend.name()
             ),
         )?;
         let mut gateway = tokio::process::Command::new(&exe);
@@ -274,6 +348,41 @@ impl DemoGateway {
         Ok(Self { child, url, dir })
     }
 
+    /// An rmcp client of it (over its pipes, or its URL), once it lists
+    /// `tool`.
+    async fn client(
+        &mut self,
+        tool: &str,
+    ) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>> {
+        let client = match &self.url {
+            Some(url) => {
+                ClientConfig::default()
+                    .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                        url.clone(),
+                    ))
+                    .await?
+            }
+            None => {
+                let (Some(stdin), Some(stdout)) =
+                    (self.child.stdin.take(), self.child.stdout.take())
+                else {
+                    anyhow::bail!("no pipes to the gateway");
+                };
+                ClientConfig::default().serve((stdout, stdin)).await?
+            }
+        };
+        // The backend connects in the background: wait until its tools are listed.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let tools = client.list_all_tools().await?;
+            if tools.iter().any(|t| t.name == tool) {
+                return Ok(client);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the gateway never listed {tool}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Stop it: its stdin closed (stdio) or SIGTERM (http), which reaps
     /// its backend.
     async fn stop(mut self) {
@@ -298,66 +407,201 @@ impl DemoGateway {
     }
 }
 
-/// Median ms of an echo call made by a bare rmcp client straight to the
-/// demo server, and through `mcpvisor gateway` fronting the same demo
-/// server, over stdio (`http` false) or `--http 127.0.0.1:0` (PERF-1's
-/// gateway rows): (direct, through the gateway).
-async fn gateway_call(calls: usize, http: bool) -> anyhow::Result<(f64, f64)> {
+/// `serve-relay COMMAND…`: COMMAND's stdin and stdout relayed byte for
+/// byte, until either side ends; the child is reaped. The floor of any
+/// second hop (PERF-1's gateway rows).
+pub async fn relay(command: &[String]) -> anyhow::Result<u8> {
+    let Some((program, args)) = command.split_first() else {
+        anyhow::bail!("serve-relay needs a command");
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {program}"))?;
+    let (Some(mut to_child), Some(mut from_child)) = (child.stdin.take(), child.stdout.take())
+    else {
+        anyhow::bail!("no pipes to {program}");
+    };
+    let up = async {
+        let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_child).await;
+        drop(to_child);
+    };
+    let down = async {
+        let mut out = tokio::io::stdout();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            match from_child.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if out.write_all(&buf[..n]).await.is_err() || out.flush().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
+    let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+        Ok(status) => status?,
+        Err(_) => {
+            child.kill().await?;
+            child.wait().await?
+        }
+    };
+    Ok(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))
+}
+
+/// A second hop in front of one backend (PERF-1's gateway rows): median ms
+/// of a sequential `echo` straight to it, through a byte relay, through
+/// `gateway --stdio` and through `gateway --http` (the four interleaved
+/// call by call, their order rotating), and calls/s of 64 concurrent
+/// callers straight to it and through each gateway.
+struct SecondHop {
+    direct: f64,
+    relay: f64,
+    stdio: f64,
+    http: f64,
+    direct_64: f64,
+    stdio_64: f64,
+    http_64: f64,
+}
+
+impl SecondHop {
+    fn none() -> Self {
+        Self {
+            direct: f64::NAN,
+            relay: f64::NAN,
+            stdio: f64::NAN,
+            http: f64::NAN,
+            direct_64: f64::NAN,
+            stdio_64: f64::NAN,
+            http_64: f64::NAN,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let r = |a: f64, b: f64| a / b.max(1e-9);
+        // The time a hop adds to a direct call, against the relay's.
+        let added = |t: f64| (t - self.direct) / (self.relay - self.direct).max(1e-9);
+        json!({
+            "direct_us": self.direct * 1e3,
+            "relay_us": self.relay * 1e3,
+            "stdio_us": self.stdio * 1e3,
+            "http_us": self.http * 1e3,
+            "relay_ratio": r(self.relay, self.direct),
+            "stdio_ratio": r(self.stdio, self.direct),
+            "http_ratio": r(self.http, self.direct),
+            "stdio_added_vs_relay": added(self.stdio),
+            "http_added_vs_relay": added(self.http),
+            "direct_64_per_s": self.direct_64,
+            "stdio_64_per_s": self.stdio_64,
+            "http_64_per_s": self.http_64,
+            "stdio_64_ratio": r(self.stdio_64, self.direct_64),
+            "http_64_ratio": r(self.http_64, self.direct_64),
+        })
+    }
+}
+
+async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop> {
     let args = json!({"message": "bench"})
         .as_object()
         .cloned()
         .unwrap_or_default();
-    let (direct_client, mut child) = bare_client(0).await?;
-    let mut gateway = DemoGateway::start(http, if http { "http" } else { "stdio" }).await?;
-    let client = match &gateway.url {
-        Some(url) => {
-            ClientConfig::default()
-                .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
-                    url.clone(),
-                ))
-                .await?
-        }
-        None => {
-            let (Some(stdin), Some(stdout)) =
-                (gateway.child.stdin.take(), gateway.child.stdout.take())
-            else {
-                anyhow::bail!("no pipes to the gateway");
-            };
-            ClientConfig::default().serve((stdout, stdin)).await?
+    let (program, backend_args) = backend.command()?;
+    let (direct, mut direct_child) = Backend::client_of(&program, &backend_args).await?;
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let mut relay_args = vec!["serve-relay".to_owned(), program.clone()];
+    relay_args.extend(backend_args.iter().cloned());
+    let (relayed, mut relay_child) = Backend::client_of(&exe, &relay_args).await?;
+    let tool = format!("mcp__{}__echo", backend.name());
+    let mut stdio_gw =
+        DemoGateway::fronting(backend, false, &format!("{}-s", backend.name())).await?;
+    let mut http_gw =
+        DemoGateway::fronting(backend, true, &format!("{}-h", backend.name())).await?;
+    let stdio = stdio_gw.client(&tool).await?;
+    let http = http_gw.client(&tool).await?;
+    let peers = [
+        (direct.peer().clone(), "echo".to_owned()),
+        (relayed.peer().clone(), "echo".to_owned()),
+        (stdio.peer().clone(), tool.clone()),
+        (http.peer().clone(), tool),
+    ];
+    let one = |i: usize| {
+        let (peer, name) = peers[i].clone();
+        let args = args.clone();
+        async move {
+            let r = peer
+                .call_tool(CallToolRequestParams::new(name.clone()).with_arguments(args))
+                .await?;
+            anyhow::ensure!(r.is_error != Some(true), "an echo failed ({name})");
+            anyhow::Ok(())
         }
     };
-    // The backend connects in the background: wait until its tools are listed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let tools = client.list_all_tools().await?;
-        if tools.iter().any(|t| t.name == "mcp__demo__echo") {
-            break;
+    for i in 0..4 {
+        for _ in 0..20 {
+            one(i).await?;
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the gateway never listed the demo tools"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let measured = median_ms_pair(
-        calls,
-        || bare_echo(&direct_client, &args),
-        || async {
-            let r = client
-                .call_tool(
-                    CallToolRequestParams::new("mcp__demo__echo").with_arguments(args.clone()),
-                )
-                .await?;
-            anyhow::ensure!(r.is_error != Some(true), "call failed through the gateway");
-            Ok(())
-        },
-    )
-    .await;
-    let _ = direct_client.cancel().await;
-    let _ = child.kill().await;
-    let _ = client.cancel().await;
-    gateway.stop().await;
-    measured
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for n in 0..calls {
+        for k in 0..4 {
+            let i = (n + k) % 4;
+            let t = Instant::now();
+            one(i).await?;
+            samples[i].push(t.elapsed());
+        }
+    }
+    let median = |xs: &mut Vec<Duration>| {
+        xs.sort();
+        xs.get(xs.len() / 2)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+    };
+    // 64 callers each, the three targets in turn, ROUNDS times.
+    let mut rate = [(0usize, Duration::ZERO); 3];
+    let n64 = (calls * 4).max(CONCURRENCY * 4);
+    for _ in 0..ROUNDS {
+        for (slot, i) in [(0, 0), (1, 2), (2, 3)] {
+            let (peer, name) = peers[i].clone();
+            let args = args.clone();
+            let (ok, took) = concurrent_rate(n64, move || {
+                let (peer, name, args) = (peer.clone(), name.clone(), args.clone());
+                async move {
+                    peer.call_tool(CallToolRequestParams::new(name).with_arguments(args))
+                        .await
+                        .is_ok_and(|r| r.is_error != Some(true))
+                }
+            })
+            .await;
+            rate[slot].0 += ok;
+            rate[slot].1 += took;
+        }
+    }
+    let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
+    let hop = SecondHop {
+        direct: median(&mut samples[0]),
+        relay: median(&mut samples[1]),
+        stdio: median(&mut samples[2]),
+        http: median(&mut samples[3]),
+        direct_64: per_s(rate[0]),
+        stdio_64: per_s(rate[1]),
+        http_64: per_s(rate[2]),
+    };
+    let _ = direct.cancel().await;
+    let _ = relayed.cancel().await;
+    let _ = stdio.cancel().await;
+    let _ = http.cancel().await;
+    let _ = direct_child.kill().await;
+    let _ = relay_child.wait().await;
+    stdio_gw.stop().await;
+    http_gw.stop().await;
+    Ok(hop)
 }
 
 /// An `echo` through the runtime to one streamable-HTTP server in each
@@ -975,6 +1219,39 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("1 MiB result", "/large_result_ms/ratio"),
     ("gateway call p50", "/gateway_call_p50_us/ratio"),
     ("gateway --http call p50", "/gateway_http_call_p50_us/ratio"),
+    ("second hop, demo: relay", "/second_hop/demo/relay_ratio"),
+    (
+        "second hop, demo: stdio added vs relay",
+        "/second_hop/demo/stdio_added_vs_relay",
+    ),
+    (
+        "second hop, demo: http added vs relay",
+        "/second_hop/demo/http_added_vs_relay",
+    ),
+    (
+        "second hop, demo: 64-way stdio",
+        "/second_hop/demo/stdio_64_ratio",
+    ),
+    (
+        "second hop, demo: 64-way http",
+        "/second_hop/demo/http_64_ratio",
+    ),
+    (
+        "second hop, everything: stdio",
+        "/second_hop/everything/stdio_ratio",
+    ),
+    (
+        "second hop, everything: http",
+        "/second_hop/everything/http_ratio",
+    ),
+    (
+        "second hop, everything: 64-way stdio",
+        "/second_hop/everything/stdio_64_ratio",
+    ),
+    (
+        "second hop, everything: 64-way http",
+        "/second_hop/everything/http_64_ratio",
+    ),
     ("start to ready, 1", "/start_to_ready_ms/1/ratio"),
     ("start to ready, 10", "/start_to_ready_ms/10/ratio"),
     ("start to ready, 100", "/start_to_ready_ms/100/ratio"),
@@ -1114,16 +1391,22 @@ async fn measure(
     } else {
         none
     };
-    let (gw_direct, gw_through) = if want(Row::Gateway) {
-        gateway_call((calls / 4).max(50), false).await?
+    let hop_calls = (calls / 4).max(50);
+    let demo_hop = if want(Row::Gateway) {
+        second_hop(&Backend::Demo, hop_calls).await?
     } else {
-        none
+        SecondHop::none()
     };
-    let (gw_http_direct, gw_http_through) = if want(Row::Gateway) {
-        gateway_call((calls / 4).max(50), true).await?
-    } else {
-        none
+    let everything_hop = match Backend::everything() {
+        Some(b) if want(Row::Gateway) => second_hop(&b, hop_calls).await?,
+        _ => SecondHop::none(),
     };
+    let (gw_direct, gw_through, gw_http_direct, gw_http_through) = (
+        demo_hop.direct,
+        demo_hop.stdio,
+        demo_hop.direct,
+        demo_hop.http,
+    );
     let mut ready = Vec::new();
     if want(Row::Ready) {
         for n in if quick { vec![1, 10] } else { vec![1, 10, 100] } {
@@ -1166,6 +1449,7 @@ async fn measure(
         // gateway_call measures ms; these keys are µs.
         "gateway_call_p50_us": {"bare": gw_direct * 1e3, "runtime": gw_through * 1e3, "ratio": gw_through / gw_direct.max(1e-9)},
         "gateway_http_call_p50_us": {"bare": gw_http_direct * 1e3, "runtime": gw_http_through * 1e3, "ratio": gw_http_through / gw_http_direct.max(1e-9)},
+        "second_hop": {"demo": demo_hop.json(), "everything": everything_hop.json()},
         "start_to_ready_ms": ready_json,
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
@@ -1247,6 +1531,38 @@ fn print_human(f: &serde_json::Value) {
         n("/gateway_http_call_p50_us/runtime"),
         n("/gateway_http_call_p50_us/ratio")
     );
+    for (name, what) in [
+        ("demo", "the demo server"),
+        ("everything", "server-everything (Node)"),
+    ] {
+        let h = |k: &str| n(&format!("/second_hop/{name}/{k}"));
+        if h("direct_us").is_nan() {
+            println!(
+                "second hop in front of {what}: not measured (chaos-tests/peers/install.sh installs it)"
+            );
+            continue;
+        }
+        println!(
+            "second hop in front of {what}, echo median µs: direct {:.1}, byte relay {:.1} ({:.2}), gateway --stdio {:.1} ({:.2}), gateway --http {:.1} ({:.2}); time added against the relay's: stdio {:.2}, http {:.2}",
+            h("direct_us"),
+            h("relay_us"),
+            h("relay_ratio"),
+            h("stdio_us"),
+            h("stdio_ratio"),
+            h("http_us"),
+            h("http_ratio"),
+            h("stdio_added_vs_relay"),
+            h("http_added_vs_relay"),
+        );
+        println!(
+            "  64 concurrent callers, calls/s: direct {:.0}, gateway --stdio {:.0} ({:.2}), gateway --http {:.0} ({:.2})",
+            h("direct_64_per_s"),
+            h("stdio_64_per_s"),
+            h("stdio_64_ratio"),
+            h("http_64_per_s"),
+            h("http_64_ratio"),
+        );
+    }
     println!("start to ready (spawn → initialize → catalog registered), ms");
     if let Some(rows) = f["start_to_ready_ms"].as_object() {
         let mut rows: Vec<(u64, &serde_json::Value)> = rows

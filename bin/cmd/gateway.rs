@@ -260,7 +260,20 @@ async fn serve_stdio(
     signals: &mut Signals,
     reloader: &mut Reloader<'_>,
 ) -> anyhow::Result<()> {
-    let serve = gateway.serve_io(tokio::io::stdin(), tokio::io::stdout());
+    let serve = async {
+        match stdio_pipes() {
+            Some((read, write)) => {
+                let served = gateway.serve_io(read, write).await;
+                blocking_again();
+                served
+            }
+            None => {
+                gateway
+                    .serve_io(tokio::io::stdin(), tokio::io::stdout())
+                    .await
+            }
+        }
+    };
     tokio::pin!(serve);
     loop {
         tokio::select! {
@@ -275,6 +288,61 @@ async fn serve_stdio(
                     return Ok(());
                 }
                 Got::Reload => reloader.reload(gateway).await,
+            }
+        }
+    }
+}
+
+/// stdin and stdout as non-blocking pipes, when they are pipes (how an
+/// MCP client starts a stdio server) and stderr is not the stdout pipe:
+/// read and written by tokio's reactor. tokio's `Stdin`/`Stdout` hand every
+/// read and write to a blocking thread, one at a time, which held 64
+/// concurrent calls through the gateway to a fifth of a direct connection.
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // (a pipe?, its device and inode)
+    let meta = |fd: std::os::fd::BorrowedFd<'_>| {
+        std::fs::File::from(fd.try_clone_to_owned().ok()?)
+            .metadata()
+            .ok()
+            .map(|m| (m.file_type().is_fifo(), m.dev(), m.ino()))
+    };
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let (input_meta, output_meta) = (meta(stdin.as_fd())?, meta(stdout.as_fd())?);
+    // O_NONBLOCK is shared by every descriptor of an open pipe: a stderr on
+    // the same pipe would fail its writes.
+    if !input_meta.0 || !output_meta.0 || meta(stderr.as_fd()) == Some(output_meta) {
+        return None;
+    }
+    let input = stdin.as_fd().try_clone_to_owned().ok()?;
+    let output = stdout.as_fd().try_clone_to_owned().ok()?;
+    match (
+        tokio::net::unix::pipe::Receiver::from_owned_fd(input),
+        tokio::net::unix::pipe::Sender::from_owned_fd(output),
+    ) {
+        (Ok(read), Ok(write)) => Some((read, write)),
+        _ => {
+            blocking_again();
+            None
+        }
+    }
+}
+
+/// stdin and stdout back in blocking mode (what [`stdio_pipes`] changed is
+/// shared with whoever holds the same pipe ends).
+#[allow(unsafe_code)]
+fn blocking_again() {
+    for fd in [0, 1] {
+        // SAFETY: fcntl on fds 0 and 1, which stay open for the process's
+        // life; F_GETFL/F_SETFL touch only their status flags.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
             }
         }
     }
