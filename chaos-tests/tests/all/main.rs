@@ -20,6 +20,7 @@ mod gateway_conformance;
 mod hooks;
 mod hostile_timing;
 mod http_errors;
+mod inspector;
 mod mods;
 mod oauth;
 mod results;
