@@ -163,6 +163,31 @@ struct Shared {
     _stop_on_drop: DropGuard,
 }
 
+/// A reader that cancels `eof` when its input ends (or fails).
+struct EofSignal<R> {
+    inner: R,
+    eof: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(())) if room > 0 && buf.filled().len() == before => {
+                self.eof.cancel()
+            }
+            std::task::Poll::Ready(Err(_)) => self.eof.cancel(),
+            _ => {}
+        }
+        polled
+    }
+}
+
 /// A stateless client's call refused pending its answer to the trust
 /// question (GW-1): the retry must be the same call.
 struct PendingAsk {
@@ -395,6 +420,7 @@ impl Gateway {
         GatewaySession {
             shared: self.shared.clone(),
             id: self.shared.next_session.fetch_add(1, Ordering::Relaxed),
+            input_closed: CancellationToken::new(),
         }
     }
 
@@ -405,7 +431,15 @@ impl Gateway {
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
         W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let running = rmcp::ServiceExt::serve(self.session(), (read, write))
+        // The client's end of input ends its listen streams at once: rmcp
+        // would wait 5 s for handlers still running before it cancels them.
+        let mut session = self.session();
+        let read = EofSignal {
+            inner: read,
+            eof: session.input_closed.clone(),
+        };
+        session.input_closed = read.eof.clone();
+        let running = rmcp::ServiceExt::serve(session, (read, write))
             .await
             .map_err(|e| GatewayError::Handshake(e.to_string()))?;
         let ct = running.cancellation_token();
@@ -429,7 +463,11 @@ impl Gateway {
         use rmcp::transport::streamable_http_server::{
             StreamableHttpServerConfig, StreamableHttpService,
         };
+        // A stateless (2026-07-28) request's reply is plain JSON when
+        // nothing comes before it (SSE when progress or a log does): no
+        // event stream to open and parse for the common call.
         let mut config = StreamableHttpServerConfig::default()
+            .with_json_response(true)
             .with_cancellation_token(self.shared.stop.child_token());
         let allowed = allowed_hosts.clone();
         if let Some(hosts) = allowed_hosts {

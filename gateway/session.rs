@@ -10,6 +10,9 @@ use crate::ToolOutcome;
 pub struct GatewaySession {
     pub(super) shared: Arc<Shared>,
     pub(super) id: u64,
+    /// Cancelled when the client's input ended (stdio): its listen
+    /// streams end then.
+    pub(super) input_closed: CancellationToken,
 }
 
 /// A shared resource tool's call that did not succeed: its outcome's text,
@@ -924,6 +927,7 @@ impl ServerHandler for GatewaySession {
             let note = tokio::select! {
                 () = context.cancelled() => break,
                 () = self.shared.stop.cancelled() => break,
+                () = self.input_closed.cancelled() => break,
                 note = notes.recv() => note,
             };
             let note = match note {

@@ -235,10 +235,11 @@ impl Setup {
             return Err(failed());
         }
         // The gateway's stderr comes through the Inspector's: it stopped
-        // its servers itself (on stdin's end, or on the Inspector's SIGTERM).
+        // its servers itself on stdin's end, in either era (the Inspector
+        // sends SIGTERM 2 s after closing stdin, which a 2026-07-28 client's
+        // open `subscriptions/listen` must not make it wait for).
         if let Target::Stdio = target
-            && !stderr.contains("mcpvisor gateway: ")
-            && !stderr.contains("; stopping every server")
+            && !stderr.contains("mcpvisor gateway: the client closed stdin; stopping every server")
         {
             return Err(failed());
         }
@@ -249,8 +250,6 @@ impl Setup {
     /// Nothing of this test's runs is left: every process with its tag is
     /// gone within 5 s. Over stdio the Inspector ends the gateway itself:
     /// stdin closed, then SIGTERM after 2 s, then SIGKILL after 2 s more.
-    /// A 2026-07-28 gateway gets the SIGTERM: its client's open
-    /// `subscriptions/listen` keeps it past stdin's end for rmcp's 5 s drain.
     async fn reaped(&self) {
         for pid in tagged_processes(TAG, &self.tag) {
             assert!(
