@@ -664,7 +664,11 @@ impl ServerHandler for GatewaySession {
         {
             return Ok(self.ask_in_a_round(q, chat, arguments));
         }
-        Ok(results::to_call_result(outcome).into())
+        let mut result = results::to_call_result(outcome);
+        if !is_stateless(&ctx) {
+            for_a_session_client(&mut result.meta);
+        }
+        Ok(result.into())
     }
 
     /// `completion/complete` (GW-2): passed to the server whose prompt or
@@ -816,6 +820,7 @@ impl ServerHandler for GatewaySession {
         request: rmcp::model::GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let stateless = is_stateless(&ctx);
         let (server, raw) = self.prompt_owner(&request.name, ctx).await?;
         let value = self
             .shared
@@ -832,6 +837,9 @@ impl ServerHandler for GatewaySession {
             })?;
         // As for a call's result (`results::to_call_result`).
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        if !stateless {
+            for_a_session_client(&mut result.meta);
+        }
         Ok(result.into())
     }
 
@@ -995,15 +1003,20 @@ impl ServerHandler for GatewaySession {
             )
         })?;
         // As for a call's result (`results::to_call_result`); a stateless
-        // backend's cache hints pass on as it gave them (rmcp fills absent
-        // ones with "stale at once", and drops them for a session-era client).
+        // backend's cache hints pass on as it gave them to a stateless
+        // client (rmcp fills absent ones with "stale at once"). A
+        // session-era client gets none of the 2026-07-28 fields, nor the
+        // backend's server info (the gateway is its server).
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        if !is_stateless(&ctx) {
+            result.ttl_ms = None;
+            result.cache_scope = None;
+            for_a_session_client(&mut result.meta);
+        }
         Ok(result.into())
     }
 }
 
-/// Whether the request comes from a stateless (2026-07-28) client that
-/// declared elicitation in its `_meta`.
 /// How a stateless client's call goes on ([`GatewaySession::step`]).
 enum Step {
     /// The call ended.
@@ -1029,6 +1042,23 @@ fn stateless_offers(ctx: &RequestContext<RoleServer>) -> Option<crate::Offers> {
     (offers != crate::Offers::default()).then_some(offers)
 }
 
+/// The `_meta` key under which a 2026-07-28 server names itself in its
+/// results.
+const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
+
+/// A relayed result's `_meta` for a session-era client: without the
+/// stateless backend's server info (the gateway is the client's server).
+fn for_a_session_client(meta: &mut Option<rmcp::model::MetaObject>) {
+    if let Some(m) = meta.as_mut() {
+        m.0.remove(SERVER_INFO_META_KEY);
+    }
+    if meta.as_ref().is_some_and(|m| m.0.is_empty()) {
+        *meta = None;
+    }
+}
+
+/// Whether the request comes from a stateless (2026-07-28) client that
+/// declared elicitation in its `_meta`.
 fn stateless_with_elicitation(ctx: &RequestContext<RoleServer>) -> bool {
     is_stateless(ctx)
         && ctx

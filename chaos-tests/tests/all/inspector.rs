@@ -332,6 +332,13 @@ impl Setup {
             json!([{"uri": "note://counter", "text": "0"}]),
             "{era}: {read}"
         );
+        // The backend speaks 2026-07-28 to the gateway: a 2025-11-25 client
+        // gets none of that era's fields, nor the backend's server info.
+        if era == "legacy" {
+            for field in ["ttlMs", "cacheScope", "resultType", "_meta"] {
+                assert!(read.get(field).is_none(), "{era}: {field} in {read}");
+            }
+        }
 
         let prompt = self
             .run(
