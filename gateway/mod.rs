@@ -155,6 +155,9 @@ struct Shared {
     /// Set once no server of the scope is still in its first connection
     /// attempt (or [`GatewayOptions::first_list_wait`] passed).
     settled: tokio::sync::OnceCell<()>,
+    /// The catalog's fingerprint when it settled: what every client's first
+    /// list held, so no list change is owed for it.
+    settled_catalog: std::sync::OnceLock<u64>,
     /// Held (written) while a config reload runs: the notifier waits, so
     /// the reload's changes reach clients as one list_changed.
     hold: Arc<tokio::sync::RwLock<()>>,
@@ -236,30 +239,54 @@ impl Shared {
     async fn settle(&self) {
         self.settled
             .get_or_init(|| async {
-                let mut events = self.runtime.subscribe();
-                let deadline = tokio::time::Instant::now() + self.options.first_list_wait;
-                let scope = &self.options.scope;
-                loop {
-                    let starting = self.runtime.status().iter().any(|s| {
-                        &s.scope == scope
-                            && s.state == crate::ServerState::Connecting
-                            && s.consecutive_failures == 0
-                    });
-                    if !starting {
-                        return;
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep_until(deadline) => return,
-                        () = self.stop.cancelled() => return,
-                        ev = events.recv() => {
-                            if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                                return;
-                            }
-                        }
-                    }
-                }
+                self.first_connections().await;
+                let _ = self.settled_catalog.set(self.catalog_fingerprint());
             })
             .await;
+    }
+
+    /// What the scope's catalog is now, as a number: each server's catalog
+    /// generation (which only grows).
+    fn catalog_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut generations: Vec<(String, u64)> = self
+            .runtime
+            .status()
+            .into_iter()
+            .filter(|s| s.scope == self.options.scope)
+            .map(|s| (s.server, s.generation))
+            .collect();
+        generations.sort();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        generations.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Until no server of the scope is still in its first connection
+    /// attempt, or [`GatewayOptions::first_list_wait`] passed.
+    async fn first_connections(&self) {
+        let mut events = self.runtime.subscribe();
+        let deadline = tokio::time::Instant::now() + self.options.first_list_wait;
+        let scope = &self.options.scope;
+        loop {
+            let starting = self.runtime.status().iter().any(|s| {
+                &s.scope == scope
+                    && s.state == crate::ServerState::Connecting
+                    && s.consecutive_failures == 0
+            });
+            if !starting {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return,
+                () = self.stop.cancelled() => return,
+                ev = events.recv() => {
+                    if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// The name each tool is served under (public name → served name):
@@ -366,6 +393,7 @@ impl Gateway {
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
+            settled_catalog: std::sync::OnceLock::new(),
             pending_asks: relay::Pending::new("ask-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
             rounds: relay::Pending::new("relay-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
             log_levels: Mutex::default(),

@@ -27,6 +27,8 @@ pub(super) async fn notifier(
         Err(RecvError::Lagged(_)) => true,
         _ => false,
     };
+    // The catalog the clients were last told of (or first listed).
+    let mut told: Option<u64> = None;
     loop {
         let first = tokio::select! {
             _ = stop.cancelled() => return,
@@ -70,6 +72,13 @@ pub(super) async fn notifier(
         while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
             events.try_recv()
         {}
+        // Changes the clients' lists already hold (the servers that came up
+        // while the first list waited for them) are owed no notification.
+        let now = shared.catalog_fingerprint();
+        if told.or_else(|| shared.settled_catalog.get().copied()) == Some(now) {
+            continue;
+        }
+        told = Some(now);
         let peers: Vec<Peer<RoleServer>> = match shared.clients.lock() {
             Ok(mut clients) => {
                 clients.retain(|_, p| !p.is_transport_closed());

@@ -1987,3 +1987,33 @@ async fn a_followed_resource_is_followed_again_when_its_backend_comes_back() {
         assert_eq!(v["resource"]["after"], "ResourceUpdated", "{how}: {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_list_that_waited_for_the_servers_is_not_followed_by_a_list_change() {
+    // GW-3: the first answer waited for the server that was still
+    // starting, so the list the client got already holds its tools: the
+    // catalog changes of its start owe the client no list_changed (a
+    // client would list again for nothing). Nothing else changes here, so
+    // none comes within the notifier's longest coalescing wait (1 s) and a
+    // margin.
+    let fault = mcpvisor_chaos::fault_server_path();
+    let slow = format!(
+        "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {:?}]\nidle_stop_after_s = 0\ntrust = \"always\"\n",
+        format!("sleep 1; exec {}", fault.to_string_lossy())
+    );
+    let work = workdir(&slow);
+    let (handler, mut events) = client(None);
+    let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
+    let listed = tokio::time::timeout(LIMIT, client.list_tools(None))
+        .await
+        .expect("listed in time")
+        .unwrap();
+    assert!(
+        listed.tools.iter().any(|t| t.name == "mcp__slow__echo"),
+        "{listed:?}"
+    );
+    let owed = tokio::time::timeout(Duration::from_millis(2500), events.changed.recv()).await;
+    assert!(owed.is_err(), "a list_changed for what the first list held");
+    drop(client);
+    exited_and_reaped(&mut child, None).await;
+}
