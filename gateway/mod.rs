@@ -401,13 +401,23 @@ impl Gateway {
             stop: stop.clone(),
             _stop_on_drop: stop.clone().drop_guard(),
         });
-        let updates = shared.runtime.subscribe();
-        let lists = shared.runtime.subscribe();
+        // One task reads the runtime's events (a call's own events wake
+        // nothing else) and hands each kind to the task that serves it.
+        let mut routes = Routes::default();
+        let catalog = routes.add(|ev| matches!(ev, RuntimeEvent::CatalogChanged { .. }));
+        let lists = routes.add(|ev| matches!(ev, RuntimeEvent::ListChanged { .. }));
+        let logs = routes.add(|ev| matches!(ev, RuntimeEvent::ServerLog { .. }));
+        let updates = routes.add(|ev| matches!(ev, RuntimeEvent::ResourceUpdated { .. }));
+        let restarts = routes.add(|ev| matches!(ev, RuntimeEvent::ServerStatus(_)));
+        tokio::spawn(dispatch(
+            events,
+            routes,
+            shared.options.scope.clone(),
+            stop.clone(),
+        ));
         tokio::spawn(list_changes(Arc::downgrade(&shared), lists, stop.clone()));
-        let logs = shared.runtime.subscribe();
         tokio::spawn(server_logs(Arc::downgrade(&shared), logs, stop.clone()));
-        tokio::spawn(notifier(Arc::downgrade(&shared), events, stop.clone()));
-        let restarts = shared.runtime.subscribe();
+        tokio::spawn(notifier(Arc::downgrade(&shared), catalog, stop.clone()));
         tokio::spawn(resubscribe(Arc::downgrade(&shared), restarts, stop.clone()));
         tokio::spawn(resource_updates(Arc::downgrade(&shared), updates, stop));
         Self { shared }

@@ -102,6 +102,60 @@ pub(super) async fn notifier(
     }
 }
 
+/// Which task gets which runtime events ([`dispatch`]).
+#[derive(Default)]
+pub(super) struct Routes {
+    routes: Vec<Route>,
+}
+
+/// Which events a task wants, and where they go.
+type Route = (
+    fn(&RuntimeEvent) -> bool,
+    tokio::sync::broadcast::Sender<RuntimeEvent>,
+);
+
+impl Routes {
+    /// The events `wants` accepts, on a channel of their own.
+    pub(super) fn add(
+        &mut self,
+        wants: fn(&RuntimeEvent) -> bool,
+    ) -> tokio::sync::broadcast::Receiver<RuntimeEvent> {
+        let (to, from) = tokio::sync::broadcast::channel(256);
+        self.routes.push((wants, to));
+        from
+    }
+}
+
+/// Reads the runtime's events once for all the gateway's tasks: each goes
+/// to the tasks whose route accepts it; the calls' own events (most of
+/// them) go nowhere. Missed events may have been catalog changes of
+/// `scope`: the catalog route is told one happened.
+pub(super) async fn dispatch(
+    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
+    routes: Routes,
+    scope: Scope,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    while let Some(ev) = next(&mut events, &stop).await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(RecvError::Lagged(_)) => RuntimeEvent::CatalogChanged {
+                scope: scope.clone(),
+                server: String::new(),
+                generation: 0,
+                tools: 0,
+            },
+            Err(RecvError::Closed) => return,
+        };
+        for (wants, to) in &routes.routes {
+            if wants(&ev) {
+                let _ = to.send(ev.clone());
+            }
+        }
+    }
+}
+
 /// Forwards the backends' `notifications/resources/updated` to the sessions
 /// that subscribed to the URI, until the gateway stops.
 pub(super) async fn resource_updates(

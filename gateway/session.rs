@@ -651,9 +651,10 @@ impl ServerHandler for GatewaySession {
             }
         };
         // Its progress goes out before its result (the forwarder ends at
-        // the call's `CallFinished`).
+        // the call's `CallFinished`, which follows its last progress; the
+        // bound only covers a client too slow to take them).
         if let Some(forward) = progress
-            && tokio::time::timeout(Duration::from_secs(1), forward)
+            && tokio::time::timeout(Duration::from_secs(5), forward)
                 .await
                 .is_err()
         {
