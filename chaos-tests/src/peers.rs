@@ -189,21 +189,10 @@ impl FixtureHttp {
             .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
         // It prints this line from its listen callback, once bound.
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return Some(url.trim().to_owned());
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-        .ok_or_else(|| format!("{} did not start listening", script.display()))?;
-        // Keep draining its log (a line per session) so it never blocks.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Its log (a line per session) is drained from then on.
+        let url = crate::support::announced(stdout, "listening on ", Duration::from_secs(20))
+            .await
+            .ok_or_else(|| format!("{} did not start listening", script.display()))?;
         Ok(Self { child, url })
     }
 

@@ -214,22 +214,34 @@ impl HttpFaultServer {
             .spawn()
             .map_err(|e| format!("cannot start the HTTP fault-server: {e}"))?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let url = tokio::time::timeout(limit, async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return Some(url.trim().to_owned());
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-        .ok_or("the HTTP fault-server did not announce its port")?;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let url = announced(stderr, "listening on ", limit)
+            .await
+            .ok_or("the HTTP fault-server did not announce its port")?;
         Ok(Self { child, url })
     }
+}
+
+/// What follows `prefix` on the first line of `output` that starts with it
+/// (a child announcing where it listens), within `limit`; the lines after
+/// it are drained in the background, so the child never blocks on them.
+pub async fn announced<R>(output: R, prefix: &str, limit: Duration) -> Option<String>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let mut lines = BufReader::new(output).lines();
+    let found = tokio::time::timeout(limit, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return Some(rest.trim().to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Some(found)
 }
 
 /// `mcpvisor --config CONFIG gateway --http 127.0.0.1:0 {extra}` and the
