@@ -1387,23 +1387,8 @@ async fn session_era_clients_are_capped_and_a_stateless_one_needs_no_session() {
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "raw", "version": "1"}}
-    })
-    .to_string();
-    let said = {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let req = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
-            .await
-            .unwrap()
-            .unwrap();
-        out
-    };
+    });
+    let said = raw_post(&addr, &body, None).await;
     assert!(said.starts_with("HTTP/1.1 503"), "{said}");
     assert!(
         said.to_ascii_lowercase().contains("retry-after: 5"),
