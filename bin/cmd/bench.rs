@@ -468,9 +468,12 @@ struct SecondHop {
     relay: f64,
     stdio: f64,
     http: f64,
+    /// `gateway --http` to a 2026-07-28 client (no session).
+    http_stateless: f64,
     direct_64: f64,
     stdio_64: f64,
     http_64: f64,
+    http_stateless_64: f64,
 }
 
 impl SecondHop {
@@ -480,9 +483,11 @@ impl SecondHop {
             relay: f64::NAN,
             stdio: f64::NAN,
             http: f64::NAN,
+            http_stateless: f64::NAN,
             direct_64: f64::NAN,
             stdio_64: f64::NAN,
             http_64: f64::NAN,
+            http_stateless_64: f64::NAN,
         }
     }
 
@@ -495,6 +500,10 @@ impl SecondHop {
             "relay_us": self.relay * 1e3,
             "stdio_us": self.stdio * 1e3,
             "http_us": self.http * 1e3,
+            "http_stateless_us": self.http_stateless * 1e3,
+            "http_stateless_ratio": r(self.http_stateless, self.direct),
+            "http_stateless_64_per_s": self.http_stateless_64,
+            "http_stateless_64_ratio": r(self.http_stateless_64, self.direct_64),
             "relay_ratio": r(self.relay, self.direct),
             "stdio_ratio": r(self.stdio, self.direct),
             "http_ratio": r(self.http, self.direct),
@@ -527,11 +536,23 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
         DemoGateway::fronting(backend, true, &format!("{}-h", backend.name())).await?;
     let stdio = stdio_gw.client(&tool).await?;
     let http = http_gw.client(&tool).await?;
+    // A 2026-07-28 client of the same listener: no session.
+    let stateless = rmcp::ClientServiceExt::serve_with_lifecycle(
+        ClientConfig::default(),
+        rmcp::transport::StreamableHttpClientTransport::from_uri(
+            http_gw.url.clone().unwrap_or_default(),
+        ),
+        rmcp::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await?;
     let peers = [
         (direct.peer().clone(), "echo".to_owned()),
         (relayed.peer().clone(), "echo".to_owned()),
         (stdio.peer().clone(), tool.clone()),
-        (http.peer().clone(), tool),
+        (http.peer().clone(), tool.clone()),
+        (stateless.peer().clone(), tool),
     ];
     let one = |i: usize| {
         let (peer, name) = peers[i].clone();
@@ -544,15 +565,15 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
             anyhow::Ok(())
         }
     };
-    for i in 0..4 {
+    for i in 0..peers.len() {
         for _ in 0..20 {
             one(i).await?;
         }
     }
-    let mut samples: [Vec<Duration>; 4] = Default::default();
+    let mut samples: [Vec<Duration>; 5] = Default::default();
     for n in 0..calls {
-        for k in 0..4 {
-            let i = (n + k) % 4;
+        for k in 0..peers.len() {
+            let i = (n + k) % peers.len();
             let t = Instant::now();
             one(i).await?;
             samples[i].push(t.elapsed());
@@ -564,10 +585,10 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
             .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
     };
     // 64 callers each, the three targets in turn, ROUNDS times.
-    let mut rate = [(0usize, Duration::ZERO); 3];
+    let mut rate = [(0usize, Duration::ZERO); 4];
     let n64 = (calls * 4).max(CONCURRENCY * 4);
     for _ in 0..ROUNDS {
-        for (slot, i) in [(0, 0), (1, 2), (2, 3)] {
+        for (slot, i) in [(0, 0), (1, 2), (2, 3), (3, 4)] {
             let (peer, name) = peers[i].clone();
             let args = args.clone();
             let (ok, took) = concurrent_rate(n64, move || {
@@ -589,14 +610,17 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
         relay: median(&mut samples[1]),
         stdio: median(&mut samples[2]),
         http: median(&mut samples[3]),
+        http_stateless: median(&mut samples[4]),
         direct_64: per_s(rate[0]),
         stdio_64: per_s(rate[1]),
         http_64: per_s(rate[2]),
+        http_stateless_64: per_s(rate[3]),
     };
     let _ = direct.cancel().await;
     let _ = relayed.cancel().await;
     let _ = stdio.cancel().await;
     let _ = http.cancel().await;
+    let _ = stateless.cancel().await;
     let _ = direct_child.kill().await;
     let _ = relay_child.wait().await;
     stdio_gw.stop().await;
@@ -1555,12 +1579,19 @@ fn print_human(f: &serde_json::Value) {
             h("http_added_vs_relay"),
         );
         println!(
-            "  64 concurrent callers, calls/s: direct {:.0}, gateway --stdio {:.0} ({:.2}), gateway --http {:.0} ({:.2})",
+            "  a 2026-07-28 client of gateway --http (no session): median µs {:.1} ({:.2})",
+            h("http_stateless_us"),
+            h("http_stateless_ratio"),
+        );
+        println!(
+            "  64 concurrent callers, calls/s: direct {:.0}, gateway --stdio {:.0} ({:.2}), gateway --http {:.0} ({:.2}), the same stateless {:.0} ({:.2})",
             h("direct_64_per_s"),
             h("stdio_64_per_s"),
             h("stdio_64_ratio"),
             h("http_64_per_s"),
             h("http_64_ratio"),
+            h("http_stateless_64_per_s"),
+            h("http_stateless_64_ratio"),
         );
     }
     println!("start to ready (spawn → initialize → catalog registered), ms");
