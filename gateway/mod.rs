@@ -245,20 +245,34 @@ impl Shared {
             .await;
     }
 
-    /// What the scope's catalog is now, as a number: each server's catalog
-    /// generation (which only grows).
+    /// What the scope's catalog is now, as a number: a hash of every tool
+    /// as clients see it and of each server's connection (a restarted
+    /// backend is news even with the same tools), not of the catalog
+    /// generations, which a refetch that found the same tools raises too.
     fn catalog_fingerprint(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut generations: Vec<(String, u64)> = self
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut connections: Vec<(String, u64)> = self
             .runtime
             .status()
             .into_iter()
             .filter(|s| s.scope == self.options.scope)
-            .map(|s| (s.server, s.generation))
+            .map(|s| (s.server, s.connection_generation))
             .collect();
-        generations.sort();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        generations.hash(&mut hasher);
+        connections.sort();
+        connections.hash(&mut hasher);
+        let mut tools = self.runtime.tools(&self.options.scope);
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let json = |m: &Map<String, Value>| serde_json::to_string(m).unwrap_or_default();
+        for t in &tools {
+            (&t.name, &t.title, &t.description, t.task_support_required).hash(&mut hasher);
+            json(&t.input_schema).hash(&mut hasher);
+            t.output_schema.as_deref().map(json).hash(&mut hasher);
+            t.annotations
+                .as_ref()
+                .map(|a| a.to_string())
+                .hash(&mut hasher);
+        }
         hasher.finish()
     }
 

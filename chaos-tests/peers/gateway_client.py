@@ -47,6 +47,18 @@ URI as its one root ("rooted": how many times it was asked).
 With `--progress` the call asks for progress and reports each
 notification it got during the call ("progress": [[progress, total,
 message], ...]).
+
+With `--read URI` it then reads URI ("read": the text of its contents).
+With `--prompt NAME KEY=VALUE` it then gets the prompt NAME with that one
+argument ("prompt": the text of its first message).
+
+With `--change ADD_TOOL` it calls ADD_TOOL and, after each tool list
+change heard from then on, lists again, until the list differs from its
+first one (20 s at most): "change": {"heard" (changes heard since the
+call), "tools" (the new list)}. In the 2025-11-25 era (`--mode legacy`) a
+change is a notifications/tools/list_changed the client's `message_handler`
+receives; in the 2026-07-28 era it comes on a `subscriptions/listen` stream
+opened for tool list changes before the call.
 """
 
 import asyncio
@@ -109,6 +121,56 @@ async def resource_change(client, uri, tool, after=None):
     return out
 
 
+async def read_and_prompt(client, extra):
+    """The --read and --prompt steps (see the module docs)."""
+    out = {}
+    if "read" in extra:
+        got = await client.read_resource(extra["read"])
+        out["read"] = "\n".join(getattr(c, "text", "") for c in got.contents)
+    if "prompt" in extra:
+        name, pair = extra["prompt"]
+        key, _, value = pair.partition("=")
+        got = await client.get_prompt(name, {key: value})
+        first = got.messages[0].content if got.messages else None
+        out["prompt"] = getattr(first, "text", None)
+    return out
+
+
+async def tool_list_change(client, add_tool, first, changed):
+    """The --change steps (see the module docs). `first` is the first list;
+    the message handler sets `changed` on each
+    notifications/tools/list_changed."""
+
+    async def call_and_list(change):
+        deadline = time.monotonic() + LIMIT_S
+        heard = 0
+        added = await client.call_tool(add_tool, {})
+        names = first
+        while names == first:
+            try:
+                await asyncio.wait_for(change(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                said = "\n".join(b.text for b in added.content if getattr(b, "type", None) == "text")
+                raise RuntimeError(
+                    f"no new tool list within {LIMIT_S} s ({heard} changes heard); {add_tool} said {said!r}"
+                ) from None
+            heard += 1
+            listed = await client.list_tools(cache_mode="bypass")
+            names = [t.name for t in listed.tools]
+        return {"heard": heard, "tools": names}
+
+    if client.protocol_version < "2026-07-28":
+        changed.clear()
+
+        async def notified():
+            await changed.wait()
+            changed.clear()
+
+        return await call_and_list(notified)
+    async with client.listen(tools_list_changed=True) as sub:
+        return await call_and_list(sub.__anext__)
+
+
 async def run(server, tool, mode, listen=None, elicit=None, progress=False, prompts=None, logs=None, resource=None, extra=None):
     extra = extra or {}
     asked = []
@@ -150,6 +212,14 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
         options["list_roots_callback"] = roots
     if logs is not None:
         options["logging_callback"] = on_log
+    changed = asyncio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    if "change" in extra:
+        options["message_handler"] = on_message
     async with Client(server, mode=mode, **options) as client:
         deadline = time.monotonic() + LIMIT_S
         while True:
@@ -189,6 +259,9 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
             out["prompts"] = await prompts_change(client, prompts)
         if resource is not None:
             out["resource"] = await resource_change(client, *resource, extra.get("after"))
+        out.update(await read_and_prompt(client, extra))
+        if "change" in extra:
+            out["change"] = await tool_list_change(client, extra["change"], names, changed)
         if logs is not None:
             await asyncio.wait_for(got_log.wait(), LIMIT_S)
             out["logs"] = logged
@@ -238,11 +311,17 @@ def main(argv):
         ("--sample", "sample", str),
         ("--roots", "roots", str),
         ("--after", "after", str),
+        ("--read", "read", str),
+        ("--change", "change", str),
     ]:
         if flag in argv:
             at = argv.index(flag)
             extra[key] = parse(argv[at + 1])
             del argv[at : at + 2]
+    if "--prompt" in argv:
+        at = argv.index("--prompt")
+        extra["prompt"] = (argv[at + 1], argv[at + 2])
+        del argv[at : at + 3]
     listen = None
     if "--listen" in argv:
         at = argv.index("--listen")

@@ -1978,27 +1978,156 @@ async fn a_first_list_that_waited_for_the_servers_is_not_followed_by_a_list_chan
     // GW-3: the first answer waited for the server that was still
     // starting, so the list the client got already holds its tools: the
     // catalog changes of its start owe the client no list_changed (a
-    // client would list again for nothing). Nothing else changes here, so
-    // none comes within the notifier's longest coalescing wait (1 s) and a
-    // margin.
+    // client would list again for nothing). Nor does a backend's own
+    // list_changed that a refetch finds changed nothing (server-everything
+    // sends five right after its initialize). Nothing else changes here,
+    // so none comes within the notifier's longest coalescing wait (1 s)
+    // and a margin.
     let fault = mcpvisor_chaos::fault_server_path();
     let slow = format!(
         "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {:?}]\nidle_stop_after_s = 0\ntrust = \"always\"\n",
         format!("sleep 1; exec {}", fault.to_string_lossy())
     );
-    let work = workdir(&slow);
-    let (handler, mut events) = client(None);
-    let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
-    let listed = tokio::time::timeout(LIMIT, client.list_tools(None))
-        .await
-        .expect("listed in time")
+    let mut configs = vec![(slow, "mcp__slow__echo")];
+    if let Some(dir) = mcpvisor_chaos::everything_dir() {
+        configs.push((
+            format!(
+                "[servers.ev]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = \"always\"\n",
+                mcpvisor_chaos::peers::everything_entry(&dir)
+            ),
+            "mcp__ev__echo",
+        ));
+    }
+    for (toml, tool) in configs {
+        let work = workdir(&toml);
+        let (handler, mut events) = client(None);
+        let (mut child, client) = stdio_gateway(&work, handler, &[]).await;
+        let listed = tokio::time::timeout(LIMIT, client.list_tools(None))
+            .await
+            .expect("listed in time")
+            .unwrap();
+        assert!(listed.tools.iter().any(|t| t.name == tool), "{listed:?}");
+        let owed = tokio::time::timeout(Duration::from_millis(2500), events.changed.recv()).await;
+        assert!(
+            owed.is_err(),
+            "{tool}: a list_changed for what the first list held"
+        );
+        drop(client);
+        exited_and_reaped(&mut child, None).await;
+    }
+}
+
+/// The processes still alive (10 s at most after the client or gateway
+/// ended) that have `config` among their arguments (a gateway) or
+/// `MCPVISOR_MATRIX=tag` in their environment (its backends).
+async fn left_behind(config: &str, tag: &str) -> Vec<u32> {
+    let mut pids = mcpvisor_chaos::processes_with_arg(config);
+    pids.extend(mcpvisor_chaos::tagged_processes("MCPVISOR_MATRIX", tag));
+    for pid in &pids {
+        mcpvisor_chaos::wait_gone(*pid, Duration::from_secs(10)).await;
+    }
+    mcpvisor_chaos::alive(&pids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_reads_gets_a_prompt_and_hears_a_list_change_through_the_gateway() {
+    // GW-2/GW-3, the client matrix of docs/gateway.md: the TypeScript SDK
+    // 2.4 client and the Python SDK 2.3 client, each in `auto` (2026-07-28)
+    // and `legacy` (2025-11-25), each over stdio and over HTTP, read
+    // `note://counter` of the TS SDK 2.x era server, get server-everything's
+    // `args-prompt` for Paris, and hear the tool list change when the era
+    // server registers `added` (a session-era client as
+    // notifications/tools/list_changed, a stateless one on its listen
+    // stream), then list it. `add_tool` registers `added` once per backend
+    // process (a second call says "already registered" and changes
+    // nothing), so each HTTP run has a gateway, and backends, of its own.
+    let (Some(dir), Some(_), Some(_), Some(python)) = (
+        mcpvisor_chaos::era_client_dir(),
+        mcpvisor_chaos::era_server_dir(),
+        mcpvisor_chaos::everything_dir(),
+        mcpvisor_chaos::python_sdk(),
+    ) else {
+        println!("note: every_client_reads… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    for script in ["era-client.mjs", "era-server.mjs"] {
+        std::fs::copy(
+            mcpvisor_chaos::workspace_dir()
+                .join("chaos-tests/peers")
+                .join(script),
+            dir.join(script),
+        )
         .unwrap();
-    assert!(
-        listed.tools.iter().any(|t| t.name == "mcp__slow__echo"),
-        "{listed:?}"
+    }
+    // Every backend carries the tag: none may outlive its gateway.
+    let tag = format!("{}-matrix", std::process::id());
+    let toml = format!(
+        "[servers.era]\ncommand = \"node\"\nargs = [{:?}]\ntrust = \"always\"\nenv = {{ MCPVISOR_MATRIX = {tag:?} }}\n\n\
+         [servers.ev]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = \"always\"\nenv = {{ MCPVISOR_MATRIX = {tag:?} }}\n",
+        dir.join("era-server.mjs").to_string_lossy(),
+        mcpvisor_chaos::peers::everything_entry(&dir),
     );
-    let owed = tokio::time::timeout(Duration::from_millis(2500), events.changed.recv()).await;
-    assert!(owed.is_err(), "a list_changed for what the first list held");
-    drop(client);
-    exited_and_reaped(&mut child, None).await;
+    let work = workdir(&toml);
+    let config = work.config().to_string_lossy().into_owned();
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    let steps = [
+        "--read",
+        "note://counter",
+        "--prompt",
+        "mcp__ev__args-prompt",
+        "city=Paris",
+        "--change",
+        "mcp__era__add_tool",
+    ];
+    for (sdk, mode, era, echoed) in [
+        ("typescript", "auto", "2026-07-28", "Echo: from ts"),
+        ("typescript", "legacy", "2025-11-25", "Echo: from ts"),
+        ("python", "auto", "2026-07-28", "Echo: from python"),
+        ("python", "legacy", "2025-11-25", "Echo: from python"),
+    ] {
+        for http in [false, true] {
+            let how = format!("{sdk} {mode} over {}", if http { "HTTP" } else { "stdio" });
+            let (gateway, mut args): (_, Vec<String>) = if http {
+                let (child, addr) = http_gateway(&work, &[]).await;
+                (
+                    Some(child),
+                    vec!["http".into(), format!("http://{addr}/mcp")],
+                )
+            } else {
+                let stdio = [
+                    "stdio".into(),
+                    mcpvisor.to_string_lossy().into(),
+                    config.clone(),
+                ];
+                (None, stdio.into())
+            };
+            args.extend(["mcp__ev__echo", "--mode", mode].map(String::from));
+            args.extend(steps.map(String::from));
+            let v = if sdk == "python" {
+                python_gateway_client(&python, args).await
+            } else {
+                let mut cmd = tokio::process::Command::new("node");
+                cmd.arg(dir.join("era-client.mjs"))
+                    .args(args)
+                    .current_dir(&dir);
+                json_client(cmd).await
+            };
+            if let Some(mut child) = gateway {
+                terminate_and_check_reaped(&mut child, None).await;
+            }
+            assert_eq!(left_behind(&config, &tag).await, Vec::<u32>::new(), "{how}");
+            assert_eq!(v["protocol_version"], era, "{how}: {v}");
+            assert_eq!(v["call"]["text"], echoed, "{how}: {v}");
+            assert_eq!(v["read"], "0", "{how}: {v}");
+            let prompt = v["prompt"].as_str().unwrap_or_default();
+            assert!(prompt.contains("Paris"), "{how}: {v}");
+            assert!(v["change"]["heard"].as_u64() >= Some(1), "{how}: {v}");
+            let tools = v["change"]["tools"].as_array().unwrap();
+            assert!(tools.iter().any(|t| t == "mcp__era__added"), "{how}: {v}");
+            if sdk == "typescript" {
+                // The modern era's change came on the SDK's listen stream.
+                assert_eq!(v["change"]["listen"], mode == "auto", "{how}: {v}");
+            }
+        }
+    }
 }
