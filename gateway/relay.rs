@@ -118,43 +118,39 @@ async fn ask_peer(
     method: String,
     params: Value,
 ) -> Result<Value, RelayError> {
-    {
-        {
-            let answer = match method.as_str() {
-                "elicitation/create" => {
-                    let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
-                    serde_json::to_value(
-                        peer.create_elicitation(p)
-                            .await
-                            .map_err(|e| relay_error(&method, e))?,
-                    )
-                }
-                "sampling/createMessage" => {
-                    let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
-                    serde_json::to_value(
-                        peer.create_message(p)
-                            .await
-                            .map_err(|e| relay_error(&method, e))?,
-                    )
-                }
-                "roots/list" => serde_json::to_value(
-                    peer.list_roots()
-                        .await
-                        .map_err(|e| relay_error(&method, e))?,
-                ),
-                other => {
-                    return Err(RelayError {
-                        code: -32601,
-                        message: format!("{other}: not a request the gateway passes on"),
-                    });
-                }
-            };
-            answer.map_err(|e| RelayError {
-                code: INTERNAL_ERROR,
-                message: format!("{method}: the client's answer could not be written: {e}"),
-            })
+    let answer = match method.as_str() {
+        "elicitation/create" => {
+            let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
+            serde_json::to_value(
+                peer.create_elicitation(p)
+                    .await
+                    .map_err(|e| relay_error(&method, e))?,
+            )
         }
-    }
+        "sampling/createMessage" => {
+            let p = serde_json::from_value(params).map_err(|e| unreadable(&method, e))?;
+            serde_json::to_value(
+                peer.create_message(p)
+                    .await
+                    .map_err(|e| relay_error(&method, e))?,
+            )
+        }
+        "roots/list" => serde_json::to_value(
+            peer.list_roots()
+                .await
+                .map_err(|e| relay_error(&method, e))?,
+        ),
+        other => {
+            return Err(RelayError {
+                code: -32601,
+                message: format!("{other}: not a request the gateway passes on"),
+            });
+        }
+    };
+    answer.map_err(|e| RelayError {
+        code: INTERNAL_ERROR,
+        message: format!("{method}: the client's answer could not be written: {e}"),
+    })
 }
 
 /// Where the answers to a backend's requests go, by key.
