@@ -193,6 +193,34 @@ pub(crate) fn builder_for(
     Ok(base_builder(cfg, strict_hooks)?.approver(Arc::new(approver::TerminalApprover)))
 }
 
+/// For a command that runs tools: every hook file `[hooks]` names can be
+/// loaded, unless `[hooks] optional = true` (then a file that cannot be
+/// loaded is the warning every command prints). A policy that silently
+/// vanished would let the calls it guards run.
+pub(crate) fn require_hooks(cfg: &FileConfig) -> anyhow::Result<()> {
+    if cfg.hooks.optional {
+        return Ok(());
+    }
+    for (key, dialect, path) in [
+        ("claude", mcpvisor::Dialect::Claude, &cfg.hooks.claude),
+        ("codex", mcpvisor::Dialect::Codex, &cfg.hooks.codex),
+    ] {
+        let Some(path) = path else { continue };
+        let set = mcpvisor::load_hook_file(dialect, path);
+        if let Some(why) = set
+            .warnings
+            .first()
+            .filter(|w| w.starts_with("could not load hook config"))
+        {
+            anyhow::bail!(
+                "[hooks] {key} = {}: {why}, so the calls they guard would run unguarded. Fix the path (relative paths are the config file's directory's), or set `[hooks] optional = true` to run without them",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// [`builder_for`] without an approver (the gateway brings its own: stdin
 /// may be its MCP channel).
 pub(crate) fn base_builder(

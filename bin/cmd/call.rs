@@ -128,6 +128,7 @@ async fn start_for_calls(
             }
         }
     }
+    crate::config::require_hooks(&cfg)?;
     let mut builder = builder_for(&cfg, flags.strict_hooks)?;
     let attachments = match (&flags.attachments, flags.images) {
         (Some(dir), _) => Some(dir.clone()),

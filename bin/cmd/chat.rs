@@ -60,6 +60,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     // Registered before any server starts: a signal during the start is
     // taken at the first turn or prompt, never the default kill.
     let signals = Signals::new()?;
+    crate::config::require_hooks(&cfg)?;
     let builder = builder_for(&cfg, false)?;
     let runtime = start_with(builder, cfg.servers, cli.json).await?;
     let chat = format!("chat-{}", uuid::Uuid::new_v4());

@@ -87,6 +87,7 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
         .unwrap_or_default()
         + std::time::Duration::from_secs(1);
     let approver = Arc::new(ClientApprover::default());
+    crate::config::require_hooks(&cfg)?;
     let mut builder = base_builder(&cfg, false)?
         .approver(approver.clone())
         .relay_client_requests();

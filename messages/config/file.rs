@@ -243,8 +243,8 @@ pub struct RawModel {
     pub supports_tools: Option<bool>,
 }
 
-/// `[hooks]` as written (HOOK-4, HOOK-12). Relative paths resolve against the
-/// process working directory.
+/// `[hooks]` (HOOK-4, HOOK-12). Relative paths resolve against the config
+/// file's directory (`~/` at home), like a server's `cwd`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHooks {
@@ -257,6 +257,10 @@ pub struct RawHooks {
     /// Hex SHA-256 hashes of approved hook commands, for `--strict-hooks`.
     #[serde(default)]
     pub approved: Vec<String>,
+    /// A named hook file that cannot be loaded is a warning, not an error,
+    /// for the commands that run tools (`call`, `chat`, `gateway`).
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// `[secrets]` as written.
@@ -636,7 +640,13 @@ pub fn parse_config_at(
             )],
         });
     }
-    let hooks = raw.hooks.clone().unwrap_or_default();
+    let mut hooks = raw.hooks.clone().unwrap_or_default();
+    for p in [&mut hooks.claude, &mut hooks.codex, &mut hooks.project_dir]
+        .into_iter()
+        .flatten()
+    {
+        *p = resolve_path(p, base.as_deref(), home);
+    }
     let model = raw.model.clone().unwrap_or_default();
     if let Some(p) = &model.provider
         && crate::messages::provider::Provider::parse(p).is_none()

@@ -1352,3 +1352,72 @@ async fn escape_sequences_from_a_server_are_shown_not_obeyed_and_json_keeps_them
         "{v}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_hook_file_is_the_config_files_and_one_that_cannot_load_stops_a_call() {
+    // Issue 37, item 1: `[hooks] claude = "deny.json"` is the config
+    // file's neighbour, whatever directory the command runs in (as every
+    // gateway example does), so its deny holds. A named hook file that
+    // cannot be loaded stops the commands that run tools, naming it,
+    // unless `[hooks] optional = true`.
+    let deny = r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"echo is off today"}}'"#;
+    let w = workdir(&[], "[hooks]\nclaude = \"deny.json\"\n");
+    std::fs::write(
+        w.dir.join("deny.json"),
+        serde_json::to_vec(&serde_json::json!({"hooks": {"PreToolUse": [
+            {"matcher": "mcp__x__echo", "hooks": [{"type": "command", "command": deny}]}
+        ]}}))
+        .unwrap(),
+    )
+    .unwrap();
+    let elsewhere = mcpvisor_chaos::unique_temp_path("cli-elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let config = w.config().to_string_lossy().into_owned();
+    let args = [
+        "--config",
+        &config,
+        "call",
+        "mcp__x__echo",
+        "--arg",
+        "message=hi",
+    ];
+    let denied = run(&elsewhere, &args).await;
+    assert!(
+        text(&denied.stdout).contains("echo is off today"),
+        "{}",
+        describe(&denied)
+    );
+    assert!(
+        !text(&denied.stdout).contains("Echo: hi"),
+        "{}",
+        describe(&denied)
+    );
+    // The file gone: the call does not run, and says which file and why.
+    std::fs::remove_file(w.dir.join("deny.json")).unwrap();
+    let stopped = run(&elsewhere, &args).await;
+    assert!(!stopped.status.success(), "{}", describe(&stopped));
+    let said = text(&stopped.stderr);
+    assert!(said.contains("[hooks] claude = "), "{}", describe(&stopped));
+    assert!(said.contains("deny.json"), "{}", describe(&stopped));
+    assert!(said.contains("optional = true"), "{}", describe(&stopped));
+    assert!(
+        !text(&stopped.stdout).contains("Echo: hi"),
+        "{}",
+        describe(&stopped)
+    );
+    // Opted out: the call runs, and the warning says the hooks are missing.
+    let toml = std::fs::read_to_string(w.config()).unwrap();
+    std::fs::write(
+        w.config(),
+        toml.replace("[hooks]\n", "[hooks]\noptional = true\n"),
+    )
+    .unwrap();
+    let ran = run(&elsewhere, &args).await;
+    assert!(text(&ran.stdout).contains("Echo: hi"), "{}", describe(&ran));
+    assert!(
+        text(&ran.stderr).contains("could not load hook config"),
+        "{}",
+        describe(&ran)
+    );
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}
