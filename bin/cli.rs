@@ -397,7 +397,11 @@ pub(crate) struct Target {
 pub(crate) enum ConfigCommand {
     /// Check the config without starting anything: every problem with its
     /// file, line and key; exit 0 when it is valid.
-    Validate,
+    Validate {
+        /// The file to check; the usual config (`--config`,
+        /// `MCPVISOR_CONFIG`, the working directory's) when not given.
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

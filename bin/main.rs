@@ -228,8 +228,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             secrets_file.as_deref(),
         ),
         Command::Config {
-            what: cli::ConfigCommand::Validate,
-        } => cmd::import::validate(&cli),
+            what: cli::ConfigCommand::Validate { file },
+        } => cmd::import::validate(&cli, file.as_deref()),
         Command::Hooks { what } => cmd::hooks::run(&cli, what).await,
         Command::Mods { what } => cmd::mods::run(&cli, what).await,
         Command::Gateway {

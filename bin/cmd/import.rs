@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 
 use crate::cli::Cli;
-use crate::config::load_config;
+use crate::config::load_config_at;
 
 /// `import FILE… [--out FILE [--merge]] [--from claude|codex]`: the TOML on
 /// stdout (or in `out`), what was imported and skipped on stderr.
@@ -231,8 +231,17 @@ pub(crate) fn import(
 }
 
 /// `config validate`: parse and validate, start nothing.
-pub(crate) fn validate(cli: &Cli) -> anyhow::Result<u8> {
-    let cfg = load_config(cli, false)?;
+pub(crate) fn validate(cli: &Cli, file: Option<&Path>) -> anyhow::Result<u8> {
+    if let (Some(file), Some(config)) = (file, &cli.config)
+        && file != config.as_path()
+    {
+        bail!(
+            "config validate: two files named ({} and --config {}); give one",
+            file.display(),
+            config.display()
+        );
+    }
+    let cfg = load_config_at(cli, file, false)?;
     let enabled = cfg.servers.iter().filter(|s| s.enabled).count();
     if cli.json {
         println!(

@@ -51,6 +51,12 @@ pub(crate) async fn run(cli: &Cli, what: &ModsCommand) -> anyhow::Result<u8> {
             Ok(u8::from(load_failed))
         }
         ModsCommand::Test { event, payload } => {
+            if !mcpvisor::mods::EVENTS.contains(&event.as_str()) {
+                bail!(
+                    "mods test --event {event:?}: not an event mods can register for; one of: {}",
+                    mcpvisor::mods::EVENTS.join(", ")
+                );
+            }
             let payload: Value = match payload {
                 None => json!({}),
                 Some(p) => serde_json::from_str(p)

@@ -1421,3 +1421,40 @@ async fn a_relative_hook_file_is_the_config_files_and_one_that_cannot_load_stops
     );
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_validate_takes_the_file_to_check() {
+    // Issue 37, item 10 (asked by issue 15): `config validate FILE` checks
+    // FILE, from any directory; a bad one exits 3 with its problem; FILE
+    // and a different --config are refused rather than one silently
+    // winning.
+    let good = workdir(&[], "");
+    let elsewhere = mcpvisor_chaos::unique_temp_path("cli-validate");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let file = good.config().to_string_lossy().into_owned();
+    let ok = run(&elsewhere, &["config", "validate", &file]).await;
+    assert_eq!(ok.status.code(), Some(0), "{}", describe(&ok));
+    assert!(
+        text(&ok.stdout).contains("1 server(s)"),
+        "{}",
+        describe(&ok)
+    );
+    let bad = elsewhere.join("bad.toml");
+    std::fs::write(&bad, "[servers.a]\ncomand = \"x\"\n").unwrap();
+    let bad = bad.to_string_lossy().into_owned();
+    let out = run(&elsewhere, &["config", "validate", &bad]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("did you mean `command`?"),
+        "{}",
+        describe(&out)
+    );
+    let both = run(&elsewhere, &["--config", &file, "config", "validate", &bad]).await;
+    assert!(!both.status.success(), "{}", describe(&both));
+    assert!(
+        text(&both.stderr).contains("give one"),
+        "{}",
+        describe(&both)
+    );
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}

@@ -765,3 +765,32 @@ async fn chat_raises_command_run_for_slash_lines_and_ui_render_for_each_row() {
         "{body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mods_test_refuses_an_event_no_mod_can_register_for() {
+    // Issue 37, item 10 (issue 16's rule): `mods test --event` with a name
+    // that is not an event is an error naming the events, not a silent
+    // run of nothing.
+    let dir = dir_with(&[("later.js", LATER, &[])], "");
+    let out = mcpvisor(
+        &dir.dir,
+        &[
+            "mods",
+            "test",
+            "--event",
+            "prompt.sumbit",
+            "--payload",
+            "{}",
+        ],
+    )
+    .await;
+    assert!(!out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("\"prompt.sumbit\"") && said.contains("prompt.submit"),
+        "{said}"
+    );
+    // A real event still runs.
+    let v = test_event(&dir, "prompt.submit", json!({"prompt": "hi"})).await;
+    assert_eq!(v["event"], "prompt.submit", "{v}");
+}
