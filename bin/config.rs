@@ -91,6 +91,13 @@ pub(crate) fn load_config_at(
         at.is_some() || cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
     if !path.exists() {
         if allow_demo && !explicit {
+            // Never quietly: what is shown is not the user's servers.
+            if !cli.json {
+                crate::render::errln!(
+                    "mcpvisor: no config here ({} not found): using the built-in demo server. `mcpvisor add` or `mcpvisor import` writes one; --config FILE or MCPVISOR_CONFIG names another",
+                    path.display()
+                );
+            }
             return Ok(FileConfig {
                 servers: vec![demo_config("demo", 0)?],
                 event_log: None,

@@ -48,8 +48,16 @@ pub(crate) fn print_load_warnings(runtime: &mcpvisor::Runtime) {
 }
 
 pub(crate) async fn run(cli: &Cli, what: &HooksCommand) -> anyhow::Result<u8> {
-    // Hooks need no servers: only the [hooks] table is used.
-    let mut cfg = load_config(cli, true)?;
+    // Hooks need no servers: only the [hooks] table is used (none without
+    // a config file).
+    let mut cfg = load_config(cli, false).or_else(|e| {
+        let explicit = cli.config.is_some() || std::env::var_os("MCPVISOR_CONFIG").is_some();
+        if explicit || crate::config::config_path(cli).exists() {
+            Err(e)
+        } else {
+            Ok(FileConfig::default())
+        }
+    })?;
     cfg.servers.clear();
     match what {
         HooksCommand::List => list(cli, &cfg).await,

@@ -1458,3 +1458,30 @@ async fn config_validate_takes_the_file_to_check() {
     );
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_the_demo_stands_in_for_a_missing_config_the_command_says_so() {
+    // Issue 37, item 7: without a config, `tools` and `status` show the
+    // built-in demo server, and say so (never quietly); `hooks list` has
+    // no hooks to show and does not claim a demo.
+    let empty = mcpvisor_chaos::unique_temp_path("cli-no-config");
+    std::fs::create_dir_all(&empty).unwrap();
+    for args in [&["tools"][..], &["status"][..]] {
+        let out = run(&empty, args).await;
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("no config here") && said.contains("built-in demo server"),
+            "{args:?}: {}",
+            describe(&out)
+        );
+    }
+    let hooks = run(&empty, &["hooks", "list"]).await;
+    assert!(hooks.status.success(), "{}", describe(&hooks));
+    assert!(
+        !text(&hooks.stderr).contains("demo"),
+        "{}",
+        describe(&hooks)
+    );
+    let _ = std::fs::remove_dir_all(&empty);
+}
