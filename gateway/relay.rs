@@ -91,6 +91,10 @@ impl CallerRelay for PeerRelay {
         self.offers
     }
 
+    fn gone(&self) -> bool {
+        self.peer.is_transport_closed()
+    }
+
     fn ask(
         &self,
         asks: Vec<RelayAsk>,

@@ -542,6 +542,13 @@ impl ServerHandler for GatewaySession {
             return self.resume(state, &public, &request, &ctx).await;
         }
         let mut arguments = request.arguments.take().map(Value::Object);
+        // A session client's call may come before its `initialized`
+        // notification is handled: it can be asked all the same.
+        if !is_stateless(&ctx)
+            && let Some(approver) = &self.shared.approver
+        {
+            approver.register_if_absent(&self.chat(), &ctx.peer);
+        }
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
         let rounds = match &self.shared.approver {

@@ -136,6 +136,11 @@ pub trait CallerRelay: Send + Sync + fmt::Debug + 'static {
     fn client(&self) -> u64;
     /// What the client declared it answers.
     fn offers(&self) -> Offers;
+    /// Whether the client is gone (its connection closed): its calls
+    /// still under way no longer claim a server's requests.
+    fn gone(&self) -> bool {
+        false
+    }
     /// Pass the requests to the client, at once where it can take them
     /// at once (a stateless client's round); their results, by key.
     fn ask(

@@ -231,7 +231,12 @@ impl ProgressRoutes {
     pub fn relay(&self) -> Relay {
         let r = self.lock();
         let mut found: Option<&Arc<dyn CallerRelay>> = None;
-        for relay in r.calls.values().filter_map(|(_, relay)| relay.as_ref()) {
+        for relay in r
+            .calls
+            .values()
+            .filter_map(|(_, relay)| relay.as_ref())
+            .filter(|relay| !relay.gone())
+        {
             match found {
                 Some(f) if f.client() != relay.client() => return Relay::Ambiguous,
                 _ => found = Some(relay),
