@@ -55,15 +55,6 @@ impl ClientApprover {
         }
     }
 
-    /// [`register`](Self::register), unless the chat has its client: a
-    /// call can be handled before the `initialized` notification that
-    /// registers it (rmcp handles the two on tasks of their own).
-    pub(super) fn register_if_absent(&self, chat: &str, peer: &Peer<RoleServer>) {
-        if self.peer(chat).is_none() {
-            self.register(chat.to_owned(), peer.clone());
-        }
-    }
-
     fn peer(&self, chat: &str) -> Option<Peer<RoleServer>> {
         self.clients.lock().ok()?.get(chat).cloned()
     }

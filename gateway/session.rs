@@ -450,6 +450,11 @@ impl ServerHandler for GatewaySession {
     ) -> Result<rmcp::model::InitializeResult, McpError> {
         self.shared.settle().await;
         context.peer.set_peer_info(request.clone());
+        // Registered here, not at `initialized`: rmcp may handle the
+        // client's first call before that notification.
+        if let Some(approver) = &self.shared.approver {
+            approver.register(self.chat(), context.peer.clone());
+        }
         self.negotiate_initialize(&request)
     }
 
@@ -469,9 +474,6 @@ impl ServerHandler for GatewaySession {
         if let Ok(mut clients) = self.shared.clients.lock() {
             clients.retain(|_, p| !p.is_transport_closed());
             clients.insert(self.id, ctx.peer.clone());
-        }
-        if let Some(approver) = &self.shared.approver {
-            approver.register(self.chat(), ctx.peer);
         }
     }
 
@@ -542,13 +544,6 @@ impl ServerHandler for GatewaySession {
             return self.resume(state, &public, &request, &ctx).await;
         }
         let mut arguments = request.arguments.take().map(Value::Object);
-        // A session client's call may come before its `initialized`
-        // notification is handled: it can be asked all the same.
-        if !is_stateless(&ctx)
-            && let Some(approver) = &self.shared.approver
-        {
-            approver.register_if_absent(&self.chat(), &ctx.peer);
-        }
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
         let rounds = match &self.shared.approver {

@@ -12,6 +12,34 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::{free_port, process_alive, unique_temp_path, wait_gone, workspace_dir};
 
+/// `chaos-tests/peers/NAME` copied into the peers directory `dir`, next to
+/// the SDK it imports; its path there. The copy is written whole under a
+/// name of its own, then renamed, so a test running at the same time never
+/// runs half a file.
+pub fn peer_script(dir: &Path, name: &str) -> PathBuf {
+    let target = dir.join(name);
+    let staged = dir.join(format!(
+        ".{name}.{}.{}",
+        std::process::id(),
+        unique_temp_path("script")
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let copied = std::fs::copy(
+        workspace_dir().join("chaos-tests/peers").join(name),
+        &staged,
+    )
+    .and_then(|_| std::fs::rename(&staged, &target));
+    if let Err(e) = copied {
+        panic!(
+            "cannot copy chaos-tests/peers/{name} to {}: {e}",
+            dir.display()
+        );
+    }
+    target
+}
+
 /// server-everything's entry point in the peers directory `dir`.
 pub fn everything_entry(dir: &Path) -> String {
     dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")

@@ -29,13 +29,7 @@ fn era_script(test: &str) -> Option<PathBuf> {
         println!("note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1): the MCP peers are not installed");
         return None;
     };
-    let script = dir.join("era-server.mjs");
-    std::fs::copy(
-        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
-        &script,
-    )
-    .unwrap();
-    Some(script)
+    Some(mcpvisor_chaos::peers::peer_script(&dir, "era-server.mjs"))
 }
 
 /// The SDK server as server `name`, trusted, idle stop off.

@@ -1471,12 +1471,7 @@ async fn the_typescript_sdk_2_lists_once_calls_and_hears_progress_in_either_era(
         println!("note: the_typescript_sdk_2… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
         return;
     };
-    let script = dir.join("era-client.mjs");
-    std::fs::copy(
-        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-client.mjs"),
-        &script,
-    )
-    .unwrap();
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "era-client.mjs");
     let work = workdir(&fault_section(
         "s",
         &["--progress".into(), "3".into()],
@@ -1605,12 +1600,7 @@ async fn python_client_of_era_server(test: &str, stateless: bool, args: &[&str])
         println!("note: {test} SKIPPED (MCPVISOR_SKIP_PEERS=1)");
         return None;
     };
-    let script = dir.join("era-server.mjs");
-    std::fs::copy(
-        mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
-        &script,
-    )
-    .unwrap();
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "era-server.mjs");
     let (extra, protocol) = if stateless {
         (", \"--stateless-only\"", "auto")
     } else {

@@ -131,16 +131,7 @@ impl Setup {
         };
         let work = TempDir::new("inspector").unwrap();
         let tag = work.file_name().unwrap().to_string_lossy().into_owned();
-        // Next to the SDK it imports; written whole, then renamed, so a run
-        // of the other test never reads half a file.
-        let script = dir.join("inspector-era-server.mjs");
-        let staged = dir.join(format!("{tag}.mjs"));
-        std::fs::copy(
-            mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/era-server.mjs"),
-            &staged,
-        )
-        .unwrap();
-        std::fs::rename(&staged, &script).unwrap();
+        let script = mcpvisor_chaos::peers::peer_script(&dir, "era-server.mjs");
         let tagged = format!("trust = \"always\"\nenv = {{ {TAG} = {tag:?} }}\n");
         let mut toml = format!(
             "[servers.s]\ncommand = \"node\"\nargs = [{script:?}]\n{tagged}\n\
