@@ -197,6 +197,7 @@ pub use runtime::turn::{
     DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };
 pub use tokio_util::sync::CancellationToken;
+pub use transport::stdio::package_runner_of;
 
 // The fuzz targets' entry points (feature `fuzzing`; not API).
 #[cfg(feature = "fuzzing")]

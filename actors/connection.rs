@@ -197,9 +197,15 @@ impl Actor for Connection {
         if args.chaos.no_redaction() {
             diag.break_redaction();
         }
-        if let Ok(values) = &secrets {
-            diag.add_redactions(values.iter().map(|(_, v)| v.expose().to_owned()));
-        }
+        let secrets = secrets.map(|(values, also_redacted)| {
+            diag.add_redactions(
+                values
+                    .iter()
+                    .map(|(_, v)| v.expose().to_owned())
+                    .chain(also_redacted),
+            );
+            values
+        });
         let connect: BoxFuture<'static, Result<Box<Established>, String>> =
             match (&cfg.transport, secrets) {
                 (_, Err(e)) => Box::pin(futures::future::ready(Err(e))),
@@ -300,11 +306,21 @@ impl Actor for Connection {
             };
         let startup = cfg.startup_timeout;
         let name = cfg.server_name.clone();
+        // A package runner's first start downloads the package: say so.
+        let download = match &cfg.transport {
+            TransportConfig::Stdio(c) => crate::transport::stdio::package_runner(c).map(|r| {
+                format!(
+                    "; `{r}` downloads the package on its first run, which can take longer: run the command once by hand first, or raise the timeout (`mcpvisor add NAME --startup-timeout 120000 -- …`)"
+                )
+            }),
+            _ => None,
+        }
+        .unwrap_or_default();
         state.connect_task = Some(tokio::spawn(async move {
             let result = match tokio::time::timeout(startup, connect).await {
                 Ok(r) => r,
                 Err(_) => Err(format!(
-                    "startup timed out after {} ms (spawn/connect through initialize and the first tools/list); a server that needs longer: raise `startup_timeout_ms` in [servers.{}]",
+                    "startup timed out after {} ms (spawn/connect through initialize and the first tools/list); a server that needs longer: raise `startup_timeout_ms` in [servers.{}]{download}",
                     startup.as_millis(),
                     name
                 )),
@@ -454,6 +470,12 @@ async fn compose_cause(
     // `initialize` answer); the stderr tail is redacted already.
     let mut cause = without_type_names(&redact(&cause, &state.diag.redactions()));
     cause.push_str(&state.diag.explain());
+    if let TransportConfig::Stdio(c) = &state.config.transport
+        && let Some(hint) =
+            crate::transport::stdio::package_runner_hint(c, &state.diag.stderr_tail())
+    {
+        cause.push_str(hint);
+    }
     cause
 }
 
@@ -558,10 +580,13 @@ async fn resolve_secrets(
     server: &str,
     wanted: &std::collections::BTreeMap<String, String>,
     store: Option<&dyn crate::messages::trust::SecretStore>,
-) -> Result<Vec<(String, crate::messages::trust::Secret)>, crate::messages::trust::SecretsError> {
+) -> Result<
+    (Vec<(String, crate::messages::trust::Secret)>, Vec<String>),
+    crate::messages::trust::SecretsError,
+> {
     use crate::messages::trust::SecretsError;
     if wanted.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     // The runtime's builder always installs one (the environment by default).
     let Some(store) = store else {
@@ -570,17 +595,61 @@ async fn resolve_secrets(
         });
     };
     let mut out = Vec::with_capacity(wanted.len());
-    for (target, secret_name) in wanted {
+    let mut also_redacted = Vec::new();
+    for (target, reference) in wanted {
+        // A malformed reference was refused with the config; here it can only
+        // come from a config built in code, and is taken as a whole name.
+        let (before, secret_name, after) =
+            crate::messages::trust::secret_reference(reference).unwrap_or(("", reference, ""));
         match store.get(secret_name).await {
-            Ok(value) => out.push((target.clone(), value)),
+            Ok(value) if before.is_empty() && after.is_empty() => out.push((target.clone(), value)),
+            Ok(value) => {
+                let sent = crate::messages::trust::Secret::new(format!(
+                    "{before}{}{after}",
+                    value.expose()
+                ));
+                // The secret alone is redacted too, not only the text holding it.
+                also_redacted.push(value.expose().to_owned());
+                out.push((target.clone(), sent));
+            }
             Err(source) => {
                 return Err(SecretsError::Unavailable {
-                    name: secret_name.clone(),
+                    name: secret_name.to_owned(),
                     server: server.to_owned(),
                     source,
                 });
             }
         }
     }
-    Ok(out)
+    Ok((out, also_redacted))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::resolve_secrets;
+    use crate::messages::trust::{Secret, SecretStore as _};
+
+    // TRUST-2 and issue 37, item 3: `Bearer ${NAME}` sends the scheme with
+    // the secret in place, and both the whole value and the secret alone
+    // are redacted; a plain name sends the secret as it is.
+    #[tokio::test]
+    async fn a_reference_in_a_text_sends_the_text_with_the_secret_in_place() {
+        let store = crate::runtime::stores::secrets::MemorySecretStore::new();
+        store.put("TOKEN", Secret::new("sk-1")).await.unwrap();
+        let wanted = [
+            ("Authorization".to_owned(), "Bearer ${TOKEN}".to_owned()),
+            ("X-Key".to_owned(), "TOKEN".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let (values, also) = resolve_secrets("s", &wanted, Some(&store)).await.unwrap();
+        let sent: Vec<(&str, &str)> = values
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.expose()))
+            .collect();
+        assert_eq!(sent, [("Authorization", "Bearer sk-1"), ("X-Key", "sk-1")]);
+        assert_eq!(also, ["sk-1"]);
+    }
 }

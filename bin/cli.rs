@@ -28,8 +28,12 @@ pub(crate) enum Command {
     /// Real handshake with one or all servers: state, protocol version, tool
     /// count, e.g. `mcpvisor check everything`.
     Check {
-        /// Only this server.
+        /// Only this server (waited for in full).
         server: Option<String>,
+        /// Wait for every server to answer (up to its startup_timeout_ms),
+        /// not only those that answer within 5 s.
+        #[arg(long)]
+        wait: bool,
     },
     /// List public tool names, e.g. `mcpvisor tools`, or one server without
     /// a config: `mcpvisor tools -- node server.js`.
@@ -37,6 +41,10 @@ pub(crate) enum Command {
         /// Only this server's tools.
         #[arg(long)]
         server: Option<String>,
+        /// Wait for every server to answer (up to its startup_timeout_ms),
+        /// not only those that answer within 5 s.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -138,6 +146,11 @@ pub(crate) enum Command {
         /// Do not run the handshake after writing.
         #[arg(long)]
         no_check: bool,
+        /// `startup_timeout_ms`: how long a start may take, through the
+        /// first tools/list (default 30000; 120000 for `npx`, `uvx` and
+        /// other package runners, whose first run downloads the package).
+        #[arg(long, value_name = "MS")]
+        startup_timeout: Option<u64>,
         /// `-- COMMAND ARGS…`: what to run (stdio).
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -147,6 +160,28 @@ pub(crate) enum Command {
     Remove {
         /// The server's name.
         name: String,
+        /// `project` (./mcpvisor.toml) or `user` (~/.config/mcpvisor/mcpvisor.toml);
+        /// default: the config every command reads.
+        #[arg(long, value_parser = ["project", "user"])]
+        scope: Option<String>,
+    },
+    /// Switch configured servers on (`enabled = true`), keeping the file's
+    /// comments and order, e.g. `mcpvisor enable github time`.
+    Enable {
+        /// The servers' names.
+        #[arg(required = true, num_args = 1..)]
+        names: Vec<String>,
+        /// `project` (./mcpvisor.toml) or `user` (~/.config/mcpvisor/mcpvisor.toml);
+        /// default: the config every command reads.
+        #[arg(long, value_parser = ["project", "user"])]
+        scope: Option<String>,
+    },
+    /// Switch configured servers off (`enabled = false`: never started),
+    /// e.g. `mcpvisor disable github`.
+    Disable {
+        /// The servers' names.
+        #[arg(required = true, num_args = 1..)]
+        names: Vec<String>,
         /// `project` (./mcpvisor.toml) or `user` (~/.config/mcpvisor/mcpvisor.toml);
         /// default: the config every command reads.
         #[arg(long, value_parser = ["project", "user"])]
@@ -196,6 +231,10 @@ pub(crate) enum Command {
         /// Keep running and print every state change until SIGINT/SIGTERM.
         #[arg(long)]
         watch: bool,
+        /// Wait for every server to answer (up to its startup_timeout_ms),
+        /// not only those that answer within 5 s.
+        #[arg(long)]
+        wait: bool,
     },
     /// Serve every configured tool as ONE MCP server (trust, hooks and
     /// supervision applied), e.g. `mcpvisor gateway --stdio`.

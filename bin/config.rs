@@ -197,7 +197,8 @@ pub(crate) fn builder_for(
     cfg: &FileConfig,
     strict_hooks: bool,
 ) -> anyhow::Result<mcpvisor::RuntimeBuilder> {
-    Ok(base_builder(cfg, strict_hooks)?.approver(Arc::new(approver::TerminalApprover)))
+    Ok(base_builder(cfg, strict_hooks)?
+        .approver(Arc::new(approver::TerminalApprover::new(cfg, None, false))))
 }
 
 /// For a command that runs tools: every hook file `[hooks]` names can be

@@ -11,10 +11,33 @@ use mcpvisor::{
 use crate::config::builder_for;
 use crate::render::errln;
 
-/// Start a runtime with the servers of `cfg` and wait until they settled;
-/// `quiet` keeps the progress line off stderr.
-pub(crate) async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtime> {
-    start_showing(cfg, quiet, |_, _| {}).await
+/// How long a read-only command (`tools`, `status`, `check`) waits for
+/// servers to answer unless `--wait` is given: a server that has not
+/// answered by then is reported as still connecting, and the others are
+/// shown. A server that hangs costs this, not its whole startup timeout.
+pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a command waits for its servers to settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Until every server settled, at most the longest startup timeout
+    /// (and 2 s): commands that call a server.
+    All,
+    /// At most [`ANSWER_WAIT`]: read-only commands without `--wait`.
+    Answered,
+}
+
+impl Wait {
+    /// `--wait` given or not.
+    pub(crate) fn from_flag(wait: bool) -> Self {
+        if wait { Wait::All } else { Wait::Answered }
+    }
+}
+
+/// Start a runtime with the servers of `cfg` and wait until they settled
+/// (or as `wait` says); `quiet` keeps the progress line off stderr.
+pub(crate) async fn start(cfg: FileConfig, quiet: bool, wait: Wait) -> anyhow::Result<Runtime> {
+    start_showing(cfg, quiet, wait, |_, _| {}).await
 }
 
 /// [`start`], where `each` sees every server as it settles (its status), in
@@ -23,9 +46,21 @@ pub(crate) async fn start(cfg: FileConfig, quiet: bool) -> anyhow::Result<Runtim
 pub(crate) async fn start_showing(
     cfg: FileConfig,
     quiet: bool,
+    wait: Wait,
     each: impl FnMut(&Runtime, &ServerStatus),
 ) -> anyhow::Result<Runtime> {
-    start_each(builder_for(&cfg, false)?, cfg.servers, quiet, each).await
+    start_each(builder_for(&cfg, false)?, cfg.servers, quiet, wait, each).await
+}
+
+/// What a read-only command says of a server it did not wait for: still
+/// connecting, with no error yet. `None` for any other status.
+pub(crate) fn not_waited_for(s: &ServerStatus) -> Option<String> {
+    (s.state == ServerState::Connecting && s.error.is_none()).then(|| {
+        format!(
+            "still connecting after {} s, not waited for (`--wait` waits for every server, up to its startup_timeout_ms; a first `npx`/`uvx` run downloads the package first)",
+            ANSWER_WAIT.as_secs()
+        )
+    })
 }
 
 /// Start `b` with `servers` and wait until they settled.
@@ -34,7 +69,7 @@ pub(crate) async fn start_with(
     servers: Vec<ServerConfig>,
     quiet: bool,
 ) -> anyhow::Result<Runtime> {
-    start_each(b, servers, quiet, |_, _| {}).await
+    start_each(b, servers, quiet, Wait::All, |_, _| {}).await
 }
 
 /// [`start_with`], calling `each` as each server settles.
@@ -42,8 +77,10 @@ async fn start_each(
     mut b: mcpvisor::RuntimeBuilder,
     servers: Vec<ServerConfig>,
     quiet: bool,
+    wait: Wait,
     mut each: impl FnMut(&Runtime, &ServerStatus),
 ) -> anyhow::Result<Runtime> {
+    let configured: Vec<String> = servers.iter().map(|s| s.server_name.clone()).collect();
     let names: Vec<String> = servers
         .iter()
         .filter(|s| s.enabled)
@@ -65,14 +102,19 @@ async fn start_each(
         .max()
         .unwrap_or_default()
         + Duration::from_secs(2);
+    let limit = match wait {
+        Wait::All => limit,
+        Wait::Answered => limit.min(ANSWER_WAIT),
+    };
     for s in servers {
         b = b.server(Scope::Global, s);
     }
     let runtime = b.start().await?;
-    // The providers' tools, mounted in the run's activation, settle too.
+    // The providers' tools, mounted in the run's activation, settle too
+    // (disabled servers are not waited for).
     let mut names = names;
     for st in runtime.status() {
-        if !names.contains(&st.server) {
+        if !names.contains(&st.server) && !configured.contains(&st.server) {
             names.push(st.server);
         }
     }

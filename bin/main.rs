@@ -70,7 +70,7 @@ fn main() -> std::process::ExitCode {
     // shut the runtime down quiescently.
     let watch = matches!(
         cli.command,
-        Command::Status { watch: true } | Command::Gateway { .. } | Command::Chat { .. }
+        Command::Status { watch: true, .. } | Command::Gateway { .. } | Command::Chat { .. }
     );
     let result = rt.block_on(async {
         if watch {
@@ -94,9 +94,12 @@ fn main() -> std::process::ExitCode {
                 .downcast_ref::<mcpvisor::ConfigError>()
                 .map(|c| c.problems.clone());
             let mut out = serde_json::json!({"error": format!("{e:#}")});
-            if config::is_config_error(&e) {
-                out["kind"] = "config".into();
+            out["kind"] = if config::is_config_error(&e) {
+                "config"
+            } else {
+                "error"
             }
+            .into();
             if let Some(p) = problems {
                 out["problems"] = p.into();
             }
@@ -149,8 +152,17 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             )
         }
         Command::Demo => cmd::demo::run(&cli).await,
-        Command::Check { server } => cmd::check::run(&cli, server.as_deref()).await,
-        Command::Tools { server, target } => cmd::tools::run(&cli, server.as_deref(), target).await,
+        Command::Check { server, wait } => cmd::check::run(&cli, server.as_deref(), *wait).await,
+        Command::Tools {
+            server,
+            target,
+            wait,
+        } => {
+            // One server named or started alone is waited for in full.
+            let one = server.is_some() || target.url.is_some() || !target.command.is_empty();
+            let wait = crate::lifecycle::Wait::from_flag(*wait || one);
+            cmd::tools::run(&cli, server.as_deref(), target, wait).await
+        }
         Command::Call {
             name,
             batch,
@@ -178,7 +190,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 (None, None) => anyhow::bail!("call needs a tool name or --batch FILE"),
             }
         }
-        Command::Status { watch } => cmd::status::run(&cli, *watch).await,
+        Command::Status { watch, wait } => cmd::status::run(&cli, *watch, *wait).await,
         Command::Resources { what } => cmd::resources::run(&cli, what).await,
         Command::Prompts { what } => cmd::prompts::run(&cli, what).await,
         Command::Add {
@@ -193,6 +205,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             disabled,
             no_check,
             scope,
+            startup_timeout,
             command,
         } => {
             let flags = cmd::edit::AddFlags {
@@ -207,11 +220,18 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 disabled: *disabled,
                 no_check: *no_check,
                 scope: scope.clone(),
+                startup_timeout_ms: *startup_timeout,
                 command: command.clone(),
             };
             cmd::edit::add(&cli, flags).await
         }
         Command::Remove { name, scope } => cmd::edit::remove(&cli, name, scope.as_deref()),
+        Command::Enable { names, scope } => {
+            cmd::edit::set_enabled(&cli, names, true, scope.as_deref())
+        }
+        Command::Disable { names, scope } => {
+            cmd::edit::set_enabled(&cli, names, false, scope.as_deref())
+        }
         Command::List => cmd::edit::list(&cli),
         Command::Import {
             file,

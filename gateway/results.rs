@@ -55,7 +55,7 @@ fn backend_or_runtime_result(mut outcome: ToolOutcome) -> CallToolResult {
         // Nobody could be asked (no approver, or a client without
         // elicitation): say how to allow the server, never allow silently.
         if outcome.kind == OutcomeKind::RefusedByTrust
-            && text.contains("none could be asked")
+            && text.contains("(no one to ask: ")
             && let Some(server) = &outcome.server
         {
             text.push_str(&format!(

@@ -70,10 +70,15 @@ fn variable_reference(v: &str) -> Option<&str> {
         .then_some(name)
 }
 
-/// The secret name a value of `server`'s `key` is stored under: both in
-/// capitals, `_` for anything else (`fs`, `API_KEY` → `FS_API_KEY`).
+/// `server` and `key` in capitals, `_` for anything else (`fs`, `API_KEY`
+/// → `FS_API_KEY`).
 fn secret_name(server: &str, key: &str) -> String {
-    format!("{server}_{key}")
+    let joined = if server.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{server}_{key}")
+    };
+    joined
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
@@ -85,13 +90,51 @@ fn secret_name(server: &str, key: &str) -> String {
         .collect()
 }
 
+/// The name a secret value found in `server`'s `field` `key` is stored
+/// under. A variable is stored under its own name, the one its server's
+/// documentation tells users to set (`GITHUB_PERSONAL_ACCESS_TOKEN`); a
+/// header under `<SERVER>_<HEADER>` (a bearer token's `key` is `TOKEN`).
+/// A name an earlier server of this import stores another value under
+/// gets the server's prefix, then a number.
+fn store_name(
+    server: &str,
+    field: &str,
+    key: &str,
+    value: &str,
+    earlier: &[FoundSecret],
+    found: &[FoundSecret],
+) -> String {
+    let own = if field == "env" && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        key.to_owned()
+    } else if field == "env" {
+        secret_name("", key)
+    } else {
+        secret_name(server, key)
+    };
+    let clash = |name: &str| {
+        earlier
+            .iter()
+            .chain(found)
+            .any(|f| f.secret_name == name && f.value.as_deref() != Some(value))
+    };
+    let prefixed = secret_name(server, key);
+    std::iter::once(own)
+        .chain(std::iter::once(prefixed.clone()))
+        .chain((2..).map(|n| format!("{prefixed}_{n}")))
+        .find(|n| !clash(n))
+        .unwrap_or(prefixed)
+}
+
 /// Split `map` into what may be written as it is and what is a secret
-/// (`is_secret(key)`): the secrets go to `found`, by name.
+/// (`is_secret(key)`): the secrets go to `found`, by name. What `named`
+/// maps a key to is a secret's name, or for a value that keeps a scheme
+/// (`Bearer …`) the scheme and a `${NAME}` reference.
 fn split_secrets(
     server: &str,
     field: &'static str,
     map: &BTreeMap<String, String>,
     is_secret: impl Fn(&str) -> bool,
+    earlier: &[FoundSecret],
     found: &mut Vec<FoundSecret>,
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let (mut plain, mut named) = (BTreeMap::new(), BTreeMap::new());
@@ -100,11 +143,26 @@ fn split_secrets(
             plain.insert(k.clone(), v.clone());
             continue;
         }
-        let (name, value) = match variable_reference(v) {
-            Some(var) => (var.to_owned(), None),
-            None => (secret_name(server, k), Some(v.clone())),
+        // `Bearer ${VAR}` keeps its scheme and names the variable; a literal
+        // `Bearer sk-…` keeps its scheme and stores the token alone.
+        let scheme = (field == "header")
+            .then(|| v.strip_prefix("Bearer "))
+            .flatten();
+        let (reference, name, value) = match (variable_reference(v), scheme) {
+            (Some(var), _) => (var.to_owned(), var.to_owned(), None),
+            (None, Some(rest)) => match variable_reference(rest) {
+                Some(var) => (format!("Bearer ${{{var}}}"), var.to_owned(), None),
+                None => {
+                    let name = store_name(server, field, "TOKEN", rest, earlier, found);
+                    (format!("Bearer ${{{name}}}"), name, Some(rest.to_owned()))
+                }
+            },
+            (None, None) => {
+                let name = store_name(server, field, k, v, earlier, found);
+                (name.clone(), name, Some(v.clone()))
+            }
         };
-        named.insert(k.clone(), name.clone());
+        named.insert(k.clone(), reference);
         found.push(FoundSecret {
             server: server.to_owned(),
             field,
@@ -139,10 +197,11 @@ pub fn import_file(
     text: &str,
     from: Option<HooksFrom>,
 ) -> Result<Imported, ImportError> {
-    import_file_beside(origin, hooks_path, text, from, &[])
+    import_file_beside(origin, hooks_path, text, from, &[], &[])
 }
 
-/// [`import_file`], leaving out the servers named in `existing` (see
+/// [`import_file`], leaving out the servers named in `existing` and
+/// naming secrets apart from `earlier_secrets` (see
 /// [`import_servers_beside`]).
 pub fn import_file_beside(
     origin: &str,
@@ -150,6 +209,7 @@ pub fn import_file_beside(
     text: &str,
     from: Option<HooksFrom>,
     existing: &[String],
+    earlier_secrets: &[FoundSecret],
 ) -> Result<Imported, ImportError> {
     let json: Option<Value> = text
         .trim_start()
@@ -164,7 +224,7 @@ pub fn import_file_beside(
     if hooks && !has("mcpServers") && !has("servers") {
         return import_hooks(origin, hooks_path, text, from);
     }
-    let mut got = import_servers_beside(origin, text, existing)?;
+    let mut got = import_servers_beside(origin, text, existing, earlier_secrets)?;
     if hooks {
         let h = import_hooks(origin, hooks_path, text, from)?;
         got.toml.push_str(&h.toml);
@@ -306,17 +366,24 @@ fn unsupported<'a>(keys: impl Iterator<Item = &'a String>, known: &[&str]) -> Ve
 /// `servers` (and `~/.claude.json`'s per-project `projects.*.mcpServers`),
 /// or TOML with `mcp_servers`. An error says what the file is not.
 pub fn import_servers(origin: &str, text: &str) -> Result<Imported, ImportError> {
-    import_servers_beside(origin, text, &[])
+    import_servers_beside(origin, text, &[], &[])
 }
 
 /// [`import_servers`], leaving out the servers named in `existing` (those
 /// of the config merged into, or of a file imported before): each is
 /// reported in `skipped`. Two servers of the same name within this file
 /// (two projects of `~/.claude.json`) are both kept, the second renamed.
+/// A secret name that `earlier_secrets` (those of a file imported before)
+/// hold with another value is not reused: the server's name prefixes it.
+///
+/// The TOML is always a config mcpvisor accepts: a server it would refuse
+/// as written (plain `http://` to a remote host, say) is written commented
+/// out, under the reason, and reported in `skipped`.
 pub fn import_servers_beside(
     origin: &str,
     text: &str,
     existing: &[String],
+    earlier_secrets: &[FoundSecret],
 ) -> Result<Imported, ImportError> {
     let entries = if text.trim_start().starts_with('{') {
         from_json(origin, text)?
@@ -384,19 +451,21 @@ pub fn import_servers_beside(
         for n in &entry.notes {
             out.push_str(&format!("# {}\n", comment_text(n)));
         }
-        out.push_str(&format!("[servers.{name}]\n"));
+        let mut section = String::new();
+        section.push_str(&format!("[servers.{name}]\n"));
         if let Some(c) = &entry.command {
-            out.push_str(&format!("command = {}\n", quote(c)));
+            section.push_str(&format!("command = {}\n", quote(c)));
             let args: Vec<String> = entry.args.iter().map(|a| quote(a)).collect();
-            out.push_str(&format!("args = [{}]\n", args.join(", ")));
+            section.push_str(&format!("args = [{}]\n", args.join(", ")));
             if let Some(cwd) = &entry.cwd {
-                out.push_str(&format!("cwd = {}\n", quote(cwd)));
+                section.push_str(&format!("cwd = {}\n", quote(cwd)));
             }
             let (env, named) = split_secrets(
                 &name,
                 "env",
                 &entry.env,
                 crate::messages::trust::looks_secret,
+                earlier_secrets,
                 &mut secrets,
             );
             // `KEY = "${KEY}"` passes the runtime's own variable through (a
@@ -413,7 +482,7 @@ pub fn import_servers_beside(
             });
             for (k, v) in &env {
                 if v.contains("${") {
-                    out.push_str(&format!(
+                    section.push_str(&format!(
                         "# {}: mcpvisor does not expand ${{…}}: the value is kept literally; set it here\n",
                         comment_text(k)
                     ));
@@ -425,20 +494,20 @@ pub fn import_servers_beside(
                 .chain(entry.command.iter())
                 .any(|a| a.contains("${"))
             {
-                out.push_str("# the command line holds ${…}, which mcpvisor does not expand: write the values in\n");
+                section.push_str("# the command line holds ${…}, which mcpvisor does not expand: write the values in\n");
             }
             if !env.is_empty() {
-                out.push_str(&format!("env = {}\n", inline_table(&env)));
+                section.push_str(&format!("env = {}\n", inline_table(&env)));
             }
             passthrough.extend(entry.passthrough.iter().map(|v| quote(v)));
             if !passthrough.is_empty() {
-                out.push_str(&format!("env_passthrough = [{}]\n", passthrough.join(", ")));
+                section.push_str(&format!("env_passthrough = [{}]\n", passthrough.join(", ")));
             }
             if !named.is_empty() {
-                out.push_str(&format!("env_secrets = {}\n", inline_table(&named)));
+                section.push_str(&format!("env_secrets = {}\n", inline_table(&named)));
             }
         } else if let Some(u) = &entry.url {
-            out.push_str(&format!("url = {}\n", quote(u)));
+            section.push_str(&format!("url = {}\n", quote(u)));
             let (headers, mut named) = split_secrets(
                 &name,
                 "header",
@@ -447,6 +516,7 @@ pub fn import_servers_beside(
                     h.eq_ignore_ascii_case("authorization")
                         || crate::messages::trust::looks_secret(h)
                 },
+                earlier_secrets,
                 &mut secrets,
             );
             // Codex `env_http_headers`: the value is a variable's; the
@@ -462,17 +532,17 @@ pub fn import_servers_beside(
                 });
             }
             if !headers.is_empty() {
-                out.push_str(&format!("headers = {}\n", inline_table(&headers)));
+                section.push_str(&format!("headers = {}\n", inline_table(&headers)));
             }
             if !named.is_empty() {
-                out.push_str(&format!("header_secrets = {}\n", inline_table(&named)));
+                section.push_str(&format!("header_secrets = {}\n", inline_table(&named)));
             }
         }
         if let Some(ms) = entry.startup_timeout_ms {
-            out.push_str(&format!("startup_timeout_ms = {ms}\n"));
+            section.push_str(&format!("startup_timeout_ms = {ms}\n"));
         }
         if let Some(ms) = entry.tool_call_timeout_ms {
-            out.push_str(&format!("tool_call_timeout_ms = {ms}\n"));
+            section.push_str(&format!("tool_call_timeout_ms = {ms}\n"));
         }
         if !entry.refused_tools.is_empty() {
             let never: BTreeMap<String, String> = entry
@@ -480,9 +550,32 @@ pub fn import_servers_beside(
                 .iter()
                 .map(|t| (t.clone(), "never".to_owned()))
                 .collect();
-            out.push_str(&format!("tool_trust = {}\n", inline_table(&never)));
+            section.push_str(&format!("tool_trust = {}\n", inline_table(&never)));
         }
-        out.push_str("enabled = false\ntrust = \"ask\"\n");
+        section.push_str("enabled = false\ntrust = \"ask\"\n");
+        // What mcpvisor would refuse is kept, commented out, under the
+        // reason: the file stays one every command accepts.
+        if let Err(e) = crate::messages::config::file::parse_config_at(&name, &section, None) {
+            let reason = e
+                .problems
+                .iter()
+                .map(|p| p.strip_prefix(&format!("{name}: ")).unwrap_or(p))
+                .collect::<Vec<_>>()
+                .join("; ");
+            out.push_str(&format!(
+                "# Commented out: mcpvisor refuses this server as written: {}\n\
+                 # Fix it, then uncomment the table.\n",
+                comment_text(&reason)
+            ));
+            for line in section.lines() {
+                out.push_str(&format!("# {line}\n"));
+            }
+            skipped.push(format!(
+                "{original}: written commented out, since mcpvisor refuses it as written: {reason}"
+            ));
+            continue;
+        }
+        out.push_str(&section);
         servers.push(name);
     }
     Ok(Imported {

@@ -53,13 +53,8 @@ fn secret_values_never_reach_the_toml_and_references_keep_their_variable() {
         found,
         vec![
             ("gh", "API_KEY", "MY_KEY", None),
-            ("gh", "GITHUB_TOKEN", "GH_GITHUB_TOKEN", Some("ghp_live")),
-            (
-                "web",
-                "Authorization",
-                "WEB_AUTHORIZATION",
-                Some("Bearer sk_live")
-            ),
+            ("gh", "GITHUB_TOKEN", "GITHUB_TOKEN", Some("ghp_live")),
+            ("web", "Authorization", "WEB_TOKEN", Some("sk_live")),
         ]
     );
     let cfg = crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
@@ -70,7 +65,10 @@ fn secret_values_never_reach_the_toml_and_references_keep_their_variable() {
     assert_eq!(st.env.get("DEBUG").map(String::as_str), Some("1"));
     assert!(!st.env.contains_key("GITHUB_TOKEN"));
     assert!(
-        got.toml.contains("env_secrets = ") && got.toml.contains("\"GH_GITHUB_TOKEN\""),
+        got.toml.contains("\"GITHUB_TOKEN\" = \"GITHUB_TOKEN\"")
+            && got
+                .toml
+                .contains("\"Authorization\" = \"Bearer ${WEB_TOKEN}\""),
         "{}",
         got.toml
     );
@@ -245,7 +243,7 @@ fn a_claude_json_brings_the_users_and_every_projects_servers_and_names_each_orig
     );
     crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
     // Beside a config that already has `notes`: that one is left out.
-    let beside = import_servers_beside("c.json", json, &["notes".to_owned()]).unwrap();
+    let beside = import_servers_beside("c.json", json, &["notes".to_owned()], &[]).unwrap();
     assert_eq!(beside.servers, ["fs", "fs-2"]);
     assert!(
         beside
@@ -444,7 +442,7 @@ fn a_codex_timeout_past_tomls_integers_is_capped_and_the_output_stays_toml() {
     // Found by the import property: `startup_timeout_sec =
     // 1e300` became `startup_timeout_ms = 18446744073709551615`, a u64
     // that is no TOML integer (they are i64): no file at all. Now it is
-    // capped at i64::MAX; a negative time is 0, which the config then
+    // capped at i64::MAX; a negative time is 0, which the config
     // refuses by name.
     let codex =
         "[mcp_servers.a]\ncommand = \"x\"\nstartup_timeout_sec = 1e300\ntool_timeout_sec = -2.0\n";
@@ -455,9 +453,89 @@ fn a_codex_timeout_past_tomls_integers_is_capped_and_the_output_stays_toml() {
         "{}",
         got.toml
     );
-    let e = crate::messages::config::file::parse_config("imported", &got.toml).unwrap_err();
-    assert_eq!(
-        e.problems,
-        ["imported: servers.a.tool_call_timeout_ms must be greater than 0"]
+    // That server is kept commented out, under the reason.
+    assert!(
+        got.toml.contains(
+            "refuses this server as written: servers.a.tool_call_timeout_ms must be greater than 0"
+        ),
+        "{}",
+        got.toml
     );
+    crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
+}
+
+// Issue 37, item 3: a variable's secret is stored under the variable's own
+// name, the one its server's documentation names; a bearer header keeps
+// its scheme; two servers with one variable name and different values do
+// not share a secret.
+#[test]
+fn secrets_are_named_as_their_users_expect_and_never_shared_by_mistake() {
+    let json = r#"{"mcpServers": {
+            "github": {"command": "npx", "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_1"}},
+            "github-work": {"command": "npx", "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_2"}},
+            "github-copy": {"command": "npx", "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_1"}},
+            "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${REMOTE_KEY}"}}
+        }}"#;
+    let got = import_servers(".mcp.json", json).unwrap();
+    let named: Vec<(&str, &str)> = got
+        .secrets
+        .iter()
+        .map(|s| (s.server.as_str(), s.secret_name.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("github", "GITHUB_PERSONAL_ACCESS_TOKEN"),
+            ("github-copy", "GITHUB_PERSONAL_ACCESS_TOKEN"),
+            ("github-work", "GITHUB_WORK_GITHUB_PERSONAL_ACCESS_TOKEN"),
+            ("remote", "REMOTE_KEY"),
+        ]
+    );
+    assert!(
+        got.toml
+            .contains("header_secrets = { \"Authorization\" = \"Bearer ${REMOTE_KEY}\" }"),
+        "{}",
+        got.toml
+    );
+    // What an earlier file stored under the name is not reused either.
+    let again = import_servers_beside(
+        "other.json",
+        r#"{"mcpServers": {"gh2": {"command": "npx", "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_3"}}}}"#,
+        &[],
+        &got.secrets,
+    )
+    .unwrap();
+    assert_eq!(
+        again.secrets[0].secret_name,
+        "GH2_GITHUB_PERSONAL_ACCESS_TOKEN"
+    );
+    crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
+}
+
+// Issue 37, item 2: a server mcpvisor would refuse as written (plain
+// http:// to a remote host) is kept commented out under the reason; the
+// file stays one every command accepts.
+#[test]
+fn a_server_the_config_would_refuse_is_written_commented_out_with_the_reason() {
+    let json = r#"{"mcpServers": {
+            "remote": {"type": "http", "url": "http://example.com/mcp"},
+            "local": {"type": "http", "url": "http://127.0.0.1:8080/mcp"}
+        }}"#;
+    let got = import_servers("claude.json", json).unwrap();
+    assert_eq!(got.servers, ["local"]);
+    assert!(
+        got.toml.contains("# Commented out: mcpvisor refuses this server as written: servers.remote.url: endpoint \"http://example.com/mcp\" uses plain http://")
+            && got.toml.contains("# [servers.remote]\n# url = \"http://example.com/mcp\"\n"),
+        "{}",
+        got.toml
+    );
+    assert!(
+        got.skipped
+            .iter()
+            .any(|s| s.starts_with("remote: written commented out")),
+        "{:?}",
+        got.skipped
+    );
+    let cfg = crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
+    assert_eq!(cfg.servers.len(), 1);
 }

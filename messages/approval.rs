@@ -55,7 +55,8 @@ pub trait Approver: Send + Sync + 'static {
 
     /// Why nobody can be asked about `request`, when that is known before
     /// asking (a gateway's client without elicitation): the call is then
-    /// refused as "none could be asked" with this reason, not as declined.
+    /// refused as "not approved (no one to ask: …)" with this reason, not
+    /// as declined.
     fn unavailable(&self, request: &ApprovalRequest) -> Option<&'static str> {
         let _ = request;
         None

@@ -8,19 +8,22 @@
 //!
 //! | keyword | accepted form |
 //! |---|---|
-//! | `type` | one string: `object`, `array`, `string`, `number`, `integer`, `boolean`, `null` |
-//! | `oneOf` | array of subschemas |
+//! | `type` | a type name (`object`, `array`, `string`, `number`, `integer`, `boolean`, `null`), or an array of them |
+//! | `oneOf`, `anyOf`, `allOf` | array of subschemas |
 //! | `properties` | object of subschemas |
 //! | `required` | array of strings, each declared in `properties` of the same schema |
-//! | `additionalProperties` | boolean |
+//! | `additionalProperties` | boolean, or a subschema the other properties must match |
 //! | `items` | one subschema |
 //! | `enum` | array of any values |
 //! | `const` | any value |
-//! | `description`, `title`, `default`, `examples`, `$schema`, `$id`, `format` | annotations, ignored |
+//! | `$defs`, `definitions` | object of subschemas (what `$ref` points at) |
+//! | `$ref` | a reference inside the schema: `#`, or a JSON pointer `#/$defs/Name` that resolves |
+//! | `description`, `title`, `default`, `examples`, `$schema`, `$id`, `format`, `$comment`, `readOnly`, `writeOnly`, `deprecated` | annotations, ignored |
 //!
-//! Every other keyword (`$ref`, `anyOf`, `allOf`, `minimum`, `pattern`, …) and
-//! every other form (`type` as an array, `additionalProperties` as a schema,
-//! `items` as an array, …) is unsupported. [`check_supported`] reports every
+//! These are what SDK-generated schemas hold (pydantic's `$defs`/`$ref` and
+//! `anyOf` for optional fields, zod's `anyOf`). Every other keyword
+//! (`minimum`, `pattern`, `not`, …) and every other form (`items` as an
+//! array, a `$ref` to another document, …) is unsupported. [`check_supported`] reports every
 //! problem, not just the first. Paths are JSON-pointer-like: `/` is the root,
 //! children are `/`-joined with `~` escaped as `~0` and `/` as `~1`.
 
@@ -33,7 +36,7 @@ pub const SUPPORTED_TYPES: [&str; 7] = [
 ];
 
 /// Keywords accepted and ignored as annotations.
-pub const ANNOTATIONS: [&str; 7] = [
+pub const ANNOTATIONS: [&str; 11] = [
     "description",
     "title",
     "default",
@@ -41,7 +44,32 @@ pub const ANNOTATIONS: [&str; 7] = [
     "$schema",
     "$id",
     "format",
+    "$comment",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
 ];
+
+/// How many `$ref`s validation follows on one path before it calls the
+/// schema a loop (`{"$ref": "#"}` at the root refers to itself forever).
+const REF_DEPTH: usize = 64;
+
+/// The subschema a local `$ref` (`#`, `#/$defs/Name`) names in `root`.
+fn resolve_ref<'a>(root: &'a Map<String, Value>, reference: &str) -> Option<&'a Value> {
+    let mut segments = reference
+        .strip_prefix("#/")?
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"));
+    let mut at = root.get(&segments.next()?)?;
+    for segment in segments {
+        at = match at {
+            Value::Object(m) => m.get(&segment)?,
+            Value::Array(a) => a.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(at)
+}
 
 /// The path of the root, in schema problems and violations.
 const ROOT: &str = "/";
@@ -83,7 +111,7 @@ pub fn kind_with_article(value: &Value) -> String {
 /// e.g. `/properties/temp: unsupported keyword "minimum"`.
 pub fn check_supported(schema: &Map<String, Value>) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
-    check_object(schema, ROOT, &mut problems);
+    check_object(schema, schema, ROOT, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -92,9 +120,14 @@ pub fn check_supported(schema: &Map<String, Value>) -> Result<(), Vec<String>> {
 }
 
 /// Checks one subschema position: an object schema or a boolean schema.
-fn check_subschema(value: &Value, path: &str, problems: &mut Vec<String>) {
+fn check_subschema(
+    root: &Map<String, Value>,
+    value: &Value,
+    path: &str,
+    problems: &mut Vec<String>,
+) {
     match value {
-        Value::Object(map) => check_object(map, path, problems),
+        Value::Object(map) => check_object(root, map, path, problems),
         Value::Bool(_) => {}
         other => problems.push(format!(
             "{path}: a schema must be an object or a boolean, not {}",
@@ -104,31 +137,74 @@ fn check_subschema(value: &Value, path: &str, problems: &mut Vec<String>) {
 }
 
 /// Checks one object schema.
-fn check_object(schema: &Map<String, Value>, path: &str, problems: &mut Vec<String>) {
+fn check_object(
+    root: &Map<String, Value>,
+    schema: &Map<String, Value>,
+    path: &str,
+    problems: &mut Vec<String>,
+) {
     for (keyword, value) in schema {
         match keyword.as_str() {
-            "type" => match value {
-                Value::String(t) if SUPPORTED_TYPES.contains(&t.as_str()) => {}
-                Value::String(t) => {
-                    problems.push(format!("{path}: unsupported type {t:?}"));
+            "type" => {
+                let names: Vec<&Value> = match value {
+                    Value::Array(names) if !names.is_empty() => names.iter().collect(),
+                    Value::Array(_) => {
+                        problems.push(format!("{path}: \"type\" is an empty array"));
+                        Vec::new()
+                    }
+                    other => vec![other],
+                };
+                for name in names {
+                    match name {
+                        Value::String(t) if SUPPORTED_TYPES.contains(&t.as_str()) => {}
+                        Value::String(t) => {
+                            problems.push(format!("{path}: unsupported type {t:?}"));
+                        }
+                        other => problems.push(format!(
+                            "{path}: \"type\" must name types as strings, not {}",
+                            kind(other)
+                        )),
+                    }
                 }
-                Value::Array(_) => problems.push(format!(
-                    "{path}: \"type\" must be a single type name, not an array"
-                )),
-                other => problems.push(format!(
-                    "{path}: \"type\" must be a string, not {}",
-                    kind(other)
-                )),
-            },
-            "oneOf" => match value {
+            }
+            k @ ("oneOf" | "anyOf" | "allOf") => match value {
                 Value::Array(branches) => {
-                    let here = child(path, "oneOf");
+                    let here = child(path, k);
                     for (i, branch) in branches.iter().enumerate() {
-                        check_subschema(branch, &child(&here, &i.to_string()), problems);
+                        check_subschema(root, branch, &child(&here, &i.to_string()), problems);
                     }
                 }
                 other => problems.push(format!(
-                    "{path}: \"oneOf\" must be an array of schemas, not {}",
+                    "{path}: \"{k}\" must be an array of schemas, not {}",
+                    kind(other)
+                )),
+            },
+            k @ ("$defs" | "definitions") => match value {
+                Value::Object(defs) => {
+                    let here = child(path, k);
+                    for (name, sub) in defs {
+                        check_subschema(root, sub, &child(&here, name), problems);
+                    }
+                }
+                other => problems.push(format!(
+                    "{path}: \"{k}\" must be an object of schemas, not {}",
+                    kind(other)
+                )),
+            },
+            "$ref" => match value {
+                Value::String(r) if r == "#" => {}
+                Value::String(r) if r.starts_with("#/") => {
+                    if !resolve_ref(root, r).is_some_and(|t| t.is_object() || t.is_boolean()) {
+                        problems.push(format!(
+                            "{path}: \"$ref\" {r:?} names no schema in this document"
+                        ));
+                    }
+                }
+                Value::String(r) => problems.push(format!(
+                    "{path}: unsupported \"$ref\" {r:?} (only references inside the schema, `#/…`)"
+                )),
+                other => problems.push(format!(
+                    "{path}: \"$ref\" must be a string, not {}",
                     kind(other)
                 )),
             },
@@ -136,7 +212,7 @@ fn check_object(schema: &Map<String, Value>, path: &str, problems: &mut Vec<Stri
                 Value::Object(props) => {
                     let here = child(path, "properties");
                     for (name, sub) in props {
-                        check_subschema(sub, &child(&here, name), problems);
+                        check_subschema(root, sub, &child(&here, name), problems);
                     }
                 }
                 other => problems.push(format!(
@@ -168,17 +244,19 @@ fn check_object(schema: &Map<String, Value>, path: &str, problems: &mut Vec<Stri
                     kind(other)
                 )),
             },
-            "additionalProperties" => {
-                if !value.is_boolean() {
-                    problems.push(format!(
-                        "{path}: \"additionalProperties\" must be a boolean, not {}",
-                        kind(value)
-                    ));
+            "additionalProperties" => match value {
+                Value::Bool(_) => {}
+                Value::Object(_) => {
+                    check_subschema(root, value, &child(path, "additionalProperties"), problems);
                 }
-            }
+                other => problems.push(format!(
+                    "{path}: \"additionalProperties\" must be a boolean or a schema, not {}",
+                    kind(other)
+                )),
+            },
             "items" => match value {
                 Value::Object(_) | Value::Bool(_) => {
-                    check_subschema(value, &child(path, "items"), problems);
+                    check_subschema(root, value, &child(path, "items"), problems);
                 }
                 other => problems.push(format!(
                     "{path}: \"items\" must be one schema, not {}",
@@ -225,14 +303,32 @@ impl fmt::Display for Violation {
 /// equals `1.0`.
 pub fn validate(value: &Value, schema: &Map<String, Value>) -> Vec<Violation> {
     let mut out = Vec::new();
-    validate_object(value, schema, ROOT, &mut out);
+    let at = At {
+        root: schema,
+        refs: 0,
+    };
+    validate_object(at, value, schema, ROOT, &mut out);
     out
 }
 
+/// What validation carries down: the schema `$ref`s resolve in, and how
+/// many it followed on this path.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    root: &'a Map<String, Value>,
+    refs: usize,
+}
+
 /// Validates against a subschema position (object or boolean schema).
-fn validate_subschema(value: &Value, schema: &Value, path: &str, out: &mut Vec<Violation>) {
+fn validate_subschema(
+    at: At<'_>,
+    value: &Value,
+    schema: &Value,
+    path: &str,
+    out: &mut Vec<Violation>,
+) {
     match schema {
-        Value::Object(map) => validate_object(value, map, path, out),
+        Value::Object(map) => validate_object(at, value, map, path, out),
         Value::Bool(false) => out.push(violation(path, "no value is allowed here".to_string())),
         _ => {}
     }
@@ -297,27 +393,74 @@ fn json_equal(a: &Value, b: &Value) -> bool {
 
 /// Validates against one object schema.
 fn validate_object(
+    at: At<'_>,
     value: &Value,
     schema: &Map<String, Value>,
     path: &str,
     out: &mut Vec<Violation>,
 ) {
-    if let Some(Value::String(t)) = schema.get("type")
-        && !has_type(value, t)
+    match schema.get("type") {
+        Some(Value::String(t)) if !has_type(value, t) => {
+            out.push(violation(
+                path,
+                format!("expected {t}, got {}", kind(value)),
+            ));
+        }
+        Some(Value::Array(names)) => {
+            let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+            if !names.iter().any(|t| has_type(value, t)) {
+                out.push(violation(
+                    path,
+                    format!("expected {}, got {}", names.join(" or "), kind(value)),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if let Some(Value::String(reference)) = schema.get("$ref") {
+        let target = if reference == "#" {
+            Some(at.root)
+        } else {
+            resolve_ref(at.root, reference).and_then(Value::as_object)
+        };
+        match target {
+            _ if at.refs >= REF_DEPTH => out.push(violation(
+                path,
+                format!("the schema's \"$ref\" {reference:?} loops (followed {REF_DEPTH} times)"),
+            )),
+            Some(target) => {
+                let deeper = At {
+                    root: at.root,
+                    refs: at.refs + 1,
+                };
+                validate_object(deeper, value, target, path, out);
+            }
+            None => {}
+        }
+    }
+    let matches = |branch: &Value| {
+        let mut sub = Vec::new();
+        validate_subschema(at, value, branch, path, &mut sub);
+        sub
+    };
+    if let Some(Value::Array(branches)) = schema.get("anyOf")
+        && !branches.is_empty()
+        && !branches.iter().any(|b| matches(b).is_empty())
     {
         out.push(violation(
             path,
-            format!("expected {t}, got {}", kind(value)),
+            format!("matched none of {} alternatives (anyOf)", branches.len()),
         ));
+    }
+    if let Some(Value::Array(branches)) = schema.get("allOf") {
+        for branch in branches {
+            out.extend(matches(branch));
+        }
     }
     if let Some(Value::Array(branches)) = schema.get("oneOf") {
         let matched = branches
             .iter()
-            .filter(|branch| {
-                let mut sub = Vec::new();
-                validate_subschema(value, branch, path, &mut sub);
-                sub.is_empty()
-            })
+            .filter(|branch| matches(branch).is_empty())
             .count();
         let n = branches.len();
         if matched == 0 {
@@ -355,22 +498,25 @@ fn validate_object(
             }
         }
         for (key, field) in obj {
-            match props.and_then(|p| p.get(key)) {
-                Some(sub) => validate_subschema(field, sub, &child(path, key), out),
-                None => {
-                    if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
-                        out.push(violation(
-                            path,
-                            format!("unexpected property {key:?} (additionalProperties is false)"),
-                        ));
-                    }
+            match (
+                props.and_then(|p| p.get(key)),
+                schema.get("additionalProperties"),
+            ) {
+                (Some(sub), _) => validate_subschema(at, field, sub, &child(path, key), out),
+                (None, Some(Value::Bool(false))) => out.push(violation(
+                    path,
+                    format!("unexpected property {key:?} (additionalProperties is false)"),
+                )),
+                (None, Some(extra @ Value::Object(_))) => {
+                    validate_subschema(at, field, extra, &child(path, key), out);
                 }
+                (None, _) => {}
             }
         }
     }
     if let (Value::Array(elements), Some(items)) = (value, schema.get("items")) {
         for (i, element) in elements.iter().enumerate() {
-            validate_subschema(element, items, &child(path, &i.to_string()), out);
+            validate_subschema(at, element, items, &child(path, &i.to_string()), out);
         }
     }
 }

@@ -228,7 +228,7 @@ pub fn refusal_text(server: &str, tool: &str, why: Refusal) -> String {
             format!("The user declined this tool call (\"{tool}\" of server \"{server}\").")
         }
         Refusal::NoApprover(why) => format!(
-            "This tool call (\"{tool}\" of server \"{server}\") needs the user's approval, and none could be asked: {why}."
+            "This tool call (\"{tool}\" of server \"{server}\") was not approved (no one to ask: {why})."
         ),
         Refusal::Cancelled => format!(
             "This tool call (\"{tool}\" of server \"{server}\") was cancelled while it waited for the user's approval."
@@ -305,9 +305,51 @@ pub fn looks_secret(name: &str) -> bool {
     .any(|s| upper.contains(s))
 }
 
+/// An `env_secrets` / `header_secrets` value: the name of a secret, whose
+/// value is sent as it is, or a text holding one reference to a secret,
+/// `Bearer ${NAME}`, sent with the secret's value in place of `${NAME}`.
+/// Returns the text before the reference, the secret's name and the text
+/// after it; an error says what is wrong with a malformed reference.
+pub fn secret_reference(value: &str) -> Result<(&str, &str, &str), String> {
+    let Some(start) = value.find("${") else {
+        return if value.is_empty() {
+            Err("an empty secret name".into())
+        } else {
+            Ok(("", value, ""))
+        };
+    };
+    let rest = &value[start + 2..];
+    let Some(end) = rest.find('}') else {
+        return Err(format!("{value:?}: `${{` without a closing `}}`"));
+    };
+    let (name, after) = (&rest[..end], &rest[end + 1..]);
+    if name.is_empty() || name.contains(['$', '{']) {
+        return Err(format!("{value:?}: `${{…}}` must hold a secret's name"));
+    }
+    if after.contains("${") {
+        return Err(format!(
+            "{value:?}: holds more than one `${{…}}`; name one secret"
+        ));
+    }
+    Ok((&value[..start], name, after))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_reference_is_a_name_or_one_reference_in_a_text() {
+        assert_eq!(secret_reference("GH_TOKEN"), Ok(("", "GH_TOKEN", "")));
+        assert_eq!(
+            secret_reference("Bearer ${GH_TOKEN}"),
+            Ok(("Bearer ", "GH_TOKEN", ""))
+        );
+        assert_eq!(secret_reference("a${X}b"), Ok(("a", "X", "b")));
+        for bad in ["", "Bearer ${}", "Bearer ${X", "${A} ${B}"] {
+            assert!(secret_reference(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn only_https_or_loopback_http_is_dialled() {

@@ -129,7 +129,13 @@ async fn start_for_calls(
         }
     }
     crate::config::require_hooks(&cfg)?;
-    let mut builder = builder_for(&cfg, flags.strict_hooks)?;
+    // `call` takes --yes, and may run a server from the command line.
+    let one_shot = (flags.target.url.is_some() || !flags.target.command.is_empty())
+        .then(|| cfg.servers.first().map(|s| s.server_name.clone()))
+        .flatten();
+    let mut builder = builder_for(&cfg, flags.strict_hooks)?.approver(std::sync::Arc::new(
+        crate::approver::TerminalApprover::new(&cfg, one_shot.as_deref(), true),
+    ));
     let attachments = match (&flags.attachments, flags.images) {
         (Some(dir), _) => Some(dir.clone()),
         (None, true) => {

@@ -11,8 +11,8 @@ use crate::render::outln;
 use crate::render::{indent, status_json};
 
 /// Run `check` for every server, or `only` that one.
-pub(crate) async fn run(cli: &Cli, only: Option<&str>) -> anyhow::Result<u8> {
-    run_at(cli, None, only).await
+pub(crate) async fn run(cli: &Cli, only: Option<&str>, wait: bool) -> anyhow::Result<u8> {
+    run_at(cli, None, only, wait).await
 }
 
 /// [`run`] on the config at `at` instead of the usual file, when given.
@@ -20,6 +20,7 @@ pub(crate) async fn run_at(
     cli: &Cli,
     at: Option<&std::path::Path>,
     only: Option<&str>,
+    wait: bool,
 ) -> anyhow::Result<u8> {
     let mut cfg = crate::config::load_config_at(cli, at, true)?;
     let servers = &mut cfg.servers;
@@ -36,7 +37,9 @@ pub(crate) async fn run_at(
         // Every server is reported (exit 1 if any failed), strict or not.
         s.fail_on_startup_error = false;
     }
-    let runtime = start(cfg, cli.json).await?;
+    // One named server is waited for in full: that handshake is the question.
+    let wait = crate::lifecycle::Wait::from_flag(wait || only.is_some());
+    let runtime = start(cfg, cli.json, wait).await?;
     let statuses = runtime.status();
     let _ = finish(runtime).await;
     let failed = statuses
@@ -64,6 +67,8 @@ pub(crate) async fn run_at(
                 for w in &s.warnings {
                     outln!("       warning: {w}");
                 }
+            } else if let Some(note) = crate::lifecycle::not_waited_for(s) {
+                outln!("WAIT   {:<16} {note}", s.server);
             } else {
                 outln!("FAILED {:<16} {}", s.server, s.state);
                 if let Some(e) = &s.error {

@@ -26,8 +26,13 @@ pub(crate) struct AddFlags {
     pub(crate) disabled: bool,
     pub(crate) no_check: bool,
     pub(crate) scope: Option<String>,
+    pub(crate) startup_timeout_ms: Option<u64>,
     pub(crate) command: Vec<String>,
 }
+
+/// The `startup_timeout_ms` `add` writes for a package runner (`npx`,
+/// `uvx`…) when none is given: its first start downloads the package.
+const PACKAGE_RUNNER_STARTUP_MS: u64 = 120_000;
 
 /// The file these commands edit: the one every command reads
 /// (`--config`, else `$MCPVISOR_CONFIG`, else `./mcpvisor.toml`, else the
@@ -59,8 +64,14 @@ fn read(path: &Path, missing_ok: bool) -> anyhow::Result<DocumentMut> {
         Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => bail!("cannot read {}: {e}", path.display()),
     };
-    text.parse()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    // Not TOML: the config parser's error (with its explanation, a config
+    // error's exit status and JSON `kind`).
+    text.parse().map_err(
+        |e| match mcpvisor::parse_config(&path.display().to_string(), &text) {
+            Err(config) => anyhow::Error::from(config),
+            Ok(_) => anyhow::anyhow!("{}: {e}", path.display()),
+        },
+    )
 }
 
 /// Write `doc` to `path` once mcpvisor's own parser accepts it (the error
@@ -171,6 +182,13 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
             }
         }
     }
+    let runner = mcpvisor::package_runner_of(&f.command);
+    let startup_ms = f
+        .startup_timeout_ms
+        .or(runner.as_ref().map(|_| PACKAGE_RUNNER_STARTUP_MS));
+    if let Some(ms) = startup_ms {
+        t["startup_timeout_ms"] = value(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
     if let Some(trust) = &f.trust {
         t["trust"] = value(trust.as_str());
     }
@@ -186,6 +204,11 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
         );
     } else if !cli.json {
         eprintln!("added server {:?} to {}", f.name, path.display());
+        if let (Some(r), None) = (&runner, f.startup_timeout_ms) {
+            eprintln!(
+                "  startup_timeout_ms = {PACKAGE_RUNNER_STARTUP_MS}: `{r}` downloads the package on its first run (--startup-timeout MS sets another)"
+            );
+        }
     }
     if f.no_check || f.disabled {
         return Ok(0);
@@ -193,7 +216,7 @@ pub(crate) async fn add(cli: &Cli, f: AddFlags) -> anyhow::Result<u8> {
     // Like `claude mcp add`: the entry stays whatever the handshake says.
     // `check` reads the same file (`--config`, `$MCPVISOR_CONFIG`, or
     // ./mcpvisor.toml, as here).
-    let code = crate::cmd::check::run_at(cli, Some(&path), Some(&f.name)).await?;
+    let code = crate::cmd::check::run_at(cli, Some(&path), Some(&f.name), true).await?;
     if code != 0 && !cli.json {
         eprintln!(
             "the server was added, but its check failed; `mcpvisor remove {}` undoes the add",
@@ -209,24 +232,9 @@ pub(crate) fn remove(cli: &Cli, name: &str, scope: Option<&str>) -> anyhow::Resu
     let path = target(cli, scope)?;
     let mut doc = read(&path, false)?;
     let servers = doc.get_mut("servers").and_then(Item::as_table_mut);
-    let known: Vec<String> = servers
-        .as_ref()
-        .map(|s| s.iter().map(|(k, _)| k.to_owned()).collect())
-        .unwrap_or_default();
-    let removed = servers.and_then(|s| s.remove(name)).is_some();
-    if !removed {
-        let hint = mcpvisor::closest(name, known.iter().map(String::as_str))
-            .map(|c| format!(" (did you mean {c:?}?)"))
-            .unwrap_or_default();
-        bail!(
-            "{}: no server named {name:?}{hint}; configured: {}",
-            path.display(),
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        );
+    let known = server_names(servers.as_deref());
+    if servers.and_then(|s| s.remove(name)).is_none() {
+        bail!(no_such_server(&path, name, &known));
     }
     write_checked(&path, &doc)?;
     if cli.json {
@@ -238,6 +246,87 @@ pub(crate) fn remove(cli: &Cli, name: &str, scope: Option<&str>) -> anyhow::Resu
         eprintln!("removed server {name:?} from {}", path.display());
     }
     Ok(0)
+}
+
+/// `enable NAME…` / `disable NAME…`: set each server's `enabled`, keeping
+/// the file's comments and order. Every name is checked before anything is
+/// written.
+pub(crate) fn set_enabled(
+    cli: &Cli,
+    names: &[String],
+    enabled: bool,
+    scope: Option<&str>,
+) -> anyhow::Result<u8> {
+    let path = target(cli, scope)?;
+    let mut doc = read(&path, false)?;
+    let servers = doc.get_mut("servers").and_then(Item::as_table_mut);
+    let known = server_names(servers.as_deref());
+    if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+        bail!(no_such_server(&path, unknown, &known));
+    }
+    let mut changed = Vec::new();
+    if let Some(servers) = servers {
+        for name in names {
+            let Some(table) = servers.get_mut(name).and_then(Item::as_table_like_mut) else {
+                bail!(
+                    "{}: servers.{name} is not a table: cannot set its `enabled`",
+                    path.display()
+                );
+            };
+            let was = table.get("enabled").and_then(Item::as_bool).unwrap_or(true);
+            if was != enabled {
+                changed.push(name.clone());
+            }
+            table.insert("enabled", value(enabled));
+        }
+    }
+    write_checked(&path, &doc)?;
+    let verb = if enabled { "enabled" } else { "disabled" };
+    if cli.json {
+        println!(
+            "{}",
+            json!({verb: names, "changed": changed, "config": path.display().to_string()})
+        );
+        return Ok(0);
+    }
+    for name in names {
+        let already = if changed.contains(name) {
+            ""
+        } else {
+            " (it already was)"
+        };
+        eprintln!("{verb} server {name:?} in {}{already}", path.display());
+    }
+    if enabled {
+        eprintln!(
+            "  `mcpvisor check {}` connects once and lists the tools",
+            names.join(" ")
+        );
+    }
+    Ok(0)
+}
+
+/// The names of a `[servers]` table.
+fn server_names(servers: Option<&toml_edit::Table>) -> Vec<String> {
+    servers
+        .map(|s| s.iter().map(|(k, _)| k.to_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// "no server named …", with the closest name and the configured ones.
+fn no_such_server(path: &Path, name: &str, known: &[String]) -> String {
+    let hint = mcpvisor::closest(name, known.iter().map(String::as_str))
+        .map(|c| format!(" (did you mean {c:?}?)"))
+        .unwrap_or_default();
+    format!(
+        "{}: no server named {name:?}{hint}; configured: {}",
+        path.display(),
+        if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        }
+    )
 }
 
 /// `list`: every configured server, without starting any (`status` shows

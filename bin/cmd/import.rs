@@ -73,6 +73,7 @@ pub(crate) fn import(
             &text,
             from,
             &taken,
+            &got.secrets,
         )?;
         if !got.toml.is_empty() {
             got.toml.push('\n');
@@ -139,6 +140,15 @@ pub(crate) fn import(
         // The merged file must still be a valid config.
         mcpvisor::parse_config(&path.display().to_string(), merged).map_err(|e| {
             anyhow::anyhow!("the merged config would not be valid, nothing written: {e}")
+        })?;
+    } else {
+        // Import writes no config the commands would refuse.
+        let origin = out.map_or_else(
+            || "the imported config".to_owned(),
+            |p| p.display().to_string(),
+        );
+        mcpvisor::parse_config(&origin, &got.toml).map_err(|e| {
+            anyhow::anyhow!("the imported config would not be valid, nothing written (a bug: please report it): {e}")
         })?;
     }
     let mut moved = Vec::new();

@@ -21,7 +21,12 @@ pub(crate) async fn run(cli: &Cli, what: &PromptsCommand) -> anyhow::Result<u8> 
         ),
         _ => None,
     };
-    let runtime = start(load_config(cli, true)?, cli.json).await?;
+    let runtime = start(
+        load_config(cli, true)?,
+        cli.json,
+        crate::lifecycle::Wait::All,
+    )
+    .await?;
     let code = match what {
         PromptsCommand::List => {
             let listed = runtime.list_prompts(&Scope::Global).await;

@@ -29,7 +29,12 @@ pub(crate) async fn run(cli: &Cli, what: &ResourcesCommand) -> anyhow::Result<u8
         Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
         other => other,
     };
-    let runtime = start(load_config(cli, true)?, cli.json).await?;
+    let runtime = start(
+        load_config(cli, true)?,
+        cli.json,
+        crate::lifecycle::Wait::All,
+    )
+    .await?;
     let outcome = runtime
         .call(&Scope::Global, tool, Some(args), CallOptions::default())
         .await;

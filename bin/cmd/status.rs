@@ -13,7 +13,7 @@ use crate::render::{errln, outln};
 use crate::render::{status_json, status_line};
 
 /// Run `status`, once or (`watch`) until interrupted.
-pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
+pub(crate) async fn run(cli: &Cli, watch: bool, wait: bool) -> anyhow::Result<u8> {
     let cfg = load_config(cli, true)?;
     if cfg.servers.is_empty() && crate::config::provider_names(&cfg).is_empty() {
         errln!("mcpvisor: the config defines no servers");
@@ -21,7 +21,7 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
     }
     if !watch {
         let has_providers = !crate::config::provider_names(&cfg).is_empty();
-        let runtime = start(cfg, cli.json).await?;
+        let runtime = start(cfg, cli.json, crate::lifecycle::Wait::from_flag(wait)).await?;
         let statuses = runtime.status();
         let seats = if has_providers {
             runtime.seats().await
@@ -47,11 +47,11 @@ pub(crate) async fn run(cli: &Cli, watch: bool) -> anyhow::Result<u8> {
             for (i, s) in statuses.iter().enumerate() {
                 let branch = if i + 1 == n { "└──" } else { "├──" };
                 outln!("        {branch} ServerSupervisor {}", status_line(s));
+                let bar = if i + 1 == n { " " } else { "│" };
                 if let Some(e) = &s.error {
-                    outln!(
-                        "        {}       error: {e}",
-                        if i + 1 == n { " " } else { "│" }
-                    );
+                    outln!("        {bar}       error: {e}");
+                } else if let Some(note) = crate::lifecycle::not_waited_for(s) {
+                    outln!("        {bar}       {note}");
                 }
             }
             for s in &seats {

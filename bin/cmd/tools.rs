@@ -23,6 +23,7 @@ pub(crate) async fn run(
     cli: &Cli,
     only: Option<&str>,
     target: &crate::cli::Target,
+    wait: crate::lifecycle::Wait,
 ) -> anyhow::Result<u8> {
     let (mut cfg, _) = load_for_target(cli, target)?;
     let providers = crate::config::provider_names(&cfg);
@@ -45,8 +46,29 @@ pub(crate) async fn run(
             cfg.providers = Default::default();
         }
     }
+    let disabled: Vec<String> = cfg
+        .servers
+        .iter()
+        .filter(|c| !c.enabled)
+        .map(|c| c.server_name.clone())
+        .collect();
+    let enable_hint = || {
+        format!(
+            "`mcpvisor enable {}` switches {} on",
+            disabled.join(" "),
+            if disabled.len() == 1 { "it" } else { "them" }
+        )
+    };
     if cfg.servers.iter().all(|c| !c.enabled) && crate::config::provider_names(&cfg).is_empty() {
-        errln!("mcpvisor: the config enables no servers, so there are no tools to list");
+        if disabled.is_empty() {
+            errln!("mcpvisor: the config enables no servers, so there are no tools to list");
+        } else {
+            errln!(
+                "mcpvisor: the config enables no servers, so there are no tools to list: disabled: {} ({})",
+                disabled.join(", "),
+                enable_hint()
+            );
+        }
         return Ok(1);
     }
     // What `never` refuses, marked in the listing (the server's own trust,
@@ -68,18 +90,30 @@ pub(crate) async fn run(
         })
         .collect();
     let json_out = cli.json;
-    let runtime = start_showing(cfg, json_out, |runtime, st| {
+    // The text listing prints each server's tools when it is ready, then
+    // whatever it has not printed: the runtime's own tools (the shared
+    // resource tools) and tools a server added since. Text and `--json`
+    // list the same tools.
+    let mut printed = std::collections::BTreeSet::new();
+    let runtime = start_showing(cfg, json_out, wait, |runtime, st| {
         if json_out || st.state != ServerState::Ready {
             return;
         }
         let tools = runtime.tools(&Scope::Global);
         for t in tools.iter().filter(|t| t.server == st.server) {
-            print_tool(t, &cfg_never);
+            if printed.insert(t.name.clone()) {
+                print_tool(t, &cfg_never);
+            }
         }
         let _ = std::io::stdout().flush();
     })
     .await?;
     let tools = runtime.tools(&Scope::Global);
+    if !json_out {
+        for t in tools.iter().filter(|t| !printed.contains(&t.name)) {
+            print_tool(t, &cfg_never);
+        }
+    }
     let not_ready: Vec<_> = runtime
         .status()
         .into_iter()
@@ -91,6 +125,10 @@ pub(crate) async fn run(
         outln!("{}", Value::Array(arr));
     }
     for s in &not_ready {
+        if let Some(note) = crate::lifecycle::not_waited_for(s) {
+            errln!("mcpvisor: server {:?}: {note}", s.server);
+            continue;
+        }
         errln!(
             "mcpvisor: server {:?} is not ready ({}): {}",
             s.server,
@@ -109,6 +147,13 @@ pub(crate) async fn run(
     }
     if !not_ready.is_empty() {
         errln!("  (`mcpvisor check SERVER` shows one server's handshake)");
+    }
+    if !disabled.is_empty() && !json_out {
+        errln!(
+            "mcpvisor: not listed, disabled in the config: {} ({})",
+            disabled.join(", "),
+            enable_hint()
+        );
     }
     Ok(u8::from(!not_ready.is_empty()))
 }

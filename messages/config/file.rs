@@ -369,6 +369,18 @@ impl ServerConfig {
     pub fn from_raw(name: &str, raw: RawServerConfig) -> Result<ServerConfig, ConfigError> {
         let prefix = format!("servers.{name}");
         let mut problems = Vec::new();
+        for (key, map) in [
+            ("env_secrets", &raw.env_secrets),
+            ("header_secrets", &raw.header_secrets),
+        ] {
+            for (target, reference) in map {
+                if let Err(e) = crate::messages::trust::secret_reference(reference) {
+                    problems.push(format!(
+                        "{prefix}.{key}.{target}: {e} (a secret's name, or a text holding one `${{NAME}}`, such as \"Bearer ${{TOKEN}}\")"
+                    ));
+                }
+            }
+        }
         let transport = match (raw.command, raw.url) {
             (Some(command), None) => {
                 if !raw.headers.is_empty() || !raw.header_secrets.is_empty() {
@@ -565,6 +577,45 @@ pub struct FileConfig {
 /// What to add to a TOML error so a person can act on it: the key meant
 /// for an unknown one (did-you-mean), what a number key takes, and where
 /// a file in another tool's format goes (`mcpvisor import`).
+/// A duplicate key: a table defined twice (`[servers.a]` again: a server
+/// name used twice), or a key set twice in one table. The line is the one
+/// the error points at ("TOML parse error at line N").
+fn explain_duplicate(text: &str, message: &str) -> String {
+    let line_no = message
+        .split("at line ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<usize>().ok());
+    let Some(line) = line_no.and_then(|n| text.lines().nth(n.saturating_sub(1))) else {
+        return String::new();
+    };
+    let line = line.trim();
+    let header = line
+        .strip_prefix('[')
+        .and_then(|l| l.strip_suffix(']'))
+        .map(str::trim);
+    if let Some(table) = header {
+        let earlier = text
+            .lines()
+            .position(|l| l.trim() == line)
+            .map(|i| format!(" (first at line {})", i + 1))
+            .unwrap_or_default();
+        return match table.strip_prefix("servers.") {
+            Some(name) if !name.contains('.') => format!(
+                "\n  a server named {name:?} is already defined{earlier}: each server name is used once; rename one of them, or merge the two tables"
+            ),
+            _ => format!("\n  the table [{table}] is already defined{earlier}; merge the two"),
+        };
+    }
+    match line.split_once('=') {
+        Some((key, _)) => format!(
+            "\n  `{}` is set twice in the same table; keep one",
+            key.trim()
+        ),
+        None => String::new(),
+    }
+}
+
 fn explain_toml_error(origin: &str, text: &str, message: &str) -> String {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || origin.ends_with(".json") {
@@ -586,6 +637,9 @@ fn explain_toml_error(origin: &str, text: &str, message: &str) -> String {
         if let Some(close) = crate::messages::naming::closest(field, keys.iter().copied()) {
             return format!("\n  did you mean `{close}`?");
         }
+    }
+    if message.contains("duplicate key") {
+        return explain_duplicate(text, message);
     }
     if message.contains("invalid type") && message.contains("expected u64") {
         let line = message

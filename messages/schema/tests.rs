@@ -43,9 +43,10 @@ fn an_sdk_generated_schema_is_supported() {
     assert_eq!(check_supported(&schema), Ok(()));
 }
 
-// SYNC-7: every problem is reported, with its path.
+// SYNC-7: every problem is reported, with its path; a `$ref` must name a
+// schema of the document.
 #[test]
-fn minimum_and_ref_are_both_reported() {
+fn minimum_and_a_dangling_ref_are_both_reported() {
     let schema = obj(json!({
         "type": "object",
         "properties": {
@@ -59,7 +60,8 @@ fn minimum_and_ref_are_both_reported() {
     assert_eq!(
         problems,
         vec![
-            "/properties/place: unsupported keyword \"$ref\"".to_string(),
+            "/properties/place: \"$ref\" \"#/$defs/Place\" names no schema in this document"
+                .to_string(),
             "/properties/temp: unsupported keyword \"minimum\"".to_string(),
         ]
     );
@@ -69,18 +71,19 @@ fn minimum_and_ref_are_both_reported() {
 #[test]
 fn unsupported_forms_are_each_reported() {
     let schema = obj(json!({
-        "type": ["string", "null"],
-        "anyOf": [],
-        "allOf": [],
+        "type": ["string", "float"],
+        "anyOf": {},
+        "allOf": [{"not": {}}],
         "pattern": "x",
-        "additionalProperties": {"type": "string"},
+        "additionalProperties": 3,
         "items": [{"type": "string"}],
         "oneOf": [{"type": "float"}],
         "required": ["ghost"],
-        "enum": "nope"
+        "enum": "nope",
+        "$ref": "other.json#/x"
     }));
     let problems = check_supported(&schema).err().unwrap_or_default();
-    assert_eq!(problems.len(), 9, "{problems:#?}");
+    assert_eq!(problems.len(), 10, "{problems:#?}");
     assert!(problems.contains(&"/oneOf/0: unsupported type \"float\"".to_string()));
     assert!(
         problems.contains(
@@ -222,4 +225,53 @@ fn a_false_subschema_rejects_and_true_accepts() {
         validate(&json!({"no": 1}), &schema)[0].to_string(),
         "/no: no value is allowed here"
     );
+}
+
+// SYNC-7: what SDK-generated schemas hold is inside the subset: pydantic's
+// `$defs`/`$ref`, `anyOf` for an optional field, a `type` array, a map's
+// `additionalProperties` schema (the official time server's shape).
+#[test]
+fn generated_schemas_with_defs_refs_and_any_of_are_supported() {
+    let schema = obj(json!({
+        "$defs": {"Zone": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+        "type": "object",
+        "properties": {
+            "zone": {"$ref": "#/$defs/Zone"},
+            "offset": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null},
+            "tags": {"type": ["array", "null"], "items": {"type": "string"}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "both": {"allOf": [{"$ref": "#/$defs/Zone"}, {"required": ["name"], "properties": {"name": {"const": "UTC"}}}]}
+        },
+        "required": ["zone"]
+    }));
+    assert_eq!(check_supported(&schema), Ok(()));
+    let ok = json!({"zone": {"name": "UTC"}, "offset": null, "tags": null, "labels": {"a": "b"}, "both": {"name": "UTC"}});
+    assert_eq!(validate(&ok, &schema), vec![]);
+    let bad = json!({"zone": {"nom": 1}, "offset": "x", "tags": 3, "labels": {"a": 1}, "both": {"name": "CET"}});
+    let mut got: Vec<String> = validate(&bad, &schema)
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            "/both/name: value must equal \"UTC\"".to_string(),
+            "/labels/a: expected string, got number".to_string(),
+            "/offset: matched none of 2 alternatives (anyOf)".to_string(),
+            "/tags: expected array or null, got number".to_string(),
+            "/zone: missing required property \"name\"".to_string(),
+        ]
+    );
+}
+
+// A `$ref` that refers to itself without descending is reported, not
+// followed forever.
+#[test]
+fn a_ref_loop_is_a_violation_not_a_hang() {
+    let schema = obj(json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}));
+    assert_eq!(check_supported(&schema), Ok(()));
+    let got = validate(&json!(1), &schema);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].message.contains("loops"), "{got:?}");
 }

@@ -120,9 +120,21 @@ pub(super) fn register_failure(
     up_since: Option<Instant>,
     cause: String,
 ) {
+    // A missing executable is not transient: a server that never came up
+    // fails at once, naming the directories searched. One that ran before
+    // keeps its budget (its executable may be mid-upgrade).
+    let permanent = up_since.is_none()
+        && !st.was_up
+        && match &st.config.transport {
+            crate::messages::config::TransportConfig::Stdio(c) => {
+                crate::transport::stdio::missing_executable(c)
+            }
+            _ => false,
+        };
     let failure = decide::Failure {
         failures: st.failures,
         up_for: up_since.map(|t| t.elapsed()),
+        permanent,
     };
     let (failures, next) = decide::after_failure(
         &st.config.reconnect,

@@ -77,6 +77,9 @@ pub(super) struct Failure {
     pub(super) failures: u32,
     /// How long the failed connection had been up (`None`: it never was).
     pub(super) up_for: Option<Duration>,
+    /// Trying again cannot help: a server that never came up in this
+    /// runtime whose executable does not exist (CONN-5).
+    pub(super) permanent: bool,
 }
 
 /// The failure budget: the outage's new count and what comes next.
@@ -99,6 +102,14 @@ pub(super) fn after_failure(
         failure.failures
     };
     let failures = before.saturating_add(1);
+    if failure.permanent {
+        return (
+            failures,
+            AfterFailure::Failed {
+                remove_tools: false,
+            },
+        );
+    }
     if !policy.enabled {
         let remove_tools = on_disconnect == OnDisconnect::Remove;
         return (failures, AfterFailure::Failed { remove_tools });
@@ -188,6 +199,7 @@ mod tests {
         Failure {
             failures,
             up_for: up_ms.map(Duration::from_millis),
+            permanent: false,
         }
     }
 
@@ -286,6 +298,23 @@ mod tests {
             let (_, next) = after_failure(&p, on, fail(0, Some(10)), no_jitter, false);
             assert_eq!(next, AfterFailure::Failed { remove_tools });
         }
+    }
+
+    #[test]
+    fn a_permanent_failure_is_failed_at_once_with_budget_left() {
+        // A missing executable: no reconnect, though the budget allows one.
+        let mut f = fail(0, None);
+        f.permanent = true;
+        let (n, next) = after_failure(&policy(), OnDisconnect::Keep, f, no_jitter, false);
+        assert_eq!(
+            (n, next),
+            (
+                1,
+                AfterFailure::Failed {
+                    remove_tools: false
+                }
+            )
+        );
     }
 
     #[test]

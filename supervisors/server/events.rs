@@ -70,6 +70,7 @@ pub(super) async fn on_conn_up(
     st.status.pid = info.pid;
     st.status.protocol_version = Some(info.protocol_version.clone());
     st.era = Some(info.era());
+    st.was_up = true;
     st.status.server_info = info.server_info.clone();
     st.status.resources = info.has_resources;
     st.status.prompts = info.has_prompts;

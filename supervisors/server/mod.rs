@@ -467,6 +467,8 @@ pub struct ServerSupervisorState {
     era: Option<crate::messages::server::Era>,
     /// Freshness timers armed so far (`ttlMs`): only the latest counts.
     expiry_arms: u64,
+    /// A connection of this server came up once in this runtime.
+    was_up: bool,
 }
 
 impl ServerSupervisorState {
@@ -611,6 +613,7 @@ impl Actor for ServerSupervisor {
             catalog_warnings: Vec::new(),
             era: None,
             expiry_arms: 0,
+            was_up: false,
         })
     }
 

@@ -82,6 +82,61 @@ pub fn resolve_executable(
     })
 }
 
+/// Whether `cfg`'s executable does not exist: looked up as [`spawn`]
+/// looks it up (the child's `PATH` and the common prefixes), or an
+/// absolute path with nothing there.
+pub fn missing_executable(cfg: &StdioConfig) -> bool {
+    let command = Path::new(&cfg.command);
+    if command.is_absolute() {
+        return !command.exists();
+    }
+    let env = child_environment(cfg, |n| std::env::var(n).ok());
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    matches!(
+        resolve_executable(&cfg.command, path, home.as_deref()),
+        Err(SpawnError::NotFound { .. })
+    )
+}
+
+/// The package runner `cfg` starts (`npx`, `uvx`, `bunx`, `pnpm dlx`…),
+/// which downloads the package on its first run: a first start can take
+/// far longer than the next ones.
+pub fn package_runner(cfg: &StdioConfig) -> Option<String> {
+    let line: Vec<String> = std::iter::once(cfg.command.clone())
+        .chain(cfg.args.iter().take(1).cloned())
+        .collect();
+    package_runner_of(&line)
+}
+
+/// [`package_runner`] of a command line (`["npx", "-y", "pkg"]`).
+pub fn package_runner_of(line: &[String]) -> Option<String> {
+    let base = Path::new(line.first()?).file_name()?.to_str()?;
+    let first = line.get(1).map(String::as_str);
+    match (base, first) {
+        ("npx" | "uvx" | "bunx" | "pnpx" | "pipx", _) => Some(base.to_owned()),
+        ("pnpm" | "yarn" | "bun", Some(sub @ ("dlx" | "x"))) => Some(format!("{base} {sub}")),
+        _ => None,
+    }
+}
+
+/// What to add to a failed start of `cfg` whose stderr is `stderr`: for
+/// `npx`, a package npm's cache holds half-installed (a first run stopped
+/// mid-install) fails the same way at every start until the cache is
+/// cleared.
+pub fn package_runner_hint(cfg: &StdioConfig, stderr: &str) -> Option<&'static str> {
+    let runner = package_runner(cfg)?;
+    let broken = ["ERR_MODULE_NOT_FOUND", "Cannot find module", "ENOTEMPTY"]
+        .iter()
+        .any(|m| stderr.contains(m));
+    (runner == "npx" && broken).then_some(
+        "; npm's copy of the package looks incomplete (a first run stopped while it installed leaves it so): delete ~/.npm/_npx (or run `npm cache clean --force`), then start it again",
+    )
+}
+
 pub(super) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p)

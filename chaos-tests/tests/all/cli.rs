@@ -293,9 +293,33 @@ async fn a_call_needing_approval_without_a_terminal_is_denied_with_a_clear_messa
         text(&out.stderr)
     );
     assert!(
-        text(&out.stderr).contains("trust = \"always\" under [servers.x]"),
+        text(&out.stderr).contains(
+            "to allow it, pass --yes to allow this call, or set trust = \"always\" under [servers.x]"
+        ),
         "{}",
         text(&out.stderr)
+    );
+    // Issue 37, item 4: nobody was asked, and the model is told so, not
+    // that the user declined.
+    let said = v["projection"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("was not approved (no one to ask: standard input is not a terminal)")
+            && !said.contains("declined"),
+        "{v}"
+    );
+    // A one-shot server has no section: the fix is --yes.
+    let fault = fault_server_path().to_string_lossy().into_owned();
+    let out = run(
+        &w.dir,
+        &["call", "echo", "--arg", "message=hi", "--", &fault],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr)
+            .contains("to allow it, pass --yes (the server comes from the command line"),
+        "{}",
+        describe(&out)
     );
 }
 
@@ -604,11 +628,42 @@ enabled = false
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(" x ready ("), "{stderr}");
+    // Issue 37, item 6: a read-only command does not wait out a hung
+    // server's startup timeout: it is reported as still connecting.
+    assert!(
+        stderr.contains("1 ready, 1 not ready: slow (connecting)")
+            && stderr.contains("still connecting after 5 s, not waited for (`--wait`"),
+        "{stderr}"
+    );
+    // `--wait` waits for every server: the hung one's timeout is reported.
+    let out = run(&w.dir, &["--config", &config, "tools", "--wait"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("1 ready, 1 not ready: slow (failed)"),
         "{stderr}"
     );
     assert!(stderr.contains("startup_timeout_ms"), "{stderr}");
+}
+
+// Issue 37, item 6: a missing executable is not transient: the server
+// fails at once, naming the directories searched, with no reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_executable_fails_at_once_with_the_search_path() {
+    let w = workdir(
+        &[],
+        "[servers.gone]\ncommand = \"no-such-mcp-server-3f9a\"\nargs = []\n",
+    );
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "tools", "--wait"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("1 ready, 1 not ready: gone (failed)")
+            && stderr.contains("executable \"no-such-mcp-server-3f9a\" not found; searched: ")
+            && !stderr.contains("reconnecting"),
+        "{stderr}"
+    );
 }
 
 /// A long call's progress notifications are shown while it runs
@@ -788,19 +843,20 @@ async fn import_moves_secret_values_into_the_secret_file_never_into_the_config()
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(
         text(&out.stderr)
-            .contains("env GITHUB_TOKEN: its value moved into the secret file as GH_GITHUB_TOKEN"),
+            .contains("env GITHUB_TOKEN: its value moved into the secret file as GITHUB_TOKEN"),
         "{}",
         describe(&out)
     );
     let written = std::fs::read_to_string(&cfg).unwrap();
     assert!(!written.contains("ghp_secret_value"), "{written}");
     assert!(
-        written.contains("GH_GITHUB_TOKEN") && written.contains("[secrets]"),
+        written.contains("env_secrets = { \"GITHUB_TOKEN\" = \"GITHUB_TOKEN\" }")
+            && written.contains("[secrets]"),
         "{written}"
     );
     let stored = std::fs::read_to_string(&secrets).unwrap();
     assert!(
-        stored.contains("GH_GITHUB_TOKEN = \"ghp_secret_value\""),
+        stored.contains("GITHUB_TOKEN = \"ghp_secret_value\""),
         "{stored}"
     );
     let mode = std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777;
@@ -1484,4 +1540,233 @@ async fn where_the_demo_stands_in_for_a_missing_config_the_command_says_so() {
         describe(&hooks)
     );
     let _ = std::fs::remove_dir_all(&empty);
+}
+
+// Issue 37, item 3: `enable` / `disable` switch servers in place, `tools`
+// names the disabled ones and the command that switches them on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_and_disable_switch_servers_and_tools_names_the_disabled_ones() {
+    let w = workdir(&[], "enabled = false\n# keep this comment\n");
+    let config = w.config().to_string_lossy().into_owned();
+    let out = run(&w.dir, &["--config", &config, "tools"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("disabled: x (`mcpvisor enable x` switches it on)"),
+        "{}",
+        describe(&out)
+    );
+    let out = run(&w.dir, &["--config", &config, "enable", "y"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("no server named \"y\"")
+            && text(&out.stderr).contains("configured: x"),
+        "{}",
+        describe(&out)
+    );
+    let out = run(&w.dir, &["--config", &config, "enable", "x"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let written = std::fs::read_to_string(w.config()).unwrap();
+    assert!(
+        written.contains("enabled = true") && written.contains("# keep this comment"),
+        "{written}"
+    );
+    let out = run(&w.dir, &["--config", &config, "tools"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("mcp__x__echo"),
+        "{}",
+        describe(&out)
+    );
+    let out = run(&w.dir, &["--json", "--config", &config, "disable", "x"]).await;
+    assert_eq!(json_stdout(&out)["changed"], serde_json::json!(["x"]));
+    let out = run(&w.dir, &["--config", &config, "list"]).await;
+    let listing = text(&out.stdout);
+    let row = listing
+        .lines()
+        .find(|l| l.starts_with("x "))
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>());
+    assert_eq!(row, Some(vec!["x", "stdio", "no"]), "{}", describe(&out));
+}
+
+// Issue 37, item 2: an imported server the config would refuse is written
+// commented out with the reason, and every command accepts the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_never_writes_a_config_the_commands_refuse() {
+    let dir = unique_temp_path("import-refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &src,
+        r#"{"mcpServers": {
+            "github": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"], "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_x"}},
+            "remote": {"type": "http", "url": "http://example.com/mcp", "headers": {"Authorization": "Bearer sk-1"}}
+        }}"#,
+    )
+    .unwrap();
+    let cfg = dir.join("mcpvisor.toml");
+    let (cfg_s, src_s) = (
+        cfg.to_string_lossy().into_owned(),
+        src.to_string_lossy().into_owned(),
+    );
+    let out = run(&dir, &["import", &src_s, "--out", &cfg_s]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("skipped remote: written commented out, since mcpvisor refuses it as written: servers.remote.url: endpoint \"http://example.com/mcp\" uses plain http://"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        text(&out.stderr).contains("store it as the secret GITHUB_PERSONAL_ACCESS_TOKEN"),
+        "{}",
+        describe(&out)
+    );
+    for args in [
+        vec!["--config", &cfg_s, "config", "validate"],
+        vec!["--config", &cfg_s, "list"],
+    ] {
+        let out = run(&dir, &args).await;
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
+    }
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        written.contains("# [servers.remote]")
+            && written
+                .contains("# header_secrets = { \"Authorization\" = \"Bearer ${REMOTE_TOKEN}\" }"),
+        "{written}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 37, item 5: `add` gives a package runner time for its first
+// download and `--startup-timeout` sets the time; a timed-out `npx` start
+// says the package may be downloading, and npm's broken cache is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_runners_get_time_to_download_and_their_failures_say_why() {
+    let dir = unique_temp_path("npx-start");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("mcpvisor.toml").to_string_lossy().into_owned();
+    let out = run(
+        &dir,
+        &[
+            "--config",
+            &cfg,
+            "add",
+            "a",
+            "--no-check",
+            "--",
+            "npx",
+            "-y",
+            "some-mcp-server",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr)
+            .contains("startup_timeout_ms = 120000: `npx` downloads the package on its first run"),
+        "{}",
+        describe(&out)
+    );
+    let out = run(
+        &dir,
+        &[
+            "--config",
+            &cfg,
+            "add",
+            "b",
+            "--no-check",
+            "--startup-timeout",
+            "7000",
+            "--",
+            "node",
+            "s.js",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        written.contains("[servers.a]\ncommand = \"npx\"\nargs = [\"-y\", \"some-mcp-server\"]\nstartup_timeout_ms = 120000")
+            && written.contains("startup_timeout_ms = 7000"),
+        "{written}"
+    );
+    // A stand-in `npx` (the fault server under that name): one that hangs,
+    // one that fails as npm does with a half-installed package.
+    let npx = dir.join("npx");
+    std::os::unix::fs::symlink(fault_server_path(), &npx).unwrap();
+    let npx = npx.to_string_lossy().into_owned();
+    let toml = format!(
+        "[servers.hangs]\ncommand = {npx:?}\nargs = [\"--hang-on-initialize\"]\nstartup_timeout_ms = 1000\n\
+         [servers.broken]\ncommand = {npx:?}\nargs = [\"--stderr-then-exit\", \"Error [ERR_MODULE_NOT_FOUND]: Cannot find package 'zod'\"]\n"
+    );
+    let cfg2 = dir.join("npx.toml");
+    std::fs::write(&cfg2, toml).unwrap();
+    let out = run(
+        &dir,
+        &["--config", &cfg2.to_string_lossy(), "check", "--wait"],
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stdout.contains("`npx` downloads the package on its first run, which can take longer"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        stdout.contains("delete ~/.npm/_npx (or run `npm cache clean --force`)"),
+        "{}",
+        describe(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 37, item 9: text and `--json` list the same tools; a duplicate
+// server name is named as one; a `--json` error always has a `kind`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_and_json_agree_and_errors_say_what_they_are() {
+    let w = workdir(&["--resources-only"], "");
+    let both = format!(
+        "{}\n{}",
+        std::fs::read_to_string(w.config()).unwrap(),
+        fault_server_section("y", &[] as &[&str], "always")
+    );
+    std::fs::write(w.config(), both).unwrap();
+    let config = w.config().to_string_lossy().into_owned();
+    let listed = run(&w.dir, &["--config", &config, "tools"]).await;
+    let json = run(&w.dir, &["--json", "--config", &config, "tools"]).await;
+    let mut in_text: Vec<String> = text(&listed.stdout)
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    let mut in_json: Vec<String> = json_stdout(&json)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    in_text.sort();
+    in_json.sort();
+    assert!(
+        in_json.iter().any(|n| n == "read_mcp_resource"),
+        "{in_json:?}"
+    );
+    assert_eq!(in_text, in_json, "{}", describe(&listed));
+    let dup = w.dir.join("dup.toml");
+    std::fs::write(
+        &dup,
+        "[servers.a]\ncommand = \"x\"\n\n[servers.a]\ncommand = \"y\"\n",
+    )
+    .unwrap();
+    let out = run(&w.dir, &["--config", &dup.to_string_lossy(), "list"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("a server named \"a\" is already defined (first at line 1)"),
+        "{}",
+        describe(&out)
+    );
+    let out = run(&w.dir, &["--json", "--config", &config, "remove", "nope"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_eq!(json_stdout(&out)["kind"], "error", "{}", describe(&out));
 }
