@@ -2121,3 +2121,99 @@ async fn every_client_reads_gets_a_prompt_and_hears_a_list_change_through_the_ga
         }
     }
 }
+
+/// The fenced block after `<!-- recipe: NAME -->` in docs/gateway.md.
+fn recipe(doc: &str, name: &str) -> String {
+    let marker = format!("<!-- recipe: {name} -->");
+    let after = &doc[doc
+        .find(&marker)
+        .unwrap_or_else(|| panic!("{marker} in docs/gateway.md"))..];
+    let body = &after[after.find("```").unwrap()..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("```").unwrap()].to_owned()
+}
+
+// Issue 37, item 8: each client recipe of docs/gateway.md (Claude Code's
+// `.mcp.json`, Codex's `config.toml`, VS Code's `mcp.json`), read from the
+// doc itself, is a config its format accepts (mcpvisor's importer reads
+// all three), and its command, args and env, started as the client starts
+// them (the TypeScript SDK's stdio transport), give a gateway that lists
+// the configured server's tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_client_recipe_starts_the_gateway_and_lists_its_tools() {
+    let Some(peers) = mcpvisor_chaos::everything_dir() else {
+        println!(
+            "note: each_client_recipe… SKIPPED (MCPVISOR_SKIP_PEERS=1): the MCP peers are not installed"
+        );
+        return;
+    };
+    let script = mcpvisor_chaos::peers::peer_script(&peers, "recipe-client.mjs");
+    let doc =
+        std::fs::read_to_string(mcpvisor_chaos::workspace_dir().join("docs/gateway.md")).unwrap();
+    let work = workdir(&fault_section("s", &[], "always"));
+    let config = work.config().to_string_lossy().into_owned();
+    let mcpvisor = ensure_mcpvisor_built().unwrap();
+    for (name, file) in [
+        ("claude-code", ".mcp.json"),
+        ("codex", "config.toml"),
+        ("vscode", "mcp.json"),
+    ] {
+        let snippet = recipe(&doc, name);
+        let got = mcpvisor::import_file(file, file, &snippet, None)
+            .unwrap_or_else(|e| panic!("{name}: the recipe does not read as {file}: {e}"));
+        assert_eq!(got.servers, ["mcpvisor"], "{name}: {}", got.toml);
+        let cfg = mcpvisor::parse_config(file, &got.toml).unwrap();
+        let mcpvisor::TransportConfig::Stdio(stdio) = &cfg.servers[0].transport else {
+            panic!("{name}: not a stdio server")
+        };
+        assert_eq!(
+            (stdio.command.as_str(), stdio.args.as_slice()),
+            (
+                "mcpvisor",
+                ["gateway".to_owned(), "--stdio".to_owned()].as_slice()
+            ),
+            "{name}"
+        );
+        let named = stdio
+            .env
+            .get("MCPVISOR_CONFIG")
+            .unwrap_or_else(|| panic!("{name}: no MCPVISOR_CONFIG"));
+        assert!(named.ends_with("/mcpvisor.toml"), "{name}: {named}");
+        // The client runs it: `mcpvisor` on its PATH, the config at the
+        // path the user put in the recipe (here, the test's).
+        let spec = json!({
+            "command": mcpvisor,
+            "args": stdio.args,
+            "env": {"MCPVISOR_CONFIG": config},
+            "cwd": std::env::temp_dir(),
+        });
+        let out = tokio::time::timeout(
+            Duration::from_secs(90),
+            tokio::process::Command::new("node")
+                .arg(&script)
+                .arg(spec.to_string())
+                .current_dir(&peers)
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the recipe client finished in time")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert!(
+            v["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "mcp__s__echo"),
+            "{name}: {v}"
+        );
+    }
+}
