@@ -272,11 +272,13 @@ pub(crate) enum Command {
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1
     /// --model gpt-4.1 --key-secret OPENAI_API_KEY --prompt "list my files"`.
     Chat {
-        /// `openai` (Chat Completions) or `anthropic` (Messages).
+        /// `openai` (Chat Completions), `anthropic` (Messages) or
+        /// `openai-responses` (the Responses API).
         #[arg(long)]
         provider: Option<String>,
         /// The base URL: OpenAI-compatible requests go to ENDPOINT/chat/completions,
-        /// Anthropic ones to ENDPOINT/v1/messages.
+        /// Anthropic ones to ENDPOINT/v1/messages, Responses ones to
+        /// ENDPOINT/responses.
         #[arg(long, value_name = "URL")]
         endpoint: Option<String>,
         /// The model name.

@@ -11,14 +11,17 @@ pub enum Provider {
     OpenAi,
     /// Anthropic Messages (`{endpoint}/v1/messages`).
     Anthropic,
+    /// The OpenAI Responses API (`{endpoint}/responses`).
+    OpenAiResponses,
 }
 
 impl Provider {
-    /// `openai` or `anthropic`.
+    /// `openai`, `anthropic` or `openai-responses`.
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "openai" => Some(Self::OpenAi),
             "anthropic" => Some(Self::Anthropic),
+            "openai-responses" => Some(Self::OpenAiResponses),
             _ => None,
         }
     }

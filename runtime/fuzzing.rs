@@ -40,6 +40,11 @@ pub fn model_anthropic(data: &[u8]) {
     model(Provider::Anthropic, data);
 }
 
+/// An OpenAI Responses API endpoint's SSE body.
+pub fn model_responses(data: &[u8]) {
+    model(Provider::OpenAiResponses, data);
+}
+
 /// The body, after its first byte, as the turn reads it (`runtime::turn`):
 /// SSE events into the decoder until it is done or fails, then the round.
 /// The first byte says where the body is cut in two reads, so events

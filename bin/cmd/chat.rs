@@ -38,9 +38,9 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     let provider_name = flags
         .provider
         .or(m.provider)
-        .context("no model provider: pass --provider openai|anthropic (or set [model] provider)")?;
+        .context("no model provider: pass --provider openai|anthropic|openai-responses (or set [model] provider)")?;
     let Some(provider) = Provider::parse(&provider_name) else {
-        bail!("--provider {provider_name:?}: expected openai or anthropic");
+        bail!("--provider {provider_name:?}: expected openai, anthropic or openai-responses");
     };
     let endpoint = flags
         .endpoint

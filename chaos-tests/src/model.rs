@@ -344,3 +344,63 @@ pub fn openai_partial(chunks: Vec<Value>) -> String {
 pub fn openai_stream(chunks: Vec<Value>) -> Reply {
     Reply::Sse(openai_events(chunks))
 }
+
+/// Responses API events as `event:` + `data:` pairs.
+fn responses_events(events: Vec<Value>) -> String {
+    let mut s = String::new();
+    for e in events {
+        let kind = e["type"].as_str().unwrap_or("").to_owned();
+        s.push_str(&format!("event: {kind}\ndata: {e}\n\n"));
+    }
+    s
+}
+
+/// A Responses API text answer.
+pub fn responses_text(text: &str) -> Reply {
+    let (a, b) = text.split_at(text.len() / 2);
+    let message = json!({"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]});
+    Reply::Sse(responses_events(vec![
+        json!({"type": "response.created", "response": {"id": "resp_t", "status": "in_progress", "output": []}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": a}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": b}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": message}),
+        json!({"type": "response.completed", "response": {"id": "resp_t", "status": "completed", "output": [message],
+            "usage": {"input_tokens": 30, "output_tokens": 4, "total_tokens": 34}}}),
+    ]))
+}
+
+/// A Responses API round of a reasoning model: a reasoning item (with
+/// encrypted content, to be sent back), then these `function_call` items
+/// `(call_id, name, arguments JSON)`, their arguments in two deltas each,
+/// interleaved across calls.
+pub fn responses_tool_calls(calls: &[(&str, &str, &str)]) -> Reply {
+    let reasoning = json!({"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Calling tools."}], "encrypted_content": "ENCRYPTED-REASONING"});
+    let item = |i: usize, call_id: &str, name: &str, args: &str, status: &str| json!({"id": format!("fc_{i}"), "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": args});
+    let mut ev = vec![
+        json!({"type": "response.created", "response": {"id": "resp_c", "status": "in_progress", "output": []}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_1", "type": "reasoning", "summary": []}}),
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0, "summary_index": 0, "delta": "Calling tools."}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning}),
+    ];
+    for (i, (call_id, name, _)) in calls.iter().enumerate() {
+        ev.push(json!({"type": "response.output_item.added", "output_index": i + 1, "item": item(i, call_id, name, "", "in_progress")}));
+    }
+    for half in 0..2 {
+        for (i, (_, _, args)) in calls.iter().enumerate() {
+            let (a, b) = args.split_at(args.len() / 2);
+            ev.push(json!({"type": "response.function_call_arguments.delta", "item_id": format!("fc_{i}"), "output_index": i + 1, "delta": if half == 0 { a } else { b }}));
+        }
+    }
+    let mut output = vec![reasoning];
+    for (i, (call_id, name, args)) in calls.iter().enumerate() {
+        let done = item(i, call_id, name, args, "completed");
+        ev.push(json!({"type": "response.function_call_arguments.done", "item_id": format!("fc_{i}"), "output_index": i + 1, "arguments": args}));
+        ev.push(json!({"type": "response.output_item.done", "output_index": i + 1, "item": done}));
+        output.push(done);
+    }
+    ev.push(json!({"type": "response.completed", "response": {"id": "resp_c", "status": "completed", "output": output,
+        "usage": {"input_tokens": 50, "output_tokens": 20, "total_tokens": 70}}}));
+    Reply::Sse(responses_events(ev))
+}

@@ -707,7 +707,7 @@ pub fn parse_config_at(
     {
         return Err(ConfigError {
             problems: vec![format!(
-                "{origin}: [model] provider = {p:?}: expected \"openai\" or \"anthropic\""
+                "{origin}: [model] provider = {p:?}: expected \"openai\", \"anthropic\" or \"openai-responses\""
             )],
         });
     }

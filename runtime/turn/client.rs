@@ -20,6 +20,7 @@ impl Runtime {
         let url = match route.provider {
             Provider::OpenAi => format!("{base}/chat/completions"),
             Provider::Anthropic => format!("{base}/v1/messages"),
+            Provider::OpenAiResponses => format!("{base}/responses"),
         };
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -57,7 +58,7 @@ impl ModelClient {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .body(body.to_string());
         match (self.provider, &self.key) {
-            (Provider::OpenAi, Some(k)) => {
+            (Provider::OpenAi | Provider::OpenAiResponses, Some(k)) => {
                 req = req.header(
                     reqwest::header::AUTHORIZATION,
                     format!("Bearer {}", k.expose()),
@@ -69,7 +70,7 @@ impl ModelClient {
                     req = req.header("x-api-key", k.expose());
                 }
             }
-            (Provider::OpenAi, None) => {}
+            (Provider::OpenAi | Provider::OpenAiResponses, None) => {}
         }
         let resp = req
             .send()

@@ -26,6 +26,7 @@ use crate::messages::config::Scope;
 use crate::messages::trust::validate_endpoint;
 use model::{
     Decoder, Delta, Item, Provider, Round, ToolResultItem, ToolSpec, Usage, anthropic, openai,
+    responses,
 };
 
 use super::Runtime;
@@ -378,6 +379,9 @@ impl Runtime {
                     &specs,
                     &items,
                 ),
+                Provider::OpenAiResponses => {
+                    responses::request_body(&route.model, request.system.as_deref(), &specs, &items)
+                }
             };
             let streamed = tokio::select! {
                 r = client.round(&body, &emit) => r,

@@ -16,7 +16,7 @@ use mcpvisor::{
 };
 use mcpvisor_chaos::model::{
     Reply, ScriptedModel, anthropic_text, anthropic_tool_use, openai_call_chunks, openai_partial,
-    openai_stream, openai_text, openai_tool_calls,
+    openai_stream, openai_text, openai_tool_calls, responses_text, responses_tool_calls,
 };
 use mcpvisor_chaos::{RequestLog, fault_server_config};
 use serde_json::{Value, json};
@@ -66,7 +66,7 @@ async fn runtime_with(names: &[&str], never: bool) -> (Runtime, Vec<RequestLog>)
 
 fn route(provider: Provider, model: &ScriptedModel) -> ModelRoute {
     let endpoint = match provider {
-        Provider::OpenAi => format!("{}/v1", model.base_url()),
+        Provider::OpenAi | Provider::OpenAiResponses => format!("{}/v1", model.base_url()),
         Provider::Anthropic => model.base_url(),
     };
     let mut r = ModelRoute::new(provider, endpoint, "test-model");
@@ -107,7 +107,9 @@ fn tool_names(body: &Value, provider: Provider) -> Vec<String> {
                 .iter()
                 .map(|t| match provider {
                     Provider::OpenAi => t["function"]["name"].as_str().unwrap().to_owned(),
-                    Provider::Anthropic => t["name"].as_str().unwrap().to_owned(),
+                    Provider::Anthropic | Provider::OpenAiResponses => {
+                        t["name"].as_str().unwrap().to_owned()
+                    }
                 })
                 .collect()
         })
@@ -677,7 +679,7 @@ async fn user_prompt_submit_and_stop_hooks_run_at_their_points_in_the_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_two_round_turn_with_server_everythings_echo_in_both_formats() {
+async fn a_two_round_turn_with_server_everythings_echo_in_every_format() {
     // The issue's first test: a real third-party MCP tool behind the loop.
     let Some(dir) = mcpvisor_chaos::everything_dir() else {
         println!("note: SKIPPED (MCPVISOR_SKIP_PEERS=1): server-everything is not installed");
@@ -702,7 +704,11 @@ async fn a_two_round_turn_with_server_everythings_echo_in_both_formats() {
     rt.wait_ready(&G, "everything", Duration::from_secs(30))
         .await
         .unwrap();
-    for provider in [Provider::OpenAi, Provider::Anthropic] {
+    for provider in [
+        Provider::OpenAi,
+        Provider::Anthropic,
+        Provider::OpenAiResponses,
+    ] {
         let args = r#"{"message":"from the loop"}"#;
         let replies = match provider {
             Provider::OpenAi => vec![
@@ -712,6 +718,10 @@ async fn a_two_round_turn_with_server_everythings_echo_in_both_formats() {
             Provider::Anthropic => vec![
                 anthropic_tool_use(&[("toolu_e", "mcp__everything__echo", args)]),
                 anthropic_text("echoed"),
+            ],
+            Provider::OpenAiResponses => vec![
+                responses_tool_calls(&[("call_e", "mcp__everything__echo", args)]),
+                responses_text("echoed"),
             ],
         };
         let (model, out, _) = scripted_turn(&rt, provider, replies, "echo it").await;
@@ -750,4 +760,109 @@ async fn mcpvisor_chat_runs_session_start_hooks_and_sends_their_context_as_the_s
         json!({"role": "system", "content": "You are in a test."})
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 36 (LOOP-5): the Responses API. Round 1 is a reasoning model's two
+// parallel function calls (arguments in interleaved deltas); they run on
+// real servers; round 2's `input` replays the reasoning item (its
+// encrypted content, without its id: `store: false`) and both calls, then
+// one `function_call_output` per call in the model's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_api_turn_runs_both_calls_of_a_round_and_replays_reasoning() {
+    let (rt, logs) = runtime_with(&["s", "t"], false).await;
+    let (model, out, events) = scripted_turn(
+        &rt,
+        Provider::OpenAiResponses,
+        vec![
+            responses_tool_calls(&[
+                ("call_a", "mcp__s__echo", r#"{"message":"from s"}"#),
+                ("call_b", "mcp__t__echo", r#"{"message":"from t"}"#),
+            ]),
+            responses_text("Both answered."),
+        ],
+        "ask both",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.text, "Both answered.");
+    assert_eq!((out.rounds, out.tool_uses.len()), (2, 2), "{out:?}");
+    assert_eq!(out.usage.input_tokens, 80);
+    assert!(logs[0].text().contains("from s") && logs[1].text().contains("from t"));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TurnEvent::Thinking { text } if text == "Calling tools."))
+    );
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/v1/responses");
+    assert_eq!(
+        reqs[0]
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let first = &reqs[0].body;
+    assert_eq!(
+        (&first["stream"], &first["store"], &first["include"]),
+        (
+            &json!(true),
+            &json!(false),
+            &json!(["reasoning.encrypted_content"])
+        )
+    );
+    assert_eq!(
+        first["input"],
+        json!([{"role": "user", "content": "ask both"}])
+    );
+    let echo = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__s__echo")
+        .unwrap();
+    assert_eq!(
+        (&echo["type"], &echo["strict"]),
+        (&json!("function"), &json!(false))
+    );
+    assert!(
+        echo["parameters"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
+    let input = reqs[1].body["input"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = input
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or("message"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call",
+            "function_call_output",
+            "function_call_output"
+        ],
+        "{input:?}"
+    );
+    assert_eq!(input[1]["encrypted_content"], "ENCRYPTED-REASONING");
+    assert!(
+        input.iter().all(|i| i.get("id").is_none()),
+        "no stored-item ids with store: false: {input:?}"
+    );
+    assert_eq!(input[2]["call_id"], "call_a");
+    assert_eq!(input[2]["arguments"], r#"{"message":"from s"}"#);
+    assert_eq!(input[4]["call_id"], "call_a");
+    assert!(
+        input[4]["output"].as_str().unwrap().contains("from s"),
+        "{input:?}"
+    );
+    assert_eq!(input[5]["call_id"], "call_b");
+    assert!(
+        input[5]["output"].as_str().unwrap().contains("from t"),
+        "{input:?}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

@@ -1,10 +1,11 @@
 //! The model side of the tool loop (LOOP-5, LOOP-7): provider-neutral
-//! conversation items, and the two wire codecs as pure functions — request
+//! conversation items, and the three wire codecs as pure functions — request
 //! bodies, and stream decoders that reassemble text, thinking, usage and
 //! tool calls from SSE events. No I/O here; `runtime::turn` sends and reads.
 
 pub mod anthropic;
 pub mod openai;
+pub mod responses;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -113,6 +114,8 @@ pub enum Decoder {
     OpenAi(openai::Decoder),
     /// Anthropic Messages events.
     Anthropic(anthropic::Decoder),
+    /// OpenAI Responses API events.
+    Responses(responses::Decoder),
 }
 
 impl Decoder {
@@ -121,6 +124,7 @@ impl Decoder {
         match provider {
             Provider::OpenAi => Self::OpenAi(openai::Decoder::default()),
             Provider::Anthropic => Self::Anthropic(anthropic::Decoder::default()),
+            Provider::OpenAiResponses => Self::Responses(responses::Decoder::default()),
         }
     }
 
@@ -130,6 +134,7 @@ impl Decoder {
         match self {
             Self::OpenAi(d) => d.feed(data),
             Self::Anthropic(d) => d.feed(event, data),
+            Self::Responses(d) => d.feed(event, data),
         }
     }
 
@@ -138,6 +143,7 @@ impl Decoder {
         match self {
             Self::OpenAi(d) => d.done,
             Self::Anthropic(d) => d.done,
+            Self::Responses(d) => d.done,
         }
     }
 
@@ -147,6 +153,7 @@ impl Decoder {
         match self {
             Self::OpenAi(d) => d.finish(),
             Self::Anthropic(d) => d.finish(),
+            Self::Responses(d) => d.finish(),
         }
     }
 }
@@ -191,6 +198,7 @@ pub enum StreamError {
         match provider {
             Provider::OpenAi => "no finish_reason, no [DONE]",
             Provider::Anthropic => "no message_stop",
+            Provider::OpenAiResponses => "no response.completed",
         }
     )]
     Cut {
