@@ -310,7 +310,7 @@ impl Actor for Connection {
         let download = match &cfg.transport {
             TransportConfig::Stdio(c) => crate::transport::stdio::package_runner(c).map(|r| {
                 format!(
-                    "; `{r}` downloads the package on its first run, which can take longer: run the command once by hand first, or raise the timeout (`mcpvisor add NAME --startup-timeout 120000 -- …`)"
+                    "; `{r}` downloads the package on its first run, which can take longer: run the command once by hand first, or raise `startup_timeout_ms` (`mcpvisor add` writes 120000 for such a command)"
                 )
             }),
             _ => None,

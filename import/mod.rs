@@ -94,8 +94,10 @@ fn secret_name(server: &str, key: &str) -> String {
 /// under. A variable is stored under its own name, the one its server's
 /// documentation tells users to set (`GITHUB_PERSONAL_ACCESS_TOKEN`); a
 /// header under `<SERVER>_<HEADER>` (a bearer token's `key` is `TOKEN`).
-/// A name an earlier server of this import stores another value under
-/// gets the server's prefix, then a number.
+/// A name already held with another value — by `earlier` (an earlier
+/// file's secrets, the names the config merged into uses, what the secret
+/// file holds) or by an earlier server of this file — gets the server's
+/// prefix, then a number.
 fn store_name(
     server: &str,
     field: &str,
@@ -750,10 +752,11 @@ fn from_codex(origin: &str, text: &str) -> Result<Vec<(String, Entry)>, ImportEr
             .and_then(|ms| u64::try_from(ms).ok())
             .or_else(|| secs("startup_timeout_sec"));
         e.tool_call_timeout_ms = secs("tool_timeout_sec");
+        // The bearer token from a variable: `Authorization: Bearer ${VAR}`,
+        // which the header's secret reference keeps.
         if let Some(var) = get("bearer_token_env_var").and_then(toml::Value::as_str) {
-            e.notes.push(format!(
-                "bearer_token_env_var = {var:?}: put `Bearer <token>` in a secret and name it in header_secrets = {{ Authorization = \"…\" }}"
-            ));
+            e.headers
+                .insert("Authorization".to_owned(), format!("Bearer ${{{var}}}"));
         }
         if get("enabled").and_then(toml::Value::as_bool) == Some(false) {
             e.notes.push("it was disabled in the source".into());

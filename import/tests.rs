@@ -333,7 +333,7 @@ env_http_headers = { "X-Api-Key" = "API_KEY_VAR" }
 }
 
 #[test]
-fn a_codex_config_toml_keeps_its_timeouts_and_says_what_it_could_not_carry() {
+fn a_codex_config_toml_keeps_its_timeouts_and_its_bearer_token_variable() {
     let codex = r#"
 model = "o3"
 [mcp_servers.time]
@@ -357,10 +357,19 @@ bearer_token_env_var = "LINEAR_TOKEN"
         "{}",
         got.toml
     );
+    // The bearer token's variable is carried: the header keeps its scheme.
     assert!(
-        got.toml.contains("bearer_token_env_var = \"LINEAR_TOKEN\""),
+        got.toml
+            .contains("header_secrets = { \"Authorization\" = \"Bearer ${LINEAR_TOKEN}\" }"),
         "{}",
         got.toml
+    );
+    assert!(
+        got.secrets
+            .iter()
+            .any(|s| s.secret_name == "LINEAR_TOKEN" && s.value.is_none()),
+        "{:?}",
+        got.secrets
     );
     crate::messages::config::file::parse_config("imported", &got.toml).unwrap();
 }

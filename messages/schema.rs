@@ -50,9 +50,48 @@ pub const ANNOTATIONS: [&str; 11] = [
     "deprecated",
 ];
 
-/// How many `$ref`s validation follows on one path before it calls the
-/// schema a loop (`{"$ref": "#"}` at the root refers to itself forever).
+/// How many `$ref`s validation follows at one place of the value before it
+/// calls the schema a loop (`{"$ref": "#"}` at the root refers to itself
+/// forever); moving into a property or an item starts the count again, so
+/// a recursive shape (a list whose `next` is a `$ref`) is as deep as its
+/// value.
 const REF_DEPTH: usize = 64;
+
+/// How deep validation nests (subschemas within subschemas, `$ref`s
+/// followed) before it stops: a schema is outside input, and each level is
+/// stack. A value read from JSON nests at most 128 deep, and a recursive
+/// schema spends about three levels per level of the value.
+const MAX_DEPTH: usize = 512;
+
+/// How many subschemas one validation visits at most: `allOf` / `anyOf` /
+/// `oneOf` over `$ref`s can branch exponentially, and a server's schema
+/// must not wedge the call path.
+const MAX_STEPS: usize = 100_000;
+
+/// Whether `pointer` (after `#/`) leads through schema positions only:
+/// `$defs/NAME`, `definitions/NAME`, `properties/NAME`, `items`,
+/// `additionalProperties`, `allOf|anyOf|oneOf/N`. A `$ref` elsewhere (into
+/// an `enum`, a `default`) would point at what [`check_supported`] never
+/// checked.
+fn schema_pointer(pointer: &str) -> bool {
+    let mut segments = pointer.split('/');
+    let mut any = false;
+    while let Some(keyword) = segments.next() {
+        any = true;
+        let ok = match keyword {
+            "$defs" | "definitions" | "properties" => segments.next().is_some(),
+            "allOf" | "anyOf" | "oneOf" => {
+                segments.next().is_some_and(|n| n.parse::<usize>().is_ok())
+            }
+            "items" | "additionalProperties" => true,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    any
+}
 
 /// The subschema a local `$ref` (`#`, `#/$defs/Name`) names in `root`.
 fn resolve_ref<'a>(root: &'a Map<String, Value>, reference: &str) -> Option<&'a Value> {
@@ -168,6 +207,9 @@ fn check_object(
                 }
             }
             k @ ("oneOf" | "anyOf" | "allOf") => match value {
+                Value::Array(branches) if branches.is_empty() => {
+                    problems.push(format!("{path}: \"{k}\" is an empty array"));
+                }
                 Value::Array(branches) => {
                     let here = child(path, k);
                     for (i, branch) in branches.iter().enumerate() {
@@ -194,7 +236,10 @@ fn check_object(
             "$ref" => match value {
                 Value::String(r) if r == "#" => {}
                 Value::String(r) if r.starts_with("#/") => {
-                    if !resolve_ref(root, r).is_some_and(|t| t.is_object() || t.is_boolean()) {
+                    let at_schema = r.strip_prefix("#/").is_some_and(schema_pointer);
+                    if !at_schema
+                        || !resolve_ref(root, r).is_some_and(|t| t.is_object() || t.is_boolean())
+                    {
                         problems.push(format!(
                             "{path}: \"$ref\" {r:?} names no schema in this document"
                         ));
@@ -303,20 +348,60 @@ impl fmt::Display for Violation {
 /// equals `1.0`.
 pub fn validate(value: &Value, schema: &Map<String, Value>) -> Vec<Violation> {
     let mut out = Vec::new();
+    let work = Work::default();
     let at = At {
         root: schema,
         refs: 0,
+        depth: 0,
+        work: &work,
     };
     validate_object(at, value, schema, ROOT, &mut out);
+    if work.over.get() {
+        out.push(violation(
+            ROOT,
+            format!(
+                "the output schema is too complex to check (over {MAX_STEPS} steps or {MAX_DEPTH} levels)"
+            ),
+        ));
+    }
     out
 }
 
-/// What validation carries down: the schema `$ref`s resolve in, and how
-/// many it followed on this path.
+/// What one validation has spent, shared by all its branches.
+#[derive(Default)]
+struct Work {
+    steps: std::cell::Cell<usize>,
+    /// A limit was reached: the validation stopped short.
+    over: std::cell::Cell<bool>,
+}
+
+/// What validation carries down: the schema `$ref`s resolve in, how many
+/// it followed at this place of the value, how deep it is, and the work.
 #[derive(Clone, Copy)]
 struct At<'a> {
     root: &'a Map<String, Value>,
     refs: usize,
+    depth: usize,
+    work: &'a Work,
+}
+
+impl<'a> At<'a> {
+    /// One level deeper at the same place of the value.
+    fn nested(self) -> Self {
+        Self {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
+
+    /// One level deeper, into a property or an item.
+    fn child(self) -> Self {
+        Self {
+            refs: 0,
+            depth: self.depth + 1,
+            ..self
+        }
+    }
 }
 
 /// Validates against a subschema position (object or boolean schema).
@@ -399,6 +484,12 @@ fn validate_object(
     path: &str,
     out: &mut Vec<Violation>,
 ) {
+    let work = at.work;
+    work.steps.set(work.steps.get() + 1);
+    if work.over.get() || work.steps.get() > MAX_STEPS || at.depth > MAX_DEPTH {
+        work.over.set(true);
+        return;
+    }
     match schema.get("type") {
         Some(Value::String(t)) if !has_type(value, t) => {
             out.push(violation(
@@ -418,29 +509,28 @@ fn validate_object(
         _ => {}
     }
     if let Some(Value::String(reference)) = schema.get("$ref") {
-        let target = if reference == "#" {
-            Some(at.root)
-        } else {
-            resolve_ref(at.root, reference).and_then(Value::as_object)
-        };
-        match target {
-            _ if at.refs >= REF_DEPTH => out.push(violation(
+        if at.refs >= REF_DEPTH {
+            out.push(violation(
                 path,
                 format!("the schema's \"$ref\" {reference:?} loops (followed {REF_DEPTH} times)"),
-            )),
-            Some(target) => {
-                let deeper = At {
-                    root: at.root,
-                    refs: at.refs + 1,
-                };
-                validate_object(deeper, value, target, path, out);
-            }
-            None => {}
+            ));
+        } else if reference == "#" {
+            let deeper = At {
+                refs: at.refs + 1,
+                ..at.nested()
+            };
+            validate_object(deeper, value, at.root, path, out);
+        } else if let Some(target) = resolve_ref(at.root, reference) {
+            let deeper = At {
+                refs: at.refs + 1,
+                ..at.nested()
+            };
+            validate_subschema(deeper, value, target, path, out);
         }
     }
     let matches = |branch: &Value| {
         let mut sub = Vec::new();
-        validate_subschema(at, value, branch, path, &mut sub);
+        validate_subschema(at.nested(), value, branch, path, &mut sub);
         sub
     };
     if let Some(Value::Array(branches)) = schema.get("anyOf")
@@ -502,13 +592,15 @@ fn validate_object(
                 props.and_then(|p| p.get(key)),
                 schema.get("additionalProperties"),
             ) {
-                (Some(sub), _) => validate_subschema(at, field, sub, &child(path, key), out),
+                (Some(sub), _) => {
+                    validate_subschema(at.child(), field, sub, &child(path, key), out);
+                }
                 (None, Some(Value::Bool(false))) => out.push(violation(
                     path,
                     format!("unexpected property {key:?} (additionalProperties is false)"),
                 )),
                 (None, Some(extra @ Value::Object(_))) => {
-                    validate_subschema(at, field, extra, &child(path, key), out);
+                    validate_subschema(at.child(), field, extra, &child(path, key), out);
                 }
                 (None, _) => {}
             }
@@ -516,7 +608,13 @@ fn validate_object(
     }
     if let (Value::Array(elements), Some(items)) = (value, schema.get("items")) {
         for (i, element) in elements.iter().enumerate() {
-            validate_subschema(at, element, items, &child(path, &i.to_string()), out);
+            validate_subschema(
+                at.child(),
+                element,
+                items,
+                &child(path, &i.to_string()),
+                out,
+            );
         }
     }
 }

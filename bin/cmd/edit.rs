@@ -298,10 +298,11 @@ pub(crate) fn set_enabled(
         eprintln!("{verb} server {name:?} in {}{already}", path.display());
     }
     if enabled {
-        eprintln!(
-            "  `mcpvisor check {}` connects once and lists the tools",
-            names.join(" ")
-        );
+        let check = match names {
+            [one] => format!("mcpvisor check {one}"),
+            _ => "mcpvisor check".to_owned(),
+        };
+        eprintln!("  `{check}` connects once and lists the tools");
     }
     Ok(0)
 }

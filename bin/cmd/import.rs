@@ -53,6 +53,22 @@ pub(crate) fn import(
         .and_then(toml::Value::as_table)
         .map(|s| s.keys().cloned().collect())
         .unwrap_or_default();
+    // Secret names already in use are not reused for another value: those
+    // the config merged into names (their values unknown here), and those
+    // the secret file holds.
+    let mut in_use = used_secret_names(target_table.as_ref());
+    if let Some(path) = secrets_file
+        && let Ok(text) = std::fs::read_to_string(path)
+        && let Ok(held) = text.parse::<toml::Table>()
+    {
+        in_use.extend(held.into_iter().map(|(name, v)| mcpvisor::FoundSecret {
+            server: String::new(),
+            field: "secret file",
+            key: String::new(),
+            secret_name: name,
+            value: v.as_str().map(str::to_owned),
+        }));
+    }
     let mut got = mcpvisor::Imported {
         toml: String::new(),
         servers: Vec::new(),
@@ -73,7 +89,7 @@ pub(crate) fn import(
             &text,
             from,
             &taken,
-            &got.secrets,
+            &[in_use.as_slice(), got.secrets.as_slice()].concat(),
         )?;
         if !got.toml.is_empty() {
             got.toml.push('\n');
@@ -238,6 +254,36 @@ pub(crate) fn import(
         }
     }
     Ok(0)
+}
+
+/// The secret names the servers of `target` (a config) refer to, each as
+/// taken with an unknown value.
+fn used_secret_names(target: Option<&toml::Table>) -> Vec<mcpvisor::FoundSecret> {
+    let servers = target
+        .and_then(|t| t.get("servers"))
+        .and_then(toml::Value::as_table);
+    let mut out = Vec::new();
+    for (server, table) in servers.into_iter().flatten() {
+        for (field, key) in [("env", "env_secrets"), ("header", "header_secrets")] {
+            let map = table.get(key).and_then(toml::Value::as_table);
+            for (target, reference) in map.into_iter().flatten() {
+                let Some(reference) = reference.as_str() else {
+                    continue;
+                };
+                let Ok((_, name, _)) = mcpvisor::secret_reference(reference) else {
+                    continue;
+                };
+                out.push(mcpvisor::FoundSecret {
+                    server: server.clone(),
+                    field,
+                    key: target.clone(),
+                    secret_name: name.to_owned(),
+                    value: None,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// `config validate`: parse and validate, start nothing.

@@ -186,8 +186,9 @@ fn peers_with(parts: &[&str]) -> Option<PathBuf> {
         .unwrap_or_else(|| workspace_dir().join("target").join("peers"));
     let installed = |d: &PathBuf| parts.iter().all(|p| d.join(p).is_dir());
     if !installed(&dir) {
-        // `cargo test --workspace` is the one test command: install the pinned
-        // peers on first use (idempotent; serialized within this test binary).
+        // `cargo test --workspace` alone (without `scripts/test`, which installs
+        // them first) still works: install the pinned peers on first use
+        // (idempotent; serialized within this test binary).
         static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _guard = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
         if !installed(&dir) {

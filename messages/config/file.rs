@@ -574,9 +574,6 @@ pub struct FileConfig {
     pub mods: RawMods,
 }
 
-/// What to add to a TOML error so a person can act on it: the key meant
-/// for an unknown one (did-you-mean), what a number key takes, and where
-/// a file in another tool's format goes (`mcpvisor import`).
 /// A duplicate key: a table defined twice (`[servers.a]` again: a server
 /// name used twice), or a key set twice in one table. The line is the one
 /// the error points at ("TOML parse error at line N").
@@ -616,6 +613,10 @@ fn explain_duplicate(text: &str, message: &str) -> String {
     }
 }
 
+/// What to add to a TOML error so a person can act on it: the key meant
+/// for an unknown one (did-you-mean), what a number key takes, a key or
+/// table given twice, and where a file in another tool's format goes
+/// (`mcpvisor import`).
 fn explain_toml_error(origin: &str, text: &str, message: &str) -> String {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || origin.ends_with(".json") {

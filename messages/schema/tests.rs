@@ -275,3 +275,76 @@ fn a_ref_loop_is_a_violation_not_a_hang() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(got[0].message.contains("loops"), "{got:?}");
 }
+
+// A hostile server's schema cannot wedge or crash the call path: branching
+// `allOf` over `$ref`s (2^64 paths) and a chain of distinct definitions
+// stop at the step budget with one violation saying so, on a thread with a
+// small stack; a `$ref` may not point into what was never checked.
+#[test]
+fn a_hostile_schema_is_bounded_and_refs_point_only_at_schemas() {
+    let branching = obj(json!({
+        "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+        "$ref": "#/$defs/a"
+    }));
+    assert_eq!(check_supported(&branching), Ok(()));
+    let mut chain = serde_json::Map::new();
+    for i in 0..40 {
+        let next = format!("#/$defs/d{}", i + 1);
+        chain.insert(
+            format!("d{i}"),
+            json!({"anyOf": [{"$ref": next}, {"$ref": next}]}),
+        );
+    }
+    chain.insert("d40".into(), json!({"type": "string"}));
+    let chain = obj(json!({"$defs": chain, "$ref": "#/$defs/d0"}));
+    assert_eq!(check_supported(&chain), Ok(()));
+    let got = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || (validate(&json!(1), &branching), validate(&json!(1), &chain)))
+        .unwrap()
+        .join()
+        .unwrap();
+    for v in [got.0, got.1] {
+        assert!(
+            v.iter().any(|v| v.message.contains("too complex to check")),
+            "{v:?}"
+        );
+    }
+    let bad = obj(
+        json!({"properties": {"x": {"enum": [{"type": "string", "pattern": "x"}]}, "y": {"$ref": "#/properties/x/enum/0"}}}),
+    );
+    assert_eq!(
+        check_supported(&bad),
+        Err(vec![
+            "/properties/y: \"$ref\" \"#/properties/x/enum/0\" names no schema in this document"
+                .to_string()
+        ])
+    );
+    assert!(check_supported(&obj(json!({"anyOf": []}))).is_err());
+}
+
+// A `$ref` to a boolean schema is enforced, and a recursive shape is as
+// deep as its value: a list 100 links long is valid, not a loop.
+#[test]
+fn a_ref_to_false_refuses_and_a_deep_recursive_value_is_no_loop() {
+    let no = obj(json!({"$defs": {"no": false}, "properties": {"x": {"$ref": "#/$defs/no"}}}));
+    assert_eq!(check_supported(&no), Ok(()));
+    assert_eq!(validate(&json!({"x": 1}), &no).len(), 1);
+    let list = obj(json!({
+        "$defs": {"node": {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}},
+        "$ref": "#/$defs/node"
+    }));
+    // 127 links: as deep as a value read from JSON gets (serde_json's limit
+    // is 128), checked on a 2 MiB stack, tokio's worker size.
+    let mut value = json!({"next": null});
+    for _ in 0..126 {
+        value = json!({"next": value});
+    }
+    let got = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || validate(&value, &list))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(got, vec![]);
+}

@@ -112,7 +112,9 @@ pub fn package_runner(cfg: &StdioConfig) -> Option<String> {
     package_runner_of(&line)
 }
 
-/// [`package_runner`] of a command line (`["npx", "-y", "pkg"]`).
+/// The package runner a command line (`["npx", "-y", "pkg"]`) starts
+/// (`npx`, `uvx`, `bunx`, `pnpx`, `pipx`, `pnpm dlx`, `yarn dlx`…), whose
+/// first run downloads the package.
 pub fn package_runner_of(line: &[String]) -> Option<String> {
     let base = Path::new(line.first()?).file_name()?.to_str()?;
     let first = line.get(1).map(String::as_str);

@@ -1770,3 +1770,58 @@ async fn text_and_json_agree_and_errors_say_what_they_are() {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert_eq!(json_stdout(&out)["kind"], "error", "{}", describe(&out));
 }
+
+// Issue 37, item 3: a secret name the config merged into already uses, or
+// that the secret file holds with another value, is not reused for an
+// imported server's value: one server's credential never reaches another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_never_reuses_a_secret_name_already_in_use_for_another_value() {
+    let dir = unique_temp_path("import-names");
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("mcpvisor.toml");
+    std::fs::write(
+        &target,
+        "[servers.mine]\ncommand = \"true\"\nenv_secrets = { API_KEY = \"API_KEY\" }\n",
+    )
+    .unwrap();
+    let secrets = dir.join("secrets.toml");
+    let src = dir.join(".mcp.json");
+    std::fs::write(
+        &src,
+        r#"{"mcpServers": {"new": {"command": "npx", "env": {"API_KEY": "k-new", "OTHER_TOKEN": "t-new"}}}}"#,
+    )
+    .unwrap();
+    // The secret file already holds OTHER_TOKEN, with another value.
+    let store = mcpvisor::FileSecretStore::open(&secrets).unwrap();
+    store
+        .set("OTHER_TOKEN", &mcpvisor::Secret::new("t-old"))
+        .unwrap();
+    let out = run(
+        &dir,
+        &[
+            "import",
+            &src.to_string_lossy(),
+            "--out",
+            &target.to_string_lossy(),
+            "--merge",
+            "--secrets-file",
+            &secrets.to_string_lossy(),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let written = std::fs::read_to_string(&target).unwrap();
+    assert!(
+        written.contains("\"API_KEY\" = \"NEW_API_KEY\"")
+            && written.contains("\"OTHER_TOKEN\" = \"NEW_OTHER_TOKEN\""),
+        "{written}"
+    );
+    let stored = std::fs::read_to_string(&secrets).unwrap();
+    assert!(
+        stored.contains("OTHER_TOKEN = \"t-old\"")
+            && stored.contains("NEW_OTHER_TOKEN = \"t-new\"")
+            && stored.contains("NEW_API_KEY = \"k-new\""),
+        "{stored}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
