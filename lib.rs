@@ -194,7 +194,8 @@ pub use messages::provider::Provider;
 pub use messages::trust::{looks_secret, secret_reference};
 pub use runtime::turn::model::Usage;
 pub use runtime::turn::{
-    DEFAULT_MAX_ROUNDS, ModelRoute, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
+    DEFAULT_MAX_ROUNDS, DEFAULT_PARALLEL_CALLS, ModelRoute, ToolUseRecord, TurnError, TurnEvent,
+    TurnOutcome, TurnRequest,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use transport::stdio::package_runner_of;
@@ -208,6 +209,7 @@ pub use runtime::fuzzing;
 pub use messages::budget::{ResultLimits, TurnBudget, apply_budget};
 pub use messages::images::{AdmittedImage, AttachmentStore};
 pub use messages::resources::ResourceOp;
+pub use messages::round::{RoundGate, RoundSlot};
 pub use messages::store::StoreError;
 pub use runtime::stores::attachments::FileAttachmentStore;
 

@@ -296,6 +296,10 @@ pub(crate) enum Command {
         /// Offer the model no tools (a route without tool calling).
         #[arg(long)]
         no_tools: bool,
+        /// At most N calls of one round in flight at once (default 4; 1 runs
+        /// them one after another). A tool not safe beside others runs alone.
+        #[arg(long, value_name = "N")]
+        parallel: Option<usize>,
     },
     /// Benchmarks against bare baselines in the same run (figures, never
     /// assertions), e.g. `mcpvisor --json bench`.

@@ -282,6 +282,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             prompt,
             max_rounds,
             no_tools,
+            parallel,
         } => {
             let flags = cmd::chat::ChatFlags {
                 provider: provider.clone(),
@@ -291,6 +292,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 prompt: prompt.clone(),
                 max_rounds: *max_rounds,
                 no_tools: *no_tools,
+                parallel: *parallel,
             };
             cmd::chat::run(&cli, flags).await
         }

@@ -337,6 +337,11 @@ pub struct CallOptions {
     /// the call should go to it (the gateway's client, GW-2); the
     /// embedder's handlers answer them otherwise.
     pub relay: Option<std::sync::Arc<dyn super::capabilities::CallerRelay>>,
+    /// The call's place among the calls of one model round, run together
+    /// (`RoundGate`): its policy chain waits for the earlier calls', and it
+    /// is sent once every chain of the round ran, within the round's
+    /// bound on calls in flight.
+    pub round: Option<super::round::RoundSlot>,
 }
 
 /// What a policy sees of a call.

@@ -18,6 +18,7 @@ pub(crate) mod prop_gen;
 pub mod provider;
 pub mod registry;
 pub mod resources;
+pub mod round;
 pub mod schema;
 pub mod seat;
 pub mod server;

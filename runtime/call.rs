@@ -89,6 +89,9 @@ impl Runtime {
                 call_id,
             });
         }
+        // Whichever way the call ends, its round's other calls go on.
+        let slot = options.round.clone();
+        let _release = slot.as_ref().map(crate::messages::round::Releases);
         let mut outcome = self
             .call_inner(scope, name, arguments, options, call_id)
             .await;
@@ -214,6 +217,21 @@ impl Runtime {
             resource_op,
             options,
         } = resolved;
+        let not_sent = |def: &ToolDefinition| {
+            ToolOutcome::failure(
+                OutcomeKind::Cancelled,
+                "the call was cancelled before it was sent",
+            )
+            .not_sent()
+            .for_tool(def)
+        };
+        // A round's calls: the chains run one at a time, in the model's order.
+        if let Some(slot) = &options.round {
+            tokio::select! {
+                _ = slot.chain_turn() => {}
+                _ = call.cancel.cancelled() => return not_sent(&def),
+            }
+        }
         let chain = std::iter::once(&self.inner.trust_gate)
             .chain(self.inner.hooks_policy.iter())
             .chain(self.inner.policies.iter());
@@ -239,13 +257,20 @@ impl Runtime {
         // Cancelled while a policy waited (an approver, a hook): the server
         // never sees the call.
         if call.cancel.is_cancelled() {
-            return ToolOutcome::failure(
-                OutcomeKind::Cancelled,
-                "the call was cancelled before it was sent",
-            )
-            .not_sent()
-            .for_tool(&def);
+            return not_sent(&def);
         }
+        // A round's call is sent once every chain of the round ran, within
+        // the round's bound; the permit is held until the call ends.
+        let _permit = match &options.round {
+            Some(slot) => {
+                slot.chain_done();
+                tokio::select! {
+                    p = slot.send_permit() => p,
+                    _ = call.cancel.cancelled() => return not_sent(&def),
+                }
+            }
+            None => None,
+        };
         if let Some(op) = resource_op {
             let outcome = self
                 .resource_call(scope, &snap, op, &call.arguments, entry_timeout(&snap))

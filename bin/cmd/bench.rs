@@ -48,6 +48,8 @@ pub enum Row {
     Idle,
     /// Hook overhead.
     Hooks,
+    /// A model round's calls, one after another vs together.
+    Round,
     /// Memory over a soak (`--soak SECONDS`, 600 when only named here).
     Soak,
 }
@@ -1228,6 +1230,50 @@ async fn hook_overhead(n: usize) -> anyhow::Result<(f64, f64)> {
     measured
 }
 
+/// Calls of one model round (issue 36): `ROUND_CALLS` calls of the demo
+/// server's `sleep` (`ROUND_SLEEP_MS` each) through the runtime's call
+/// pipeline, one after another vs together (`RoundGate`, all in flight):
+/// median ms of each. Together is about the slowest call, not the sum.
+async fn round_calls(n: usize) -> anyhow::Result<(f64, f64)> {
+    const ROUND_CALLS: usize = 4;
+    const ROUND_SLEEP_MS: u64 = 50;
+    let mut cfg = crate::config::demo_config("demo", 0)?;
+    cfg.parallel_calls = Some(true);
+    let runtime = Runtime::builder().start().await?;
+    runtime.add_server(Scope::Global, cfg).await?;
+    runtime
+        .wait_ready(&Scope::Global, "demo", Duration::from_secs(20))
+        .await?;
+    let round = |parallel: usize| {
+        let runtime = &runtime;
+        async move {
+            let slots = mcpvisor::RoundGate::slots(parallel, &[false; ROUND_CALLS]);
+            let calls = slots.into_iter().map(|slot| {
+                runtime.call(
+                    &Scope::Global,
+                    "mcp__demo__sleep",
+                    Some(json!({"ms": ROUND_SLEEP_MS})),
+                    CallOptions {
+                        round: Some(slot),
+                        ..CallOptions::default()
+                    },
+                )
+            });
+            for o in futures::future::join_all(calls).await {
+                anyhow::ensure!(
+                    o.kind == mcpvisor::OutcomeKind::Ok,
+                    "a round's call failed: {}",
+                    o.projection
+                );
+            }
+            Ok(())
+        }
+    };
+    let measured = median_ms_pair(n, || round(1), || round(ROUND_CALLS)).await;
+    runtime.shutdown(Duration::from_secs(20)).await;
+    measured
+}
+
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
 const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p50", "/tools_call/ratio_p50"),
@@ -1280,6 +1326,10 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     ("start to ready, 10", "/start_to_ready_ms/10/ratio"),
     ("start to ready, 100", "/start_to_ready_ms/100/ratio"),
     ("hook overhead", "/hook_overhead_ms/ratio"),
+    (
+        "a round's 4 calls together vs one after another",
+        "/round_calls_ms/ratio",
+    ),
     ("catalog sync 1k", "/catalog_sync_ms/1k/ratio"),
     ("catalog sync 10k", "/catalog_sync_ms/10k/ratio"),
 ];
@@ -1442,6 +1492,11 @@ async fn measure(
     } else {
         none
     };
+    let (round_serial, round_together) = if want(Row::Round) {
+        round_calls(if quick { 4 } else { 20 }).await?
+    } else {
+        none
+    };
     let soak = match soak {
         Some(secs) if only.is_empty() || only.contains(&Row::Soak) => memory_soak(secs).await?,
         None if only.contains(&Row::Soak) => memory_soak(600).await?,
@@ -1477,6 +1532,7 @@ async fn measure(
         "start_to_ready_ms": ready_json,
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
+        "round_calls_ms": {"one_after_another": round_serial, "together": round_together, "ratio": round_together / round_serial.max(1e-9)},
         "quick": quick,
         "memory_soak": soak,
         "catalog_sync_ms": {
@@ -1620,6 +1676,12 @@ fn print_human(f: &serde_json::Value) {
         n("/hook_overhead_ms/bare"),
         n("/hook_overhead_ms/runtime"),
         n("/hook_overhead_ms/ratio")
+    );
+    println!(
+        "a model round's 4 calls of a 50 ms tool, median ms: one after another {:.1}, together {:.1}, ratio {:.2}",
+        n("/round_calls_ms/one_after_another"),
+        n("/round_calls_ms/together"),
+        n("/round_calls_ms/ratio")
     );
     println!("catalog sync (spawn → initialize → all pages → registered), ms");
     println!(

@@ -29,6 +29,7 @@ pub(crate) struct ChatFlags {
     pub(crate) prompt: Option<String>,
     pub(crate) max_rounds: Option<u32>,
     pub(crate) no_tools: bool,
+    pub(crate) parallel: Option<usize>,
 }
 
 /// Run `chat`; exit 0 when every turn finished, 1 when one failed.
@@ -74,6 +75,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         route: &route,
         chat: chat.clone(),
         max_rounds,
+        parallel: flags.parallel.unwrap_or(mcpvisor::DEFAULT_PARALLEL_CALLS),
         signals,
         system: session_start(&runtime, cli.json, render.as_ref()).await,
         render,
@@ -268,6 +270,8 @@ struct Session<'a> {
     /// The SessionStart hooks' context, the system prompt of every turn.
     system: Option<String>,
     max_rounds: u32,
+    /// Calls of one round in flight at once.
+    parallel: usize,
     signals: Signals,
     /// The mod host, when a mod handles `ui.render`.
     render: Option<Arc<mcpvisor::mods::ModHost>>,
@@ -325,6 +329,7 @@ async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
     let cancel = mcpvisor::CancellationToken::new();
     let mut request = TurnRequest::new(mcpvisor::Scope::Global, session.route.clone(), prompt);
     request.max_rounds = session.max_rounds;
+    request.parallel = session.parallel;
     request.chat = Some(session.chat.clone());
     request.system = session.system.clone();
     let signals = &mut session.signals;

@@ -334,6 +334,8 @@ pub struct RawServerConfig {
     /// See [`ServerConfig::tool_trust`].
     #[serde(default)]
     pub tool_trust: BTreeMap<String, TrustMode>,
+    /// See [`ServerConfig::parallel_calls`].
+    pub parallel_calls: Option<bool>,
     /// 0 = never.
     pub idle_stop_after_s: Option<u64>,
     /// See [`ServerConfig::on_disconnect`].
@@ -516,6 +518,7 @@ impl ServerConfig {
             cfg.trust = v;
         }
         cfg.tool_trust = raw.tool_trust;
+        cfg.parallel_calls = raw.parallel_calls;
         if let Some(v) = raw.on_disconnect {
             cfg.on_disconnect = v;
         }

@@ -418,6 +418,11 @@ pub struct ServerConfig {
     /// Per-tool trust by raw tool name, overriding `trust` (TRUST-4's option).
     /// A tool set to `never` stays refused even after Always Allow.
     pub tool_trust: BTreeMap<String, TrustMode>,
+    /// Whether this server's tools may run beside the other calls of a
+    /// model round (`Runtime::turn`): `Some(true)` every tool, `Some(false)`
+    /// none (each runs alone); `None`: a tool whose `readOnlyHint`
+    /// annotation is true may, any other runs alone.
+    pub parallel_calls: Option<bool>,
     /// Idle stop for stdio servers; `None` = never (RECO-6).
     pub idle_stop_after: Option<Duration>,
     /// Tools on connection loss without reconnect (RECO-5).
@@ -492,6 +497,7 @@ impl ServerConfig {
             enabled: true,
             trust: TrustMode::default(),
             tool_trust: BTreeMap::new(),
+            parallel_calls: None,
             idle_stop_after: Some(Duration::from_secs(DEFAULT_IDLE_STOP_AFTER_S)),
             on_disconnect: OnDisconnect::default(),
             protocol: ProtocolChoice::default(),

@@ -96,7 +96,15 @@ pub struct TurnRequest {
     /// Cancels the turn: the stream is dropped and a running call is
     /// cancelled (its server is sent `notifications/cancelled`).
     pub cancel: Option<CancellationToken>,
+    /// At most this many calls of one round in flight at once (default
+    /// [`DEFAULT_PARALLEL_CALLS`]; 1 runs them one after another). A call
+    /// that is not safe beside others runs alone (`parallel_calls` of its
+    /// server, else its tool's `readOnlyHint`).
+    pub parallel: usize,
 }
+
+/// Calls of one round in flight at once, by default.
+pub const DEFAULT_PARALLEL_CALLS: usize = 4;
 
 impl TurnRequest {
     /// A turn in `scope` with the defaults.
@@ -109,6 +117,7 @@ impl TurnRequest {
             max_rounds: DEFAULT_MAX_ROUNDS,
             chat: None,
             cancel: None,
+            parallel: DEFAULT_PARALLEL_CALLS,
         }
     }
 }
@@ -447,8 +456,16 @@ impl Runtime {
                 calls: r.calls,
                 raw: r.raw,
             });
-            let mut results = Vec::new();
-            for call in calls {
+            // The round's calls run together: their policy chains (trust,
+            // PreToolUse hooks) one at a time in the model's order, then at
+            // most `parallel` in flight, one not safe beside others alone;
+            // results go back in the model's order.
+            let exclusive: Vec<bool> = calls
+                .iter()
+                .map(|c| !self.parallel_safe(&request.scope, &tools, &c.name))
+                .collect();
+            let slots = crate::messages::round::RoundGate::slots(request.parallel, &exclusive);
+            for call in &calls {
                 // What the transcript row needs, from the tools offered.
                 let def = tools.iter().find(|d| d.name == call.name);
                 let arguments = match &call.arguments {
@@ -463,36 +480,47 @@ impl Runtime {
                     title: def
                         .as_ref()
                         .map(|d| d.title.clone().unwrap_or_else(|| d.raw_name.clone())),
-                    arguments: arguments.clone(),
+                    arguments,
                 });
-                let (kind, text, server) = match &call.arguments {
-                    // TRUST-6: the model is told, nothing is called.
-                    Err(e) => (
-                        OutcomeKind::InvalidArguments.name().to_owned(),
-                        format!("Tool call failed (invalid_arguments): {e}"),
-                        None,
-                    ),
-                    Ok(args) => {
-                        let o = self
-                            .call(
-                                &request.scope,
-                                &call.name,
-                                Some(args.clone()),
-                                CallOptions {
-                                    cancel: Some(cancel.child_token()),
-                                    chat: request.chat.clone(),
-                                    ..CallOptions::default()
-                                },
-                            )
-                            .await;
-                        (o.kind.name().to_owned(), o.projection, o.server)
+            }
+            let runs = calls.iter().zip(slots).map(|(call, slot)| {
+                let (scope, chat, cancel) = (&request.scope, request.chat.clone(), &cancel);
+                async move {
+                    match &call.arguments {
+                        // TRUST-6: the model is told, nothing is called (the
+                        // slot is released as it drops).
+                        Err(e) => (
+                            OutcomeKind::InvalidArguments.name().to_owned(),
+                            format!("Tool call failed (invalid_arguments): {e}"),
+                            None,
+                        ),
+                        Ok(args) => {
+                            let o = self
+                                .call(
+                                    scope,
+                                    &call.name,
+                                    Some(args.clone()),
+                                    CallOptions {
+                                        cancel: Some(cancel.child_token()),
+                                        chat,
+                                        round: Some(slot),
+                                        ..CallOptions::default()
+                                    },
+                                )
+                                .await;
+                            (o.kind.name().to_owned(), o.projection, o.server)
+                        }
                     }
-                };
-                if cancel.is_cancelled() {
-                    outcome.error = Some(TurnError::Cancelled);
-                    return outcome;
                 }
-                // LOOP-3: the per-turn budget over every result.
+            });
+            let done = futures::future::join_all(runs).await;
+            if cancel.is_cancelled() {
+                outcome.error = Some(TurnError::Cancelled);
+                return outcome;
+            }
+            let mut results = Vec::new();
+            for (call, (kind, text, server)) in calls.into_iter().zip(done) {
+                // LOOP-3: the per-turn budget over every result, in order.
                 let (content, _) = budget.charge(&text);
                 emit(TurnEvent::ToolResult {
                     round,
@@ -519,6 +547,33 @@ impl Runtime {
             rounds: request.max_rounds.max(1),
         });
         outcome
+    }
+
+    /// Whether a call of tool `name` may run beside the other calls of its
+    /// round: its server's `parallel_calls` when set, else the tool's
+    /// `readOnlyHint` annotation (a tool that changes nothing). An unknown
+    /// tool fails at once either way.
+    fn parallel_safe(
+        &self,
+        scope: &Scope,
+        tools: &[std::sync::Arc<crate::messages::call::ToolDefinition>],
+        name: &str,
+    ) -> bool {
+        let Some(def) = tools.iter().find(|d| d.name == name) else {
+            return true;
+        };
+        let server = self
+            .snapshot(scope)
+            .and_then(|s| s.servers.get(&def.server).map(|e| e.config.parallel_calls));
+        match server.flatten() {
+            Some(set) => set,
+            None => def
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("readOnlyHint"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }
     }
 
     /// The tools a turn offers and the prompt it sends: none when the route

@@ -866,3 +866,52 @@ async fn a_responses_api_turn_runs_both_calls_of_a_round_and_replays_reasoning()
     );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }
+
+// Issue 36: a round's calls run together. Three calls of a tool that never
+// answers all reach the server (one after another they could not: the
+// first would hold the rest), on a server whose tools are declared safe to
+// run beside others (`parallel_calls`); cancelling the turn then ends
+// them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rounds_calls_run_together_and_a_cancel_ends_them_all() {
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .start()
+        .await
+        .unwrap();
+    let log = RequestLog::new("turn-parallel");
+    let mut cfg = fault_server_config("s", log.args());
+    cfg.trust = TrustMode::Always;
+    cfg.parallel_calls = Some(true);
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let model = ScriptedModel::start(vec![openai_tool_calls(&[
+        ("c1", "mcp__s__hang", "{}"),
+        ("c2", "mcp__s__hang", "{}"),
+        ("c3", "mcp__s__hang", "{}"),
+    ])])
+    .await
+    .unwrap();
+    let cancel = mcpvisor::CancellationToken::new();
+    let mut req = TurnRequest::new(G, route(Provider::OpenAi, &model), "hang thrice");
+    req.cancel = Some(cancel.clone());
+    let running = {
+        let rt = rt.clone();
+        tokio::spawn(async move { turn(&rt, req).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while log.text().matches(" hang ").count() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the three calls never all reached the server: {}",
+            log.text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    let (out, _) = running.await.unwrap();
+    assert!(matches!(out.error, Some(TurnError::Cancelled)), "{out:?}");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
