@@ -300,6 +300,11 @@ pub(crate) enum Command {
         /// them one after another). A tool not safe beside others runs alone.
         #[arg(long, value_name = "N")]
         parallel: Option<usize>,
+        /// `auto` (over 40 tools, the default), `always` or `never`: offer
+        /// the model a search tool first instead of every tool, and the
+        /// tools it finds from the next round on.
+        #[arg(long, value_name = "WHEN")]
+        defer: Option<String>,
     },
     /// Benchmarks against bare baselines in the same run (figures, never
     /// assertions), e.g. `mcpvisor --json bench`.

@@ -283,6 +283,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             max_rounds,
             no_tools,
             parallel,
+            defer,
         } => {
             let flags = cmd::chat::ChatFlags {
                 provider: provider.clone(),
@@ -293,6 +294,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 max_rounds: *max_rounds,
                 no_tools: *no_tools,
                 parallel: *parallel,
+                defer: defer.clone(),
             };
             cmd::chat::run(&cli, flags).await
         }

@@ -5,9 +5,10 @@
 //! a call that is not safe beside others runs alone.
 //!
 //! A [`RoundGate`] is made for a round, and each call carries its
-//! [`RoundSlot`] in `CallOptions::round`. Every slot is released when its
-//! call ends, whichever way it ends (refused, unknown tool, cancelled), so
-//! one call's early end never holds the others.
+//! [`RoundSlot`] in `CallOptions::round`. A slot is released when its last
+//! clone drops, whichever way its call ended (refused, unknown tool,
+//! cancelled, never made at all), so one call's early end never holds the
+//! others.
 
 use std::sync::{Arc, Mutex};
 
@@ -66,7 +67,8 @@ impl RoundGate {
     /// `parallel` in flight (at least 1); `exclusive[i]`: call `i` runs
     /// alone. The slots, one per call.
     pub fn slots(parallel: usize, exclusive: &[bool]) -> Vec<RoundSlot> {
-        let parallel = u32::try_from(parallel.max(1)).unwrap_or(u32::MAX);
+        // More permits than calls change nothing (and a semaphore has a limit).
+        let parallel = u32::try_from(parallel.clamp(1, exclusive.len().max(1))).unwrap_or(1);
         let gate = Arc::new(RoundGate {
             chains: Ordered::new(exclusive.len()),
             sends: Ordered::new(exclusive.len()),
@@ -78,59 +80,62 @@ impl RoundGate {
             .iter()
             .enumerate()
             .map(|(index, &alone)| RoundSlot {
-                gate: gate.clone(),
-                index,
-                alone,
+                place: Arc::new(Place {
+                    gate: gate.clone(),
+                    index,
+                    alone,
+                }),
             })
             .collect()
     }
 }
 
-/// One call's place in its round (see the module docs).
+/// One call's place in its round (see the module docs); released when its
+/// last clone drops.
 #[derive(Debug, Clone)]
 pub struct RoundSlot {
+    place: Arc<Place>,
+}
+
+#[derive(Debug)]
+struct Place {
     gate: Arc<RoundGate>,
     index: usize,
     alone: bool,
 }
 
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.gate.chains.mark(self.index);
+        self.gate.sends.mark(self.index);
+    }
+}
+
 impl RoundSlot {
     /// Wait for this call's turn to run its policy chain.
     pub(crate) async fn chain_turn(&self) {
-        self.gate.chains.turn(self.index).await;
+        self.place.gate.chains.turn(self.place.index).await;
     }
 
     /// This call's policy chain ran (or never will).
     pub(crate) fn chain_done(&self) {
-        self.gate.chains.mark(self.index);
+        self.place.gate.chains.mark(self.place.index);
     }
 
     /// Wait until every chain of the round ran and this call may be sent:
     /// its turn among the round's calls, then a permit (all of them when
     /// it runs alone), held until the call ends.
     pub(crate) async fn send_permit(&self) -> Option<SemaphorePermit<'_>> {
-        self.gate.chains.turn(self.gate.total).await;
-        self.gate.sends.turn(self.index).await;
-        let n = if self.alone { self.gate.parallel } else { 1 };
-        let permit = self.gate.permits.acquire_many(n).await.ok();
-        self.gate.sends.mark(self.index);
+        self.place.gate.chains.turn(self.place.gate.total).await;
+        self.place.gate.sends.turn(self.place.index).await;
+        let n = if self.place.alone {
+            self.place.gate.parallel
+        } else {
+            1
+        };
+        let permit = self.place.gate.permits.acquire_many(n).await.ok();
+        self.place.gate.sends.mark(self.place.index);
         permit
-    }
-
-    /// Release this slot, whatever happened to the call: its chain and
-    /// its send turn count as done (a no-op for what already is).
-    pub(crate) fn release(&self) {
-        self.gate.chains.mark(self.index);
-        self.gate.sends.mark(self.index);
-    }
-}
-
-/// Releases a slot when dropped.
-pub(crate) struct Releases<'a>(pub(crate) &'a RoundSlot);
-
-impl Drop for Releases<'_> {
-    fn drop(&mut self) {
-        self.0.release();
     }
 }
 
@@ -151,16 +156,17 @@ mod tests {
         let runs = slots.into_iter().rev().map(|slot| {
             let (log, in_flight) = (log.clone(), in_flight.clone());
             async move {
-                let _release = Releases(&slot);
                 slot.chain_turn().await;
-                log.lock().unwrap().push(format!("chain {}", slot.index));
+                log.lock()
+                    .unwrap()
+                    .push(format!("chain {}", slot.place.index));
                 tokio::task::yield_now().await;
                 slot.chain_done();
                 let _permit = slot.send_permit().await;
                 let now = in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 log.lock()
                     .unwrap()
-                    .push(format!("send {} ({now} in flight)", slot.index));
+                    .push(format!("send {} ({now} in flight)", slot.place.index));
                 tokio::task::yield_now().await;
                 tokio::task::yield_now().await;
                 in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -183,14 +189,21 @@ mod tests {
         assert!(log.iter().all(|l| !l.contains("(3 in flight)")), "{log:?}");
     }
 
-    // A call that ends before its chain (an unknown tool, a cancel)
-    // releases its slot: the others go on.
+    // A slot dropped before its chain ran (a call never made: invalid
+    // arguments, an unknown tool) releases its place: the others go on;
+    // a clone alive keeps it.
     #[tokio::test]
-    async fn a_call_that_ends_early_holds_nobody() {
-        let slots = RoundGate::slots(4, &[false, false]);
-        drop(Releases(&slots[0]));
-        slots[1].chain_turn().await;
-        slots[1].chain_done();
-        assert!(slots[1].send_permit().await.is_some());
+    async fn a_dropped_slot_holds_nobody() {
+        let mut slots = RoundGate::slots(4, &[false, false, false]);
+        let last = slots.pop().unwrap();
+        let kept = slots[0].clone();
+        drop(slots.remove(0));
+        let first_open = *kept.place.gate.chains.first.borrow();
+        assert_eq!(first_open, 0, "a clone keeps the place");
+        drop(kept);
+        drop(slots);
+        last.chain_turn().await;
+        last.chain_done();
+        assert!(last.send_permit().await.is_some());
     }
 }

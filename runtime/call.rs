@@ -89,9 +89,6 @@ impl Runtime {
                 call_id,
             });
         }
-        // Whichever way the call ends, its round's other calls go on.
-        let slot = options.round.clone();
-        let _release = slot.as_ref().map(crate::messages::round::Releases);
         let mut outcome = self
             .call_inner(scope, name, arguments, options, call_id)
             .await;

@@ -30,6 +30,7 @@ pub(crate) struct ChatFlags {
     pub(crate) max_rounds: Option<u32>,
     pub(crate) no_tools: bool,
     pub(crate) parallel: Option<usize>,
+    pub(crate) defer: Option<String>,
 }
 
 /// Run `chat`; exit 0 when every turn finished, 1 when one failed.
@@ -51,6 +52,11 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         .model
         .or(m.model)
         .context("no model name: pass --model NAME (or set [model] model)")?;
+    let defer = match flags.defer.as_deref() {
+        None => mcpvisor::Defer::Auto,
+        Some(word) => mcpvisor::Defer::parse(word)
+            .with_context(|| format!("--defer {word:?}: expected auto, always or never"))?,
+    };
     let mut route = ModelRoute::new(provider, endpoint, model);
     route.key_secret = flags.key_secret.or(m.key_secret);
     route.supports_tools = !flags.no_tools && m.supports_tools.unwrap_or(true);
@@ -76,6 +82,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         chat: chat.clone(),
         max_rounds,
         parallel: flags.parallel.unwrap_or(mcpvisor::DEFAULT_PARALLEL_CALLS),
+        defer,
         signals,
         system: session_start(&runtime, cli.json, render.as_ref()).await,
         render,
@@ -272,6 +279,8 @@ struct Session<'a> {
     max_rounds: u32,
     /// Calls of one round in flight at once.
     parallel: usize,
+    /// Whether tools are deferred behind the search tool.
+    defer: mcpvisor::Defer,
     signals: Signals,
     /// The mod host, when a mod handles `ui.render`.
     render: Option<Arc<mcpvisor::mods::ModHost>>,
@@ -330,6 +339,7 @@ async fn one_turn(session: &mut Session<'_>, prompt: String) -> (bool, bool) {
     let mut request = TurnRequest::new(mcpvisor::Scope::Global, session.route.clone(), prompt);
     request.max_rounds = session.max_rounds;
     request.parallel = session.parallel;
+    request.defer = session.defer;
     request.chat = Some(session.chat.clone());
     request.system = session.system.clone();
     let signals = &mut session.signals;
@@ -432,12 +442,14 @@ async fn print_event(e: &TurnEvent, as_json: bool, render: Option<&Arc<mcpvisor:
     match kind {
         "tool_call" => eprintln!("\n⏺ {text}"),
         "tool_result" => eprintln!("  ⎿ {text}"),
+        "round" | "tools_found" => eprintln!("· {text}"),
         _ => eprintln!("\n⚑ {text}"),
     }
 }
 
-/// The row drawn for an event, `(kind, text)`: `tool_call`, `tool_result`
-/// or `hook`.
+/// The row drawn for an event, `(kind, text)`: `round` (how many tools
+/// the request offered), `tools_found`, `tool_call`, `tool_result` or
+/// `hook`.
 fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
     match e {
         TurnEvent::ToolCall {
@@ -447,12 +459,16 @@ fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
             let (args, _) = apply_cut(&args, 120);
             Some(("tool_call", format!("{tool} {args}")))
         }
+        // A round's results come after all its calls: each names its tool.
         TurnEvent::ToolResult {
-            outcome, content, ..
+            tool,
+            outcome,
+            content,
+            ..
         } => {
             let first = content.lines().next().unwrap_or("");
             let (first, _) = apply_cut(first, 160);
-            Some(("tool_result", format!("{outcome}: {first}")))
+            Some(("tool_result", format!("{tool} {outcome}: {first}")))
         }
         TurnEvent::Hook {
             hook_event,
@@ -462,10 +478,26 @@ fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
             let (text, _) = apply_cut(text, 160);
             Some(("hook", format!("{hook_event} hook: {verdict}: {text}")))
         }
-        TurnEvent::Text { .. }
-        | TurnEvent::Round { .. }
-        | TurnEvent::Thinking { .. }
-        | TurnEvent::Usage { .. } => None,
+        TurnEvent::Round {
+            round,
+            tools,
+            tool_bytes,
+        } => Some((
+            "round",
+            format!("round {round}: {tools} tool(s) offered ({tool_bytes} bytes)"),
+        )),
+        TurnEvent::ToolsFound { query, tools, .. } => Some((
+            "tools_found",
+            format!(
+                "searched {query:?}: found {}",
+                if tools.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    tools.join(", ")
+                }
+            ),
+        )),
+        TurnEvent::Text { .. } | TurnEvent::Thinking { .. } | TurnEvent::Usage { .. } => None,
         // An event this binary does not know yet draws no row.
         _ => None,
     }

@@ -229,7 +229,7 @@ fn check_providers(origin: &str, p: &RawProviders) -> Result<(), ConfigError> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
-    /// `openai` or `anthropic`.
+    /// `openai`, `anthropic` or `openai-responses`.
     pub provider: Option<String>,
     /// The base URL (OpenAI-compatible: usually ending in `/v1`).
     pub endpoint: Option<String>,

@@ -1,9 +1,12 @@
 //! The tool loop (LOOP-1..4, LOOP-6, LOOP-7, TRUST-6, TRUST-7): one user
-//! turn against a model endpoint, with the scope's tools. Each round streams
-//! the model's text, thinking and usage out as [`TurnEvent`]s and collects
-//! its tool calls; each call goes through [`Runtime::call`] (trust → hooks
-//! → call → result checks) in order, and its outcome — refusals and
-//! failures included, as honest text — goes back to the model. Like a call,
+//! turn against a model endpoint, with the scope's tools (or, over a
+//! threshold, a search tool that finds them). Each round streams the
+//! model's text, thinking and usage out as [`TurnEvent`]s and collects its
+//! tool calls; the round's calls go through [`Runtime::call`] (trust →
+//! hooks → call → result checks) together — the policy chains one at a
+//! time in the model's order, then bounded in flight — and their outcomes
+//! — refusals and failures included, as honest text — go back to the
+//! model in the model's order. Like a call,
 //! a turn runs in the caller's task (ADR 0002, ADR 0008): its cancellation
 //! is the caller's token, and nothing of it outlives the call to `turn`.
 
@@ -11,6 +14,7 @@ mod client;
 pub(crate) mod model;
 #[cfg(feature = "mods")]
 mod mods;
+pub(crate) mod search;
 
 use std::time::Duration;
 
@@ -40,8 +44,8 @@ pub struct ModelRoute {
     pub provider: Provider,
     /// The base URL as the vendor's SDK takes it: OpenAI-compatible
     /// requests go to `{endpoint}/chat/completions` (it usually ends in
-    /// `/v1`), Anthropic ones to `{endpoint}/v1/messages`. HTTPS, or HTTP on
-    /// loopback only (TRUST-3).
+    /// `/v1`), Responses ones to `{endpoint}/responses`, Anthropic ones to
+    /// `{endpoint}/v1/messages`. HTTPS, or HTTP on loopback only (TRUST-3).
     pub endpoint: String,
     /// The model name.
     pub model: String,
@@ -57,6 +61,11 @@ pub struct ModelRoute {
     /// How long a response may be silent (headers, or between stream
     /// chunks) before the round fails.
     pub idle_timeout: Duration,
+    /// Responses API: ask for the reasoning items' encrypted content
+    /// (`include: ["reasoning.encrypted_content"]`), so that a reasoning
+    /// model's reasoning goes back to it with its calls' results. Only
+    /// reasoning models accept it (others answer 400); off by default.
+    pub encrypted_reasoning: bool,
 }
 
 impl ModelRoute {
@@ -70,6 +79,7 @@ impl ModelRoute {
             supports_tools: true,
             max_tokens: 4096,
             idle_timeout: Duration::from_secs(60),
+            encrypted_reasoning: false,
         }
     }
 }
@@ -101,10 +111,44 @@ pub struct TurnRequest {
     /// that is not safe beside others runs alone (`parallel_calls` of its
     /// server, else its tool's `readOnlyHint`).
     pub parallel: usize,
+    /// Whether the tools are deferred behind a search tool (issue 36): the
+    /// first request then offers only `mcpvisor_tool_search`, and the tools
+    /// it finds are offered from the next round on.
+    pub defer: Defer,
+    /// [`Defer::Auto`] defers over this many tools (default
+    /// [`DEFAULT_DEFER_THRESHOLD`]).
+    pub defer_threshold: usize,
 }
 
 /// Calls of one round in flight at once, by default.
 pub const DEFAULT_PARALLEL_CALLS: usize = 4;
+
+/// [`Defer::Auto`] defers a catalog of more tools than this, by default.
+pub const DEFAULT_DEFER_THRESHOLD: usize = 40;
+
+/// When a turn's tools are deferred behind the search tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Defer {
+    /// Over `defer_threshold` tools.
+    #[default]
+    Auto,
+    /// Always (when there is any tool).
+    Always,
+    /// Never: every tool in every request.
+    Never,
+}
+
+impl Defer {
+    /// `auto`, `always` or `never`.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "auto" => Some(Self::Auto),
+            "always" => Some(Self::Always),
+            "never" => Some(Self::Never),
+            _ => None,
+        }
+    }
+}
 
 impl TurnRequest {
     /// A turn in `scope` with the defaults.
@@ -118,6 +162,8 @@ impl TurnRequest {
             chat: None,
             cancel: None,
             parallel: DEFAULT_PARALLEL_CALLS,
+            defer: Defer::Auto,
+            defer_threshold: DEFAULT_DEFER_THRESHOLD,
         }
     }
 }
@@ -133,6 +179,18 @@ pub enum TurnEvent {
         round: u32,
         /// How many tools it was offered.
         tools: usize,
+        /// The bytes of the request's tool definitions.
+        tool_bytes: usize,
+    },
+    /// The search tool found tools (deferred loading): they are offered
+    /// from the next round on.
+    ToolsFound {
+        /// The round.
+        round: u32,
+        /// What the model searched for.
+        query: String,
+        /// The tools found, best first.
+        tools: Vec<String>,
     },
     /// Assistant text, as it streams.
     Text {
@@ -371,27 +429,53 @@ impl Runtime {
             .collect();
         let mut items = vec![Item::User(prompt)];
         let mut budget = TurnBudget::new(self.inner.limits.max_turn_result_bytes);
+        // Deferred loading: the search tool first, then what it found, in
+        // the order found (the earlier tools stay a stable prefix).
+        let deferring = !specs.is_empty()
+            && match request.defer {
+                Defer::Never => false,
+                Defer::Always => true,
+                Defer::Auto => specs.len() > request.defer_threshold,
+            };
+        let index = if deferring {
+            search::ToolIndex::build(&specs)
+        } else {
+            search::ToolIndex::default()
+        };
+        let mut found: Vec<usize> = Vec::new();
         for round in 1..=request.max_rounds.max(1) {
             outcome.rounds = round;
-            emit(TurnEvent::Round {
-                round,
-                tools: specs.len(),
-            });
+            let offered: Vec<ToolSpec> = if deferring {
+                std::iter::once(search::search_spec(specs.len()))
+                    .chain(found.iter().filter_map(|&i| specs.get(i).cloned()))
+                    .collect()
+            } else {
+                specs.clone()
+            };
             let body = match route.provider {
                 Provider::OpenAi => {
-                    openai::request_body(&route.model, request.system.as_deref(), &specs, &items)
+                    openai::request_body(&route.model, request.system.as_deref(), &offered, &items)
                 }
                 Provider::Anthropic => anthropic::request_body(
                     &route.model,
                     route.max_tokens,
                     request.system.as_deref(),
-                    &specs,
+                    &offered,
                     &items,
                 ),
-                Provider::OpenAiResponses => {
-                    responses::request_body(&route.model, request.system.as_deref(), &specs, &items)
-                }
+                Provider::OpenAiResponses => responses::request_body(
+                    &route.model,
+                    request.system.as_deref(),
+                    &offered,
+                    &items,
+                    route.encrypted_reasoning,
+                ),
             };
+            emit(TurnEvent::Round {
+                round,
+                tools: offered.len(),
+                tool_bytes: body.get("tools").map_or(0, |t| t.to_string().len()),
+            });
             let streamed = tokio::select! {
                 r = client.round(&body, &emit) => r,
                 _ = cancel.cancelled() => Err(TurnError::Cancelled),
@@ -462,9 +546,21 @@ impl Runtime {
             // results go back in the model's order.
             let exclusive: Vec<bool> = calls
                 .iter()
-                .map(|c| !self.parallel_safe(&request.scope, &tools, &c.name))
+                .map(|c| !self.parallel_safe(&request.scope, &c.name))
                 .collect();
             let slots = crate::messages::round::RoundGate::slots(request.parallel, &exclusive);
+            // The search tool's calls are answered here, from the index.
+            let searched: Vec<Option<(String, Vec<usize>, String)>> = calls
+                .iter()
+                .map(|c| {
+                    (deferring && c.name == search::SEARCH_TOOL).then(|| {
+                        let args = c.arguments.as_ref().ok().cloned().unwrap_or_default();
+                        let (query, limit) = search::query_of(&args);
+                        let hits = index.search(&query, limit);
+                        (search::answer(&specs, &hits, &query), hits, query)
+                    })
+                })
+                .collect();
             for call in &calls {
                 // What the transcript row needs, from the tools offered.
                 let def = tools.iter().find(|d| d.name == call.name);
@@ -483,40 +579,74 @@ impl Runtime {
                     arguments,
                 });
             }
-            let runs = calls.iter().zip(slots).map(|(call, slot)| {
-                let (scope, chat, cancel) = (&request.scope, request.chat.clone(), &cancel);
-                async move {
-                    match &call.arguments {
-                        // TRUST-6: the model is told, nothing is called (the
-                        // slot is released as it drops).
-                        Err(e) => (
-                            OutcomeKind::InvalidArguments.name().to_owned(),
-                            format!("Tool call failed (invalid_arguments): {e}"),
-                            None,
-                        ),
-                        Ok(args) => {
-                            let o = self
-                                .call(
-                                    scope,
-                                    &call.name,
-                                    Some(args.clone()),
-                                    CallOptions {
-                                        cancel: Some(cancel.child_token()),
-                                        chat,
-                                        round: Some(slot),
-                                        ..CallOptions::default()
-                                    },
-                                )
-                                .await;
-                            (o.kind.name().to_owned(), o.projection, o.server)
+            let runs = calls
+                .iter()
+                .zip(slots)
+                .zip(&searched)
+                .map(|((call, slot), searched)| {
+                    let (scope, chat, cancel) = (&request.scope, request.chat.clone(), &cancel);
+                    async move {
+                        if let Some((text, _, _)) = searched {
+                            return ("ok".to_owned(), text.clone(), None);
+                        }
+                        match &call.arguments {
+                            // TRUST-6: the model is told, nothing is called (the
+                            // slot is released as it drops).
+                            Err(e) => (
+                                OutcomeKind::InvalidArguments.name().to_owned(),
+                                format!("Tool call failed (invalid_arguments): {e}"),
+                                None,
+                            ),
+                            Ok(args) => {
+                                let o = self
+                                    .call(
+                                        scope,
+                                        &call.name,
+                                        Some(args.clone()),
+                                        CallOptions {
+                                            cancel: Some(cancel.child_token()),
+                                            chat,
+                                            round: Some(slot),
+                                            ..CallOptions::default()
+                                        },
+                                    )
+                                    .await;
+                                (o.kind.name().to_owned(), o.projection, o.server)
+                            }
                         }
                     }
-                }
-            });
+                });
             let done = futures::future::join_all(runs).await;
             if cancel.is_cancelled() {
                 outcome.error = Some(TurnError::Cancelled);
                 return outcome;
+            }
+            // What was found, and any tool the model called without
+            // searching for it, is offered from the next round on.
+            for (call, searched) in calls.iter().zip(&searched) {
+                let new: Vec<usize> = match searched {
+                    Some((_, hits, query)) => {
+                        emit(TurnEvent::ToolsFound {
+                            round,
+                            query: query.clone(),
+                            tools: hits
+                                .iter()
+                                .filter_map(|&i| specs.get(i).map(|s| s.name.clone()))
+                                .collect(),
+                        });
+                        hits.clone()
+                    }
+                    None => specs
+                        .iter()
+                        .position(|s| s.name == call.name)
+                        .into_iter()
+                        .collect(),
+                };
+                for i in new {
+                    if deferring && !found.contains(&i) {
+                        found.push(i);
+                    }
+                }
             }
             let mut results = Vec::new();
             for (call, (kind, text, server)) in calls.into_iter().zip(done) {
@@ -550,22 +680,26 @@ impl Runtime {
     }
 
     /// Whether a call of tool `name` may run beside the other calls of its
-    /// round: its server's `parallel_calls` when set, else the tool's
-    /// `readOnlyHint` annotation (a tool that changes nothing). An unknown
-    /// tool fails at once either way.
-    fn parallel_safe(
-        &self,
-        scope: &Scope,
-        tools: &[std::sync::Arc<crate::messages::call::ToolDefinition>],
-        name: &str,
-    ) -> bool {
-        let Some(def) = tools.iter().find(|d| d.name == name) else {
+    /// round: the shared resource tools do (they only read); otherwise its
+    /// server's `parallel_calls` when set, else the tool's `readOnlyHint`
+    /// annotation (a tool that changes nothing). The name is resolved as
+    /// the call will resolve it (in the scope, not only among the tools
+    /// offered); a name that resolves to nothing fails at once either way.
+    fn parallel_safe(&self, scope: &Scope, name: &str) -> bool {
+        let Some(snap) = self.snapshot(scope) else {
             return true;
         };
-        let server = self
-            .snapshot(scope)
-            .and_then(|s| s.servers.get(&def.server).map(|e| e.config.parallel_calls));
-        match server.flatten() {
+        if snap.resource_tool(name).is_some() {
+            return true;
+        }
+        let Some((_, def)) = snap.resolve(name) else {
+            return true;
+        };
+        let server = snap
+            .servers
+            .get(&def.server)
+            .and_then(|e| e.config.parallel_calls);
+        match server {
             Some(set) => set,
             None => def
                 .annotations

@@ -750,7 +750,7 @@ async fn chat_raises_command_run_for_slash_lines_and_ui_render_for_each_row() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("⎿ tool_result drawn by the mod: ok:"),
+        stderr.contains("⎿ tool_result drawn by the mod: mcp__s__echo ok:"),
         "{stderr}"
     );
     // One turn reached the model ("echo it"): the commands never did, the

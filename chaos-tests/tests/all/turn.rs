@@ -770,19 +770,19 @@ async fn mcpvisor_chat_runs_session_start_hooks_and_sends_their_context_as_the_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_responses_api_turn_runs_both_calls_of_a_round_and_replays_reasoning() {
     let (rt, logs) = runtime_with(&["s", "t"], false).await;
-    let (model, out, events) = scripted_turn(
-        &rt,
-        Provider::OpenAiResponses,
-        vec![
-            responses_tool_calls(&[
-                ("call_a", "mcp__s__echo", r#"{"message":"from s"}"#),
-                ("call_b", "mcp__t__echo", r#"{"message":"from t"}"#),
-            ]),
-            responses_text("Both answered."),
-        ],
-        "ask both",
-    )
-    .await;
+    let model = ScriptedModel::start(vec![
+        responses_tool_calls(&[
+            ("call_a", "mcp__s__echo", r#"{"message":"from s"}"#),
+            ("call_b", "mcp__t__echo", r#"{"message":"from t"}"#),
+        ]),
+        responses_text("Both answered."),
+    ])
+    .await
+    .unwrap();
+    // A reasoning model's route asks for its reasoning's encrypted content.
+    let mut r = route(Provider::OpenAiResponses, &model);
+    r.encrypted_reasoning = true;
+    let (out, events) = turn(&rt, TurnRequest::new(G, r, "ask both")).await;
     assert_eq!(out.error, None, "{out:?}");
     assert_eq!(out.text, "Both answered.");
     assert_eq!((out.rounds, out.tool_uses.len()), (2, 2), "{out:?}");
@@ -913,5 +913,138 @@ async fn a_rounds_calls_run_together_and_a_cancel_ends_them_all() {
     cancel.cancel();
     let (out, _) = running.await.unwrap();
     assert!(matches!(out.error, Some(TurnError::Cancelled)), "{out:?}");
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+/// The tool names a request offered, in order.
+fn offered(body: &Value) -> Vec<String> {
+    tool_names(body, Provider::OpenAi)
+}
+
+// Issue 36: deferred loading. On a 1,004-tool catalog the first request
+// offers only the search tool (at most 10 % of the bytes of the eager
+// list); a task that needs three tools searches, finds and calls them;
+// what was found is appended in the order found, so each request's tool
+// list starts with the previous one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tools_are_searched_found_and_called_with_a_stable_prefix() {
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .start()
+        .await
+        .unwrap();
+    let exe = mcpvisor_chaos::ensure_mcpvisor_built().unwrap();
+    let cfg = mcpvisor::ServerConfig::stdio(
+        "d",
+        exe.to_string_lossy(),
+        vec!["serve-demo".into(), "--tools".into(), "1000".into()],
+    )
+    .trusted();
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "d", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let search = "mcpvisor_tool_search";
+    let model = ScriptedModel::start(vec![
+        openai_tool_calls(&[
+            ("s1", search, r#"{"query":"echo the message back"}"#),
+            ("s2", search, r#"{"query":"add two numbers","limit":1}"#),
+        ]),
+        openai_tool_calls(&[
+            ("c1", "mcp__d__echo", r#"{"message":"found"}"#),
+            ("c2", "mcp__d__add", r#"{"a":1,"b":2}"#),
+            (
+                "s3",
+                search,
+                r#"{"query":"generated tool number 42","limit":1}"#,
+            ),
+        ]),
+        openai_tool_calls(&[("c3", "mcp__d__tool_00042", r#"{"x":"y"}"#)]),
+        openai_text("done"),
+        // The same prompt, every tool eager: the baseline's bytes.
+        openai_text("eager"),
+    ])
+    .await
+    .unwrap();
+    let (out, events) = turn(
+        &rt,
+        TurnRequest::new(G, route(Provider::OpenAi, &model), "use three tools"),
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let used: Vec<(&str, &str)> = out
+        .tool_uses
+        .iter()
+        .map(|u| (u.tool.as_str(), u.status.as_str()))
+        .collect();
+    assert_eq!(
+        used,
+        [
+            (search, "ok"),
+            (search, "ok"),
+            ("mcp__d__echo", "ok"),
+            ("mcp__d__add", "ok"),
+            (search, "ok"),
+            ("mcp__d__tool_00042", "ok"),
+        ]
+    );
+    assert!(events.iter().any(|e| matches!(e, TurnEvent::ToolsFound { tools, .. } if tools.first().map(String::as_str) == Some("mcp__d__tool_00042"))));
+    let mut eager = TurnRequest::new(G, route(Provider::OpenAi, &model), "use three tools");
+    eager.defer = mcpvisor::Defer::Never;
+    let (out, _) = turn(&rt, eager).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let reqs = model.requests();
+    let bytes = |i: usize| reqs[i].body["tools"].to_string().len();
+    assert!(offered(&reqs[4].body).len() >= 1004, "the eager list");
+    assert!(
+        bytes(0) * 10 <= bytes(4),
+        "the first request's tools are {} bytes, the eager list's {}",
+        bytes(0),
+        bytes(4)
+    );
+    assert_eq!(offered(&reqs[0].body), [search]);
+    let second = offered(&reqs[1].body);
+    assert_eq!(second[0], search);
+    assert!(
+        second.contains(&"mcp__d__echo".to_owned()) && second.contains(&"mcp__d__add".to_owned()),
+        "{second:?}"
+    );
+    for i in 1..3 {
+        let (before, after) = (offered(&reqs[i].body), offered(&reqs[i + 1].body));
+        assert!(
+            after.starts_with(&before),
+            "request {i}: {before:?} then {after:?}"
+        );
+    }
+    assert_eq!(
+        offered(&reqs[3].body).last().map(String::as_str),
+        Some("mcp__d__tool_00042")
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+// Issue 36: a round whose one call has arguments that are not a JSON
+// object (never made) does not hold the round's other calls: both get
+// their answer, in the model's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_never_made_in_a_round_holds_none_of_the_others() {
+    let (rt, logs) = runtime_with(&["s"], false).await;
+    let (_model, out, _) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_tool_calls(&[
+                ("c1", "mcp__s__echo", "[1]"),
+                ("c2", "mcp__s__echo", r#"{"message":"still made"}"#),
+            ]),
+            openai_text("ok"),
+        ],
+        "two calls",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let statuses: Vec<&str> = out.tool_uses.iter().map(|u| u.status.as_str()).collect();
+    assert_eq!(statuses, ["invalid_arguments", "ok"], "{out:?}");
+    assert!(logs[0].text().contains("still made"));
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

@@ -7,12 +7,13 @@
 //! and the end from `response.completed`.
 //!
 //! Requests are sent with `store: false` (nothing is kept on the vendor's
-//! side) and ask for `reasoning.encrypted_content`: a reasoning model's
-//! reasoning items must be sent back with the function calls they led to,
-//! so a round's output items are kept as they came (`Round::raw`) and
-//! replayed in the next round's `input`, without their `id`s (with
-//! `store: false` an id names an item the API did not keep, which it
-//! refuses).
+//! side). A round's output items are kept as they came (`Round::raw`) and
+//! replayed in the next round's `input`, without their `id`s (with `store:
+//! false` an id names an item the API did not keep, which it refuses). A
+//! reasoning model's reasoning items go back with the calls they led to
+//! when the route asks for their encrypted content (`encrypted_reasoning`,
+//! which only reasoning models accept); a reasoning item without it cannot
+//! be sent back and is left out.
 
 use serde_json::{Map, Value, json};
 
@@ -28,6 +29,7 @@ pub fn request_body(
     system: Option<&str>,
     tools: &[ToolSpec],
     items: &[Item],
+    encrypted_reasoning: bool,
 ) -> Value {
     let mut input = Vec::new();
     for item in items {
@@ -37,7 +39,7 @@ pub fn request_body(
             Item::Assistant {
                 raw: Some(Value::Array(output)),
                 ..
-            } => input.extend(output.iter().map(replayable)),
+            } => input.extend(output.iter().filter_map(replayable)),
             Item::Assistant { text, calls, .. } => {
                 if !text.is_empty() {
                     input.push(json!({"role": "assistant", "content": text}));
@@ -70,9 +72,11 @@ pub fn request_body(
         "model": model,
         "stream": true,
         "store": false,
-        "include": ["reasoning.encrypted_content"],
         "input": input,
     });
+    if encrypted_reasoning {
+        body["include"] = json!(["reasoning.encrypted_content"]);
+    }
     if let Some(s) = system {
         body["instructions"] = Value::String(s.to_owned());
     }
@@ -99,17 +103,21 @@ pub fn request_body(
 }
 
 /// An output item as the next request's input item: without its `id` (and
-/// `status`), which name stored items.
-fn replayable(item: &Value) -> Value {
-    match item {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| k.as_str() != "id" && k.as_str() != "status")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Map<String, Value>>(),
-        ),
-        other => other.clone(),
+/// `status`), which name stored items; none for what cannot go back (a
+/// reasoning item without its encrypted content, anything not an object).
+fn replayable(item: &Value) -> Option<Value> {
+    let m = item.as_object()?;
+    if m.get("type").and_then(Value::as_str) == Some("reasoning")
+        && m.get("encrypted_content").is_none_or(Value::is_null)
+    {
+        return None;
     }
+    Some(Value::Object(
+        m.iter()
+            .filter(|(k, _)| k.as_str() != "id" && k.as_str() != "status")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Map<String, Value>>(),
+    ))
 }
 
 /// One output item while it streams.
@@ -171,7 +179,8 @@ impl Decoder {
                 o.item = item.clone();
                 o.done = kind.ends_with(".done");
             }
-            "response.output_text.delta" if !delta.is_empty() => {
+            // A refusal is the answer's text.
+            "response.output_text.delta" | "response.refusal.delta" if !delta.is_empty() => {
                 self.text.push_str(delta);
                 out.push(Delta::Text(delta.to_owned()));
             }
@@ -189,8 +198,10 @@ impl Decoder {
             }
             "response.function_call_arguments.done" => {
                 if let (Some(i), Some(all)) = (index, ev.get("arguments").and_then(Value::as_str)) {
-                    let o = self.output(i);
-                    o.arguments = all.to_owned();
+                    match self.outputs.iter_mut().find(|(at, _)| *at == i) {
+                        Some((_, o)) => o.arguments = all.to_owned(),
+                        None => return Err(StreamError::NeverStarted { index: i }),
+                    }
                 }
             }
             "response.completed" | "response.incomplete" => {
@@ -226,6 +237,7 @@ impl Decoder {
             "response.failed" => {
                 let why = ev
                     .pointer("/response/error")
+                    .filter(|e| e.is_object())
                     .map(error_text)
                     .unwrap_or_else(|| "the response failed".to_owned());
                 return Err(StreamError::Endpoint(why));
@@ -269,6 +281,9 @@ impl Decoder {
         let mut raw = Vec::new();
         for (i, o) in self.outputs {
             let mut item = o.item;
+            if !item.is_object() {
+                continue;
+            }
             if item.get("type").and_then(Value::as_str) == Some("function_call") {
                 // The finished item's arguments are the whole text; the
                 // deltas' are what streamed when it never finished.

@@ -101,7 +101,7 @@ fn the_request_body_is_golden_and_replays_the_round_without_ids() {
             },
         ]),
     ];
-    let body = request_body("gpt-5", Some("be brief"), &tools, &items);
+    let body = request_body("gpt-5", Some("be brief"), &tools, &items, true);
     assert_eq!(
         body,
         json!({
@@ -144,8 +144,13 @@ fn the_request_body_is_golden_and_replays_the_round_without_ids() {
             }],
             raw: None,
         }],
+        false,
     );
-    assert!(body.get("tools").is_none() && body.get("instructions").is_none());
+    assert!(
+        body.get("tools").is_none()
+            && body.get("instructions").is_none()
+            && body.get("include").is_none()
+    );
     assert_eq!(
         body["input"],
         json!([
@@ -229,4 +234,29 @@ fn a_cut_stream_and_the_endpoints_errors_are_named() {
         .unwrap_err();
     assert_eq!(e.to_string(), "a delta for block 7, which never started");
     assert!(d.feed(None, "{not json").is_err());
+}
+
+// A reasoning item that came without its encrypted content (a route that
+// did not ask for it) cannot go back: it is left out, the calls are not.
+#[test]
+fn reasoning_without_its_encrypted_content_is_not_replayed() {
+    let raw = json!([
+        {"id": "rs_1", "type": "reasoning", "summary": []},
+        {"id": "fc_1", "type": "function_call", "call_id": "c", "name": "t", "arguments": "{}"},
+    ]);
+    let body = request_body(
+        "m",
+        None,
+        &[],
+        &[Item::Assistant {
+            text: String::new(),
+            calls: Vec::new(),
+            raw: Some(raw),
+        }],
+        false,
+    );
+    assert_eq!(
+        body["input"],
+        json!([{"type": "function_call", "call_id": "c", "name": "t", "arguments": "{}"}])
+    );
 }
