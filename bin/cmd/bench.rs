@@ -50,6 +50,8 @@ pub enum Row {
     Hooks,
     /// A model round's calls, one after another vs together.
     Round,
+    /// The bytes of a first request's tools on 1,000 tools, eager vs deferred.
+    Defer,
     /// Memory over a soak (`--soak SECONDS`, 600 when only named here).
     Soak,
 }
@@ -1274,6 +1276,60 @@ async fn round_calls(n: usize) -> anyhow::Result<(f64, f64)> {
     measured
 }
 
+/// The bytes of the tool definitions a turn's first request carries on
+/// the demo server's 1,004 tools (issue 36): every tool, against the
+/// search tool of deferred loading. Measured through `Runtime::turn`
+/// against a model endpoint on 127.0.0.1 that answers every request with
+/// text (its `Round` event carries the bytes). Bytes, not time: one run
+/// says it all.
+async fn defer_bytes() -> anyhow::Result<(f64, f64)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().fallback(|| async {
+        (
+            [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        )
+    });
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let runtime = Runtime::builder().start().await?;
+    runtime
+        .add_server(Scope::Global, crate::config::demo_config("demo", 1000)?)
+        .await?;
+    runtime
+        .wait_ready(&Scope::Global, "demo", Duration::from_secs(30))
+        .await?;
+    let mut bytes = Vec::new();
+    for defer in [mcpvisor::Defer::Never, mcpvisor::Defer::Always] {
+        let route = mcpvisor::ModelRoute::new(
+            mcpvisor::Provider::OpenAi,
+            format!("http://{addr}/v1"),
+            "bench",
+        );
+        let mut request = mcpvisor::TurnRequest::new(Scope::Global, route, "hi");
+        request.defer = defer;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let outcome = runtime.turn(request, Some(tx)).await;
+        anyhow::ensure!(
+            outcome.error.is_none(),
+            "the bench turn failed: {:?}",
+            outcome.error
+        );
+        while let Ok(e) = rx.try_recv() {
+            if let mcpvisor::TurnEvent::Round { tool_bytes, .. } = e {
+                bytes.push(tool_bytes as f64);
+                break;
+            }
+        }
+    }
+    runtime.shutdown(Duration::from_secs(20)).await;
+    server.abort();
+    match bytes[..] {
+        [eager, deferred] => Ok((eager, deferred)),
+        _ => anyhow::bail!("the bench turns reported no round"),
+    }
+}
+
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
 const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p50", "/tools_call/ratio_p50"),
@@ -1329,6 +1385,10 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     (
         "a round's 4 calls together vs one after another",
         "/round_calls_ms/ratio",
+    ),
+    (
+        "first request's tool bytes, deferred vs eager",
+        "/first_request_tool_bytes/ratio",
     ),
     ("catalog sync 1k", "/catalog_sync_ms/1k/ratio"),
     ("catalog sync 10k", "/catalog_sync_ms/10k/ratio"),
@@ -1497,6 +1557,11 @@ async fn measure(
     } else {
         none
     };
+    let (defer_eager, defer_deferred) = if want(Row::Defer) {
+        defer_bytes().await?
+    } else {
+        none
+    };
     let soak = match soak {
         Some(secs) if only.is_empty() || only.contains(&Row::Soak) => memory_soak(secs).await?,
         None if only.contains(&Row::Soak) => memory_soak(600).await?,
@@ -1532,6 +1597,7 @@ async fn measure(
         "start_to_ready_ms": ready_json,
         "idle_connection_kib": {"runtime": idle_kib, "heap": idle_heap_kib},
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
+        "first_request_tool_bytes": {"eager": defer_eager, "deferred": defer_deferred, "ratio": defer_deferred / defer_eager.max(1e-9)},
         "round_calls_ms": {"one_after_another": round_serial, "together": round_together, "ratio": round_together / round_serial.max(1e-9)},
         "quick": quick,
         "memory_soak": soak,
@@ -1682,6 +1748,12 @@ fn print_human(f: &serde_json::Value) {
         n("/round_calls_ms/one_after_another"),
         n("/round_calls_ms/together"),
         n("/round_calls_ms/ratio")
+    );
+    println!(
+        "a first request's tool definitions on 1,004 tools, bytes: every tool {:.0}, deferred (the search tool) {:.0}, ratio {:.3}",
+        n("/first_request_tool_bytes/eager"),
+        n("/first_request_tool_bytes/deferred"),
+        n("/first_request_tool_bytes/ratio")
     );
     println!("catalog sync (spawn → initialize → all pages → registered), ms");
     println!(

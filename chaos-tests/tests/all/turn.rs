@@ -248,6 +248,15 @@ async fn an_anthropic_two_round_turn_merges_results_into_one_user_turn_and_echoe
     let tools = reqs[0].body["tools"].as_array().unwrap();
     let echo = tools.iter().find(|t| t["name"] == "mcp__s__echo").unwrap();
     assert!(echo["input_schema"]["properties"]["message"].is_object());
+    // A prompt-cache breakpoint after the tools, on the last one only.
+    let marked: Vec<usize> = (0..tools.len())
+        .filter(|&i| tools[i].get("cache_control").is_some())
+        .collect();
+    assert_eq!(marked, [tools.len() - 1]);
+    assert_eq!(
+        tools[tools.len() - 1]["cache_control"],
+        json!({"type": "ephemeral"})
+    );
     let msgs = reqs[1].body["messages"].as_array().unwrap();
     assert_eq!(
         msgs.len(),
@@ -1001,6 +1010,12 @@ async fn a_thousand_tools_are_searched_found_and_called_with_a_stable_prefix() {
         "the first request's tools are {} bytes, the eager list's {}",
         bytes(0),
         bytes(4)
+    );
+    println!(
+        "deferred first request: {} bytes of tools; eager: {} bytes ({} tools)",
+        bytes(0),
+        bytes(4),
+        offered(&reqs[4].body).len()
     );
     assert_eq!(offered(&reqs[0].body), [search]);
     let second = offered(&reqs[1].body);

@@ -79,15 +79,25 @@ pub fn request_body(
         body["system"] = Value::String(s.to_owned());
     }
     if !tools.is_empty() {
+        let last = tools.len() - 1;
         body["tools"] = Value::Array(
             tools
                 .iter()
-                .map(|t| {
-                    json!({
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut tool = json!({
                         "name": t.name,
                         "description": t.description,
                         "input_schema": t.parameters,
-                    })
+                    });
+                    // A cache breakpoint after the tools: they come first in
+                    // the prompt and only grow at their end (deferred
+                    // loading appends what a search found), so the prefix
+                    // up to here is read from the prompt cache next round.
+                    if i == last {
+                        tool["cache_control"] = json!({"type": "ephemeral"});
+                    }
+                    tool
                 })
                 .collect(),
         );
@@ -362,7 +372,7 @@ mod tests {
                         {"type": "tool_result", "tool_use_id": "toolu_2", "content": "refused", "is_error": true},
                     ]},
                 ],
-                "tools": [{"name": "a", "description": "A", "input_schema": {"type": "object"}}],
+                "tools": [{"name": "a", "description": "A", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
             })
         );
     }
