@@ -74,6 +74,17 @@ fn route(provider: Provider, model: &ScriptedModel) -> ModelRoute {
     r
 }
 
+/// The request carried the model key as `Authorization: Bearer` (OpenAI's
+/// two formats).
+fn assert_bearer_key(req: &mcpvisor_chaos::model::Recorded) {
+    assert_eq!(
+        req.headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+}
+
 /// Run a turn, collecting its events.
 async fn turn(rt: &Runtime, request: TurnRequest) -> (TurnOutcome, Vec<TurnEvent>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -157,13 +168,7 @@ async fn an_openai_two_round_turn_calls_a_real_tool_and_sends_its_result_back() 
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[0].path, "/v1/chat/completions");
-    assert_eq!(
-        reqs[0]
-            .headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok()),
-        Some(format!("Bearer {KEY}").as_str())
-    );
+    assert_bearer_key(&reqs[0]);
     let first = &reqs[0].body;
     assert_eq!(first["model"], "test-model");
     assert_eq!(first["stream"], true);
@@ -805,13 +810,7 @@ async fn a_responses_api_turn_runs_both_calls_of_a_round_and_replays_reasoning()
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[0].path, "/v1/responses");
-    assert_eq!(
-        reqs[0]
-            .headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok()),
-        Some(format!("Bearer {KEY}").as_str())
-    );
+    assert_bearer_key(&reqs[0]);
     let first = &reqs[0].body;
     assert_eq!(
         (&first["stream"], &first["store"], &first["include"]),
