@@ -392,7 +392,8 @@ pub(crate) enum HooksCommand {
     /// merged, neutral outcome.
     Test {
         /// The event: SessionStart, UserPromptSubmit, PreToolUse, PostToolUse,
-        /// Stop, SubagentStart, SubagentStop.
+        /// PostToolUseFailure, PostToolBatch, Stop, SubagentStart,
+        /// SubagentStop, SessionEnd.
         #[arg(long)]
         event: String,
         /// Only this dialect's hooks (default: every configured file).

@@ -279,7 +279,8 @@ impl RuntimeBuilder {
         ));
         let hooks_policy: Option<Arc<dyn CallPolicy>> = (hooks
             .has(crate::messages::hooks::config::HookEvent::PreToolUse)
-            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUse))
+            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUse)
+            || hooks.has(crate::messages::hooks::config::HookEvent::PostToolUseFailure))
         .then(|| {
             Arc::new(crate::runtime::policies::hooks::HooksPolicy {
                 engine: hooks.clone(),

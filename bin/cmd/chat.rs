@@ -87,6 +87,9 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         system: session_start(&runtime, cli.json, render.as_ref()).await,
         render,
     };
+    // Why the session ends, for the SessionEnd hooks: the end of input or
+    // an exit command, else a signal or a turn that asked to stop.
+    let mut end = "other";
     match flags.prompt {
         Some(prompt) => match parse_line(&prompt) {
             Line::Prompt(prompt) => {
@@ -110,6 +113,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
                 _ = session.signals.next() => break,
             };
             if n == 0 {
+                end = "prompt_input_exit";
                 break;
             }
             let prompt = line.trim().to_owned();
@@ -120,6 +124,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
                 Line::Prompt(p) => p,
                 Line::Command { name, args } => {
                     if session.command(name, args).await.0 {
+                        end = "prompt_input_exit";
                         break;
                     }
                     continue;
@@ -132,6 +137,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
             }
         },
     }
+    session_end(&runtime, end).await;
     mod_event(&runtime, "session.end", &chat, cli.json).await;
     let _ = finish(runtime).await;
     Ok(u8::from(failed))
@@ -203,6 +209,29 @@ fn parse_line(line: &str) -> Line<'_> {
 
 /// SessionStart hooks (source `startup`): their context becomes the system
 /// prompt of the session's turns.
+/// The SessionEnd hooks (HOOK-6), with why the session ends; their notes
+/// on stderr. Nothing they answer changes anything: the session is over.
+async fn session_end(runtime: &mcpvisor::Runtime, reason: &str) {
+    let hooks = runtime.hooks();
+    if !hooks.has(mcpvisor::HookEvent::SessionEnd) {
+        return;
+    }
+    let input = mcpvisor::HookInput::SessionEnd {
+        reason: reason.to_owned(),
+    };
+    let report = hooks
+        .run(
+            hooks.session(),
+            &input,
+            None,
+            &mcpvisor::CancellationToken::new(),
+        )
+        .await;
+    for note in report.notes() {
+        eprintln!("{note}");
+    }
+}
+
 async fn session_start(
     runtime: &mcpvisor::Runtime,
     json_out: bool,

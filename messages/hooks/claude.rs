@@ -69,7 +69,10 @@ fn claude_json(
                 }
             }
         }
-        HookEvent::UserPromptSubmit | HookEvent::PostToolUse => {
+        HookEvent::UserPromptSubmit
+        | HookEvent::PostToolUse
+        | HookEvent::PostToolUseFailure
+        | HookEvent::PostToolBatch => {
             if spec.contains_key("updatedMCPToolOutput") || spec.contains_key("updatedToolOutput") {
                 out.push(HookOutcome::Warn(
                     "updatedMCPToolOutput ignored: mcpvisor never rewrites a tool result".into(),
@@ -87,7 +90,7 @@ fn claude_json(
                 }
             }
         }
-        HookEvent::SessionStart | HookEvent::SubagentStart => {}
+        HookEvent::SessionStart | HookEvent::SubagentStart | HookEvent::SessionEnd => {}
     }
     if out.is_empty() {
         out.push(HookOutcome::Proceed);

@@ -64,10 +64,12 @@ pub fn parse_outcome(dialect: Dialect, event: HookEvent, run: &RawRun) -> Vec<Ho
                 HookEvent::PreToolUse => HookOutcome::Deny(reason),
                 HookEvent::UserPromptSubmit => HookOutcome::Block(reason),
                 // Feedback next to the result, no block (T18).
-                HookEvent::PostToolUse => HookOutcome::Context(reason),
+                HookEvent::PostToolUse
+                | HookEvent::PostToolUseFailure
+                | HookEvent::PostToolBatch => HookOutcome::Context(reason),
                 HookEvent::Stop | HookEvent::SubagentStop => HookOutcome::Continue(reason),
                 // Shown to the user only (T21).
-                HookEvent::SessionStart | HookEvent::SubagentStart => {
+                HookEvent::SessionStart | HookEvent::SubagentStart | HookEvent::SessionEnd => {
                     HookOutcome::Error(format!("hook exited with code 2: {reason}"))
                 }
             }]
@@ -79,7 +81,9 @@ pub fn parse_outcome(dialect: Dialect, event: HookEvent, run: &RawRun) -> Vec<Ho
             ))]
         }
         (Dialect::Codex, Some(0)) => codex_exit0(event, stdout),
-        (Dialect::Codex, Some(2)) if event != HookEvent::SessionStart => {
+        (Dialect::Codex, Some(2))
+            if !matches!(event, HookEvent::SessionStart | HookEvent::SessionEnd) =>
+        {
             if stderr.is_empty() {
                 return vec![HookOutcome::Error(
                     "hook exited with code 2 but did not write a blocking reason to stderr".into(),
@@ -639,6 +643,7 @@ mod props {
             HookEvent::PostToolUse => "post-tool-use",
             HookEvent::UserPromptSubmit => "user-prompt-submit",
             HookEvent::Stop => "stop",
+            HookEvent::SessionEnd => "session-end",
             _ => "session-start",
         }
     }

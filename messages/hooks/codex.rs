@@ -17,6 +17,7 @@ pub(super) fn codex_exit0(event: HookEvent, stdout: &str) -> Vec<HookOutcome> {
         HookEvent::PostToolUse => "post-tool-use",
         HookEvent::UserPromptSubmit => "user-prompt-submit",
         HookEvent::Stop => "stop",
+        HookEvent::SessionEnd => "session-end",
         _ => "session-start",
     };
     if !stdout.starts_with('{') && !stdout.starts_with('[') {

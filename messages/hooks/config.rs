@@ -25,6 +25,13 @@ pub enum HookEvent {
     PreToolUse,
     /// After a tool ran.
     PostToolUse,
+    /// After a tool call failed (Claude Code only), besides PostToolUse.
+    PostToolUseFailure,
+    /// After all calls of one model round ended, before the next model
+    /// request (Claude Code only).
+    PostToolBatch,
+    /// The session ends (`chat` at its end).
+    SessionEnd,
     /// The turn is stopping.
     Stop,
     /// A subagent starts (Claude Code only).
@@ -35,11 +42,14 @@ pub enum HookEvent {
 
 impl HookEvent {
     /// Every event.
-    pub const ALL: [HookEvent; 7] = [
+    pub const ALL: [HookEvent; 10] = [
         Self::SessionStart,
         Self::UserPromptSubmit,
         Self::PreToolUse,
         Self::PostToolUse,
+        Self::PostToolUseFailure,
+        Self::PostToolBatch,
+        Self::SessionEnd,
         Self::Stop,
         Self::SubagentStart,
         Self::SubagentStop,
@@ -52,6 +62,9 @@ impl HookEvent {
             Self::UserPromptSubmit => "UserPromptSubmit",
             Self::PreToolUse => "PreToolUse",
             Self::PostToolUse => "PostToolUse",
+            Self::PostToolUseFailure => "PostToolUseFailure",
+            Self::PostToolBatch => "PostToolBatch",
+            Self::SessionEnd => "SessionEnd",
             Self::Stop => "Stop",
             Self::SubagentStart => "SubagentStart",
             Self::SubagentStop => "SubagentStop",
@@ -67,13 +80,22 @@ impl HookEvent {
     pub fn served_by(self, dialect: Dialect) -> bool {
         match dialect {
             Dialect::Claude => true,
-            Dialect::Codex => !matches!(self, Self::SubagentStart | Self::SubagentStop),
+            Dialect::Codex => !matches!(
+                self,
+                Self::SubagentStart
+                    | Self::SubagentStop
+                    | Self::PostToolUseFailure
+                    | Self::PostToolBatch
+            ),
         }
     }
 
     /// Matchers on these events are ignored: they always fire.
     fn ignores_matcher(self) -> bool {
-        matches!(self, Self::UserPromptSubmit | Self::Stop)
+        matches!(
+            self,
+            Self::UserPromptSubmit | Self::Stop | Self::PostToolBatch | Self::SessionEnd
+        )
     }
 }
 

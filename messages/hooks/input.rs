@@ -75,6 +75,31 @@ pub enum HookInput {
         /// The call id.
         tool_use_id: String,
     },
+    /// After a tool call failed (besides PostToolUse).
+    PostToolUseFailure {
+        /// The public tool name (the matcher subject).
+        tool_name: String,
+        /// The arguments.
+        tool_input: Value,
+        /// The call id.
+        tool_use_id: String,
+        /// What the model is told of the failure.
+        error: String,
+        /// The call was cancelled (the user interrupted it).
+        is_interrupt: bool,
+    },
+    /// All calls of one model round ended.
+    PostToolBatch {
+        /// Each call, in the model's order: `{tool_name, tool_input,
+        /// tool_use_id, tool_response}` (the response is what the model is
+        /// given, `is_error` when the call failed).
+        tool_calls: Vec<Value>,
+    },
+    /// The session ends.
+    SessionEnd {
+        /// Why: `prompt_input_exit` (end of input, `/exit`), `other`.
+        reason: String,
+    },
     /// The turn is stopping.
     Stop {
         /// True when this stop follows a hook-forced continuation (HOOK-7).
@@ -112,6 +137,9 @@ impl HookInput {
             Self::UserPromptSubmit { .. } => HookEvent::UserPromptSubmit,
             Self::PreToolUse { .. } => HookEvent::PreToolUse,
             Self::PostToolUse { .. } => HookEvent::PostToolUse,
+            Self::PostToolUseFailure { .. } => HookEvent::PostToolUseFailure,
+            Self::PostToolBatch { .. } => HookEvent::PostToolBatch,
+            Self::SessionEnd { .. } => HookEvent::SessionEnd,
             Self::Stop { .. } => HookEvent::Stop,
             Self::SubagentStart { .. } => HookEvent::SubagentStart,
             Self::SubagentStop { .. } => HookEvent::SubagentStop,
@@ -122,11 +150,14 @@ impl HookInput {
     pub fn subject(&self) -> &str {
         match self {
             Self::SessionStart { source } => source,
-            Self::PreToolUse { tool_name, .. } | Self::PostToolUse { tool_name, .. } => tool_name,
+            Self::PreToolUse { tool_name, .. }
+            | Self::PostToolUse { tool_name, .. }
+            | Self::PostToolUseFailure { tool_name, .. } => tool_name,
+            Self::SessionEnd { reason } => reason,
             Self::SubagentStart { agent_type, .. } | Self::SubagentStop { agent_type, .. } => {
                 agent_type
             }
-            Self::UserPromptSubmit { .. } | Self::Stop { .. } => "",
+            Self::UserPromptSubmit { .. } | Self::Stop { .. } | Self::PostToolBatch { .. } => "",
         }
     }
 
@@ -163,6 +194,26 @@ impl HookInput {
                 tool_input: v("tool_input"),
                 tool_response: v("tool_response"),
                 tool_use_id: s("tool_use_id", "call-1"),
+            },
+            HookEvent::PostToolUseFailure => Self::PostToolUseFailure {
+                tool_name: s("tool_name", ""),
+                tool_input: v("tool_input"),
+                tool_use_id: s("tool_use_id", "call-1"),
+                error: s("error", ""),
+                is_interrupt: fields
+                    .get("is_interrupt")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            },
+            HookEvent::PostToolBatch => Self::PostToolBatch {
+                tool_calls: fields
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            HookEvent::SessionEnd => Self::SessionEnd {
+                reason: s("reason", "other"),
             },
             HookEvent::Stop => Self::Stop {
                 stop_hook_active: active,
@@ -245,6 +296,21 @@ pub fn payload(dialect: Dialect, session: &HookSession, input: &HookInput) -> Va
             put("tool_response", response);
             put("tool_use_id", json!(tool_use_id));
         }
+        HookInput::PostToolUseFailure {
+            tool_name,
+            tool_input,
+            tool_use_id,
+            error,
+            is_interrupt,
+        } => {
+            put("tool_name", json!(tool_name));
+            put("tool_input", dialect_tool_input(dialect, tool_input));
+            put("tool_use_id", json!(tool_use_id));
+            put("error", json!(error));
+            put("is_interrupt", json!(is_interrupt));
+        }
+        HookInput::PostToolBatch { tool_calls } => put("tool_calls", json!(tool_calls)),
+        HookInput::SessionEnd { reason } => put("reason", json!(reason)),
         HookInput::Stop {
             stop_hook_active,
             last_assistant_message,

@@ -132,45 +132,65 @@ impl CallPolicy for HooksPolicy {
         outcome: &'a mut ToolOutcome,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if !self.engine.has(HookEvent::PostToolUse) {
-                return;
+            if self.engine.has(HookEvent::PostToolUse) {
+                let response = outcome.canonical.clone().unwrap_or_else(
+                    || json!({ "error": outcome.error.clone().unwrap_or_default() }),
+                );
+                let input = HookInput::PostToolUse {
+                    tool_name: call.tool.name.clone(),
+                    tool_input: Value::Object(call.arguments.clone()),
+                    tool_response: response,
+                    tool_use_id: format!("call-{}", call.call_id),
+                };
+                self.after_hooks(call, outcome, &input).await;
             }
-            let response = outcome
-                .canonical
-                .clone()
-                .unwrap_or_else(|| json!({ "error": outcome.error.clone().unwrap_or_default() }));
-            let input = HookInput::PostToolUse {
-                tool_name: call.tool.name.clone(),
-                tool_input: Value::Object(call.arguments.clone()),
-                tool_response: response,
-                tool_use_id: format!("call-{}", call.call_id),
-            };
-            let report = self
-                .engine
-                .run(&self.session(call), &input, None, &call.cancel)
-                .await;
-            let m = &report.merged;
-            if let Some(r) = m
-                .reason
-                .as_deref()
-                .filter(|_| m.decision == Some(HookDecision::Block))
-            {
-                // Codex replaces the output the model sees; Claude Code puts
-                // the feedback next to it. The side effect stays either way.
-                let feedback = format!("PostToolUse hook feedback: {r}");
-                if report.codex_blocked() {
-                    outcome.replace_model_text(&feedback);
-                } else {
-                    outcome.append_model_text(&feedback);
-                }
-            }
-            for c in &m.context {
-                outcome.append_model_text(c);
-            }
-            outcome.notes.extend(report.notes());
-            if outcome.stop.is_none() {
-                outcome.stop = m.stop.clone();
+            // A failed call: PostToolUseFailure too (Claude Code), with what
+            // the model is told of the failure.
+            if outcome.kind != OutcomeKind::Ok && self.engine.has(HookEvent::PostToolUseFailure) {
+                let input = HookInput::PostToolUseFailure {
+                    tool_name: call.tool.name.clone(),
+                    tool_input: Value::Object(call.arguments.clone()),
+                    tool_use_id: format!("call-{}", call.call_id),
+                    error: outcome.projection.clone(),
+                    is_interrupt: outcome.kind == OutcomeKind::Cancelled,
+                };
+                self.after_hooks(call, outcome, &input).await;
             }
         })
+    }
+}
+
+impl HooksPolicy {
+    /// Run the hooks of an after-call event and apply them to `outcome`:
+    /// their context, a block's feedback (next to the result, or in its
+    /// place for Codex), their notes and a stop.
+    async fn after_hooks(&self, call: &PolicyCall, outcome: &mut ToolOutcome, input: &HookInput) {
+        let event = input.event();
+        let report = self
+            .engine
+            .run(&self.session(call), input, None, &call.cancel)
+            .await;
+        let m = &report.merged;
+        if let Some(r) = m
+            .reason
+            .as_deref()
+            .filter(|_| m.decision == Some(HookDecision::Block))
+        {
+            // Codex replaces the output the model sees; Claude Code puts
+            // the feedback next to it. The side effect stays either way.
+            let feedback = format!("{event} hook feedback: {r}");
+            if report.codex_blocked() {
+                outcome.replace_model_text(&feedback);
+            } else {
+                outcome.append_model_text(&feedback);
+            }
+        }
+        for c in &m.context {
+            outcome.append_model_text(c);
+        }
+        outcome.notes.extend(report.notes());
+        if outcome.stop.is_none() {
+            outcome.stop = m.stop.clone();
+        }
     }
 }

@@ -649,6 +649,7 @@ impl Runtime {
                 }
             }
             let mut results = Vec::new();
+            let mut batch = Vec::new();
             for (call, (kind, text, server)) in calls.into_iter().zip(done) {
                 // LOOP-3: the per-turn budget over every result, in order.
                 let (content, _) = budget.charge(&text);
@@ -665,11 +666,54 @@ impl Runtime {
                     status: kind.clone(),
                     summary: summary(&content),
                 });
+                batch.push(serde_json::json!({
+                    "tool_name": call.name,
+                    "tool_input": match &call.arguments {
+                        Ok(v) => v.clone(),
+                        Err(e) => Value::String(e.raw.clone()),
+                    },
+                    "tool_use_id": call.id,
+                    "tool_response": content,
+                    "is_error": kind != "ok",
+                }));
                 results.push(ToolResultItem {
                     call_id: call.id,
                     content,
                     is_error: kind != "ok",
                 });
+            }
+            // PostToolBatch: once the round's calls all ended, before the
+            // next request. Its context goes to the model with the results;
+            // a block ends the turn.
+            if hooks.has(crate::messages::hooks::config::HookEvent::PostToolBatch) {
+                let input =
+                    crate::messages::hooks::input::HookInput::PostToolBatch { tool_calls: batch };
+                let report = hooks.run(&session, &input, None, &cancel).await;
+                let m = &report.merged;
+                let blocked = m.stop.clone().or_else(|| {
+                    (m.decision == Some(crate::messages::hooks::HookDecision::Block))
+                        .then(|| m.reason.clone().unwrap_or_default())
+                });
+                if let Some(reason) = blocked {
+                    emit(TurnEvent::Hook {
+                        hook_event: "PostToolBatch".into(),
+                        verdict: "block".into(),
+                        text: reason.clone(),
+                    });
+                    outcome.error = Some(TurnError::BlockedByHook(reason));
+                    return outcome;
+                }
+                if !m.context.is_empty() {
+                    let context = m.context.join("\n\n");
+                    emit(TurnEvent::Hook {
+                        hook_event: "PostToolBatch".into(),
+                        verdict: "context".into(),
+                        text: context.clone(),
+                    });
+                    if let Some(last) = results.last_mut() {
+                        last.content = format!("{}\n\n{context}", last.content);
+                    }
+                }
             }
             items.push(Item::ToolResults(results));
         }

@@ -1265,3 +1265,59 @@ fn find_run_id(v: &Value) -> Option<u64> {
         _ => None,
     }
 }
+
+// Issue 36: PostToolUseFailure runs after a failed call only (besides
+// PostToolUse), with the tool, its input and what the model is told of the
+// failure; its context reaches the model. Codex has no such event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_tool_use_failure_runs_after_a_failed_call_only_with_the_error() {
+    let dir = temp_dir("failure");
+    let seen = dir.join("seen.json");
+    let command = format!(
+        r#"cat > '{}'; echo '{{"hookSpecificOutput":{{"hookEventName":"PostToolUseFailure","additionalContext":"retry with care"}}}}'"#,
+        seen.display()
+    );
+    let hooks = one("PostToolUseFailure", Some("mcp__srv__.*"), &command);
+    let p = pipeline()
+        .hooks(Dialect::Claude, hooks.clone())
+        .start()
+        .await;
+    assert!(p.echo().await.is_ok());
+    assert!(!seen.exists(), "it ran after a call that succeeded");
+    let failed =
+        p.rt.call(
+            &G,
+            "mcp__srv__is_error",
+            Some(json!({})),
+            CallOptions::default(),
+        )
+        .await;
+    assert!(!failed.is_ok());
+    assert!(
+        failed.projection.contains("retry with care"),
+        "{} (the hook ran: {}; notes {:?}; kind {:?})",
+        failed.projection,
+        seen.exists(),
+        failed.notes,
+        failed.kind
+    );
+    let payload: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(payload["hook_event_name"], "PostToolUseFailure");
+    assert_eq!(payload["tool_name"], "mcp__srv__is_error");
+    assert_eq!(payload["is_interrupt"], false);
+    assert!(
+        !payload["error"].as_str().unwrap_or_default().is_empty(),
+        "{payload}"
+    );
+    p.done().await;
+    let p = pipeline().hooks(Dialect::Codex, hooks).start().await;
+    assert!(
+        p.rt.hooks()
+            .sets()
+            .iter()
+            .flat_map(|s| s.warnings.iter())
+            .any(|w| w.contains("PostToolUseFailure is not a Codex event")),
+        "Codex has no PostToolUseFailure"
+    );
+    p.done().await;
+}

@@ -753,10 +753,16 @@ async fn mcpvisor_chat_runs_session_start_hooks_and_sends_their_context_as_the_s
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("cc.json");
     let hook = r#"echo '{"hookSpecificOutput":{"hookEventName":"SessionStart","additionalContext":"You are in a test."}}'"#;
+    // SessionEnd (issue 36): the chat's end runs it, with why it ended.
+    let ended = dir.join("ended.json");
+    let end_hook = format!("cat > '{}'", ended.display());
     std::fs::write(
         &file,
-        serde_json::to_vec(&json!({"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": hook}]}]}}))
-            .unwrap(),
+        serde_json::to_vec(&json!({"hooks": {
+            "SessionStart": [{"hooks": [{"type": "command", "command": hook}]}],
+            "SessionEnd": [{"hooks": [{"type": "command", "command": end_hook}]}],
+        }}))
+        .unwrap(),
     )
     .unwrap();
     let model = ScriptedModel::start(vec![openai_text("hi")]).await.unwrap();
@@ -772,6 +778,11 @@ async fn mcpvisor_chat_runs_session_start_hooks_and_sends_their_context_as_the_s
     assert_eq!(
         model.requests()[0].body["messages"][0],
         json!({"role": "system", "content": "You are in a test."})
+    );
+    let end: Value = serde_json::from_str(&std::fs::read_to_string(&ended).unwrap()).unwrap();
+    assert_eq!(
+        (&end["hook_event_name"], &end["reason"]),
+        (&json!("SessionEnd"), &json!("other"))
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1061,4 +1072,77 @@ async fn a_call_never_made_in_a_round_holds_none_of_the_others() {
     assert_eq!(statuses, ["invalid_arguments", "ok"], "{out:?}");
     assert!(logs[0].text().contains("still made"));
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+// Issue 36: PostToolBatch runs once after a round's calls all ended, with
+// every call in the model's order; its context goes to the model with the
+// results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_tool_batch_sees_the_whole_round_and_its_context_reaches_the_model() {
+    let dir = mcpvisor_chaos::unique_temp_path("batch-hook");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen = dir.join("seen.json");
+    let command = format!(
+        r#"cat > '{}'; echo '{{"hookSpecificOutput":{{"hookEventName":"PostToolBatch","additionalContext":"batch checked"}}}}'"#,
+        seen.display()
+    );
+    let file = dir.join("cc.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"hooks": {"PostToolBatch": [{"hooks": [{"type": "command", "command": command}]}]}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .hooks(mcpvisor::HookSettings {
+            claude: Some(file),
+            ..mcpvisor::HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let log = RequestLog::new("turn-batch");
+    rt.add_server(G, fault_server_config("s", log.args()).trusted())
+        .await
+        .unwrap();
+    rt.wait_ready(&G, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let (model, out, events) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_tool_calls(&[
+                ("c1", "mcp__s__echo", r#"{"message":"one"}"#),
+                ("c2", "mcp__s__is_error", "{}"),
+            ]),
+            openai_text("done"),
+        ],
+        "two",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let payload: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(payload["hook_event_name"], "PostToolBatch");
+    let calls = payload["tool_calls"].as_array().unwrap();
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|c| c["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"], "{payload}");
+    assert_eq!(
+        (&calls[0]["is_error"], &calls[1]["is_error"]),
+        (&json!(false), &json!(true))
+    );
+    assert!(events.iter().any(|e| matches!(e, TurnEvent::Hook { hook_event, verdict, .. } if hook_event == "PostToolBatch" && verdict == "context")));
+    let second = &model.requests()[1].body["messages"];
+    let last = second.as_array().unwrap().last().unwrap();
+    assert_eq!(last["tool_call_id"], "c2");
+    assert!(
+        last["content"].as_str().unwrap().ends_with("batch checked"),
+        "{last}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let _ = std::fs::remove_dir_all(&dir);
 }
