@@ -60,6 +60,7 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
     let mut route = ModelRoute::new(provider, endpoint, model);
     route.key_secret = flags.key_secret.or(m.key_secret);
     route.supports_tools = !flags.no_tools && m.supports_tools.unwrap_or(true);
+    route.encrypted_reasoning = m.encrypted_reasoning.unwrap_or(false);
     let max_rounds = flags
         .max_rounds
         .or(m.max_rounds)

@@ -241,6 +241,9 @@ pub struct RawModel {
     pub max_rounds: Option<u32>,
     /// `false` for a route without tool calling (TRUST-7).
     pub supports_tools: Option<bool>,
+    /// Responses API: ask for reasoning items' encrypted content (a
+    /// reasoning model), `ModelRoute::encrypted_reasoning`.
+    pub encrypted_reasoning: Option<bool>,
 }
 
 /// `[hooks]` (HOOK-4, HOOK-12). Relative paths resolve against the config
