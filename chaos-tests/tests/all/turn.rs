@@ -1146,3 +1146,78 @@ async fn post_tool_batch_sees_the_whole_round_and_its_context_reaches_the_model(
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Issue 36: with a round's calls running together, the PreToolUse hooks
+// still run one at a time in the model's order, and the results go back in
+// the model's order even when a later call ends first (the first call's
+// server answers 300 ms late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_run_in_the_models_order_and_results_go_back_in_it() {
+    let dir = mcpvisor_chaos::unique_temp_path("order-hook");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen = dir.join("seen.jsonl");
+    let command = format!("cat >> '{}'; echo >> '{}'", seen.display(), seen.display());
+    let file = dir.join("cc.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": command}]}]}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .hooks(mcpvisor::HookSettings {
+            claude: Some(file),
+            ..mcpvisor::HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let (slow, fast) = (RequestLog::new("order-slow"), RequestLog::new("order-fast"));
+    let mut args = slow.args();
+    args.extend(["--slow-ms".to_owned(), "300".to_owned()]);
+    for (name, args) in [("slow", args), ("fast", fast.args())] {
+        let mut cfg = fault_server_config(name, args).trusted();
+        cfg.parallel_calls = Some(true);
+        rt.add_server(G, cfg).await.unwrap();
+        rt.wait_ready(&G, name, Duration::from_secs(20))
+            .await
+            .unwrap();
+    }
+    let (model, out, _) = scripted_turn(
+        &rt,
+        Provider::OpenAi,
+        vec![
+            openai_tool_calls(&[
+                ("c1", "mcp__slow__echo", r#"{"message":"first"}"#),
+                ("c2", "mcp__fast__echo", r#"{"message":"second"}"#),
+                ("c3", "mcp__fast__echo", r#"{"message":"third"}"#),
+            ]),
+            openai_text("done"),
+        ],
+        "three",
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let hooked: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["tool_input"]["message"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(hooked, ["first", "second", "third"]);
+    let messages = model.requests()[1].body["messages"].clone();
+    let results: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["c1", "c2", "c3"]);
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let _ = std::fs::remove_dir_all(&dir);
+}
