@@ -179,7 +179,7 @@ pub use runtime::config::{parse_config, parse_config_file};
 // Calls, outcomes and the policy chain.
 pub use messages::call::{
     Annotations, CallOptions, CallPolicy, ModelEdit, OUTCOME_META, OutcomeKind, PolicyCall,
-    PolicyVerdict, SIDE_EFFECTS_META, SideEffects, ToolDefinition, ToolOutcome,
+    PolicyVerdict, RpcErrorReply, SIDE_EFFECTS_META, SideEffects, ToolDefinition, ToolOutcome,
 };
 pub use messages::projection::ProjectionPart;
 

@@ -35,6 +35,28 @@ pub(super) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
     result
 }
 
+/// The JSON-RPC errors of a backend that reach the client as that error,
+/// not as an `isError` result: `-32021`, a client capability the server
+/// requires is missing (2026-07-28) — a protocol answer about the client,
+/// which the client must see as one; the call did not run.
+const PASSED_ON: [i32; 1] = [-32021];
+
+/// The error the client gets instead of a result, when the backend
+/// answered the call with one of [`PASSED_ON`].
+pub(super) fn passed_on_error(outcome: &ToolOutcome) -> Option<rmcp::ErrorData> {
+    let e = outcome
+        .rpc_error
+        .as_ref()
+        .filter(|_| outcome.kind == OutcomeKind::ServerError)?;
+    PASSED_ON.contains(&e.code).then(|| {
+        rmcp::ErrorData::new(
+            rmcp::model::ErrorCode(e.code),
+            e.message.clone(),
+            e.data.clone(),
+        )
+    })
+}
+
 fn backend_or_runtime_result(mut outcome: ToolOutcome) -> CallToolResult {
     // The canonical value is moved into the result, not copied (a large
     // result is materialised once).

@@ -179,6 +179,9 @@ impl GatewaySession {
                     .as_deref()
                     .filter(|_| stateless_with_elicitation(ctx));
                 let _ = self.end_rounds(approver, &chat);
+                if let Some(e) = results::passed_on_error(&outcome) {
+                    return Err(e);
+                }
                 Ok(results::to_call_result(outcome).into())
             }
         }
@@ -667,6 +670,9 @@ impl ServerHandler for GatewaySession {
         {
             return Ok(self.ask_in_a_round(q, chat, arguments));
         }
+        if let Some(e) = results::passed_on_error(&outcome) {
+            return Err(e);
+        }
         let mut result = results::to_call_result(outcome);
         if !is_stateless(&ctx) {
             for_a_session_client(&mut result.meta);
@@ -1035,14 +1041,21 @@ fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
 }
 
-/// What a stateless client declared it answers (in the request's `_meta`),
-/// when anything.
+/// What a stateless client declared it answers (in the request's `_meta`;
+/// nothing when it declared no capabilities); None for a session-era client.
 fn stateless_offers(ctx: &RequestContext<RoleServer>) -> Option<crate::Offers> {
     if !is_stateless(ctx) {
         return None;
     }
-    let offers = relay::offers_of(&ctx.meta.client_capabilities()?);
-    (offers != crate::Offers::default()).then_some(offers)
+    // A client that declared nothing offers nothing: its backend is told
+    // so (not the gateway's own capabilities), and refuses what needs one
+    // (-32021, passed on).
+    Some(
+        ctx.meta
+            .client_capabilities()
+            .map(|c| relay::offers_of(&c))
+            .unwrap_or_default(),
+    )
 }
 
 /// The `_meta` key under which a 2026-07-28 server names itself in its

@@ -219,6 +219,22 @@ pub struct ToolOutcome {
     /// What policies did to the model's text, in order (already applied to
     /// `projection` and `parts`): a gateway replays them on the full result.
     pub model_edits: Vec<ModelEdit>,
+    /// The server answered the call with a JSON-RPC error (`server_error`):
+    /// its code, message (secrets redacted) and data, for a gateway that
+    /// passes a protocol error on as one.
+    pub rpc_error: Option<RpcErrorReply>,
+}
+
+/// A JSON-RPC error a server answered a call with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RpcErrorReply {
+    /// The error code (`-32021`: a client capability the server requires
+    /// is missing).
+    pub code: i32,
+    /// Its message.
+    pub message: String,
+    /// Its data, when it had some.
+    pub data: Option<Value>,
 }
 
 /// A policy's change to what the model sees of a result (hook context, a
@@ -259,6 +275,7 @@ impl ToolOutcome {
             notes: Vec::new(),
             stop: None,
             model_edits: Vec::new(),
+            rpc_error: None,
         }
     }
 

@@ -145,6 +145,7 @@ impl Runtime {
             notes: Vec::new(),
             stop: None,
             model_edits: Vec::new(),
+            rpc_error: None,
         }
     }
 }

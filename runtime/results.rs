@@ -88,6 +88,7 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         notes: Vec::new(),
         stop: None,
         model_edits: Vec::new(),
+        rpc_error: None,
     }
 }
 

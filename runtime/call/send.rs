@@ -303,7 +303,7 @@ impl Runtime {
                 return ToolOutcome::failure(OutcomeKind::InvalidResult, e.message.to_string());
             }
             Err(ServiceError::McpError(e)) => {
-                return ToolOutcome::failure(
+                let mut outcome = ToolOutcome::failure(
                     OutcomeKind::ServerError,
                     redact(
                         &format!(
@@ -313,6 +313,15 @@ impl Runtime {
                         &live.redactions,
                     ),
                 );
+                outcome.rpc_error = Some(crate::messages::call::RpcErrorReply {
+                    code: e.code.0,
+                    message: redact(&e.message, &live.redactions),
+                    data: e.data.map(|mut d| {
+                        crate::messages::trust::redact_value(&mut d, &live.redactions);
+                        d
+                    }),
+                });
+                return outcome;
             }
             Err(ServiceError::TransportClosed) => {
                 return self
