@@ -390,28 +390,13 @@ impl Runtime {
                 prompt: prompt.clone(),
             };
             let report = hooks.run(&session, &input, None, &cancel).await;
-            let m = &report.merged;
-            let blocked = m.stop.clone().or_else(|| {
-                (m.decision == Some(crate::messages::hooks::HookDecision::Block))
-                    .then(|| m.reason.clone().unwrap_or_default())
-            });
-            if let Some(reason) = blocked {
-                emit(TurnEvent::Hook {
-                    hook_event: "UserPromptSubmit".into(),
-                    verdict: "block".into(),
-                    text: reason.clone(),
-                });
-                outcome.error = Some(TurnError::BlockedByHook(reason));
-                return outcome;
-            }
-            if !m.context.is_empty() {
-                let context = m.context.join("\n\n");
-                emit(TurnEvent::Hook {
-                    hook_event: "UserPromptSubmit".into(),
-                    verdict: "context".into(),
-                    text: context.clone(),
-                });
-                prompt = format!("{prompt}\n\n{context}");
+            match loop_hook_verdict(&report, "UserPromptSubmit", &emit) {
+                Err(reason) => {
+                    outcome.error = Some(TurnError::BlockedByHook(reason));
+                    return outcome;
+                }
+                Ok(Some(context)) => prompt = format!("{prompt}\n\n{context}"),
+                Ok(None) => {}
             }
         }
         let mut stop_state = crate::messages::hooks::engine::StopState::default();
@@ -689,30 +674,17 @@ impl Runtime {
                 let input =
                     crate::messages::hooks::input::HookInput::PostToolBatch { tool_calls: batch };
                 let report = hooks.run(&session, &input, None, &cancel).await;
-                let m = &report.merged;
-                let blocked = m.stop.clone().or_else(|| {
-                    (m.decision == Some(crate::messages::hooks::HookDecision::Block))
-                        .then(|| m.reason.clone().unwrap_or_default())
-                });
-                if let Some(reason) = blocked {
-                    emit(TurnEvent::Hook {
-                        hook_event: "PostToolBatch".into(),
-                        verdict: "block".into(),
-                        text: reason.clone(),
-                    });
-                    outcome.error = Some(TurnError::BlockedByHook(reason));
-                    return outcome;
-                }
-                if !m.context.is_empty() {
-                    let context = m.context.join("\n\n");
-                    emit(TurnEvent::Hook {
-                        hook_event: "PostToolBatch".into(),
-                        verdict: "context".into(),
-                        text: context.clone(),
-                    });
-                    if let Some(last) = results.last_mut() {
-                        last.content = format!("{}\n\n{context}", last.content);
+                match loop_hook_verdict(&report, "PostToolBatch", &emit) {
+                    Err(reason) => {
+                        outcome.error = Some(TurnError::BlockedByHook(reason));
+                        return outcome;
                     }
+                    Ok(Some(context)) => {
+                        if let Some(last) = results.last_mut() {
+                            last.content = format!("{}\n\n{context}", last.content);
+                        }
+                    }
+                    Ok(None) => {}
                 }
             }
             items.push(Item::ToolResults(results));
@@ -774,6 +746,40 @@ impl Runtime {
         }
         (all, request.prompt.clone())
     }
+}
+
+/// What the hooks of one of the loop's own events (UserPromptSubmit,
+/// PostToolBatch) decided, each part emitted as a [`TurnEvent::Hook`]: a
+/// block (or `continue: false`) is `Err(reason)`, which ends the turn;
+/// otherwise their context, joined, when they gave any.
+fn loop_hook_verdict(
+    report: &crate::messages::hooks::engine::HookReport,
+    event: &str,
+    emit: &impl Fn(TurnEvent),
+) -> Result<Option<String>, String> {
+    let m = &report.merged;
+    let blocked = m.stop.clone().or_else(|| {
+        (m.decision == Some(crate::messages::hooks::HookDecision::Block))
+            .then(|| m.reason.clone().unwrap_or_default())
+    });
+    if let Some(reason) = blocked {
+        emit(TurnEvent::Hook {
+            hook_event: event.into(),
+            verdict: "block".into(),
+            text: reason.clone(),
+        });
+        return Err(reason);
+    }
+    if m.context.is_empty() {
+        return Ok(None);
+    }
+    let context = m.context.join("\n\n");
+    emit(TurnEvent::Hook {
+        hook_event: event.into(),
+        verdict: "context".into(),
+        text: context.clone(),
+    });
+    Ok(Some(context))
 }
 
 /// The first line of `text`, cut to 200 bytes.
