@@ -213,17 +213,26 @@ fn parse_line(line: &str) -> Line<'_> {
 /// The SessionEnd hooks (HOOK-6), with why the session ends; their notes
 /// on stderr. Nothing they answer changes anything: the session is over.
 async fn session_end(runtime: &mcpvisor::Runtime, reason: &str) {
-    let hooks = runtime.hooks();
-    if !hooks.has(mcpvisor::HookEvent::SessionEnd) {
-        return;
-    }
     let input = mcpvisor::HookInput::SessionEnd {
         reason: reason.to_owned(),
     };
+    let _ = session_hooks(runtime, &input).await;
+}
+
+/// Run the hooks of a session event (none configured: `None`), their notes
+/// on stderr.
+async fn session_hooks(
+    runtime: &mcpvisor::Runtime,
+    input: &mcpvisor::HookInput,
+) -> Option<mcpvisor::HookReport> {
+    let hooks = runtime.hooks();
+    if !hooks.has(input.event()) {
+        return None;
+    }
     let report = hooks
         .run(
             hooks.session(),
-            &input,
+            input,
             None,
             &mcpvisor::CancellationToken::new(),
         )
@@ -231,6 +240,7 @@ async fn session_end(runtime: &mcpvisor::Runtime, reason: &str) {
     for note in report.notes() {
         eprintln!("{note}");
     }
+    Some(report)
 }
 
 async fn session_start(
@@ -238,24 +248,10 @@ async fn session_start(
     json_out: bool,
     render: Option<&Arc<mcpvisor::mods::ModHost>>,
 ) -> Option<String> {
-    let hooks = runtime.hooks();
-    if !hooks.has(mcpvisor::HookEvent::SessionStart) {
-        return None;
-    }
     let input = mcpvisor::HookInput::SessionStart {
         source: "startup".into(),
     };
-    let report = hooks
-        .run(
-            hooks.session(),
-            &input,
-            None,
-            &mcpvisor::CancellationToken::new(),
-        )
-        .await;
-    for note in report.notes() {
-        eprintln!("{note}");
-    }
+    let report = session_hooks(runtime, &input).await?;
     if report.merged.context.is_empty() {
         return None;
     }

@@ -430,12 +430,14 @@ impl Runtime {
         let mut found: Vec<usize> = Vec::new();
         for round in 1..=request.max_rounds.max(1) {
             outcome.rounds = round;
-            let offered: Vec<ToolSpec> = if deferring {
+            // Every tool, borrowed; or the search tool and what it found.
+            let offered: std::borrow::Cow<'_, [ToolSpec]> = if deferring {
                 std::iter::once(search::search_spec(specs.len()))
                     .chain(found.iter().filter_map(|&i| specs.get(i).cloned()))
-                    .collect()
+                    .collect::<Vec<_>>()
+                    .into()
             } else {
-                specs.clone()
+                specs.as_slice().into()
             };
             let body = match route.provider {
                 Provider::OpenAi => {

@@ -85,6 +85,29 @@ fn assert_bearer_key(req: &mcpvisor_chaos::model::Recorded) {
     );
 }
 
+/// A runtime with the model key and one Claude Code hook file in `dir`:
+/// `command` on every `event`.
+async fn runtime_with_hook(dir: &std::path::Path, event: &str, command: &str) -> Runtime {
+    let file = dir.join("cc.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(
+            &json!({"hooks": {event: [{"hooks": [{"type": "command", "command": command}]}]}}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .hooks(mcpvisor::HookSettings {
+            claude: Some(file),
+            ..mcpvisor::HookSettings::default()
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Run a turn, collecting its events.
 async fn turn(rt: &Runtime, request: TurnRequest) -> (TurnOutcome, Vec<TurnEvent>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -1086,22 +1109,7 @@ async fn post_tool_batch_sees_the_whole_round_and_its_context_reaches_the_model(
         r#"cat > '{}'; echo '{{"hookSpecificOutput":{{"hookEventName":"PostToolBatch","additionalContext":"batch checked"}}}}'"#,
         seen.display()
     );
-    let file = dir.join("cc.json");
-    std::fs::write(
-        &file,
-        serde_json::to_vec(&json!({"hooks": {"PostToolBatch": [{"hooks": [{"type": "command", "command": command}]}]}}))
-            .unwrap(),
-    )
-    .unwrap();
-    let rt = Runtime::builder()
-        .secrets(Arc::new(Keys))
-        .hooks(mcpvisor::HookSettings {
-            claude: Some(file),
-            ..mcpvisor::HookSettings::default()
-        })
-        .start()
-        .await
-        .unwrap();
+    let rt = runtime_with_hook(&dir, "PostToolBatch", &command).await;
     let log = RequestLog::new("turn-batch");
     rt.add_server(G, fault_server_config("s", log.args()).trusted())
         .await
@@ -1157,22 +1165,7 @@ async fn hooks_run_in_the_models_order_and_results_go_back_in_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let seen = dir.join("seen.jsonl");
     let command = format!("cat >> '{}'; echo >> '{}'", seen.display(), seen.display());
-    let file = dir.join("cc.json");
-    std::fs::write(
-        &file,
-        serde_json::to_vec(&json!({"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": command}]}]}}))
-            .unwrap(),
-    )
-    .unwrap();
-    let rt = Runtime::builder()
-        .secrets(Arc::new(Keys))
-        .hooks(mcpvisor::HookSettings {
-            claude: Some(file),
-            ..mcpvisor::HookSettings::default()
-        })
-        .start()
-        .await
-        .unwrap();
+    let rt = runtime_with_hook(&dir, "PreToolUse", &command).await;
     let (slow, fast) = (RequestLog::new("order-slow"), RequestLog::new("order-fast"));
     let mut args = slow.args();
     args.extend(["--slow-ms".to_owned(), "300".to_owned()]);
