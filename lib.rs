@@ -195,7 +195,7 @@ pub use messages::trust::{looks_secret, secret_reference};
 pub use runtime::turn::model::Usage;
 pub use runtime::turn::{
     DEFAULT_DEFER_THRESHOLD, DEFAULT_MAX_ROUNDS, DEFAULT_PARALLEL_CALLS, Defer, ModelRoute,
-    ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
+    ToolSearch, ToolUseRecord, TurnError, TurnEvent, TurnOutcome, TurnRequest,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use transport::stdio::package_runner_of;

@@ -305,6 +305,12 @@ pub(crate) enum Command {
         /// tools it finds from the next round on.
         #[arg(long, value_name = "WHEN")]
         defer: Option<String>,
+        /// `auto` (the default), `native` or `local`: which search deferred
+        /// tools are found with. `native` is the provider's own deferred
+        /// loading (Responses API, Anthropic), `local` a plain search tool;
+        /// `auto` is native on the vendor's own API, local elsewhere.
+        #[arg(long, value_name = "KIND")]
+        tool_search: Option<String>,
     },
     /// Benchmarks against bare baselines in the same run (figures, never
     /// assertions), e.g. `mcpvisor --json bench`.

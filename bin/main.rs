@@ -284,6 +284,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             no_tools,
             parallel,
             defer,
+            tool_search,
         } => {
             let flags = cmd::chat::ChatFlags {
                 provider: provider.clone(),
@@ -295,6 +296,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 no_tools: *no_tools,
                 parallel: *parallel,
                 defer: defer.clone(),
+                tool_search: tool_search.clone(),
             };
             cmd::chat::run(&cli, flags).await
         }

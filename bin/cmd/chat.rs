@@ -31,6 +31,7 @@ pub(crate) struct ChatFlags {
     pub(crate) no_tools: bool,
     pub(crate) parallel: Option<usize>,
     pub(crate) defer: Option<String>,
+    pub(crate) tool_search: Option<String>,
 }
 
 /// Run `chat`; exit 0 when every turn finished, 1 when one failed.
@@ -57,7 +58,18 @@ pub(crate) async fn run(cli: &Cli, flags: ChatFlags) -> anyhow::Result<u8> {
         Some(word) => mcpvisor::Defer::parse(word)
             .with_context(|| format!("--defer {word:?}: expected auto, always or never"))?,
     };
+    let tool_search = match flags.tool_search.as_deref().or(m.tool_search.as_deref()) {
+        None => mcpvisor::ToolSearch::Auto,
+        Some(word) => mcpvisor::ToolSearch::parse(word)
+            .with_context(|| format!("--tool-search {word:?}: expected auto, native or local"))?,
+    };
+    if tool_search == mcpvisor::ToolSearch::Native && provider == Provider::OpenAi {
+        bail!(
+            "--tool-search native: Chat Completions (provider openai) has no tool search of its own; use local, or --provider openai-responses"
+        );
+    }
     let mut route = ModelRoute::new(provider, endpoint, model);
+    route.tool_search = tool_search;
     route.key_secret = flags.key_secret.or(m.key_secret);
     route.supports_tools = !flags.no_tools && m.supports_tools.unwrap_or(true);
     route.encrypted_reasoning = m.encrypted_reasoning.unwrap_or(false);
@@ -507,11 +519,25 @@ fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
         TurnEvent::Round {
             round,
             tools,
+            deferred,
             tool_bytes,
         } => Some((
             "round",
-            format!("round {round}: {tools} tool(s) offered ({tool_bytes} bytes)"),
+            if *deferred == 0 {
+                format!("round {round}: {tools} tool(s) offered ({tool_bytes} bytes)")
+            } else {
+                format!(
+                    "round {round}: {tools} tool(s) offered, {deferred} deferred ({tool_bytes} bytes)"
+                )
+            },
         )),
+        TurnEvent::ToolSearchRefused { message, .. } => {
+            let (message, _) = apply_cut(message, 160);
+            Some((
+                "tool_search",
+                format!("the endpoint refused its own tool search ({message}); searching locally"),
+            ))
+        }
         TurnEvent::ToolsFound { query, tools, .. } => Some((
             "tools_found",
             format!(

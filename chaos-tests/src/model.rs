@@ -404,3 +404,17 @@ pub fn responses_tool_calls(calls: &[(&str, &str, &str)]) -> Reply {
         "usage": {"input_tokens": 50, "output_tokens": 20, "total_tokens": 70}}}));
     Reply::Sse(responses_events(ev))
 }
+
+/// A Responses API round whose one item is a client-executed
+/// `tool_search_call` (the provider's own deferred loading, searched by
+/// the caller) with these arguments.
+pub fn responses_tool_search(call_id: &str, arguments: Value) -> Reply {
+    let item = |status: &str| json!({"id": "tsc_1", "type": "tool_search_call", "status": status, "call_id": call_id, "execution": "client", "arguments": arguments});
+    Reply::Sse(responses_events(vec![
+        json!({"type": "response.created", "response": {"id": "resp_s", "status": "in_progress", "output": []}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item("in_progress")}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item("completed")}),
+        json!({"type": "response.completed", "response": {"id": "resp_s", "status": "completed", "output": [item("completed")],
+            "usage": {"input_tokens": 12, "output_tokens": 6, "total_tokens": 18}}}),
+    ]))
+}

@@ -244,6 +244,9 @@ pub struct RawModel {
     /// Responses API: ask for reasoning items' encrypted content (a
     /// reasoning model), `ModelRoute::encrypted_reasoning`.
     pub encrypted_reasoning: Option<bool>,
+    /// `auto`, `native` or `local`: which search a turn that defers its
+    /// tools uses, `ModelRoute::tool_search`.
+    pub tool_search: Option<String>,
 }
 
 /// `[hooks]` (HOOK-4, HOOK-12). Relative paths resolve against the config
@@ -717,6 +720,25 @@ pub fn parse_config_at(
                 "{origin}: [model] provider = {p:?}: expected \"openai\", \"anthropic\" or \"openai-responses\""
             )],
         });
+    }
+    if let Some(word) = &model.tool_search {
+        let native = match crate::runtime::turn::ToolSearch::parse(word) {
+            None => {
+                return Err(ConfigError {
+                    problems: vec![format!(
+                        "{origin}: [model] tool_search = {word:?}: expected \"auto\", \"native\" or \"local\""
+                    )],
+                });
+            }
+            Some(t) => t == crate::runtime::turn::ToolSearch::Native,
+        };
+        if native && model.provider.as_deref() == Some("openai") {
+            return Err(ConfigError {
+                problems: vec![format!(
+                    "{origin}: [model] tool_search = \"native\": Chat Completions (provider \"openai\") has no tool search of its own; use \"local\", or provider \"openai-responses\""
+                )],
+            });
+        }
     }
     if let Some(bad) = hooks
         .approved

@@ -29,8 +29,8 @@ use crate::messages::call::{CallOptions, OutcomeKind};
 use crate::messages::config::Scope;
 use crate::messages::trust::validate_endpoint;
 use model::{
-    Decoder, Delta, Item, Provider, Round, ToolResultItem, ToolSpec, Usage, anthropic, openai,
-    responses,
+    Decoder, Delta, Item, Offer, Provider, Round, ToolResultItem, ToolSpec, Usage, anthropic,
+    openai, responses,
 };
 
 use super::Runtime;
@@ -66,9 +66,72 @@ pub struct ModelRoute {
     /// model's reasoning goes back to it with its calls' results. Only
     /// reasoning models accept it (others answer 400); off by default.
     pub encrypted_reasoning: bool,
+    /// Which search a turn that defers its tools uses (issue 36).
+    pub tool_search: ToolSearch,
+}
+
+/// Which search a turn that defers its tools uses. Either way the search
+/// itself runs here (BM25, [`search`]); what differs is how its answer
+/// reaches the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolSearch {
+    /// The provider's own deferred loading on the vendor's own API
+    /// (`api.openai.com` for the Responses API, `api.anthropic.com`), the
+    /// local search tool elsewhere. When the first request is refused
+    /// (HTTP 400: a model without tool search), the turn goes on with the
+    /// local search tool.
+    #[default]
+    Auto,
+    /// The provider's own deferred loading: a client-executed `tool_search`
+    /// whose answers are `tool_search_output` items (Responses API), or
+    /// every tool sent with `defer_loading: true` and the search's answers
+    /// as `tool_reference` blocks (Anthropic). Chat Completions has none:
+    /// the local search tool is used.
+    Native,
+    /// The local search tool, a plain function whose answer is the found
+    /// tools' definitions as text; they are offered from the next round on.
+    Local,
+}
+
+impl ToolSearch {
+    /// `auto`, `native` or `local`.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "auto" => Some(Self::Auto),
+            "native" => Some(Self::Native),
+            "local" => Some(Self::Local),
+            _ => None,
+        }
+    }
 }
 
 impl ModelRoute {
+    /// Whether a turn that defers its tools uses the provider's own
+    /// deferred loading on this route ([`ToolSearch`]).
+    pub fn native_search(&self) -> bool {
+        let vendor = match self.provider {
+            Provider::OpenAi => return false,
+            Provider::OpenAiResponses => "api.openai.com",
+            Provider::Anthropic => "api.anthropic.com",
+        };
+        match self.tool_search {
+            ToolSearch::Local => false,
+            ToolSearch::Native => true,
+            ToolSearch::Auto => reqwest::Url::parse(&self.endpoint)
+                .ok()
+                .is_some_and(|u| u.host_str() == Some(vendor)),
+        }
+    }
+
+    /// Whether a request that offered the provider's own tool search and
+    /// was answered with HTTP `status` goes again with the local search:
+    /// only under [`ToolSearch::Auto`], only for a 400 (a model without
+    /// tool search), and only while no native search answer is in the
+    /// conversation (`answered`).
+    fn search_refused(&self, status: u16, answered: bool) -> bool {
+        self.tool_search == ToolSearch::Auto && status == 400 && !answered
+    }
+
     /// A route with the defaults: tools supported, 4096 max tokens, 60 s idle.
     pub fn new(provider: Provider, endpoint: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
@@ -80,6 +143,7 @@ impl ModelRoute {
             max_tokens: 4096,
             idle_timeout: Duration::from_secs(60),
             encrypted_reasoning: false,
+            tool_search: ToolSearch::Auto,
         }
     }
 }
@@ -179,8 +243,20 @@ pub enum TurnEvent {
         round: u32,
         /// How many tools it was offered.
         tools: usize,
+        /// Tools sent with `defer_loading` (the provider's own deferred
+        /// loading): not in the prompt until a search names them.
+        deferred: usize,
         /// The bytes of the request's tool definitions.
         tool_bytes: usize,
+    },
+    /// The endpoint refused the provider's own tool search ([`ToolSearch::Auto`]
+    /// on the vendor's API, HTTP 400): the round is sent again with the
+    /// local search tool, which the rest of the turn uses.
+    ToolSearchRefused {
+        /// The round.
+        round: u32,
+        /// The endpoint's message.
+        message: String,
     },
     /// The search tool found tools (deferred loading): they are offered
     /// from the next round on.
@@ -410,6 +486,7 @@ impl Runtime {
                     .or_else(|| d.title.clone())
                     .unwrap_or_default(),
                 parameters: Value::Object((*d.input_schema).clone()),
+                offer: Offer::Eager,
             })
             .collect();
         let mut items = vec![Item::User(prompt)];
@@ -428,50 +505,90 @@ impl Runtime {
             search::ToolIndex::default()
         };
         let mut found: Vec<usize> = Vec::new();
+        // The provider's own deferred loading: the same tool list every
+        // round (Responses: the search alone; Anthropic: the search, then
+        // every tool deferred), what a search finds loaded where its answer
+        // stands. `native_answered` once an answer of that kind is in the
+        // conversation (from then on there is no going back to the local
+        // search).
+        let mut native = deferring && route.native_search();
+        let mut native_answered = false;
+        let native_offer: Vec<ToolSpec> = if native {
+            let mut offer = vec![search::search_spec(specs.len(), Offer::NativeSearch)];
+            if route.provider == Provider::Anthropic {
+                offer.extend(specs.iter().map(|s| ToolSpec {
+                    offer: Offer::Deferred,
+                    ..s.clone()
+                }));
+            }
+            offer
+        } else {
+            Vec::new()
+        };
         for round in 1..=request.max_rounds.max(1) {
             outcome.rounds = round;
-            // Every tool, borrowed; or the search tool and what it found.
-            let offered: std::borrow::Cow<'_, [ToolSpec]> = if deferring {
-                std::iter::once(search::search_spec(specs.len()))
-                    .chain(found.iter().filter_map(|&i| specs.get(i).cloned()))
-                    .collect::<Vec<_>>()
-                    .into()
-            } else {
-                specs.as_slice().into()
-            };
-            let body = match route.provider {
-                Provider::OpenAi => {
-                    openai::request_body(&route.model, request.system.as_deref(), &offered, &items)
-                }
-                Provider::Anthropic => anthropic::request_body(
-                    &route.model,
-                    route.max_tokens,
-                    request.system.as_deref(),
-                    &offered,
-                    &items,
-                ),
-                Provider::OpenAiResponses => responses::request_body(
-                    &route.model,
-                    request.system.as_deref(),
-                    &offered,
-                    &items,
-                    route.encrypted_reasoning,
-                ),
-            };
-            emit(TurnEvent::Round {
-                round,
-                tools: offered.len(),
-                tool_bytes: body.get("tools").map_or(0, |t| t.to_string().len()),
-            });
-            let streamed = tokio::select! {
-                r = client.round(&body, &emit) => r,
-                _ = cancel.cancelled() => Err(TurnError::Cancelled),
-            };
-            let r: Round = match streamed {
-                Ok(r) => r,
-                Err(e) => {
-                    outcome.error = Some(e);
-                    return outcome;
+            let r: Round = loop {
+                // Every tool, borrowed; or the search tool and what it found.
+                let offered: std::borrow::Cow<'_, [ToolSpec]> = if !deferring {
+                    specs.as_slice().into()
+                } else if native {
+                    native_offer.as_slice().into()
+                } else {
+                    std::iter::once(search::search_spec(specs.len(), Offer::Eager))
+                        .chain(found.iter().filter_map(|&i| specs.get(i).cloned()))
+                        .collect::<Vec<_>>()
+                        .into()
+                };
+                let body = match route.provider {
+                    Provider::OpenAi => openai::request_body(
+                        &route.model,
+                        request.system.as_deref(),
+                        &offered,
+                        &items,
+                    ),
+                    Provider::Anthropic => anthropic::request_body(
+                        &route.model,
+                        route.max_tokens,
+                        request.system.as_deref(),
+                        &offered,
+                        &items,
+                    ),
+                    Provider::OpenAiResponses => responses::request_body(
+                        &route.model,
+                        request.system.as_deref(),
+                        &offered,
+                        &items,
+                        route.encrypted_reasoning,
+                    ),
+                };
+                let deferred = offered
+                    .iter()
+                    .filter(|t| t.offer == Offer::Deferred)
+                    .count();
+                emit(TurnEvent::Round {
+                    round,
+                    tools: offered.len() - deferred,
+                    deferred,
+                    tool_bytes: body.get("tools").map_or(0, |t| t.to_string().len()),
+                });
+                let streamed = tokio::select! {
+                    r = client.round(&body, &emit) => r,
+                    _ = cancel.cancelled() => Err(TurnError::Cancelled),
+                };
+                match streamed {
+                    Ok(r) => break r,
+                    // A model or endpoint without the provider's tool search
+                    // refuses the request: the same round again, searched here.
+                    Err(TurnError::Http {
+                        status, message, ..
+                    }) if native && route.search_refused(status, native_answered) => {
+                        native = false;
+                        emit(TurnEvent::ToolSearchRefused { round, message });
+                    }
+                    Err(e) => {
+                        outcome.error = Some(e);
+                        return outcome;
+                    }
                 }
             };
             outcome.usage.add(r.usage);
@@ -637,7 +754,9 @@ impl Runtime {
             }
             let mut results = Vec::new();
             let mut batch = Vec::new();
-            for (call, (kind, text, server)) in calls.into_iter().zip(done) {
+            for ((call, (kind, text, server)), searched) in
+                calls.into_iter().zip(done).zip(searched)
+            {
                 // LOOP-3: the per-turn budget over every result, in order.
                 let (content, _) = budget.charge(&text);
                 emit(TurnEvent::ToolResult {
@@ -663,10 +782,16 @@ impl Runtime {
                     "tool_response": content,
                     "is_error": kind != "ok",
                 }));
+                // A native search's answer names what it found.
+                let found = searched.filter(|_| native).map(|(_, hits, _)| {
+                    native_answered = true;
+                    hits.iter().filter_map(|&i| specs.get(i).cloned()).collect()
+                });
                 results.push(ToolResultItem {
                     call_id: call.id,
                     content,
                     is_error: kind != "ok",
+                    found,
                 });
             }
             // PostToolBatch: once the round's calls all ended, before the

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::model::ToolSpec;
+use super::model::{Offer, ToolSpec};
 
 /// The search tool's name.
 pub const SEARCH_TOOL: &str = "mcpvisor_tool_search";
@@ -28,8 +28,9 @@ const MAX_LIMIT: usize = 20;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// The search tool as offered to the model.
-pub fn search_spec(total: usize) -> ToolSpec {
+/// The search tool as offered to the model: a plain function, or the
+/// search of the provider's own deferred loading ([`Offer::NativeSearch`]).
+pub fn search_spec(total: usize, offer: Offer) -> ToolSpec {
     ToolSpec {
         name: SEARCH_TOOL.to_owned(),
         description: format!(
@@ -46,6 +47,7 @@ pub fn search_spec(total: usize) -> ToolSpec {
             },
             "required": ["query"],
         }),
+        offer,
     }
 }
 
@@ -194,6 +196,7 @@ mod tests {
             name: name.to_owned(),
             description: description.to_owned(),
             parameters: json!({"type": "object", "properties": props}),
+            offer: Offer::Eager,
         }
     }
 

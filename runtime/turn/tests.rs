@@ -32,3 +32,32 @@ fn a_summary_is_one_short_line() {
     assert_eq!(summary("first\nsecond"), "first");
     assert!(summary(&"x".repeat(500)).len() < 300);
 }
+
+// Issue 36: `auto` is the provider's own tool search on the vendor's API
+// only, Chat Completions never has it, and a refusal falls back to the
+// local search only under `auto`, only for a 400, only before a native
+// answer is in the conversation.
+#[test]
+fn the_providers_own_tool_search_is_used_where_it_exists() {
+    let route = |provider, endpoint: &str, mode| {
+        let mut r = ModelRoute::new(provider, endpoint, "m");
+        r.tool_search = mode;
+        r
+    };
+    let (a, n, l) = (ToolSearch::Auto, ToolSearch::Native, ToolSearch::Local);
+    let responses = Provider::OpenAiResponses;
+    assert!(route(responses, "https://api.openai.com/v1", a).native_search());
+    assert!(route(Provider::Anthropic, "https://api.anthropic.com", a).native_search());
+    assert!(!route(responses, "https://openrouter.ai/api/v1", a).native_search());
+    assert!(!route(Provider::Anthropic, "http://127.0.0.1:8080", a).native_search());
+    assert!(route(Provider::Anthropic, "http://127.0.0.1:8080", n).native_search());
+    assert!(!route(responses, "https://api.openai.com/v1", l).native_search());
+    assert!(!route(Provider::OpenAi, "https://api.openai.com/v1", n).native_search());
+    let auto = route(responses, "https://api.openai.com/v1", a);
+    assert!(auto.search_refused(400, false));
+    assert!(!auto.search_refused(400, true));
+    assert!(!auto.search_refused(401, false));
+    assert!(!route(responses, "https://api.openai.com/v1", n).search_refused(400, false));
+    assert_eq!(ToolSearch::parse("native"), Some(n));
+    assert_eq!(ToolSearch::parse("server"), None);
+}

@@ -17,6 +17,7 @@ use mcpvisor::{
 use mcpvisor_chaos::model::{
     Reply, ScriptedModel, anthropic_text, anthropic_tool_use, openai_call_chunks, openai_partial,
     openai_stream, openai_text, openai_tool_calls, responses_text, responses_tool_calls,
+    responses_tool_search,
 };
 use mcpvisor_chaos::{RequestLog, fault_server_config};
 use serde_json::{Value, json};
@@ -1067,6 +1068,179 @@ async fn a_thousand_tools_are_searched_found_and_called_with_a_stable_prefix() {
     assert_eq!(
         offered(&reqs[3].body).last().map(String::as_str),
         Some("mcp__d__tool_00042")
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+}
+
+/// A runtime with the demo server's 1,004 tools (`mcp__d__…`).
+async fn thousand_tools() -> Runtime {
+    let rt = Runtime::builder()
+        .secrets(Arc::new(Keys))
+        .start()
+        .await
+        .unwrap();
+    let exe = mcpvisor_chaos::ensure_mcpvisor_built().unwrap();
+    let cfg = mcpvisor::ServerConfig::stdio(
+        "d",
+        exe.to_string_lossy(),
+        vec!["serve-demo".into(), "--tools".into(), "1000".into()],
+    )
+    .trusted();
+    rt.add_server(G, cfg).await.unwrap();
+    rt.wait_ready(&G, "d", Duration::from_secs(30))
+        .await
+        .unwrap();
+    rt
+}
+
+// Issue 36: the providers' own deferred loading, searched here. Every
+// request of the turn carries the same tool list (the prompt cache keeps
+// it); a search's answer loads what it found where the answer stands
+// (Anthropic `tool_reference` blocks, a Responses `tool_search_output`);
+// the found tool is then called. On a loopback endpoint `auto` is the
+// local search tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_list() {
+    let rt = thousand_tools().await;
+    let search = "mcpvisor_tool_search";
+    let echo = r#"{"message":"found natively"}"#;
+    let query = r#"{"query":"echo the message back"}"#;
+
+    // Anthropic: every tool deferred behind the search tool.
+    let model = ScriptedModel::start(vec![
+        anthropic_tool_use(&[("toolu_s", search, query)]),
+        anthropic_tool_use(&[("toolu_e", "mcp__d__echo", echo)]),
+        anthropic_text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut r = route(Provider::Anthropic, &model);
+    r.tool_search = mcpvisor::ToolSearch::Native;
+    let (out, events) = turn(&rt, TurnRequest::new(G, r, "echo something")).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let used: Vec<(&str, &str)> = out
+        .tool_uses
+        .iter()
+        .map(|u| (u.tool.as_str(), u.status.as_str()))
+        .collect();
+    assert_eq!(used, [(search, "ok"), ("mcp__d__echo", "ok")]);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            TurnEvent::Round {
+                round: 1,
+                tools: 1,
+                deferred: 1004,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    let tools = &reqs[0].body["tools"];
+    assert!(
+        reqs.iter().all(|r| &r.body["tools"] == tools),
+        "one tool list for the whole turn"
+    );
+    let tools = tools.as_array().unwrap();
+    assert_eq!(tools.len(), 1005);
+    assert_eq!(
+        (
+            &tools[0]["name"],
+            &tools[0]["defer_loading"],
+            &tools[0]["cache_control"]
+        ),
+        (&json!(search), &Value::Null, &json!({"type": "ephemeral"}))
+    );
+    assert!(
+        tools[1..]
+            .iter()
+            .all(|t| t["defer_loading"] == json!(true) && t["cache_control"].is_null())
+    );
+    let answer = &reqs[1].body["messages"][2]["content"][0];
+    assert_eq!(answer["tool_use_id"], "toolu_s");
+    let refs = answer["content"].as_array().unwrap();
+    assert_eq!(
+        refs[0],
+        json!({"type": "tool_reference", "tool_name": "mcp__d__echo"}),
+        "{refs:?}"
+    );
+
+    // Responses API: the search alone, answered with the definitions.
+    let model = ScriptedModel::start(vec![
+        responses_tool_search(
+            "call_s",
+            json!({"query": "echo the message back", "limit": 2}),
+        ),
+        responses_tool_calls(&[("call_e", "mcp__d__echo", echo)]),
+        responses_text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut r = route(Provider::OpenAiResponses, &model);
+    r.tool_search = mcpvisor::ToolSearch::Native;
+    let (out, _) = turn(&rt, TurnRequest::new(G, r, "echo something")).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let used: Vec<(&str, &str)> = out
+        .tool_uses
+        .iter()
+        .map(|u| (u.tool.as_str(), u.status.as_str()))
+        .collect();
+    assert_eq!(used, [(search, "ok"), ("mcp__d__echo", "ok")]);
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    let tools = &reqs[0].body["tools"];
+    assert!(
+        reqs.iter().all(|r| &r.body["tools"] == tools),
+        "one tool list for the whole turn"
+    );
+    assert_eq!(
+        (
+            &tools[0]["type"],
+            &tools[0]["execution"],
+            tools.as_array().unwrap().len()
+        ),
+        (&json!("tool_search"), &json!("client"), 1)
+    );
+    let input = reqs[1].body["input"].as_array().unwrap();
+    assert_eq!(
+        input[1],
+        json!({"type": "tool_search_call", "call_id": "call_s", "execution": "client", "arguments": {"query": "echo the message back", "limit": 2}})
+    );
+    assert_eq!(
+        (&input[2]["type"], &input[2]["call_id"]),
+        (&json!("tool_search_output"), &json!("call_s"))
+    );
+    let loaded = input[2]["tools"].as_array().unwrap();
+    assert!(
+        (1..=2).contains(&loaded.len()),
+        "within the limit the model asked for: {loaded:?}"
+    );
+    assert_eq!(
+        (&loaded[0]["name"], &loaded[0]["defer_loading"]),
+        (&json!("mcp__d__echo"), &json!(true))
+    );
+    assert!(loaded[0]["parameters"]["properties"]["message"].is_object());
+    println!(
+        "Responses, native search: first request {} bytes of tools",
+        tools.to_string().len()
+    );
+
+    // `auto` on a loopback endpoint: the local search tool, a function.
+    let model = ScriptedModel::start(vec![responses_text("nothing to do")])
+        .await
+        .unwrap();
+    let (out, _) = turn(
+        &rt,
+        TurnRequest::new(G, route(Provider::OpenAiResponses, &model), "hi"),
+    )
+    .await;
+    assert_eq!(out.error, None, "{out:?}");
+    let tools = &model.requests()[0].body["tools"];
+    assert_eq!(
+        (&tools[0]["type"], &tools[0]["name"]),
+        (&json!("function"), &json!(search))
     );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
 }

@@ -292,3 +292,28 @@ fn the_liveness_pings_are_set_from_the_file() {
         "{zero}"
     );
 }
+
+#[test]
+fn model_tool_search_is_checked_where_it_is_written() {
+    // Issue 36: `[model] tool_search` names one of three kinds, and
+    // Chat Completions has no native search.
+    let ok = parse_config(
+        "m.toml",
+        "[model]\nprovider = \"anthropic\"\ntool_search = \"native\"\n",
+    )
+    .unwrap();
+    assert_eq!(ok.model.tool_search.as_deref(), Some("native"));
+    let bad = |text: &str| parse_config("m.toml", text).unwrap_err().to_string();
+    let e = bad("[model]\ntool_search = \"server\"\n");
+    assert!(
+        e.contains(
+            "m.toml: [model] tool_search = \"server\": expected \"auto\", \"native\" or \"local\""
+        ),
+        "{e}"
+    );
+    let e = bad("[model]\nprovider = \"openai\"\ntool_search = \"native\"\n");
+    assert!(
+        e.contains("Chat Completions") && e.contains("use \"local\""),
+        "{e}"
+    );
+}

@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::openai::clip;
 use super::{
-    ArgumentsError, Delta, Item, Provider, Round, StreamError, ToolCallRequest, ToolSpec, Usage,
-    parse_arguments,
+    ArgumentsError, Delta, Item, Offer, Provider, Round, StreamError, ToolCallRequest, ToolSpec,
+    Usage, parse_arguments,
 };
 
 /// The request body of one round (streamed).
@@ -54,10 +54,22 @@ pub fn request_body(
                 let blocks: Vec<Value> = results
                     .iter()
                     .map(|r| {
+                        // A native search's result names the tools it found
+                        // (`tool_reference` blocks): their deferred
+                        // definitions are loaded where the result stands.
+                        let content = match &r.found {
+                            Some(found) if !found.is_empty() => Value::Array(
+                                found
+                                    .iter()
+                                    .map(|t| json!({"type": "tool_reference", "tool_name": t.name}))
+                                    .collect(),
+                            ),
+                            _ => Value::String(r.content.clone()),
+                        };
                         let mut b = json!({
                             "type": "tool_result",
                             "tool_use_id": r.call_id,
-                            "content": r.content,
+                            "content": content,
                         });
                         if r.is_error {
                             b["is_error"] = Value::Bool(true);
@@ -79,7 +91,12 @@ pub fn request_body(
         body["system"] = Value::String(s.to_owned());
     }
     if !tools.is_empty() {
-        let last = tools.len() - 1;
+        // A cache breakpoint after the tools the model sees: they come
+        // first in the prompt and only grow at their end (deferred loading
+        // appends what a search found, or loads it where the search's
+        // result stands), so the prefix up to here is read from the prompt
+        // cache next round. A deferred tool is not in the prompt.
+        let last = tools.iter().rposition(|t| t.offer != Offer::Deferred);
         body["tools"] = Value::Array(
             tools
                 .iter()
@@ -90,11 +107,10 @@ pub fn request_body(
                         "description": t.description,
                         "input_schema": t.parameters,
                     });
-                    // A cache breakpoint after the tools: they come first in
-                    // the prompt and only grow at their end (deferred
-                    // loading appends what a search found), so the prefix
-                    // up to here is read from the prompt cache next round.
-                    if i == last {
+                    if t.offer == Offer::Deferred {
+                        tool["defer_loading"] = Value::Bool(true);
+                    }
+                    if Some(i) == last {
                         tool["cache_control"] = json!({"type": "ephemeral"});
                     }
                     tool
@@ -306,6 +322,69 @@ mod tests {
     use super::*;
     use crate::runtime::turn::model::ToolResultItem;
 
+    /// The provider's own deferred loading (tool search tool docs, "custom
+    /// tool search implementation"): every tool is sent deferred, the
+    /// cache breakpoint sits on the last tool the model sees, and a
+    /// search's answer is `tool_reference` blocks (text when it found
+    /// nothing).
+    #[test]
+    fn deferred_tools_are_marked_and_a_search_answers_with_tool_references() {
+        let spec = |name: &str, offer| ToolSpec {
+            name: name.into(),
+            description: name.to_uppercase(),
+            parameters: json!({"type": "object"}),
+            offer,
+        };
+        let tools = vec![
+            spec("mcpvisor_tool_search", Offer::NativeSearch),
+            spec("mcp__s__a", Offer::Deferred),
+            spec("mcp__s__b", Offer::Deferred),
+        ];
+        let search = |id: &str| ToolCallRequest {
+            id: id.into(),
+            name: "mcpvisor_tool_search".into(),
+            arguments: Ok(json!({"query": "b"})),
+        };
+        let items = vec![
+            Item::User("go".into()),
+            Item::Assistant {
+                text: String::new(),
+                calls: vec![search("toolu_1"), search("toolu_2")],
+                raw: None,
+            },
+            Item::ToolResults(vec![
+                ToolResultItem {
+                    call_id: "toolu_1".into(),
+                    content: "definitions as text".into(),
+                    is_error: false,
+                    found: Some(vec![tools[2].clone()]),
+                },
+                ToolResultItem {
+                    call_id: "toolu_2".into(),
+                    content: "No tool matched \"b\".".into(),
+                    is_error: false,
+                    found: Some(Vec::new()),
+                },
+            ]),
+        ];
+        let body = request_body("claude", 1024, None, &tools, &items);
+        assert_eq!(
+            body["tools"],
+            json!([
+                {"name": "mcpvisor_tool_search", "description": "MCPVISOR_TOOL_SEARCH", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+                {"name": "mcp__s__a", "description": "MCP__S__A", "input_schema": {"type": "object"}, "defer_loading": true},
+                {"name": "mcp__s__b", "description": "MCP__S__B", "input_schema": {"type": "object"}, "defer_loading": true},
+            ])
+        );
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "tool_reference", "tool_name": "mcp__s__b"}]},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "No tool matched \"b\"."},
+            ])
+        );
+    }
+
     fn decode(events: &[(&str, &str)]) -> Round {
         let mut d = Decoder::default();
         for (e, data) in events {
@@ -339,11 +418,13 @@ mod tests {
                     call_id: "toolu_1".into(),
                     content: "one".into(),
                     is_error: false,
+                    found: None,
                 },
                 ToolResultItem {
                     call_id: "toolu_2".into(),
                     content: "refused".into(),
                     is_error: true,
+                    found: None,
                 },
             ]),
         ];
@@ -351,6 +432,7 @@ mod tests {
             name: "a".into(),
             description: "A".into(),
             parameters: json!({"type": "object"}),
+            offer: Offer::Eager,
         }];
         let body = request_body("claude", 1024, Some("sys"), &tools, &items);
         assert_eq!(

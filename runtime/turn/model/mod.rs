@@ -21,6 +21,23 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the arguments (an object schema).
     pub parameters: Value,
+    /// How it goes on the wire.
+    pub offer: Offer,
+}
+
+/// How a tool is put on the wire (deferred loading, issue 36).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Offer {
+    /// A function the model sees in full.
+    #[default]
+    Eager,
+    /// Sent with `defer_loading: true`: the model sees its definition only
+    /// once a search names it (Anthropic; a Responses request sends none).
+    Deferred,
+    /// The search tool of the provider's own deferred loading: a
+    /// client-executed `tool_search` (Responses), or a plain tool whose
+    /// results are `tool_reference` blocks (Anthropic).
+    NativeSearch,
 }
 
 /// A tool call the model asked for.
@@ -44,6 +61,10 @@ pub struct ToolResultItem {
     pub content: String,
     /// The call did not succeed.
     pub is_error: bool,
+    /// The tools a search found, when the provider's own deferred loading
+    /// is used: sent as its search result (Anthropic `tool_reference`
+    /// blocks, a Responses `tool_search_output`) instead of `content`.
+    pub found: Option<Vec<ToolSpec>>,
 }
 
 /// One entry of a turn's conversation, as both codecs render it.

@@ -285,7 +285,7 @@ pub(crate) fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::turn::model::{ArgumentsError, ToolResultItem, Usage};
+    use crate::runtime::turn::model::{ArgumentsError, Offer, ToolResultItem, Usage};
 
     fn decode(chunks: &[&str]) -> Round {
         let mut d = Decoder::default();
@@ -301,6 +301,7 @@ mod tests {
             name: "mcp__s__echo".into(),
             description: "Echo".into(),
             parameters: json!({"type": "object", "properties": {"message": {"type": "string"}}}),
+            offer: Offer::Eager,
         }];
         let items = vec![
             Item::User("hi".into()),
@@ -317,6 +318,7 @@ mod tests {
                 call_id: "call_1".into(),
                 content: "x".into(),
                 is_error: false,
+                found: None,
             }]),
         ];
         let body = request_body("m", Some("be brief"), &tools, &items);

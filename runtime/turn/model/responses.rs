@@ -19,8 +19,10 @@ use serde_json::{Map, Value, json};
 
 use super::openai::{clip, error_text};
 use super::{
-    Delta, Item, Provider, Round, StreamError, ToolCallRequest, ToolSpec, Usage, parse_arguments,
+    Delta, Item, Offer, Provider, Round, StreamError, ToolCallRequest, ToolSpec, Usage,
+    parse_arguments,
 };
+use crate::runtime::turn::search::SEARCH_TOOL;
 
 /// The request body of one round (streamed). `tools` empty: no `tools` key
 /// at all (TRUST-7).
@@ -59,11 +61,23 @@ pub fn request_body(
             }
             Item::ToolResults(results) => {
                 for r in results {
-                    input.push(json!({
-                        "type": "function_call_output",
-                        "call_id": r.call_id,
-                        "output": r.content,
-                    }));
+                    input.push(match &r.found {
+                        // A client-executed search's answer: the found
+                        // tools' definitions, loaded at the end of the
+                        // context (the earlier prefix stays cached).
+                        Some(found) => json!({
+                            "type": "tool_search_output",
+                            "call_id": r.call_id,
+                            "execution": "client",
+                            "status": "completed",
+                            "tools": found.iter().map(|t| tool(t, true)).collect::<Vec<_>>(),
+                        }),
+                        None => json!({
+                            "type": "function_call_output",
+                            "call_id": r.call_id,
+                            "output": r.content,
+                        }),
+                    });
                 }
             }
         }
@@ -84,22 +98,38 @@ pub fn request_body(
         body["tools"] = Value::Array(
             tools
                 .iter()
-                .map(|t| {
-                    // `strict` defaults to true, which needs every property
-                    // required and `additionalProperties: false`: MCP schemas
-                    // rarely are.
-                    json!({
-                        "type": "function",
-                        "name": t.name,
+                .map(|t| match t.offer {
+                    // The provider's own deferred loading, with the search
+                    // run here: its answers are `tool_search_output` items.
+                    Offer::NativeSearch => json!({
+                        "type": "tool_search",
+                        "execution": "client",
                         "description": t.description,
                         "parameters": t.parameters,
-                        "strict": false,
-                    })
+                    }),
+                    Offer::Deferred => tool(t, true),
+                    Offer::Eager => tool(t, false),
                 })
                 .collect(),
         );
     }
     body
+}
+
+/// A function tool. `strict` defaults to true, which needs every property
+/// required and `additionalProperties: false`: MCP schemas rarely are.
+fn tool(t: &ToolSpec, deferred: bool) -> Value {
+    let mut f = json!({
+        "type": "function",
+        "name": t.name,
+        "description": t.description,
+        "parameters": t.parameters,
+        "strict": false,
+    });
+    if deferred {
+        f["defer_loading"] = Value::Bool(true);
+    }
+    f
 }
 
 /// An output item as the next request's input item: without its `id` (and
@@ -284,7 +314,29 @@ impl Decoder {
             if !item.is_object() {
                 continue;
             }
-            if item.get("type").and_then(Value::as_str) == Some("function_call") {
+            let kind = item.get("type").and_then(Value::as_str);
+            // A client-executed search (the provider's own deferred
+            // loading): a call of the search tool, answered here.
+            if kind == Some("tool_search_call")
+                && item.get("execution").and_then(Value::as_str) == Some("client")
+            {
+                let id = item
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .filter(|c| !c.is_empty())
+                    .map_or_else(|| format!("call_{i}"), str::to_owned);
+                item["call_id"] = Value::String(id.clone());
+                let arguments = match item.get("arguments") {
+                    Some(v @ Value::Object(_)) => Ok(v.clone()),
+                    Some(Value::String(text)) => parse_arguments(text),
+                    _ => parse_arguments(""),
+                };
+                calls.push(ToolCallRequest {
+                    id,
+                    name: SEARCH_TOOL.to_owned(),
+                    arguments,
+                });
+            } else if kind == Some("function_call") {
                 // The finished item's arguments are the whole text; the
                 // deltas' are what streamed when it never finished.
                 let arguments = item

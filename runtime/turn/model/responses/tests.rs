@@ -80,6 +80,7 @@ fn the_request_body_is_golden_and_replays_the_round_without_ids() {
         name: "mcp__w__get".into(),
         description: "Weather".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        offer: Offer::Eager,
     }];
     let items = vec![
         Item::User("weather?".into()),
@@ -93,11 +94,13 @@ fn the_request_body_is_golden_and_replays_the_round_without_ids() {
                 call_id: "call_a".into(),
                 content: "sunny".into(),
                 is_error: false,
+                found: None,
             },
             ToolResultItem {
                 call_id: "call_b".into(),
                 content: "the tool failed".into(),
                 is_error: true,
+                found: None,
             },
         ]),
     ];
@@ -259,4 +262,101 @@ fn reasoning_without_its_encrypted_content_is_not_replayed() {
         body["input"],
         json!([{"type": "function_call", "call_id": "c", "name": "t", "arguments": "{}"}])
     );
+}
+
+/// The provider's own deferred loading, searched here (openai-python
+/// `types/responses/tool_search_tool_param.py`,
+/// `response_tool_search_call.py`, `response_tool_search_output_item_param.py`):
+/// a client-executed `tool_search_call` is a call of the search tool, and
+/// its answer goes back as a `tool_search_output` carrying the found
+/// functions, deferred.
+#[test]
+fn a_client_executed_tool_search_is_a_search_call_answered_by_tool_search_output() {
+    let search_call = |status: &str| json!({"id": "tsc_1", "type": "tool_search_call", "status": status, "call_id": "call_s", "execution": "client", "arguments": {"query": "weather", "limit": 2}});
+    let events = vec![
+        ("response.created", json!({"type": "response.created", "response": {"id": "resp_2", "status": "in_progress", "output": []}}).to_string()),
+        ("response.output_item.added", json!({"type": "response.output_item.added", "output_index": 0, "item": search_call("in_progress")}).to_string()),
+        ("response.output_item.done", json!({"type": "response.output_item.done", "output_index": 0, "item": search_call("completed")}).to_string()),
+        ("response.completed", json!({"type": "response.completed", "response": {"id": "resp_2", "status": "completed", "output": [search_call("completed")], "usage": {"input_tokens": 9, "output_tokens": 3}}}).to_string()),
+    ];
+    let (round, _) = decode(&events);
+    assert_eq!(
+        round.calls,
+        vec![ToolCallRequest {
+            id: "call_s".into(),
+            name: SEARCH_TOOL.into(),
+            arguments: Ok(json!({"query": "weather", "limit": 2})),
+        }]
+    );
+    let search = ToolSpec {
+        name: SEARCH_TOOL.into(),
+        description: "Search the tools".into(),
+        parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+        offer: Offer::NativeSearch,
+    };
+    let get = ToolSpec {
+        name: "mcp__w__get".into(),
+        description: "Weather".into(),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        offer: Offer::Eager,
+    };
+    let items = vec![
+        Item::User("weather?".into()),
+        Item::Assistant {
+            text: String::new(),
+            calls: round.calls.clone(),
+            raw: round.raw.clone(),
+        },
+        Item::ToolResults(vec![ToolResultItem {
+            call_id: "call_s".into(),
+            content: "the definitions as text".into(),
+            is_error: false,
+            found: Some(vec![get]),
+        }]),
+    ];
+    let body = request_body("gpt-5.4", None, &[search], &items, false);
+    assert_eq!(
+        body["tools"],
+        json!([{
+            "type": "tool_search",
+            "execution": "client",
+            "description": "Search the tools",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        }])
+    );
+    assert_eq!(
+        body["input"],
+        json!([
+            {"role": "user", "content": "weather?"},
+            {"type": "tool_search_call", "call_id": "call_s", "execution": "client", "arguments": {"query": "weather", "limit": 2}},
+            {
+                "type": "tool_search_output",
+                "call_id": "call_s",
+                "execution": "client",
+                "status": "completed",
+                "tools": [{
+                    "type": "function",
+                    "name": "mcp__w__get",
+                    "description": "Weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                    "strict": false,
+                    "defer_loading": true,
+                }],
+            },
+        ])
+    );
+}
+
+/// A search the API ran itself (`execution: "server"`) is not a call to
+/// answer: it stays in the round, replayed, and nothing is called.
+#[test]
+fn a_server_executed_tool_search_is_not_a_call() {
+    let item = json!({"id": "tsc_2", "type": "tool_search_call", "status": "completed", "call_id": null, "execution": "server", "arguments": {"query": "x"}});
+    let events = vec![(
+        "response.completed",
+        json!({"type": "response.completed", "response": {"status": "completed", "output": [item]}}).to_string(),
+    )];
+    let (round, _) = decode(&events);
+    assert!(round.calls.is_empty());
+    assert_eq!(round.raw.unwrap()[0]["type"], "tool_search_call");
 }
