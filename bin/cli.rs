@@ -267,6 +267,12 @@ pub(crate) enum Command {
         /// servers have a tool of the same name.
         #[arg(long)]
         raw_names: bool,
+        /// `--http`: on SIGTERM, fail `/readyz`, refuse new work with 503
+        /// and let the requests in flight finish for at most this many
+        /// seconds before stopping (0: stop at once). SIGINT, or a second
+        /// SIGTERM, stops at once.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        drain_timeout_s: u64,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

@@ -261,6 +261,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             max_sessions,
             session_idle_s,
             raw_names,
+            drain_timeout_s,
         } => {
             let flags = cmd::gateway::GatewayFlags {
                 stdio: *stdio,
@@ -271,6 +272,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 max_sessions: *max_sessions,
                 session_idle: std::time::Duration::from_secs(*session_idle_s),
                 raw_names: *raw_names,
+                drain_timeout: std::time::Duration::from_secs(*drain_timeout_s),
             };
             cmd::gateway::run(&cli, flags).await
         }

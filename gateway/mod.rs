@@ -19,6 +19,7 @@
 //! however many clients connect. See `docs/gateway.md`.
 
 mod approver;
+mod drain;
 mod guard;
 mod notify;
 mod relay;
@@ -161,6 +162,8 @@ struct Shared {
     /// Held (written) while a config reload runs: the notifier waits, so
     /// the reload's changes reach clients as one list_changed.
     hold: Arc<tokio::sync::RwLock<()>>,
+    /// Drain for rolling deploys: readiness, the requests in flight.
+    drain: Arc<drain::Drain>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
@@ -407,6 +410,7 @@ impl Gateway {
             notified: AtomicU64::new(0),
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
+            drain: Arc::default(),
             settled_catalog: std::sync::OnceLock::new(),
             pending_asks: relay::Pending::new("ask-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
             rounds: relay::Pending::new("relay-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
@@ -445,6 +449,32 @@ impl Gateway {
     /// Cancelled when the gateway stops (every handle dropped, or [`Self::close`]).
     pub fn stopped(&self) -> CancellationToken {
         self.shared.stop.clone()
+    }
+
+    /// Start draining (a rolling deploy's SIGTERM): `/readyz` fails from
+    /// now on and HTTP requests that would start new work are refused with
+    /// 503 (they did not run); the requests already taken go on. Wait for
+    /// them with [`Gateway::drained`], then [`Gateway::close`].
+    pub fn drain(&self) {
+        self.shared.drain.start();
+    }
+
+    /// HTTP requests whose replies have not ended.
+    pub fn in_flight(&self) -> usize {
+        self.shared.drain.in_flight()
+    }
+
+    /// Wait until no HTTP request is in flight, or `deadline` passed: how
+    /// many are left (0: drained).
+    pub async fn drained(&self, deadline: Duration) -> usize {
+        self.shared.drain.drained(deadline).await
+    }
+
+    /// Whether the replica takes new work: its first catalog settled (each
+    /// server up, or failed, or past its startup timeout) and it is not
+    /// draining. What `/readyz` says.
+    pub fn is_ready(&self) -> bool {
+        self.shared.settled.initialized() && !self.shared.drain.is_draining()
     }
 
     /// Stop serving: HTTP sessions end and the notifier stops. The runtime
@@ -531,8 +561,40 @@ impl Gateway {
             StreamableHttpService::new(move || Ok(gateway.session()), sessions.clone(), config);
         let health = self.clone();
         let guard = Arc::new(RequestGuard::new(allowed_hosts_or_loopback(&allowed)));
+        // Readiness comes once the first catalog settled: started here, not
+        // at a client's first request.
+        let settling = self.clone();
+        tokio::spawn(async move { settling.first_catalog().await });
+        let drain = self.shared.drain.clone();
+        let mcp =
+            axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(move |req, next| {
+                    drain::counted(drain.clone(), req, next)
+                }));
+        let ready = self.clone();
+        // Liveness and readiness for a balancer or an orchestrator: no Host
+        // check (they say nothing about the servers), no token.
+        let probes = axum::Router::new()
+            .route("/livez", axum::routing::get(|| async { "live\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let ready = ready.clone();
+                    async move {
+                        let (status, text) = if ready.is_ready() {
+                            (axum::http::StatusCode::OK, "ready\n")
+                        } else if ready.shared.drain.is_draining() {
+                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                        } else {
+                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                        };
+                        (status, text)
+                    }
+                }),
+            );
         axum::Router::new()
-            .nest_service("/mcp", service)
+            .merge(mcp)
             .route(
                 "/health",
                 axum::routing::get(move || {
@@ -574,6 +636,7 @@ impl Gateway {
                     }
                 },
             ))
+            .merge(probes)
     }
 
     /// What `/health` and the status tool return: every server's OBS-1

@@ -1,8 +1,9 @@
 //! `mcpvisor gateway`: every tool of the config served as ONE MCP server,
-//! over stdio (`--stdio`) or streamable HTTP (`--http ADDR`, `/mcp` and
-//! `/health`). Logs go to stderr only. SIGINT, SIGTERM and (stdio) the
-//! client closing stdin end it with the quiescent shutdown; SIGHUP reloads
-//! the config's servers.
+//! over stdio (`--stdio`) or streamable HTTP (`--http ADDR`, `/mcp`,
+//! `/health`, and the probes `/livez` and `/readyz`). Logs go to stderr
+//! only. SIGINT, SIGTERM and (stdio) the client closing stdin end it with
+//! the quiescent shutdown; over HTTP a SIGTERM drains first
+//! (`--drain-timeout-s`). SIGHUP reloads the config's servers.
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ pub(crate) struct GatewayFlags {
     pub(crate) session_idle: std::time::Duration,
     /// Serve the servers' own tool names (GW-4).
     pub(crate) raw_names: bool,
+    /// SIGTERM drains for at most this long (`--http`).
+    pub(crate) drain_timeout: Duration,
 }
 
 /// Run the gateway until the client leaves (stdio) or a signal; exit 0 when
@@ -136,7 +139,14 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     };
     let served = match flags.http {
         None => serve_stdio(&gateway, &mut signals, &mut reloader).await,
-        Some(addr) => serve_http(&gateway, addr, token, &mut signals, &mut reloader).await,
+        Some(addr) => {
+            let listen = Listen {
+                addr,
+                token,
+                drain_timeout: flags.drain_timeout,
+            };
+            serve_http(&gateway, listen, &mut signals, &mut reloader).await
+        }
     };
     gateway.close();
     let report = finish(runtime).await;
@@ -152,8 +162,10 @@ struct Signals {
 }
 
 enum Got {
-    /// SIGINT or SIGTERM: stop.
+    /// SIGINT: stop.
     Stop(&'static str),
+    /// SIGTERM: drain (`--http`), then stop.
+    Term,
     /// SIGHUP: reload the config.
     Reload,
 }
@@ -170,7 +182,7 @@ impl Signals {
     async fn next(&mut self) -> Got {
         tokio::select! {
             _ = self.int.recv() => Got::Stop("interrupted"),
-            _ = self.term.recv() => Got::Stop("terminated"),
+            _ = self.term.recv() => Got::Term,
             _ = self.hup.recv() => Got::Reload,
         }
     }
@@ -288,6 +300,10 @@ async fn serve_stdio(
                     eprintln!("mcpvisor gateway: {why}; stopping every server");
                     return Ok(());
                 }
+                Got::Term => {
+                    eprintln!("mcpvisor gateway: terminated; stopping every server");
+                    return Ok(());
+                }
                 Got::Reload => reloader.reload(gateway).await,
             }
         }
@@ -349,13 +365,26 @@ fn blocking_again() {
     }
 }
 
+/// Where and how `--http` listens.
+struct Listen {
+    addr: SocketAddr,
+    /// The bearer token every request must carry (`--allow-remote`).
+    token: Option<String>,
+    /// SIGTERM drains for at most this long.
+    drain_timeout: Duration,
+}
+
 async fn serve_http(
     gateway: &Gateway,
-    addr: SocketAddr,
-    token: Option<String>,
+    listen: Listen,
     signals: &mut Signals,
     reloader: &mut Reloader<'_>,
 ) -> anyhow::Result<()> {
+    let Listen {
+        addr,
+        token,
+        drain_timeout,
+    } = listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -367,7 +396,10 @@ async fn serve_http(
     if let Some(token) = token {
         router = router.layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let ok = bearer_matches(&req, &token);
+                // The probes answer a balancer or an orchestrator, which
+                // carry no token; they say only whether to send work here.
+                let ok = bearer_matches(&req, &token)
+                    || matches!(req.uri().path(), "/livez" | "/readyz");
                 async move {
                     use axum::response::IntoResponse;
                     if ok {
@@ -384,22 +416,53 @@ async fn serve_http(
             },
         ));
     }
-    eprintln!("mcpvisor gateway: serving http://{local}/mcp (status at http://{local}/health)");
+    eprintln!(
+        "mcpvisor gateway: serving http://{local}/mcp (status at http://{local}/health, probes at /livez and /readyz)"
+    );
     // Open SSE streams end with their sessions when the gateway stops.
     let stop = gateway.stopped();
     let server = axum::serve(mcpvisor::gateway::no_delay(listener), router)
         .with_graceful_shutdown(stop.clone().cancelled_owned())
         .into_future();
     tokio::pin!(server);
+    // A SIGTERM's drain, while it runs.
+    let draining = futures::future::Fuse::terminated();
+    tokio::pin!(draining);
+    let mut drain_started = false;
     loop {
         tokio::select! {
             r = &mut server => {
                 r.context("gateway on http")?;
                 return Ok(());
             }
+            left = &mut draining => {
+                if left > 0 {
+                    eprintln!("mcpvisor gateway: drain deadline ({} s) passed with {left} request(s) in flight; stopping every server", drain_timeout.as_secs());
+                } else {
+                    eprintln!("mcpvisor gateway: drained; stopping every server");
+                }
+                stop.cancel();
+            }
             got = signals.next(), if !stop.is_cancelled() => match got {
                 Got::Stop(why) => {
                     eprintln!("mcpvisor gateway: {why}; stopping every server");
+                    stop.cancel();
+                }
+                Got::Term if !drain_started && !drain_timeout.is_zero() => {
+                    drain_started = true;
+                    gateway.drain();
+                    eprintln!(
+                        "mcpvisor gateway: terminated; draining: not ready, new work refused, {} request(s) in flight, for at most {} s",
+                        gateway.in_flight(),
+                        drain_timeout.as_secs()
+                    );
+                    let g = gateway.clone();
+                    draining.set(futures::FutureExt::fuse(Box::pin(async move {
+                        g.drained(drain_timeout).await
+                    })));
+                }
+                Got::Term => {
+                    eprintln!("mcpvisor gateway: terminated; stopping every server");
                     stop.cancel();
                 }
                 Got::Reload => reloader.reload(gateway).await,

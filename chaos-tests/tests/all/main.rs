@@ -23,6 +23,7 @@ mod http_errors;
 mod inspector;
 mod mods;
 mod oauth;
+mod replicas;
 mod results;
 mod seats;
 mod secrets;

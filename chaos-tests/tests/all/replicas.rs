@@ -1,0 +1,390 @@
+//! Issue 35: gateway replicas behind a real HAProxy (the Debian package,
+//! on loopback), driven by a client nobody here wrote (the TypeScript SDK
+//! 2.x in its default `auto` mode: 2026-07-28, stateless): round-robin with
+//! no affinity, a drain on SIGTERM, and a replica killed mid-traffic.
+
+// Test code: panicking on an unexpected error is the point (allowed in tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use mcpvisor_chaos::{
+    ConfigDir, RequestLog, ensure_mcpvisor_built, fault_server_section, wait_file_contains,
+    wait_gone,
+};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// One `mcpvisor gateway --http` replica with its own fault-server backend
+/// (`s`) and request log; its stderr lines are collected.
+struct Replica {
+    child: tokio::process::Child,
+    addr: String,
+    log: RequestLog,
+    stderr: tokio::sync::watch::Receiver<String>,
+    _work: ConfigDir,
+}
+
+async fn replica(i: usize) -> Replica {
+    let log = RequestLog::new(&format!("replica-{i}"));
+    let work = ConfigDir::new(
+        "replicas",
+        &fault_server_section("s", &log.args(), "always"),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(ensure_mcpvisor_built().unwrap())
+        .arg("--config")
+        .arg(work.config())
+        .args([
+            "gateway",
+            "--http",
+            "127.0.0.1:0",
+            "--drain-timeout-s",
+            "20",
+        ])
+        .env_remove("MCPVISOR_CONFIG")
+        .env_remove("MCPVISOR_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, rx) = tokio::sync::watch::channel(String::new());
+    let addr = tokio::time::timeout(LIMIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("serving http://").nth(1) {
+                return rest.split('/').next().unwrap().to_owned();
+            }
+        }
+        panic!("replica {i} never said where it serves");
+    })
+    .await
+    .unwrap();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            tx.send_modify(|all| {
+                all.push_str(&line);
+                all.push('\n');
+            });
+        }
+    });
+    Replica {
+        child,
+        addr,
+        log,
+        stderr: rx,
+        _work: work,
+    }
+}
+
+impl Replica {
+    fn signal(&self, sig: i32) {
+        // SAFETY: a signal to the replica this test spawned.
+        unsafe {
+            libc::kill(self.child.id().unwrap() as i32, sig);
+        }
+    }
+
+    /// The backend's pid, from `/health`.
+    async fn backend_pid(&self) -> u32 {
+        let (_, body) = get(&self.addr, "/health").await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["servers"][0]["pid"].as_u64().unwrap() as u32
+    }
+
+    /// How many calls of `tool` the backend has seen start.
+    fn calls_of(&self, tool: &str) -> usize {
+        self.log
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("tools/call") && l.contains(&format!(" {tool} ")))
+            .count()
+    }
+}
+
+/// A raw HTTP/1.1 GET on loopback: the status and the body.
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// HAProxy in front of `replicas`: round-robin, readiness checks every
+/// 100 ms, a retry elsewhere only for what never ran (a refused
+/// connection, a draining replica's 503), and legacy sessions stuck to the
+/// replica that issued their `Mcp-Session-Id` (the balancer's own stick
+/// table). The process and the front and stats addresses.
+async fn haproxy(replicas: &[&Replica], dir: &Path) -> (tokio::process::Child, String, String) {
+    let (front, stats) = (free_port(), free_port());
+    let servers: String = replicas
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("    server r{i} {} check\n", r.addr))
+        .collect();
+    let config = format!(
+        "global\n    nbthread 1\n\
+         defaults\n    mode http\n    timeout connect 2s\n    timeout client 90s\n    timeout server 90s\n\
+         \x20   option http-buffer-request\n    retries 2\n    option redispatch 1\n    retry-on conn-failure 503\n\
+         frontend mcp\n    bind 127.0.0.1:{front}\n    default_backend replicas\n\
+         frontend stats\n    bind 127.0.0.1:{stats}\n    stats enable\n    stats uri /stats\n\
+         backend replicas\n    balance roundrobin\n    option httpchk GET /readyz\n\
+         \x20   default-server inter 100ms fall 1 rise 1\n\
+         \x20   stick-table type string len 64 size 10k expire 30m\n\
+         \x20   stick store-response res.hdr(mcp-session-id)\n    stick match req.hdr(mcp-session-id)\n\
+         {servers}"
+    );
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, config).unwrap();
+    let child = tokio::process::Command::new(haproxy_exe())
+        .arg("-db")
+        .arg("-f")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (
+        child,
+        format!("127.0.0.1:{front}"),
+        format!("127.0.0.1:{stats}"),
+    )
+}
+
+fn haproxy_exe() -> PathBuf {
+    ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .map(PathBuf::from)
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("HAProxy is needed (Debian package haproxy; scripts/test installs it)")
+}
+
+/// Each replica's state as HAProxy's stats say (`UP`, `DOWN`…), in order.
+async fn states(stats: &str) -> Vec<String> {
+    let Ok(Ok(mut s)) = tokio::time::timeout(LIMIT, tokio::net::TcpStream::connect(stats)).await
+    else {
+        return Vec::new();
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = "GET /stats;csv HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return Vec::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    let csv = out.split("\r\n\r\n").nth(1).unwrap_or("");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let status = header.iter().position(|h| *h == "status").unwrap_or(17);
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f.first() == Some(&"replicas") && f.get(1).is_some_and(|s| s.starts_with('r')))
+        .map(|f| f.get(status).unwrap_or(&"").to_string())
+        .collect()
+}
+
+/// Wait until HAProxy sees the replicas in `want` (20 s at most).
+async fn until_states(stats: &str, want: &[&str]) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let now = states(stats).await;
+        if now.iter().map(String::as_str).eq(want.iter().copied()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "HAProxy sees {now:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The SDK client's run: `calls` calls of `tool` with `args`, `concurrency`
+/// at once, through `front`. Its outcomes in call order.
+async fn run_client(
+    dir: &Path,
+    script: &Path,
+    front: &str,
+    tool: &str,
+    calls: usize,
+    concurrency: usize,
+    args: &str,
+) -> Vec<Value> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("node")
+            .arg(script)
+            .args([
+                &format!("http://{front}/mcp"),
+                tool,
+                &calls.to_string(),
+                &concurrency.to_string(),
+                args,
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the client finished: no call hung")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{v}");
+    assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
+    v["outcomes"].as_array().unwrap().clone()
+}
+
+fn all_ok(outcomes: &[Value]) -> bool {
+    outcomes.iter().all(|o| o["ok"] == true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_behind_haproxy_take_turns_drain_on_sigterm_and_survive_a_kill() {
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: three_replicas… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "replica-client.mjs");
+    let mut rs = Vec::new();
+    for i in 0..3 {
+        rs.push(replica(i).await);
+    }
+    let cfg_dir = mcpvisor_chaos::unique_temp_path("haproxy");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    let (mut lb, front, stats) = haproxy(&rs.iter().collect::<Vec<_>>(), &cfg_dir).await;
+    until_states(&stats, &["UP", "UP", "UP"]).await;
+    let client = |tool: &'static str, calls: usize, concurrency: usize, args: &'static str| {
+        let (dir, script, front) = (dir.clone(), script.clone(), front.clone());
+        async move { run_client(&dir, &script, &front, tool, calls, concurrency, args).await }
+    };
+
+    // Round-robin, no affinity: a stateless client's calls land on every
+    // replica, each served by that replica's own backend.
+    let echo = r#"{"message":"through the balancer"}"#;
+    let outcomes = client("mcp__s__echo", 12, 1, echo).await;
+    assert!(all_ok(&outcomes), "{outcomes:?}");
+    let spread: Vec<usize> = rs.iter().map(|r| r.calls_of("echo")).collect();
+    assert_eq!(spread, [4, 4, 4], "round-robin: {spread:?}");
+
+    // Drain: a slow call in flight on each replica, then SIGTERM to r0. It
+    // fails its readiness at once (liveness holds), HAProxy takes it out,
+    // new calls go to the others, and its call in flight finishes before
+    // it stops cleanly with its backend reaped.
+    let slow = client("mcp__s__slow", 3, 3, r#"{"ms":3000}"#);
+    let slow = tokio::spawn(slow);
+    for r in &rs {
+        assert!(wait_file_contains(r.log.path(), " slow ", LIMIT).await);
+    }
+    let backend0 = rs[0].backend_pid().await;
+    rs[0].signal(libc::SIGTERM);
+    let mut stderr0 = rs[0].stderr.clone();
+    tokio::time::timeout(LIMIT, stderr0.wait_for(|s| s.contains("draining")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        get(&rs[0].addr, "/readyz").await,
+        (503, "draining\n".into())
+    );
+    assert_eq!(get(&rs[0].addr, "/livez").await.0, 200);
+    until_states(&stats, &["DOWN", "UP", "UP"]).await;
+    let during = client("mcp__s__echo", 6, 2, echo).await;
+    assert!(all_ok(&during), "new work while r0 drains: {during:?}");
+    assert_eq!(
+        rs[0].calls_of("echo"),
+        4,
+        "nothing new reached the draining replica"
+    );
+    let slow = slow.await.unwrap();
+    assert!(all_ok(&slow), "the calls in flight finished: {slow:?}");
+    let code = tokio::time::timeout(LIMIT, rs[0].child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code.code(), Some(0), "{}", rs[0].stderr.borrow().as_str());
+    assert!(
+        rs[0].stderr.borrow().contains("drained; stopping"),
+        "{}",
+        rs[0].stderr.borrow().as_str()
+    );
+    assert!(
+        wait_gone(backend0, Duration::from_secs(5)).await,
+        "r0's backend reaped"
+    );
+
+    // A replica killed (SIGKILL) with a call in flight: that call gets one
+    // outcome, an error (the balancer's 502: it may have run), never a
+    // hang; the survivor's call is answered; later calls all land on the
+    // survivor; the killed replica's backend does not outlive it.
+    let slow = tokio::spawn(client("mcp__s__slow", 2, 2, r#"{"ms":4000}"#));
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while rs[1].calls_of("slow") < 2 || rs[2].calls_of("slow") < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both slow calls started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let backend1 = rs[1].backend_pid().await;
+    rs[1].signal(libc::SIGKILL);
+    let outcomes = slow.await.unwrap();
+    let ok = outcomes.iter().filter(|o| o["ok"] == true).count();
+    assert_eq!((outcomes.len(), ok), (2, 1), "{outcomes:?}");
+    let failed = outcomes.iter().find(|o| o["ok"] == false).unwrap();
+    assert!(
+        failed["error"].as_str().unwrap().contains("502"),
+        "{failed}"
+    );
+    let after = client("mcp__s__echo", 6, 1, echo).await;
+    assert!(all_ok(&after), "the survivor serves the rest: {after:?}");
+    assert!(
+        wait_gone(backend1, Duration::from_secs(10)).await,
+        "r1's backend did not outlive it"
+    );
+
+    let backend2 = rs[2].backend_pid().await;
+    rs[2].signal(libc::SIGTERM);
+    let code = tokio::time::timeout(LIMIT, rs[2].child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code.code(), Some(0));
+    assert!(wait_gone(backend2, Duration::from_secs(5)).await);
+    let _ = lb.kill().await;
+    let _ = std::fs::remove_dir_all(&cfg_dir);
+}
