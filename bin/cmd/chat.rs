@@ -480,14 +480,14 @@ async fn print_event(e: &TurnEvent, as_json: bool, render: Option<&Arc<mcpvisor:
     match kind {
         "tool_call" => eprintln!("\n⏺ {text}"),
         "tool_result" => eprintln!("  ⎿ {text}"),
-        "round" | "tools_found" => eprintln!("· {text}"),
+        "round" | "tools_found" | "tool_search" => eprintln!("· {text}"),
         _ => eprintln!("\n⚑ {text}"),
     }
 }
 
 /// The row drawn for an event, `(kind, text)`: `round` (how many tools
-/// the request offered), `tools_found`, `tool_call`, `tool_result` or
-/// `hook`.
+/// the request offered), `tools_found`, `tool_search` (the endpoint
+/// refused its own tool search), `tool_call`, `tool_result` or `hook`.
 fn row(e: &TurnEvent) -> Option<(&'static str, String)> {
     match e {
         TurnEvent::ToolCall {

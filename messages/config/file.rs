@@ -721,24 +721,14 @@ pub fn parse_config_at(
             )],
         });
     }
-    if let Some(word) = &model.tool_search {
-        let native = match crate::runtime::turn::ToolSearch::parse(word) {
-            None => {
-                return Err(ConfigError {
-                    problems: vec![format!(
-                        "{origin}: [model] tool_search = {word:?}: expected \"auto\", \"native\" or \"local\""
-                    )],
-                });
-            }
-            Some(t) => t == crate::runtime::turn::ToolSearch::Native,
-        };
-        if native && model.provider.as_deref() == Some("openai") {
-            return Err(ConfigError {
-                problems: vec![format!(
-                    "{origin}: [model] tool_search = \"native\": Chat Completions (provider \"openai\") has no tool search of its own; use \"local\", or provider \"openai-responses\""
-                )],
-            });
-        }
+    if let Some(word) = &model.tool_search
+        && crate::runtime::turn::ToolSearch::parse(word).is_none()
+    {
+        return Err(ConfigError {
+            problems: vec![format!(
+                "{origin}: [model] tool_search = {word:?}: expected \"auto\", \"native\" or \"local\""
+            )],
+        });
     }
     if let Some(bad) = hooks
         .approved

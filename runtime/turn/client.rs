@@ -36,6 +36,9 @@ impl Runtime {
     }
 }
 
+/// The `anthropic-beta` value of tool search with deferred loading.
+pub(super) const ANTHROPIC_TOOL_SEARCH_BETA: &str = "advanced-tool-use-2025-11-20";
+
 /// One model endpoint, for the rounds of a turn.
 pub(super) struct ModelClient {
     http: reqwest::Client,
@@ -66,6 +69,15 @@ impl ModelClient {
             }
             (Provider::Anthropic, key) => {
                 req = req.header("anthropic-version", "2023-06-01");
+                // Deferred loading (`defer_loading`, `tool_reference`) is
+                // the tool search beta's.
+                let deferring = body
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .is_some_and(|t| t.iter().any(|t| t.get("defer_loading").is_some()));
+                if deferring {
+                    req = req.header("anthropic-beta", ANTHROPIC_TOOL_SEARCH_BETA);
+                }
                 if let Some(k) = key {
                     req = req.header("x-api-key", k.expose());
                 }

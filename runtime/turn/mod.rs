@@ -124,12 +124,22 @@ impl ModelRoute {
     }
 
     /// Whether a request that offered the provider's own tool search and
-    /// was answered with HTTP `status` goes again with the local search:
-    /// only under [`ToolSearch::Auto`], only for a 400 (a model without
-    /// tool search), and only while no native search answer is in the
-    /// conversation (`answered`).
-    fn search_refused(&self, status: u16, answered: bool) -> bool {
-        self.tool_search == ToolSearch::Auto && status == 400 && !answered
+    /// was answered with HTTP `status` and `message` goes again with the
+    /// local search: only under [`ToolSearch::Auto`], only for a 400 whose
+    /// message names the feature (a model without tool search; another
+    /// 400 would fail the same way again), and only while no native search
+    /// answer is in the conversation (`answered`).
+    fn search_refused(&self, status: u16, message: &str, answered: bool) -> bool {
+        let m = message.to_ascii_lowercase();
+        let names_it = [
+            "tool_search",
+            "tool search",
+            "defer_loading",
+            "tool_reference",
+        ]
+        .iter()
+        .any(|w| m.contains(w));
+        self.tool_search == ToolSearch::Auto && status == 400 && names_it && !answered
     }
 
     /// A route with the defaults: tools supported, 4096 max tokens, 60 s idle.
@@ -243,15 +253,18 @@ pub enum TurnEvent {
         round: u32,
         /// How many tools it was offered.
         tools: usize,
-        /// Tools sent with `defer_loading` (the provider's own deferred
-        /// loading): not in the prompt until a search names them.
+        /// Tools behind the search: not in the prompt until a search
+        /// finds them (with the provider's own deferred loading on
+        /// Anthropic they are on the wire, with `defer_loading`).
         deferred: usize,
         /// The bytes of the request's tool definitions.
         tool_bytes: usize,
     },
     /// The endpoint refused the provider's own tool search ([`ToolSearch::Auto`]
-    /// on the vendor's API, HTTP 400): the round is sent again with the
-    /// local search tool, which the rest of the turn uses.
+    /// on the vendor's API: HTTP 400 to the first request, naming the
+    /// feature): the round is sent again with the local search tool, which
+    /// the rest of the turn uses. That round then has a second
+    /// [`TurnEvent::Round`].
     ToolSearchRefused {
         /// The round.
         round: u32,
@@ -561,14 +574,18 @@ impl Runtime {
                         route.encrypted_reasoning,
                     ),
                 };
-                let deferred = offered
+                let sent_deferred = offered
                     .iter()
                     .filter(|t| t.offer == Offer::Deferred)
                     .count();
                 emit(TurnEvent::Round {
                     round,
-                    tools: offered.len() - deferred,
-                    deferred,
+                    tools: offered.len() - sent_deferred,
+                    deferred: match (deferring, native) {
+                        (false, _) => 0,
+                        (true, true) => specs.len(),
+                        (true, false) => specs.len().saturating_sub(found.len()),
+                    },
                     tool_bytes: body.get("tools").map_or(0, |t| t.to_string().len()),
                 });
                 let streamed = tokio::select! {
@@ -581,7 +598,10 @@ impl Runtime {
                     // refuses the request: the same round again, searched here.
                     Err(TurnError::Http {
                         status, message, ..
-                    }) if native && route.search_refused(status, native_answered) => {
+                    }) if native
+                        && round == 1
+                        && route.search_refused(status, &message, native_answered) =>
+                    {
                         native = false;
                         emit(TurnEvent::ToolSearchRefused { round, message });
                     }
@@ -754,11 +774,19 @@ impl Runtime {
             }
             let mut results = Vec::new();
             let mut batch = Vec::new();
+            let mut batch_context = None;
             for ((call, (kind, text, server)), searched) in
                 calls.into_iter().zip(done).zip(searched)
             {
+                // A native search's answer goes as the found definitions
+                // (at most the search's limit), not as this text.
+                let native_search = native && searched.is_some();
                 // LOOP-3: the per-turn budget over every result, in order.
-                let (content, _) = budget.charge(&text);
+                let content = if native_search {
+                    text
+                } else {
+                    budget.charge(&text).0
+                };
                 emit(TurnEvent::ToolResult {
                     round,
                     call_id: call.id.clone(),
@@ -783,10 +811,19 @@ impl Runtime {
                     "is_error": kind != "ok",
                 }));
                 // A native search's answer names what it found.
-                let found = searched.filter(|_| native).map(|(_, hits, _)| {
+                let found: Option<Vec<ToolSpec>> =
+                    searched.filter(|_| native).map(|(_, hits, _)| {
+                        hits.iter().filter_map(|&i| specs.get(i).cloned()).collect()
+                    });
+                // Once the provider's own search answer is in the
+                // conversation (Anthropic sends an empty one as text), the
+                // turn cannot go back to the local search.
+                if found
+                    .as_ref()
+                    .is_some_and(|f| route.provider == Provider::OpenAiResponses || !f.is_empty())
+                {
                     native_answered = true;
-                    hits.iter().filter_map(|&i| specs.get(i).cloned()).collect()
-                });
+                }
                 results.push(ToolResultItem {
                     call_id: call.id,
                     content,
@@ -807,14 +844,21 @@ impl Runtime {
                         return outcome;
                     }
                     Ok(Some(context)) => {
-                        if let Some(last) = results.last_mut() {
-                            last.content = format!("{}\n\n{context}", last.content);
+                        // With the last result the model reads as text; a
+                        // native search's answer is the found tools, so
+                        // after a round of those alone, as a user message.
+                        match results.iter_mut().rev().find(|r| r.found.is_none()) {
+                            Some(last) => last.content = format!("{}\n\n{context}", last.content),
+                            None => batch_context = Some(context),
                         }
                     }
                     Ok(None) => {}
                 }
             }
             items.push(Item::ToolResults(results));
+            if let Some(context) = batch_context.take() {
+                items.push(Item::User(context));
+            }
         }
         outcome.error = Some(TurnError::MaxRounds {
             rounds: request.max_rounds.max(1),

@@ -54,10 +54,17 @@ fn the_providers_own_tool_search_is_used_where_it_exists() {
     assert!(!route(responses, "https://api.openai.com/v1", l).native_search());
     assert!(!route(Provider::OpenAi, "https://api.openai.com/v1", n).native_search());
     let auto = route(responses, "https://api.openai.com/v1", a);
-    assert!(auto.search_refused(400, false));
-    assert!(!auto.search_refused(400, true));
-    assert!(!auto.search_refused(401, false));
-    assert!(!route(responses, "https://api.openai.com/v1", n).search_refused(400, false));
+    let refusal = "Tool 'tool_search' is not supported with this model.";
+    assert!(auto.search_refused(400, refusal, false));
+    assert!(auto.search_refused(
+        400,
+        "tools.0.defer_loading: Extra inputs are not permitted",
+        false
+    ));
+    assert!(!auto.search_refused(400, "prompt is too long", false));
+    assert!(!auto.search_refused(400, refusal, true));
+    assert!(!auto.search_refused(401, refusal, false));
+    assert!(!route(responses, "https://api.openai.com/v1", n).search_refused(400, refusal, false));
     assert_eq!(ToolSearch::parse("native"), Some(n));
     assert_eq!(ToolSearch::parse("server"), None);
 }

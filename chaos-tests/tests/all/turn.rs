@@ -1138,6 +1138,13 @@ async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_li
     );
     let reqs = model.requests();
     assert_eq!(reqs.len(), 3);
+    assert_eq!(
+        reqs[0]
+            .headers
+            .get("anthropic-beta")
+            .map(|v| v.to_str().unwrap()),
+        Some("advanced-tool-use-2025-11-20")
+    );
     let tools = &reqs[0].body["tools"];
     assert!(
         reqs.iter().all(|r| &r.body["tools"] == tools),
@@ -1324,6 +1331,48 @@ async fn post_tool_batch_sees_the_whole_round_and_its_context_reaches_the_model(
     assert!(
         last["content"].as_str().unwrap().ends_with("batch checked"),
         "{last}"
+    );
+    assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 36: a PostToolBatch hook's context after a round whose only call
+// was the provider's own search (answered with the found tools, not text)
+// still reaches the model, as a user message after the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_tool_batch_context_after_a_native_search_reaches_the_model() {
+    let dir = mcpvisor_chaos::unique_temp_path("batch-native");
+    std::fs::create_dir_all(&dir).unwrap();
+    let command = r#"cat > /dev/null; echo '{"hookSpecificOutput":{"hookEventName":"PostToolBatch","additionalContext":"batch checked"}}'"#;
+    let rt = runtime_with_hook(&dir, "PostToolBatch", command).await;
+    let log = RequestLog::new("turn-batch-native");
+    rt.add_server(G, fault_server_config("s", log.args()).trusted())
+        .await
+        .unwrap();
+    rt.wait_ready(&G, "s", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let model = ScriptedModel::start(vec![
+        responses_tool_search("call_s", json!({"query": "echo"})),
+        responses_text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut r = route(Provider::OpenAiResponses, &model);
+    r.tool_search = mcpvisor::ToolSearch::Native;
+    let mut request = TurnRequest::new(G, r, "search");
+    request.defer = mcpvisor::Defer::Always;
+    let (out, _) = turn(&rt, request).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let input = model.requests()[1].body["input"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let n = input.len();
+    assert_eq!(input[n - 2]["type"], "tool_search_output", "{input:?}");
+    assert_eq!(
+        input[n - 1],
+        json!({"role": "user", "content": "batch checked"})
     );
     assert!(rt.shutdown(Duration::from_secs(20)).await.is_clean());
     let _ = std::fs::remove_dir_all(&dir);

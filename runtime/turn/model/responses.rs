@@ -297,10 +297,12 @@ impl Decoder {
     /// `response.completed`.
     pub fn finish(mut self) -> Result<Round, StreamError> {
         if !self.done {
-            let in_call = self
-                .outputs
-                .iter()
-                .any(|(_, o)| o.item.get("type").and_then(Value::as_str) == Some("function_call"));
+            let in_call = self.outputs.iter().any(|(_, o)| {
+                matches!(
+                    o.item.get("type").and_then(Value::as_str),
+                    Some("function_call" | "tool_search_call")
+                )
+            });
             return Err(StreamError::Cut {
                 provider: Provider::OpenAiResponses,
                 in_call,
