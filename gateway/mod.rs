@@ -21,6 +21,7 @@
 mod approver;
 mod drain;
 mod guard;
+mod metrics;
 mod notify;
 mod relay;
 mod results;
@@ -164,6 +165,8 @@ struct Shared {
     hold: Arc<tokio::sync::RwLock<()>>,
     /// Drain for rolling deploys: readiness, the requests in flight.
     drain: Arc<drain::Drain>,
+    /// What `/metrics` serves.
+    metrics: Arc<metrics::Metrics>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
@@ -411,6 +414,7 @@ impl Gateway {
             listens: tokio::sync::broadcast::channel(LISTEN_BACKLOG).0,
             settled: tokio::sync::OnceCell::new(),
             drain: Arc::default(),
+            metrics: Arc::new(metrics::Metrics::new()),
             settled_catalog: std::sync::OnceLock::new(),
             pending_asks: relay::Pending::new("ask-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
             rounds: relay::Pending::new("relay-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
@@ -430,6 +434,7 @@ impl Gateway {
         tokio::spawn(dispatch(
             events,
             routes,
+            shared.metrics.clone(),
             shared.options.scope.clone(),
             stop.clone(),
         ));
@@ -593,8 +598,24 @@ impl Gateway {
                     }
                 }),
             );
+        let scraped = self.clone();
         axum::Router::new()
             .merge(mcp)
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let g = scraped.clone();
+                    async move {
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "text/plain; version=0.0.4; charset=utf-8",
+                            )],
+                            g.metrics(),
+                        )
+                    }
+                }),
+            )
             .route(
                 "/health",
                 axum::routing::get(move || {
@@ -637,6 +658,27 @@ impl Gateway {
                 },
             ))
             .merge(probes)
+    }
+
+    /// The Prometheus text exposition of this gateway's metrics (what
+    /// `/metrics` serves): calls by server, tool and outcome, their
+    /// latency, each server's state, restarts and reconnect budget left,
+    /// the session-era clients, the requests in flight, the drain.
+    pub fn metrics(&self) -> String {
+        let scope = &self.shared.options.scope;
+        let servers: Vec<_> = self
+            .shared
+            .runtime
+            .status()
+            .into_iter()
+            .filter(|s| &s.scope == scope)
+            .collect();
+        self.shared.metrics.render(metrics::Now {
+            servers: &servers,
+            clients: self.clients(),
+            in_flight: self.in_flight(),
+            draining: self.shared.drain.is_draining(),
+        })
     }
 
     /// What `/health` and the status tool return: every server's OBS-1

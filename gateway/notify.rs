@@ -133,19 +133,28 @@ impl Routes {
 pub(super) async fn dispatch(
     mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
     routes: Routes,
+    metrics: std::sync::Arc<super::metrics::Metrics>,
     scope: Scope,
     stop: CancellationToken,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     while let Some(ev) = next(&mut events, &stop).await {
         let ev = match ev {
-            Ok(ev) => ev,
-            Err(RecvError::Lagged(_)) => RuntimeEvent::CatalogChanged {
-                scope: scope.clone(),
-                server: String::new(),
-                generation: 0,
-                tools: 0,
-            },
+            Ok(ev) => {
+                if matches!(&ev, RuntimeEvent::CallFinished { scope: s, .. } if *s == scope) {
+                    metrics.observe(&ev);
+                }
+                ev
+            }
+            Err(RecvError::Lagged(n)) => {
+                metrics.missed(n);
+                RuntimeEvent::CatalogChanged {
+                    scope: scope.clone(),
+                    server: String::new(),
+                    generation: 0,
+                    tools: 0,
+                }
+            }
             Err(RecvError::Closed) => return,
         };
         for (wants, to) in &routes.routes {

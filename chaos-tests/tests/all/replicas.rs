@@ -388,3 +388,142 @@ async fn three_replicas_behind_haproxy_take_turns_drain_on_sigterm_and_survive_a
     let _ = lb.kill().await;
     let _ = std::fs::remove_dir_all(&cfg_dir);
 }
+
+/// `s` percent-encoded for a URL query.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus instant query's result vector: each series' labels and value.
+async fn prom_query(addr: &str, q: &str) -> Vec<(Value, String)> {
+    let Ok(Ok(mut s)) = tokio::time::timeout(LIMIT, tokio::net::TcpStream::connect(addr)).await
+    else {
+        return Vec::new();
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!(
+        "GET /api/v1/query?query={} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n",
+        query_escape(q)
+    );
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return Vec::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("");
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    v["data"]["result"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .map(|s| {
+                    (
+                        s["metric"].clone(),
+                        s["value"][1].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// Issue 35: a real Prometheus (the Debian package) scrapes a replica's
+// `/metrics`: the calls a client nobody here wrote made are counted by
+// server, tool and outcome, with their latency, and the server's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_a_replicas_calls_and_server_states() {
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: prometheus_scrapes… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let prometheus = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .map(PathBuf::from)
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("Prometheus is needed (Debian package prometheus; scripts/test installs it)");
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "replica-client.mjs");
+    let mut r = replica(0).await;
+    let echo = r#"{"message":"counted"}"#;
+    let outcomes = run_client(&dir, &script, &r.addr, "mcp__s__echo", 3, 1, echo).await;
+    assert!(all_ok(&outcomes), "{outcomes:?}");
+    run_client(&dir, &script, &r.addr, "mcp__s__nope", 1, 1, "{}").await;
+    let work = mcpvisor_chaos::unique_temp_path("prometheus");
+    std::fs::create_dir_all(&work).unwrap();
+    let web = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        work.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mcpvisor\n    static_configs:\n      - targets: ['{}']\n",
+            r.addr
+        ),
+    )
+    .unwrap();
+    let mut prom = tokio::process::Command::new(prometheus)
+        .arg(format!(
+            "--config.file={}",
+            work.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            work.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .arg("--log.level=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let echo_ok = loop {
+        let got = prom_query(
+            &web,
+            r#"mcpvisor_calls_total{server="s",tool="echo",outcome="ok"}"#,
+        )
+        .await;
+        if let Some((_, v)) = got.first() {
+            break v.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus never scraped the calls"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(echo_ok, "3");
+    let up = prom_query(&web, r#"up{job="mcpvisor"}"#).await;
+    assert_eq!(up.first().map(|(_, v)| v.as_str()), Some("1"), "{up:?}");
+    let unknown = prom_query(&web, r#"mcpvisor_calls_total{outcome="unknown_tool"}"#).await;
+    assert_eq!(unknown.len(), 1, "{unknown:?}");
+    assert_eq!(
+        (unknown[0].0["tool"].as_str(), unknown[0].1.as_str()),
+        (None, "1"),
+        "{unknown:?}"
+    );
+    let latency = prom_query(&web, r#"mcpvisor_call_duration_seconds_count{server="s"}"#).await;
+    assert_eq!(
+        latency.first().map(|(_, v)| v.as_str()),
+        Some("3"),
+        "{latency:?}"
+    );
+    let state = prom_query(&web, r#"mcpvisor_server_state{server="s"}"#).await;
+    assert_eq!(
+        (state.len(), state.first().map(|(m, _)| m["state"].clone())),
+        (1, Some(Value::from("ready"))),
+        "{state:?}"
+    );
+    let _ = prom.kill().await;
+    r.signal(libc::SIGTERM);
+    let code = tokio::time::timeout(LIMIT, r.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&work);
+}
