@@ -191,6 +191,7 @@ pub use messages::naming::{
     InvalidServerName, closest, derive_slug, public_tool_name, validate_server_name,
 };
 pub use messages::provider::Provider;
+pub use messages::trace::TraceContext;
 pub use messages::trust::{looks_secret, secret_reference};
 pub use runtime::turn::model::Usage;
 pub use runtime::turn::{

@@ -606,6 +606,7 @@ impl ServerHandler for GatewaySession {
             cancel: Some(ctx.ct.clone()),
             chat: Some(chat.clone()),
             id_to,
+            trace: trace_of(&ctx),
             ..CallOptions::default()
         };
         let outcome = match stateless_offers(&ctx) {
@@ -1158,4 +1159,17 @@ pub(super) fn status_tool() -> Tool {
         "The gateway's status: every backend server's state, tools, last error and stderr tail (JSON).",
         Arc::new(schema),
     )
+}
+
+/// The W3C trace a client's call continues: the `traceparent` (and
+/// `tracestate`) of its `_meta` (SEP-414), else of its HTTP request's
+/// headers; none when absent or invalid.
+fn trace_of(ctx: &RequestContext<RoleServer>) -> Option<crate::messages::trace::TraceContext> {
+    use crate::messages::trace::TraceContext;
+    if let Some(parent) = ctx.meta.get_traceparent() {
+        return TraceContext::continue_from(parent, ctx.meta.get_tracestate());
+    }
+    let headers = &ctx.extensions.get::<http::request::Parts>()?.headers;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    TraceContext::continue_from(header("traceparent")?, header("tracestate"))
 }

@@ -359,6 +359,10 @@ pub struct CallOptions {
     /// is sent once every chain of the round ran, within the round's
     /// bound on calls in flight.
     pub round: Option<super::round::RoundSlot>,
+    /// The W3C trace the call continues (a `traceparent` that came with
+    /// it): the call is a span of that trace, and its server is sent a
+    /// `traceparent` naming that span (with the `tracestate`) in `_meta`.
+    pub trace: Option<super::trace::TraceContext>,
 }
 
 /// What a policy sees of a call.

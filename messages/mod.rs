@@ -24,6 +24,7 @@ pub mod seat;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod trace;
 pub mod transport;
 pub mod tree;
 pub mod trust;

@@ -89,9 +89,24 @@ impl Runtime {
                 call_id,
             });
         }
-        let mut outcome = self
-            .call_inner(scope, name, arguments, options, call_id)
-            .await;
+        // A call that continues a trace is a span of it (its id is what
+        // the server is sent as the parent).
+        let span = match &options.trace {
+            Some(t) => tracing::info_span!(
+                "mcpvisor.call",
+                tool = name,
+                call_id,
+                trace_id = %t.trace_id,
+                span_id = %t.span_id,
+                parent_id = %t.parent_id,
+            ),
+            None => tracing::Span::none(),
+        };
+        let mut outcome = tracing::Instrument::instrument(
+            self.call_inner(scope, name, arguments, options, call_id),
+            span,
+        )
+        .await;
         let chaos = self.inner.chaos;
         if chaos.wrong_kinds() && outcome.kind == OutcomeKind::ServerError {
             outcome.kind = OutcomeKind::Ok;
@@ -232,8 +247,18 @@ impl Runtime {
         let chain = std::iter::once(&self.inner.trust_gate)
             .chain(self.inner.hooks_policy.iter())
             .chain(self.inner.policies.iter());
-        for policy in chain {
-            match policy.before(call).await {
+        let hooks = usize::from(self.inner.hooks_policy.is_some());
+        for (i, policy) in chain.enumerate() {
+            let part = match i {
+                0 => "trust",
+                i if i <= hooks => "hooks",
+                _ => "policy",
+            };
+            let before = tracing::Instrument::instrument(
+                policy.before(call),
+                tracing::debug_span!("mcpvisor.policy", part),
+            );
+            match before.await {
                 PolicyVerdict::Proceed => {}
                 PolicyVerdict::ProceedWith(args) => call.arguments = args,
                 // A refusal caused by the caller cancelling (while the
@@ -353,8 +378,13 @@ impl Runtime {
         if let Some(refused) = task_support_refused(&def, &live) {
             return refused; // never sent: nothing for the after half to see
         }
-        let outcome = self
-            .send_call(
+        let backend = tracing::debug_span!(
+            "mcpvisor.backend",
+            server = %def.server,
+            tool = %def.raw_name
+        );
+        let outcome = tracing::Instrument::instrument(
+            self.send_call(
                 scope,
                 &def,
                 &live,
@@ -369,9 +399,11 @@ impl Runtime {
                 },
                 entry,
                 options,
-            )
-            .await
-            .for_tool(&def);
+            ),
+            backend,
+        )
+        .await
+        .for_tool(&def);
         if outcome.kind == OutcomeKind::ServerNotReady {
             return outcome; // never sent: nothing for the after half to see
         }

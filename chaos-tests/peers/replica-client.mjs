@@ -3,7 +3,9 @@
 // replicas (issue 35). Copied into the peers directory, where the SDK is
 // installed.
 //
-//   node replica-client.mjs <url> <tool> <calls> <concurrency> <arguments JSON> [--mode auto|legacy]
+//   node replica-client.mjs <url> <tool> <calls> <concurrency> <arguments JSON> [--mode auto|legacy] [--meta JSON]
+//
+// `--meta` is sent as each call's `_meta` (a W3C `traceparent`, say).
 //
 // It connects once (version negotiation `auto` by default: 2026-07-28,
 // stateless, so every call is a request of its own for the balancer to
@@ -17,6 +19,8 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 const argv = process.argv.slice(2);
 const at = argv.indexOf('--mode');
 const mode = at >= 0 ? argv.splice(at, 2)[1] : 'auto';
+const metaAt = argv.indexOf('--meta');
+const meta = metaAt >= 0 ? JSON.parse(argv.splice(metaAt, 2)[1]) : undefined;
 const [url, tool, calls, concurrency, args] = argv;
 
 const textOf = (content) =>
@@ -38,7 +42,7 @@ async function main() {
       const i = next++;
       try {
         const r = await client.callTool(
-          { name: tool, arguments: JSON.parse(args) },
+          { name: tool, arguments: JSON.parse(args), ...(meta ? { _meta: meta } : {}) },
           { timeout: 60_000 },
         );
         outcomes[i] = r.isError

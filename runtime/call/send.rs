@@ -83,12 +83,21 @@ impl Runtime {
             .then(|| crate::transport::client::tasks_meta(&live.handlers));
         // A call made for a relaying client tells a stateless server what
         // that client can answer (GW-2).
-        let call_meta = match (&options.relay, live.era) {
+        let mut call_meta = match (&options.relay, live.era) {
             (Some(relay), crate::messages::server::Era::Stateless) => Some(
                 crate::transport::client::relay_meta(relay.offers(), tasks_meta.is_some()),
             ),
             _ => tasks_meta.clone(),
         };
+        // The trace the call continues reaches the server (SEP-414), this
+        // call's span as the parent.
+        if let Some(t) = &options.trace {
+            let meta = call_meta.get_or_insert_with(Default::default);
+            meta.set_traceparent(t.traceparent());
+            if let Some(state) = &t.state {
+                meta.set_tracestate(state.clone());
+            }
+        }
         let mut rounds: u32 = 0;
         let (response, lost_as) = loop {
             // A stateless server may answer `input_required` (ERA-5): the

@@ -546,6 +546,13 @@ impl FaultServer {
             {
                 line.push_str(" tasks");
             }
+            // The W3C trace the call continues (SEP-414), as it arrived.
+            if let Some(parent) = ctx.meta.get_traceparent() {
+                line.push_str(&format!(" traceparent={parent}"));
+            }
+            if let Some(state) = ctx.meta.get_tracestate() {
+                line.push_str(&format!(" tracestate={state}"));
+            }
         }
         // One write per line on an O_APPEND file: lines of concurrent requests never interleave.
         if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {

@@ -242,6 +242,17 @@ async fn run_client(
     concurrency: usize,
     args: &str,
 ) -> Vec<Value> {
+    run_client_with(dir, script, front, (tool, calls, concurrency, args), &[]).await
+}
+
+/// [`run_client`] with `extra` arguments (`--meta JSON`).
+async fn run_client_with(
+    dir: &Path,
+    script: &Path,
+    front: &str,
+    (tool, calls, concurrency, args): (&str, usize, usize, &str),
+    extra: &[&str],
+) -> Vec<Value> {
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::process::Command::new("node")
@@ -253,6 +264,7 @@ async fn run_client(
                 &concurrency.to_string(),
                 args,
             ])
+            .args(extra)
             .current_dir(dir)
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -526,4 +538,120 @@ async fn prometheus_scrapes_a_replicas_calls_and_server_states() {
         .unwrap();
     assert_eq!(code.code(), Some(0));
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// One stateless (2026-07-28) `tools/call` of `mcp__s__echo` POSTed by hand
+/// to `addr` with these extra header lines: the whole response.
+async fn raw_stateless_call(addr: &str, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "mcp__s__echo", "arguments": {"message": "by hand"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}}
+    })
+    .to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    out
+}
+
+// Issue 35: a W3C trace crosses client → gateway → backend. A
+// `traceparent` in a call's `_meta` (the TypeScript SDK 2.x sends it; SEP-414)
+// or in its HTTP headers is continued: the backend gets the same trace id
+// under a new parent span (the gateway's) and the `tracestate` unchanged;
+// an invalid one continues nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_crosses_the_gateway_to_the_backend() {
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: a_trace_crosses… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "replica-client.mjs");
+    let mut r = replica(0).await;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let parent = "b7ad6b7169203331";
+    let meta =
+        format!(r#"{{"traceparent":"00-{trace}-{parent}-01","tracestate":"congo=t61rcWkgMzE"}}"#);
+    let outcomes = run_client_with(
+        &dir,
+        &script,
+        &r.addr,
+        ("mcp__s__echo", 1, 1, r#"{"message":"traced"}"#),
+        &["--meta", &meta],
+    )
+    .await;
+    assert!(all_ok(&outcomes), "{outcomes:?}");
+    let line = r
+        .log
+        .text()
+        .lines()
+        .find(|l| l.contains("traced"))
+        .unwrap()
+        .to_owned();
+    let sent = line
+        .split(" traceparent=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let fields: Vec<&str> = sent.split('-').collect();
+    assert_eq!(
+        (fields[0], fields[1], fields[3]),
+        ("00", trace, "01"),
+        "{line}"
+    );
+    assert!(
+        fields[2].len() == 16 && fields[2] != parent,
+        "a new parent span: {line}"
+    );
+    assert!(line.ends_with("tracestate=congo=t61rcWkgMzE"), "{line}");
+
+    // In the HTTP headers instead.
+    let said =
+        raw_stateless_call(&r.addr, &format!("traceparent: 00-{trace}-{parent}-00\r\n")).await;
+    assert!(said.contains("Echo: by hand"), "{said}");
+    let line = r
+        .log
+        .text()
+        .lines()
+        .find(|l| l.contains("by hand"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains(&format!(" traceparent=00-{trace}-")) && line.ends_with("-00"),
+        "{line}"
+    );
+    // An invalid one (all-zero trace id) continues nothing.
+    let said = raw_stateless_call(
+        &r.addr,
+        &format!("traceparent: 00-{}-{parent}-01\r\n", "0".repeat(32)),
+    )
+    .await;
+    assert!(said.contains("Echo: by hand"), "{said}");
+    let last = r
+        .log
+        .text()
+        .lines()
+        .rfind(|l| l.contains("by hand"))
+        .unwrap()
+        .to_owned();
+    assert!(!last.contains("traceparent"), "{last}");
+    r.signal(libc::SIGTERM);
+    let code = tokio::time::timeout(LIMIT, r.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code.code(), Some(0));
 }
