@@ -229,7 +229,8 @@ pub use messages::status::{
 // Trust and secrets.
 pub use messages::approval::{ApprovalRequest, Approver};
 pub use messages::trust::{
-    Approval, EndpointError, Secret, SecretStore, TrustDecision, TrustMode, validate_endpoint,
+    Approval, EndpointError, Secret, SecretStore, StoreLock, TrustDecision, TrustMode,
+    validate_endpoint,
 };
 #[cfg(all(feature = "keyring", target_os = "linux"))]
 pub use runtime::stores::secrets::KeyringSecretStore;

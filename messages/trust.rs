@@ -285,6 +285,36 @@ pub trait SecretStore: Send + Sync + 'static {
     fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { Err(StoreError::read_only(name)) })
     }
+
+    /// The lock that makes a refresh of the OAuth tokens under `name` one
+    /// transaction among every process sharing this store (CONN-13, issue
+    /// 35): taken before the stored tokens are read, held until the new
+    /// ones are written, so that a refresh token another process rotated
+    /// meanwhile is read, never replayed. `get`, `put` and `remove` must
+    /// not wait for it. `None` (the default): this store is one process's.
+    fn refresh_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoreLock>, StoreError>> {
+        let _ = name;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A lock held for [`SecretStore::refresh_lock`]: released when dropped.
+pub struct StoreLock(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl StoreLock {
+    /// A lock that holds `guard` (released when it drops).
+    pub fn new(guard: impl Send + Sync + 'static) -> Self {
+        Self(Box::new(guard))
+    }
+}
+
+impl std::fmt::Debug for StoreLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreLock")
+    }
 }
 
 /// Whether a variable or header name looks like it holds a secret (`KEY`,

@@ -237,6 +237,20 @@ impl CredentialStore for SecretCredentials {
     async fn clear(&self) -> Result<(), AuthError> {
         self.store.remove(&self.name).await.map_err(store_error)
     }
+
+    /// A refresh is one transaction among the processes sharing the store
+    /// (replicas on one secrets file): rmcp takes this before it reads the
+    /// stored refresh token and holds it until the rotated one is saved.
+    async fn acquire_refresh_guard(
+        &self,
+    ) -> Result<Option<rmcp::transport::auth::CredentialRefreshGuard>, AuthError> {
+        let lock = self
+            .store
+            .refresh_lock(&self.name)
+            .await
+            .map_err(store_error)?;
+        Ok(lock.map(rmcp::transport::auth::CredentialRefreshGuard::new))
+    }
 }
 
 /// rmcp's authorization manager for `server` at `url`, dialing through

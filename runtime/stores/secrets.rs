@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use futures::future::BoxFuture;
 
 use crate::messages::store::StoreError;
-use crate::messages::trust::{Secret, SecretStore};
+use crate::messages::trust::{Secret, SecretStore, StoreLock};
 
 /// Secret name = environment variable name of this process.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,6 +75,37 @@ impl FileSecretStore {
             }
             self.write_all(&all)
         })
+    }
+
+    /// An exclusive `flock` of `FILE.refresh.lock`, taken on a blocking
+    /// thread: the OAuth refresh transaction of every process sharing the
+    /// file ([`SecretStore::refresh_lock`]). Another file than the writes'
+    /// lock, which the refresh's own write takes inside it.
+    async fn refresh_flock(&self) -> Result<StoreLock, StoreError> {
+        use std::os::fd::AsRawFd as _;
+        let lock_path = self.path.with_extension("refresh.lock");
+        tokio::task::spawn_blocking(move || {
+            let lock = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&lock_path)
+                .map_err(|e| StoreError::io("open the lock file", &lock_path, e))?;
+            // SAFETY: flock on a file descriptor this closure owns; it
+            // touches no memory. The lock lives as long as the file.
+            #[allow(unsafe_code)]
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(StoreError::io(
+                    "lock",
+                    &lock_path,
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            Ok(StoreLock::new(lock))
+        })
+        .await
+        .map_err(|e| StoreError::io("lock", &self.path, std::io::Error::other(e.to_string())))?
     }
 
     /// Run a read-modify-write of the file under an exclusive `flock` of
@@ -171,6 +202,14 @@ impl SecretStore for FileSecretStore {
 
     fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.delete(name) })
+    }
+
+    fn refresh_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoreLock>, StoreError>> {
+        let _ = name;
+        Box::pin(async move { self.refresh_flock().await.map(Some) })
     }
 }
 

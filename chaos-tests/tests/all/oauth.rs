@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mcpvisor::oauth::{HeadlessAuthorization, LoginRequest, login};
 use mcpvisor::{
-    CallOptions, MemorySecretStore, OAuthConfig, Runtime, Scope, SecretStore, ServerConfig,
-    TransportConfig,
+    CallOptions, FileSecretStore, MemorySecretStore, OAuthConfig, Runtime, Scope, SecretStore,
+    ServerConfig, TransportConfig,
 };
 use serde_json::{Value, json};
 
@@ -43,6 +43,8 @@ struct Issued {
     assertions: Vec<String>,
     /// Refuse every JWT-bearer request (`invalid_grant`).
     refuse_assertion: bool,
+    /// Answer each refresh this much later (two refreshes overlap).
+    refresh_delay: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -151,6 +153,10 @@ async fn token(State(f): State<Fixture>, body: Bytes) -> Response {
             let presented = field(&pairs, "refresh_token")
                 .unwrap_or_default()
                 .to_owned();
+            let delay = f.issued.lock().unwrap().refresh_delay;
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
             let ok = {
                 let mut i = f.issued.lock().unwrap();
                 i.refreshes.push(presented.clone());
@@ -571,4 +577,87 @@ async fn the_enterprise_grant_checks_every_endpoint_before_a_token_is_sent() {
             "nothing was stored"
         );
     }
+}
+
+// Issue 35: replicas sharing one secrets file refresh in a transaction.
+// Two runtimes (each with its own handle on the file, as two processes
+// would) get a 401 at the same time and both refresh, each answer 300 ms
+// late: the second reads the refresh token the first rotated (under the
+// file's refresh lock) instead of replaying the old one, which the
+// server would refuse (`invalid_grant`: "log in again").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_secrets_file_never_replay_a_rotated_refresh_token() {
+    let f = start().await;
+    let dir = mcpvisor_chaos::unique_temp_path("shared-secrets");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("secrets.toml");
+    let handle = || -> Arc<dyn SecretStore> { Arc::new(FileSecretStore::open(&path).unwrap()) };
+    let mut cfg = ServerConfig::http("notes", format!("{}/mcp", f.base)).trusted();
+    cfg.reconnect.enabled = false;
+    let TransportConfig::StreamableHttp(http) = &mut cfg.transport else {
+        unreachable!()
+    };
+    http.oauth = Some(Box::new(OAuthConfig::default()));
+    let http = http.clone();
+    login(
+        "notes",
+        &http,
+        handle(),
+        &HeadlessAuthorization::default(),
+        &LoginRequest::default(),
+    )
+    .await
+    .unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let rt = Runtime::builder().secrets(handle()).start().await.unwrap();
+        rt.add_server(Scope::Global, cfg.clone()).await.unwrap();
+        rt.wait_ready(&Scope::Global, "notes", Duration::from_secs(15))
+            .await
+            .unwrap();
+        replicas.push(rt);
+    }
+    f.issued.lock().unwrap().refresh_delay = Some(Duration::from_millis(300));
+    revoke(&f);
+    let call = |rt: &Runtime| {
+        let rt = rt.clone();
+        async move {
+            rt.call(
+                &Scope::Global,
+                "mcp__notes__read",
+                None,
+                CallOptions::default(),
+            )
+            .await
+        }
+    };
+    let (a, b) = tokio::join!(call(&replicas[0]), call(&replicas[1]));
+    let refreshes = f.issued.lock().unwrap().refreshes.clone();
+    let mut seen = refreshes.clone();
+    seen.dedup();
+    assert_eq!(
+        seen, refreshes,
+        "a refresh token presented twice: {refreshes:?}"
+    );
+    assert!(a.is_ok() && b.is_ok(), "{}\n{}", a.projection, b.projection);
+    let kept = handle()
+        .get("oauth.notes")
+        .await
+        .unwrap()
+        .expose()
+        .to_owned();
+    let last = refreshes
+        .last()
+        .unwrap()
+        .trim_start_matches('r')
+        .parse::<u32>()
+        .unwrap();
+    assert!(
+        kept.contains(&format!("\"r{}\"", last + 1)),
+        "the newest rotation is kept"
+    );
+    for rt in replicas {
+        assert!(rt.shutdown(Duration::from_secs(10)).await.is_clean());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
