@@ -52,6 +52,8 @@ pub enum Row {
     Round,
     /// The bytes of a first request's tools on 1,000 tools, eager vs deferred.
     Defer,
+    /// Calls through 1, 2 and 3 gateway replicas behind HAProxy.
+    Replicas,
     /// Memory over a soak (`--soak SECONDS`, 600 when only named here).
     Soak,
 }
@@ -1330,6 +1332,179 @@ async fn defer_bytes() -> anyhow::Result<(f64, f64)> {
     }
 }
 
+/// Calls through HAProxy in front of 1, 2 and 3 `gateway --http` replicas
+/// of the demo server (docs/deploy.md's configuration, one frontend per
+/// replica count), from stateless (2026-07-28) rmcp clients: the
+/// sequential p50 through the balancer to one replica against a direct
+/// call to that replica (interleaved), and 64-way calls/s direct and
+/// through each frontend. On one machine the replicas share its cores:
+/// this measures the balancer's cost and that more replicas do not lose
+/// throughput, not a multi-machine speed-up. NaN without HAProxy.
+async fn replicas_row(calls: usize) -> anyhow::Result<serde_json::Value> {
+    let Some(haproxy) = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+    else {
+        eprintln!("bench: no HAProxy here (Debian package haproxy): the replicas row is left out");
+        return Ok(json!({"note": "HAProxy not installed"}));
+    };
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(DemoGateway::start(true, &format!("replica-{i}")).await?);
+    }
+    let addrs: Vec<String> = replicas
+        .iter()
+        .map(|r| {
+            r.url
+                .as_deref()
+                .unwrap_or_default()
+                .trim_start_matches("http://")
+                .trim_end_matches("/mcp")
+                .to_owned()
+        })
+        .collect();
+    let port = || -> anyhow::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let fronts = [port()?, port()?, port()?];
+    let mut config = String::from(
+        "global\n    nbthread 1\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 90s\n    timeout server 90s\n    option http-buffer-request\n    retries 2\n    option redispatch 1\n    retry-on conn-failure 503\n",
+    );
+    for (n, front) in fronts.iter().enumerate() {
+        config.push_str(&format!(
+            "frontend f{n}\n    bind 127.0.0.1:{front}\n    default_backend b{n}\nbackend b{n}\n    balance roundrobin\n"
+        ));
+        for (i, a) in addrs.iter().take(n + 1).enumerate() {
+            config.push_str(&format!("    server r{i} {a}\n"));
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("mcpvisor-bench-haproxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("haproxy.cfg"), config)?;
+    let mut lb = tokio::process::Command::new(haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(dir.join("haproxy.cfg"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stateless = |url: String| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let client = rmcp::ClientServiceExt::serve_with_lifecycle(
+                ClientConfig::default(),
+                rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone()),
+                rmcp::ClientLifecycleMode::Discover {
+                    preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await;
+            match client {
+                Ok(c) => {
+                    let tools = c.list_all_tools().await.unwrap_or_default();
+                    if tools.iter().any(|t| t.name == "mcp__demo__echo") {
+                        return anyhow::Ok(c);
+                    }
+                    let _ = c.cancel().await;
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e.into()),
+                Err(_) => {}
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{url} never listed the demo's echo"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let mut clients = vec![stateless(format!("http://{}/mcp", addrs[0])).await?];
+    for front in fronts {
+        clients.push(stateless(format!("http://127.0.0.1:{front}/mcp")).await?);
+    }
+    let args = json!({"message": "bench"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let one = |i: usize| {
+        let peer = clients[i].peer().clone();
+        let args = args.clone();
+        async move {
+            let r = peer
+                .call_tool(CallToolRequestParams::new("mcp__demo__echo").with_arguments(args))
+                .await?;
+            anyhow::ensure!(r.is_error != Some(true), "an echo failed");
+            anyhow::Ok(())
+        }
+    };
+    for i in 0..clients.len() {
+        for _ in 0..20 {
+            one(i).await?;
+        }
+    }
+    // Direct to r0 and through the one-replica frontend, interleaved.
+    let mut samples: [Vec<Duration>; 2] = Default::default();
+    for n in 0..calls {
+        for k in 0..2 {
+            let i = (n + k) % 2;
+            let t = Instant::now();
+            one(i).await?;
+            samples[i].push(t.elapsed());
+        }
+    }
+    let median = |xs: &mut Vec<Duration>| {
+        xs.sort();
+        xs.get(xs.len() / 2)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+    };
+    let mut rate = [(0usize, Duration::ZERO); 4];
+    let n64 = (calls * 4).max(CONCURRENCY * 4);
+    for _ in 0..ROUNDS {
+        for (i, slot) in rate.iter_mut().enumerate() {
+            let peer = clients[i].peer().clone();
+            let args = args.clone();
+            let (ok, took) = concurrent_rate(n64, move || {
+                let (peer, args) = (peer.clone(), args.clone());
+                async move {
+                    peer.call_tool(
+                        CallToolRequestParams::new("mcp__demo__echo").with_arguments(args),
+                    )
+                    .await
+                    .is_ok_and(|r| r.is_error != Some(true))
+                }
+            })
+            .await;
+            slot.0 += ok;
+            slot.1 += took;
+        }
+    }
+    let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
+    let (direct_ms, through_ms) = (median(&mut samples[0]), median(&mut samples[1]));
+    let row = json!({
+        "p50_ms": {"direct": direct_ms, "through_haproxy": through_ms, "ratio": through_ms / direct_ms.max(1e-9)},
+        "calls_per_s_64": {
+            "direct": per_s(rate[0]),
+            "replicas_1": per_s(rate[1]),
+            "replicas_2": per_s(rate[2]),
+            "replicas_3": per_s(rate[3]),
+            "ratio_3_to_1": per_s(rate[3]) / per_s(rate[1]).max(1e-9),
+        },
+    });
+    for c in clients {
+        let _ = c.cancel().await;
+    }
+    let _ = lb.kill().await;
+    for r in replicas {
+        r.stop().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(row)
+}
+
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.
 const RATIO_ROWS: &[(&str, &str)] = &[
     ("tools/call p50", "/tools_call/ratio_p50"),
@@ -1389,6 +1564,14 @@ const RATIO_ROWS: &[(&str, &str)] = &[
     (
         "first request's tool bytes, deferred vs eager",
         "/first_request_tool_bytes/ratio",
+    ),
+    (
+        "call p50 through HAProxy vs direct to the replica",
+        "/replicas/p50_ms/ratio",
+    ),
+    (
+        "64-way calls/s, 3 replicas vs 1",
+        "/replicas/calls_per_s_64/ratio_3_to_1",
     ),
     ("catalog sync 1k", "/catalog_sync_ms/1k/ratio"),
     ("catalog sync 10k", "/catalog_sync_ms/10k/ratio"),
@@ -1562,6 +1745,11 @@ async fn measure(
     } else {
         none
     };
+    let replicas = if want(Row::Replicas) {
+        replicas_row(calls).await?
+    } else {
+        serde_json::Value::Null
+    };
     let soak = match soak {
         Some(secs) if only.is_empty() || only.contains(&Row::Soak) => memory_soak(secs).await?,
         None if only.contains(&Row::Soak) => memory_soak(600).await?,
@@ -1599,6 +1787,7 @@ async fn measure(
         "hook_overhead_ms": {"bare": hook_bare, "runtime": hook_ours, "ratio": hook_ours / hook_bare.max(1e-9)},
         "first_request_tool_bytes": {"eager": defer_eager, "deferred": defer_deferred, "ratio": defer_deferred / defer_eager.max(1e-9)},
         "round_calls_ms": {"one_after_another": round_serial, "together": round_together, "ratio": round_together / round_serial.max(1e-9)},
+        "replicas": replicas,
         "quick": quick,
         "memory_soak": soak,
         "catalog_sync_ms": {
@@ -1755,6 +1944,19 @@ fn print_human(f: &serde_json::Value) {
         n("/first_request_tool_bytes/deferred"),
         n("/first_request_tool_bytes/ratio")
     );
+    if f["replicas"]["p50_ms"].is_object() {
+        println!(
+            "gateway replicas behind HAProxy (stateless clients, demo server): p50 ms direct {:.3}, through HAProxy {:.3}, ratio {:.2}; 64-way calls/s direct {:.0}, 1 replica {:.0}, 2 {:.0}, 3 {:.0} (3 vs 1: {:.2}; one machine's cores shared)",
+            n("/replicas/p50_ms/direct"),
+            n("/replicas/p50_ms/through_haproxy"),
+            n("/replicas/p50_ms/ratio"),
+            n("/replicas/calls_per_s_64/direct"),
+            n("/replicas/calls_per_s_64/replicas_1"),
+            n("/replicas/calls_per_s_64/replicas_2"),
+            n("/replicas/calls_per_s_64/replicas_3"),
+            n("/replicas/calls_per_s_64/ratio_3_to_1"),
+        );
+    }
     println!("catalog sync (spawn → initialize → all pages → registered), ms");
     println!(
         "  {:<12} {:>10} {:>10} {:>8}",
