@@ -273,6 +273,11 @@ pub(crate) enum Command {
         /// SIGTERM, stops at once.
         #[arg(long, value_name = "SECONDS", default_value_t = 30)]
         drain_timeout_s: u64,
+        /// This replica's name behind a balancer (letters, digits, `-`, `_`,
+        /// `.`): the request states it hands out end in `@NAME`, so the
+        /// balancer can route a client's retry to it (docs/deploy.md).
+        #[arg(long, value_name = "NAME")]
+        replica_id: Option<String>,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

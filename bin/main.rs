@@ -262,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             session_idle_s,
             raw_names,
             drain_timeout_s,
+            replica_id,
         } => {
             let flags = cmd::gateway::GatewayFlags {
                 stdio: *stdio,
@@ -273,6 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 session_idle: std::time::Duration::from_secs(*session_idle_s),
                 raw_names: *raw_names,
                 drain_timeout: std::time::Duration::from_secs(*drain_timeout_s),
+                replica: replica_id.clone(),
             };
             cmd::gateway::run(&cli, flags).await
         }

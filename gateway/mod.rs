@@ -98,6 +98,12 @@ pub struct GatewayOptions {
     /// server can be pointed at the gateway unchanged; colliding ones keep
     /// their public names. Public names are taken in calls either way.
     pub raw_names: bool,
+    /// This gateway's name among replicas behind one balancer (issue 35):
+    /// the request states it hands out (`input_required` rounds) end in
+    /// `@<replica>`, so a balancer can send a client's retry to the
+    /// replica running its call, and another replica that gets one answers
+    /// that the call is on that replica instead of not knowing it.
+    pub replica: Option<String>,
 }
 
 impl Default for GatewayOptions {
@@ -114,6 +120,7 @@ impl Default for GatewayOptions {
             max_sessions: 1024,
             session_idle: Duration::from_secs(300),
             raw_names: false,
+            replica: None,
         }
     }
 }
@@ -249,6 +256,28 @@ impl Shared {
                 let _ = self.settled_catalog.set(self.catalog_fingerprint());
             })
             .await;
+    }
+
+    /// The error for a retry whose `requestState` this gateway does not
+    /// hold: when the state names another replica as its owner, that the
+    /// call is there (`moved`: the retry must reach that replica, or the
+    /// tool be called again without it); else that it is unknown or
+    /// expired.
+    fn unknown_state(&self, state: &str) -> rmcp::ErrorData {
+        match relay::state_owner(state) {
+            Some(owner) if Some(owner) != self.options.replica.as_deref() => rmcp::ErrorData::new(
+                rmcp::model::ErrorCode(-32000),
+                format!(
+                    "the requestState belongs to a call on gateway replica {owner:?}, not this one ({}): send the retry to {owner:?} (a balancer routes it by the requestState's @{owner}), or call the tool again without it",
+                    self.options.replica.as_deref().unwrap_or("unnamed")
+                ),
+                Some(json!({"moved": true, "owner": owner})),
+            ),
+            _ => rmcp::ErrorData::invalid_params(
+                "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
+                None,
+            ),
+        }
     }
 
     /// What the scope's catalog is now, as a number: a hash of every tool
@@ -400,6 +429,7 @@ impl Gateway {
     ) -> Self {
         let stop = CancellationToken::new();
         let events = runtime.subscribe();
+        let replica = options.replica.clone();
         let shared = Arc::new(Shared {
             runtime,
             options,
@@ -416,8 +446,18 @@ impl Gateway {
             drain: Arc::default(),
             metrics: Arc::new(metrics::Metrics::new()),
             settled_catalog: std::sync::OnceLock::new(),
-            pending_asks: relay::Pending::new("ask-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
-            rounds: relay::Pending::new("relay-", PENDING_ASK_TTL, MAX_PENDING_ASKS),
+            pending_asks: relay::Pending::new(
+                "ask-",
+                replica.as_deref(),
+                PENDING_ASK_TTL,
+                MAX_PENDING_ASKS,
+            ),
+            rounds: relay::Pending::new(
+                "relay-",
+                replica.as_deref(),
+                PENDING_ASK_TTL,
+                MAX_PENDING_ASKS,
+            ),
             log_levels: Mutex::default(),
             hold: Arc::default(),
             stop: stop.clone(),

@@ -288,15 +288,24 @@ pub(super) struct Waiting {
 pub(super) struct Pending<T> {
     items: Mutex<HashMap<String, (Instant, T)>>,
     prefix: &'static str,
+    /// `@<replica>` at the end of every state, when the gateway is one
+    /// replica of several: the state names its owner.
+    owner: String,
     ttl: Duration,
     max: usize,
 }
 
 impl<T> Pending<T> {
-    pub(super) fn new(prefix: &'static str, ttl: Duration, max: usize) -> Self {
+    pub(super) fn new(
+        prefix: &'static str,
+        replica: Option<&str>,
+        ttl: Duration,
+        max: usize,
+    ) -> Self {
         Self {
             items: Mutex::default(),
             prefix,
+            owner: replica.map(|r| format!("@{r}")).unwrap_or_default(),
             ttl,
             max,
         }
@@ -308,6 +317,7 @@ impl<T> Pending<T> {
         rand::fill(&mut nonce);
         let state: String = std::iter::once(self.prefix.to_owned())
             .chain(nonce.iter().map(|b| format!("{b:02x}")))
+            .chain(std::iter::once(self.owner.clone()))
             .collect();
         if let Ok(mut p) = self.items.lock() {
             p.retain(|_, (at, _)| at.elapsed() < self.ttl);
@@ -340,4 +350,10 @@ impl<T> Pending<T> {
             .filter(|(at, _)| at.elapsed() < self.ttl)
             .map(|(_, item)| item)
     }
+}
+
+/// The replica a request state names as its owner (`…@<replica>`), when it
+/// names one.
+pub(super) fn state_owner(state: &str) -> Option<&str> {
+    state.rsplit_once('@').map(|(_, owner)| owner)
 }

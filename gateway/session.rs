@@ -140,10 +140,7 @@ impl GatewaySession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let Some(waiting) = self.shared.rounds.take(state) else {
-            return Err(McpError::invalid_params(
-                "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
-                None,
-            ));
+            return Err(self.shared.unknown_state(state));
         };
         if waiting.call.tool != public {
             return Err(McpError::invalid_params(
@@ -558,10 +555,7 @@ impl ServerHandler for GatewaySession {
             chat = match (&request.request_state, &request.input_responses) {
                 (Some(state), Some(responses)) => {
                     let Some(asked) = self.shared.pending_asks.take(state) else {
-                        return Err(McpError::invalid_params(
-                            "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
-                            None,
-                        ));
+                        return Err(self.shared.unknown_state(state));
                     };
                     if asked.tool != public || asked.arguments != arguments {
                         return Err(McpError::invalid_params(

@@ -39,6 +39,8 @@ pub(crate) struct GatewayFlags {
     pub(crate) raw_names: bool,
     /// SIGTERM drains for at most this long (`--http`).
     pub(crate) drain_timeout: Duration,
+    /// This replica's name behind a balancer.
+    pub(crate) replica: Option<String>,
 }
 
 /// Run the gateway until the client leaves (stdio) or a signal; exit 0 when
@@ -46,6 +48,17 @@ pub(crate) struct GatewayFlags {
 pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
     if flags.stdio == flags.http.is_some() {
         bail!("give exactly one of --stdio or --http ADDR (e.g. --http 127.0.0.1:8931)");
+    }
+    if let Some(name) = &flags.replica
+        && (name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        bail!(
+            "--replica-id {name:?}: use 1 to 64 letters, digits, '-', '_' or '.' (it ends every request state this replica hands out, after '@')"
+        );
     }
     if flags.max_sessions == 0 {
         bail!("--max-sessions 0 would refuse every session-era client: give at least 1");
@@ -111,6 +124,7 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             max_sessions: flags.max_sessions,
             session_idle: flags.session_idle,
             raw_names: flags.raw_names,
+            replica: flags.replica.clone(),
             ..GatewayOptions::default()
         },
     );
