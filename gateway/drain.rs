@@ -14,8 +14,9 @@ use axum::body::Body;
 use serde_json::{Value, json};
 
 /// The largest request body read to tell, while draining, whether it
-/// starts work; a larger one is refused unread (it did not run).
-const MAX_CHECKED_BODY: usize = 16 * 1024 * 1024;
+/// starts work: rmcp's own limit on a request body (a larger one is
+/// answered 413, as rmcp would).
+const MAX_CHECKED_BODY: usize = 4 * 1024 * 1024;
 
 /// A replica's drain state and the requests it is serving.
 #[derive(Debug, Default)]
@@ -48,7 +49,10 @@ impl Drain {
     /// Wait until no request is in flight or `deadline` passed: the count
     /// left (0: drained).
     pub(super) async fn drained(&self, deadline: Duration) -> usize {
-        let until = tokio::time::Instant::now() + deadline;
+        let now = tokio::time::Instant::now();
+        let until = now
+            .checked_add(deadline)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -118,7 +122,12 @@ pub(super) async fn counted(
     let req = if drain.is_draining() {
         let (parts, body) = req.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, MAX_CHECKED_BODY).await else {
-            return refused(&Value::Null);
+            use axum::response::IntoResponse;
+            return (
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than 4 MiB, or was cut",
+            )
+                .into_response();
         };
         let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if let Some(id) = starts_work(&message) {

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::messages::status::{RuntimeEvent, ServerStatus};
+use crate::{RuntimeEvent, ServerStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -207,7 +207,8 @@ impl Metrics {
 
 /// The server and tool labels of a call of public tool `name`: from
 /// `mcp__<server>__<tool>`, and none for a tool nobody serves
-/// (`unknown_tool`: a client's name, not the catalog's).
+/// (`unknown_tool`: a client's name, not the catalog's), no tool for a
+/// server not ready (which answers so for any name).
 fn labels(name: &str, outcome: &str) -> (String, String) {
     if outcome == "unknown_tool" {
         return (String::new(), String::new());
@@ -216,6 +217,9 @@ fn labels(name: &str, outcome: &str) -> (String, String) {
         .strip_prefix("mcp__")
         .and_then(|rest| rest.split_once("__"))
     {
+        // A server that is not ready answers so for any tool name of its
+        // own: the server is the catalog's, the tool may be anyone's.
+        Some((server, _)) if outcome == "server_not_ready" => (server.to_owned(), String::new()),
         Some((server, tool)) => (server.to_owned(), tool.to_owned()),
         None => (String::new(), name.to_owned()),
     }
@@ -241,6 +245,7 @@ mod tests {
         m.observe(&finished("mcp__s__is_error", "server_error", 1));
         m.observe(&finished("mcp__zz__made_up_1", "unknown_tool", 0));
         m.observe(&finished("mcp__zz__made_up_2", "unknown_tool", 0));
+        m.observe(&finished("mcp__s__made_up_3", "server_not_ready", 0));
         m.missed(2);
         let text = m.render(Now {
             servers: &[],
@@ -252,11 +257,12 @@ mod tests {
             "mcpvisor_calls_total{server=\"s\",tool=\"echo\",outcome=\"ok\"} 2",
             "mcpvisor_calls_total{server=\"s\",tool=\"is_error\",outcome=\"server_error\"} 1",
             "mcpvisor_calls_total{server=\"\",tool=\"\",outcome=\"unknown_tool\"} 2",
-            "mcpvisor_call_duration_seconds_count{server=\"s\"} 3",
+            "mcpvisor_call_duration_seconds_count{server=\"s\"} 4",
             "mcpvisor_gateway_clients 2",
             "mcpvisor_gateway_requests_in_flight 1",
             "mcpvisor_gateway_draining 1",
             "mcpvisor_metrics_events_missed_total 2",
+            "mcpvisor_calls_total{server=\"s\",tool=\"\",outcome=\"server_not_ready\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -509,10 +509,29 @@ impl Gateway {
         self.shared.drain.in_flight()
     }
 
-    /// Wait until no HTTP request is in flight, or `deadline` passed: how
-    /// many are left (0: drained).
+    /// Wait until no HTTP request is in flight and no call is paused in an
+    /// `input_required` round awaiting its client's retry, or `deadline`
+    /// passed: how many of either are left (0: drained).
     pub async fn drained(&self, deadline: Duration) -> usize {
-        self.shared.drain.drained(deadline).await
+        let start = tokio::time::Instant::now();
+        loop {
+            let spent = start.elapsed();
+            let left = self
+                .shared
+                .drain
+                .drained(deadline.saturating_sub(spent))
+                .await;
+            let paused = self.shared.rounds.len() + self.shared.pending_asks.len();
+            if left + paused == 0 || start.elapsed() >= deadline {
+                return left + paused;
+            }
+            // A paused call ends with its client's retry (or its expiry):
+            // nothing announces it here, so it is looked at again shortly.
+            tokio::time::sleep(
+                Duration::from_millis(100).min(deadline.saturating_sub(start.elapsed())),
+            )
+            .await;
+        }
     }
 
     /// Whether the replica takes new work: its first catalog settled (each
@@ -649,7 +668,7 @@ impl Gateway {
                         (
                             [(
                                 axum::http::header::CONTENT_TYPE,
-                                "text/plain; version=0.0.4; charset=utf-8",
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
                             )],
                             g.metrics(),
                         )

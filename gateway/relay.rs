@@ -336,6 +336,14 @@ impl<T> Pending<T> {
         state
     }
 
+    /// How many await their retry (and have not expired).
+    pub(super) fn len(&self) -> usize {
+        self.items
+            .lock()
+            .map(|p| p.values().filter(|(at, _)| at.elapsed() < self.ttl).count())
+            .unwrap_or(0)
+    }
+
     /// Whether `state` is of this kind.
     pub(super) fn names(&self, state: &str) -> bool {
         state.starts_with(self.prefix)
@@ -352,8 +360,13 @@ impl<T> Pending<T> {
     }
 }
 
-/// The replica a request state names as its owner (`…@<replica>`), when it
-/// names one.
+/// The replica a request state names as its owner, when it is of the form
+/// a replica hands out (`ask-` or `relay-`, 32 hex digits, `@<replica>`).
 pub(super) fn state_owner(state: &str) -> Option<&str> {
-    state.rsplit_once('@').map(|(_, owner)| owner)
+    let (minted, owner) = state.split_once('@')?;
+    let nonce = minted
+        .strip_prefix("ask-")
+        .or_else(|| minted.strip_prefix("relay-"))?;
+    (nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit()) && !owner.is_empty())
+        .then_some(owner)
 }

@@ -1158,8 +1158,8 @@ pub(super) fn status_tool() -> Tool {
 /// The W3C trace a client's call continues: the `traceparent` (and
 /// `tracestate`) of its `_meta` (SEP-414), else of its HTTP request's
 /// headers; none when absent or invalid.
-fn trace_of(ctx: &RequestContext<RoleServer>) -> Option<crate::messages::trace::TraceContext> {
-    use crate::messages::trace::TraceContext;
+fn trace_of(ctx: &RequestContext<RoleServer>) -> Option<crate::TraceContext> {
+    use crate::TraceContext;
     if let Some(parent) = ctx.meta.get_traceparent() {
         return TraceContext::continue_from(parent, ctx.meta.get_tracestate());
     }

@@ -49,7 +49,8 @@ impl TraceContext {
             trace_id: trace_id.to_owned(),
             parent_id: parent_id.to_owned(),
             span_id: new_span_id(),
-            flags: u8::from_str_radix(flags, 16).ok()?,
+            // The sampled and random bits; unknown ones are not passed on.
+            flags: u8::from_str_radix(flags, 16).ok()? & 0x03,
             state: tracestate
                 .map(str::trim)
                 .filter(|s| !s.is_empty())

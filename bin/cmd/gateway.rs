@@ -83,12 +83,17 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
                 Some(s) => s,
                 None => Arc::new(EnvSecretStore),
             };
-            let secret = store.get(&flags.token_secret).await.map_err(|e| {
-                anyhow::anyhow!(
-                    "--allow-remote needs a bearer token in the secret {:?}: {e}",
-                    flags.token_secret
-                )
-            })?;
+            // The config's store first, then the environment (a container's
+            // token comes from its environment beside a shared secrets file).
+            let secret = match store.get(&flags.token_secret).await {
+                Ok(secret) => secret,
+                Err(e) => EnvSecretStore.get(&flags.token_secret).await.map_err(|_| {
+                    anyhow::anyhow!(
+                        "--allow-remote needs a bearer token in the secret {:?}: {e}; nor is it set in the environment",
+                        flags.token_secret
+                    )
+                })?,
+            };
             Some(secret.expose().to_owned())
         }
         _ => None,

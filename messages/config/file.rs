@@ -722,7 +722,7 @@ pub fn parse_config_at(
         });
     }
     if let Some(word) = &model.tool_search
-        && crate::runtime::turn::ToolSearch::parse(word).is_none()
+        && crate::messages::provider::ToolSearch::parse(word).is_none()
     {
         return Err(ConfigError {
             problems: vec![format!(

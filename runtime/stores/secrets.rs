@@ -77,35 +77,64 @@ impl FileSecretStore {
         })
     }
 
-    /// An exclusive `flock` of `FILE.refresh.lock`, taken on a blocking
-    /// thread: the OAuth refresh transaction of every process sharing the
-    /// file ([`SecretStore::refresh_lock`]). Another file than the writes'
-    /// lock, which the refresh's own write takes inside it.
-    async fn refresh_flock(&self) -> Result<StoreLock, StoreError> {
+    /// An exclusive `flock` of `secrets.refresh.<name>.lock` beside the
+    /// file: the OAuth refresh transaction of `name` among every process
+    /// sharing the file ([`SecretStore::refresh_lock`]). Another file than
+    /// the writes' lock, which the refresh's own write takes inside it.
+    /// Tried without blocking every 20 ms for at most 30 s (a holder that
+    /// hangs fails the refresh, not the process); `None`, with a warning,
+    /// where the lock file cannot be created (a read-only volume).
+    async fn refresh_flock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
         use std::os::fd::AsRawFd as _;
-        let lock_path = self.path.with_extension("refresh.lock");
-        tokio::task::spawn_blocking(move || {
-            let lock = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&lock_path)
-                .map_err(|e| StoreError::io("open the lock file", &lock_path, e))?;
-            // SAFETY: flock on a file descriptor this closure owns; it
-            // touches no memory. The lock lives as long as the file.
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let lock_path = self.path.with_extension(format!("refresh.{safe}.lock"));
+        let lock = match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+        {
+            Ok(lock) => lock,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot open {} ({e}): this OAuth refresh is not coordinated with other processes",
+                    lock_path.display()
+                );
+                return Ok(None);
+            }
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            // SAFETY: flock on a descriptor this function owns; it touches
+            // no memory. The lock lives as long as the file.
             #[allow(unsafe_code)]
-            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let got = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if got {
+                return Ok(Some(StoreLock::new(lock)));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(StoreError::io("lock", &lock_path, e));
+            }
+            if tokio::time::Instant::now() >= deadline {
                 return Err(StoreError::io(
-                    "lock",
+                    "lock (another process has held it for 30 s)",
                     &lock_path,
-                    std::io::Error::last_os_error(),
+                    e,
                 ));
             }
-            Ok(StoreLock::new(lock))
-        })
-        .await
-        .map_err(|e| StoreError::io("lock", &self.path, std::io::Error::other(e.to_string())))?
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Run a read-modify-write of the file under an exclusive `flock` of
@@ -208,8 +237,7 @@ impl SecretStore for FileSecretStore {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoreLock>, StoreError>> {
-        let _ = name;
-        Box::pin(async move { self.refresh_flock().await.map(Some) })
+        Box::pin(self.refresh_flock(name))
     }
 }
 

@@ -156,7 +156,13 @@ async fn haproxy_routing(
     let (front, stats) = (free_port(), free_port());
     let mut servers: String = (0..replicas.len())
         .filter(|_| by_owner)
-        .map(|i| format!("    use-server r{i} if {{ req.body -m sub '@r{i}\"' }}\n"))
+        .flat_map(|i| {
+            let owner = format!(r#"req.body -m reg '"requestState"\s*:\s*"[^"]*@r{i}"'"#);
+            [
+                format!("    force-persist if {{ {owner} }}\n"),
+                format!("    use-server r{i} if {{ {owner} }}\n"),
+            ]
+        })
         .collect();
     servers.extend(
         replicas
@@ -390,6 +396,20 @@ async fn three_replicas_behind_haproxy_take_turns_drain_on_sigterm_and_survive_a
         (503, "draining\n".into())
     );
     assert_eq!(get(&rs[0].addr, "/livez").await.0, 200);
+    // New work sent to it straight is refused, not run, and says so.
+    let refused = raw_post_stateless(
+        &rs[0].addr,
+        &stateless_echo(serde_json::json!({"message": "too late"}), Value::Null),
+        "",
+    )
+    .await;
+    assert!(
+        refused.starts_with("HTTP/1.1 503")
+            && refused.to_ascii_lowercase().contains("retry-after: 1")
+            && refused.contains(r#""ran":false"#),
+        "{refused}"
+    );
+    assert!(!rs[0].log.text().contains("too late"));
     until_states(&stats, &["DOWN", "UP", "UP"]).await;
     let during = client("mcp__s__echo", 6, 2, echo).await;
     assert!(all_ok(&during), "new work while r0 drains: {during:?}");
@@ -599,30 +619,20 @@ async fn prometheus_scrapes_a_replicas_calls_and_server_states() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// One stateless (2026-07-28) `tools/call` of `mcp__s__echo` POSTed by hand
-/// to `addr` with these extra header lines: the whole response.
-async fn raw_stateless_call(addr: &str, headers: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = serde_json::json!({
+/// A stateless (2026-07-28) `tools/call` of `mcp__s__echo` with
+/// `arguments`, and with `params` merged into its params.
+fn stateless_echo(arguments: Value, params: Value) -> Value {
+    let mut body = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "mcp__s__echo", "arguments": {"message": "by hand"},
+        "params": {"name": "mcp__s__echo", "arguments": arguments,
             "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
                 "io.modelcontextprotocol/clientCapabilities": {}}}
-    })
-    .to_string();
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    out
+    });
+    if let (Some(p), Value::Object(more)) = (body["params"].as_object_mut(), params) {
+        p.extend(more);
+    }
+    body
 }
 
 // Issue 35: a W3C trace crosses client → gateway → backend. A
@@ -678,8 +688,13 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
     assert!(line.ends_with("tracestate=congo=t61rcWkgMzE"), "{line}");
 
     // In the HTTP headers instead.
-    let said =
-        raw_stateless_call(&r.addr, &format!("traceparent: 00-{trace}-{parent}-00\r\n")).await;
+    let by_hand = stateless_echo(serde_json::json!({"message": "by hand"}), Value::Null);
+    let said = raw_post_stateless(
+        &r.addr,
+        &by_hand,
+        &format!("traceparent: 00-{trace}-{parent}-00\r\n"),
+    )
+    .await;
     assert!(said.contains("Echo: by hand"), "{said}");
     let line = r
         .log
@@ -693,8 +708,9 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
         "{line}"
     );
     // An invalid one (all-zero trace id) continues nothing.
-    let said = raw_stateless_call(
+    let said = raw_post_stateless(
         &r.addr,
+        &by_hand,
         &format!("traceparent: 00-{}-{parent}-01\r\n", "0".repeat(32)),
     )
     .await;
@@ -768,15 +784,11 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
     let ran: usize = rs.iter().map(|r| r.calls_of("echo")).sum();
     assert_eq!(ran, 2, "each allowed call ran once");
     // A retry for r1's call that reaches r0.
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
-        "params": {"name": "mcp__s__echo", "arguments": {"message": "late"},
-            "requestState": "relay-00ff@r1", "inputResponses": {},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}}}
-    });
-    let said = raw_post_stateless(&rs[0].addr, &body).await;
+    let body = stateless_echo(
+        serde_json::json!({"message": "late"}),
+        serde_json::json!({"requestState": "relay-00112233445566778899aabbccddeeff@r1", "inputResponses": {}}),
+    );
+    let said = raw_post_stateless(&rs[0].addr, &body, "").await;
     assert!(
         said.contains(r#""moved":true"#) && said.contains(r#""owner":"r1""#),
         "{said}"
@@ -796,13 +808,13 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
 }
 
 /// `body`, a stateless `tools/call` of `mcp__s__echo`, POSTed by hand to
-/// `addr`: the whole response.
-async fn raw_post_stateless(addr: &str, body: &Value) -> String {
+/// `addr` with these extra header lines: the whole response.
+async fn raw_post_stateless(addr: &str, body: &Value, headers: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = body.to_string();
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();

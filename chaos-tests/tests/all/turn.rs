@@ -971,22 +971,7 @@ fn offered(body: &Value) -> Vec<String> {
 // list starts with the previous one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_tools_are_searched_found_and_called_with_a_stable_prefix() {
-    let rt = Runtime::builder()
-        .secrets(Arc::new(Keys))
-        .start()
-        .await
-        .unwrap();
-    let exe = mcpvisor_chaos::ensure_mcpvisor_built().unwrap();
-    let cfg = mcpvisor::ServerConfig::stdio(
-        "d",
-        exe.to_string_lossy(),
-        vec!["serve-demo".into(), "--tools".into(), "1000".into()],
-    )
-    .trusted();
-    rt.add_server(G, cfg).await.unwrap();
-    rt.wait_ready(&G, "d", Duration::from_secs(30))
-        .await
-        .unwrap();
+    let rt = thousand_tools().await;
     let search = "mcpvisor_tool_search";
     let model = ScriptedModel::start(vec![
         openai_tool_calls(&[
