@@ -509,29 +509,12 @@ impl Gateway {
         self.shared.drain.in_flight()
     }
 
-    /// Wait until no HTTP request is in flight and no call is paused in an
-    /// `input_required` round awaiting its client's retry, or `deadline`
-    /// passed: how many of either are left (0: drained).
+    /// Wait until no HTTP request is in flight, or `deadline` passed: how
+    /// many are left (0: drained). A call paused in an `input_required`
+    /// round is not waited for: its client may never come back (most that
+    /// do, come back at once, and are taken while the replica is up).
     pub async fn drained(&self, deadline: Duration) -> usize {
-        let start = tokio::time::Instant::now();
-        loop {
-            let spent = start.elapsed();
-            let left = self
-                .shared
-                .drain
-                .drained(deadline.saturating_sub(spent))
-                .await;
-            let paused = self.shared.rounds.len() + self.shared.pending_asks.len();
-            if left + paused == 0 || start.elapsed() >= deadline {
-                return left + paused;
-            }
-            // A paused call ends with its client's retry (or its expiry):
-            // nothing announces it here, so it is looked at again shortly.
-            tokio::time::sleep(
-                Duration::from_millis(100).min(deadline.saturating_sub(start.elapsed())),
-            )
-            .await;
-        }
+        self.shared.drain.drained(deadline).await
     }
 
     /// Whether the replica takes new work: its first catalog settled (each

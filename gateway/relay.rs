@@ -336,14 +336,6 @@ impl<T> Pending<T> {
         state
     }
 
-    /// How many await their retry (and have not expired).
-    pub(super) fn len(&self) -> usize {
-        self.items
-            .lock()
-            .map(|p| p.values().filter(|(at, _)| at.elapsed() < self.ttl).count())
-            .unwrap_or(0)
-    }
-
     /// Whether `state` is of this kind.
     pub(super) fn names(&self, state: &str) -> bool {
         state.starts_with(self.prefix)
