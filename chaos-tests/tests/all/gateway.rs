@@ -434,7 +434,7 @@ async fn http_client(addr: &str, handler: Client) -> RunningService<RoleClient, 
 }
 
 /// A raw HTTP/1.1 GET on loopback; the status code and the body.
-async fn http_get(addr: &str, path: &str, host: &str) -> (u16, String) {
+pub(crate) async fn http_get(addr: &str, path: &str, host: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");

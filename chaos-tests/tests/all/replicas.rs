@@ -112,21 +112,7 @@ impl Replica {
 
 /// A raw HTTP/1.1 GET on loopback: the status and the body.
 async fn get(addr: &str, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    let code = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned())
+    crate::gateway::http_get(addr, path, "127.0.0.1").await
 }
 
 fn free_port() -> u16 {
@@ -305,9 +291,7 @@ async fn run_client_with(
     .await
     .expect("the client finished: no call hung")
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let v = printed(&out);
     assert!(out.status.success(), "{v}");
     let era = if extra.contains(&"legacy") {
         "2025-11-25"
@@ -316,6 +300,14 @@ async fn run_client_with(
     };
     assert_eq!(v["protocol_version"], era, "{v}");
     v["outcomes"].as_array().unwrap().clone()
+}
+
+/// The one JSON object a client script printed (its stderr in the panic
+/// when it printed none).
+fn printed(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn all_ok(outcomes: &[Value]) -> bool {
@@ -773,9 +765,7 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
         .await
         .expect("the client finished")
         .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        let v = printed(&out);
         assert!(out.status.success(), "run {run}: {v}");
         assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
         assert_eq!(v["call"]["text"], "Echo: from python", "run {run}: {v}");
