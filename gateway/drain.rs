@@ -110,6 +110,7 @@ impl http_body::Body for Counted {
 /// while draining, one that starts work is refused (503, not run).
 pub(super) async fn counted(
     drain: Arc<Drain>,
+    holds: Arc<dyn Fn(&str) -> bool + Send + Sync>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -130,7 +131,7 @@ pub(super) async fn counted(
                 .into_response();
         };
         let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if let Some(id) = starts_work(&message) {
+        if let Some(id) = starts_work(&message, &*holds) {
             return refused(&id);
         }
         axum::extract::Request::from_parts(parts, Body::from(bytes))
@@ -148,16 +149,17 @@ pub(super) async fn counted(
 }
 
 /// The id of a JSON-RPC request in `message` that would start work: any
-/// request but `ping` and a 2026-07-28 retry that answers an
-/// `input_required` round of a call this replica runs (`requestState` or
-/// `inputResponses`). Notifications and responses start nothing.
-fn starts_work(message: &Value) -> Option<Value> {
+/// request but `ping` and a 2026-07-28 retry whose `requestState` is one
+/// this replica `holds` (the next round of a call it runs; any other state
+/// would start a call afresh). Notifications and responses start nothing.
+fn starts_work(message: &Value, holds: &dyn Fn(&str) -> bool) -> Option<Value> {
     let one = |m: &Value| -> Option<Value> {
         let method = m.get("method")?.as_str()?;
         let id = m.get("id")?.clone();
-        let params = m.get("params");
-        let continues = params
-            .is_some_and(|p| p.get("requestState").is_some() || p.get("inputResponses").is_some());
+        let continues = m
+            .pointer("/params/requestState")
+            .and_then(Value::as_str)
+            .is_some_and(holds);
         (method != "ping" && !continues).then_some(id)
     };
     match message {
@@ -195,6 +197,11 @@ mod tests {
 
     #[test]
     fn only_requests_that_start_work_are_refused_while_draining() {
+        let holds = |s: &str| s == "relay-held";
+        let starts_work = |m: &Value| starts_work(m, &holds);
+        // A state this replica does not hold would start the call afresh.
+        let stranger = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x", "requestState": "relay-other", "inputResponses": {}}});
+        assert_eq!(starts_work(&stranger), Some(json!(5)));
         let call =
             json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
         assert_eq!(starts_work(&call), Some(json!(7)));
@@ -204,7 +211,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}),
             json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
-            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "x", "requestState": "s", "inputResponses": {}}}),
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "x", "requestState": "relay-held", "inputResponses": {}}}),
             json!("not json-rpc"),
         ] {
             assert_eq!(starts_work(&not_new), None, "{not_new}");

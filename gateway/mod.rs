@@ -613,11 +613,15 @@ impl Gateway {
         let settling = self.clone();
         tokio::spawn(async move { settling.first_catalog().await });
         let drain = self.shared.drain.clone();
+        // While draining, a retry goes on only for a call paused here.
+        let shared = self.shared.clone();
+        let holds: Arc<dyn Fn(&str) -> bool + Send + Sync> =
+            Arc::new(move |state| shared.rounds.holds(state) || shared.pending_asks.holds(state));
         let mcp =
             axum::Router::new()
                 .nest_service("/mcp", service)
                 .layer(axum::middleware::from_fn(move |req, next| {
-                    drain::counted(drain.clone(), req, next)
+                    drain::counted(drain.clone(), holds.clone(), req, next)
                 }));
         let ready = self.clone();
         // Liveness and readiness for a balancer or an orchestrator: no Host

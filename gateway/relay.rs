@@ -336,6 +336,13 @@ impl<T> Pending<T> {
         state
     }
 
+    /// Whether `state` awaits its retry here (and has not expired).
+    pub(super) fn holds(&self, state: &str) -> bool {
+        self.items
+            .lock()
+            .is_ok_and(|p| p.get(state).is_some_and(|(at, _)| at.elapsed() < self.ttl))
+    }
+
     /// Whether `state` is of this kind.
     pub(super) fn names(&self, state: &str) -> bool {
         state.starts_with(self.prefix)
