@@ -1164,6 +1164,13 @@ fn trace_of(ctx: &RequestContext<RoleServer>) -> Option<crate::TraceContext> {
         return TraceContext::continue_from(parent, ctx.meta.get_tracestate());
     }
     let headers = &ctx.extensions.get::<http::request::Parts>()?.headers;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    TraceContext::continue_from(header("traceparent")?, header("tracestate"))
+    let parent = headers.get("traceparent").and_then(|v| v.to_str().ok())?;
+    // Several `tracestate` headers are one list, in order (W3C).
+    let state: Vec<&str> = headers
+        .get_all("tracestate")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let state = (!state.is_empty()).then(|| state.join(","));
+    TraceContext::continue_from(parent, state.as_deref())
 }

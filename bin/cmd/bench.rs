@@ -1393,116 +1393,122 @@ async fn replicas_row(calls: usize) -> anyhow::Result<serde_json::Value> {
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
-    let stateless = |url: String| async move {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let client = rmcp::ClientServiceExt::serve_with_lifecycle(
-                ClientConfig::default(),
-                rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone()),
-                rmcp::ClientLifecycleMode::Discover {
-                    preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-                },
-            )
-            .await;
-            match client {
-                Ok(c) => {
-                    let tools = c.list_all_tools().await.unwrap_or_default();
-                    if tools.iter().any(|t| t.name == "mcp__demo__echo") {
-                        return anyhow::Ok(c);
+    // Measured in a block of its own: the replicas and the balancer are
+    // stopped whatever happens in it.
+    let measured = async {
+        let stateless = |url: String| async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let client = rmcp::ClientServiceExt::serve_with_lifecycle(
+                    ClientConfig::default(),
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone()),
+                    rmcp::ClientLifecycleMode::Discover {
+                        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                    },
+                )
+                .await;
+                match client {
+                    Ok(c) => {
+                        let tools = c.list_all_tools().await.unwrap_or_default();
+                        if tools.iter().any(|t| t.name == "mcp__demo__echo") {
+                            return anyhow::Ok(c);
+                        }
+                        let _ = c.cancel().await;
                     }
-                    let _ = c.cancel().await;
+                    Err(e) if Instant::now() >= deadline => return Err(e.into()),
+                    Err(_) => {}
                 }
-                Err(e) if Instant::now() >= deadline => return Err(e.into()),
-                Err(_) => {}
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{url} never listed the demo's echo"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{url} never listed the demo's echo"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut clients = vec![stateless(format!("http://{}/mcp", addrs[0])).await?];
+        for front in fronts {
+            clients.push(stateless(format!("http://127.0.0.1:{front}/mcp")).await?);
         }
-    };
-    let mut clients = vec![stateless(format!("http://{}/mcp", addrs[0])).await?];
-    for front in fronts {
-        clients.push(stateless(format!("http://127.0.0.1:{front}/mcp")).await?);
-    }
-    let args = json!({"message": "bench"})
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let one = |i: usize| {
-        let peer = clients[i].peer().clone();
-        let args = args.clone();
-        async move {
-            let r = peer
-                .call_tool(CallToolRequestParams::new("mcp__demo__echo").with_arguments(args))
-                .await?;
-            anyhow::ensure!(r.is_error != Some(true), "an echo failed");
-            anyhow::Ok(())
-        }
-    };
-    for i in 0..clients.len() {
-        for _ in 0..20 {
-            one(i).await?;
-        }
-    }
-    // Direct to r0 and through the one-replica frontend, interleaved.
-    let mut samples: [Vec<Duration>; 2] = Default::default();
-    for n in 0..calls {
-        for k in 0..2 {
-            let i = (n + k) % 2;
-            let t = Instant::now();
-            one(i).await?;
-            samples[i].push(t.elapsed());
-        }
-    }
-    let median = |xs: &mut Vec<Duration>| {
-        xs.sort();
-        xs.get(xs.len() / 2)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
-    };
-    let mut rate = [(0usize, Duration::ZERO); 4];
-    let n64 = (calls * 4).max(CONCURRENCY * 4);
-    for _ in 0..ROUNDS {
-        for (i, slot) in rate.iter_mut().enumerate() {
+        let args = json!({"message": "bench"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let one = |i: usize| {
             let peer = clients[i].peer().clone();
             let args = args.clone();
-            let (ok, took) = concurrent_rate(n64, move || {
-                let (peer, args) = (peer.clone(), args.clone());
-                async move {
-                    peer.call_tool(
-                        CallToolRequestParams::new("mcp__demo__echo").with_arguments(args),
-                    )
-                    .await
-                    .is_ok_and(|r| r.is_error != Some(true))
-                }
-            })
-            .await;
-            slot.0 += ok;
-            slot.1 += took;
+            async move {
+                let r = peer
+                    .call_tool(CallToolRequestParams::new("mcp__demo__echo").with_arguments(args))
+                    .await?;
+                anyhow::ensure!(r.is_error != Some(true), "an echo failed");
+                anyhow::Ok(())
+            }
+        };
+        for i in 0..clients.len() {
+            for _ in 0..20 {
+                one(i).await?;
+            }
         }
+        // Direct to r0 and through the one-replica frontend, interleaved.
+        let mut samples: [Vec<Duration>; 2] = Default::default();
+        for n in 0..calls {
+            for k in 0..2 {
+                let i = (n + k) % 2;
+                let t = Instant::now();
+                one(i).await?;
+                samples[i].push(t.elapsed());
+            }
+        }
+        let median = |xs: &mut Vec<Duration>| {
+            xs.sort();
+            xs.get(xs.len() / 2)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+        };
+        let mut rate = [(0usize, Duration::ZERO); 4];
+        let n64 = (calls * 4).max(CONCURRENCY * 4);
+        for _ in 0..ROUNDS {
+            for (i, slot) in rate.iter_mut().enumerate() {
+                let peer = clients[i].peer().clone();
+                let args = args.clone();
+                let (ok, took) = concurrent_rate(n64, move || {
+                    let (peer, args) = (peer.clone(), args.clone());
+                    async move {
+                        peer.call_tool(
+                            CallToolRequestParams::new("mcp__demo__echo").with_arguments(args),
+                        )
+                        .await
+                        .is_ok_and(|r| r.is_error != Some(true))
+                    }
+                })
+                .await;
+                slot.0 += ok;
+                slot.1 += took;
+            }
+        }
+        let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
+        let (direct_ms, through_ms) = (median(&mut samples[0]), median(&mut samples[1]));
+        let row = json!({
+            "p50_ms": {"direct": direct_ms, "through_haproxy": through_ms, "ratio": through_ms / direct_ms.max(1e-9)},
+            "calls_per_s_64": {
+                "direct": per_s(rate[0]),
+                "replicas_1": per_s(rate[1]),
+                "replicas_2": per_s(rate[2]),
+                "replicas_3": per_s(rate[3]),
+                "ratio_3_to_1": per_s(rate[3]) / per_s(rate[1]).max(1e-9),
+            },
+        });
+        for c in clients {
+            let _ = c.cancel().await;
+        }
+        anyhow::Ok(row)
     }
-    let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
-    let (direct_ms, through_ms) = (median(&mut samples[0]), median(&mut samples[1]));
-    let row = json!({
-        "p50_ms": {"direct": direct_ms, "through_haproxy": through_ms, "ratio": through_ms / direct_ms.max(1e-9)},
-        "calls_per_s_64": {
-            "direct": per_s(rate[0]),
-            "replicas_1": per_s(rate[1]),
-            "replicas_2": per_s(rate[2]),
-            "replicas_3": per_s(rate[3]),
-            "ratio_3_to_1": per_s(rate[3]) / per_s(rate[1]).max(1e-9),
-        },
-    });
-    for c in clients {
-        let _ = c.cancel().await;
-    }
+    .await;
     let _ = lb.kill().await;
     for r in replicas {
         r.stop().await;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(row)
+    measured
 }
 
 /// The rows whose ratios a `--runs K` summary reports: label, JSON pointer.

@@ -684,7 +684,7 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
     let said = raw_post_stateless(
         &r.addr,
         &by_hand,
-        &format!("traceparent: 00-{trace}-{parent}-00\r\n"),
+        &format!("traceparent: 00-{trace}-{parent}-00\r\ntracestate: a=1\r\ntracestate: b=2\r\n"),
     )
     .await;
     assert!(said.contains("Echo: by hand"), "{said}");
@@ -696,7 +696,8 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
         .unwrap()
         .to_owned();
     assert!(
-        line.contains(&format!(" traceparent=00-{trace}-")) && line.ends_with("-00"),
+        line.contains(&format!(" traceparent=00-{trace}-"))
+            && line.contains("-00 tracestate=a=1,b=2"),
         "{line}"
     );
     // An invalid one (all-zero trace id) continues nothing.
