@@ -1857,14 +1857,20 @@ async fn a_backends_requests_reach_the_calling_client_in_every_pair_of_eras() {
 /// One POST of `body` to the gateway's `/mcp`, in a session when given:
 /// the whole response (status line, headers, body).
 async fn raw_post(addr: &str, body: &Value, session: Option<&str>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = body.to_string();
     let session = session
         .map(|s| format!("Mcp-Session-Id: {s}\r\nMcp-Protocol-Version: 2025-11-25\r\n"))
         .unwrap_or_default();
+    raw_post_with(addr, body, &session).await
+}
+
+/// One POST of `body` to `addr`'s `/mcp` with these extra header lines
+/// (each ending in CRLF): the whole response.
+pub(crate) async fn raw_post_with(addr: &str, body: &Value, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();

@@ -586,7 +586,7 @@ async fn the_enterprise_grant_checks_every_endpoint_before_a_token_is_sent() {
     }
 }
 
-// Issue 35: replicas sharing one secrets file refresh in a transaction.
+// Issue 35 (SCALE-5): replicas sharing one secrets file refresh in a transaction.
 // Two runtimes (each with its own handle on the file, as two processes
 // would) get a 401 at the same time and both refresh, each answer 300 ms
 // late: the second reads the refresh token the first rotated (under the

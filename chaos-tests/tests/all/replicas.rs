@@ -1,4 +1,4 @@
-//! Issue 35: gateway replicas behind a real HAProxy (the Debian package,
+//! Issue 35 (SCALE-1..6): gateway replicas behind a real HAProxy (the Debian package,
 //! on loopback), driven by a client nobody here wrote (the TypeScript SDK
 //! 2.x in its default `auto` mode: 2026-07-28, stateless): round-robin with
 //! no affinity, a drain on SIGTERM, and a replica killed mid-traffic.
@@ -271,27 +271,18 @@ async fn run_client_with(
     (tool, calls, concurrency, args): (&str, usize, usize, &str),
     extra: &[&str],
 ) -> Vec<Value> {
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new("node")
-            .arg(script)
-            .args([
-                &format!("http://{front}/mcp"),
-                tool,
-                &calls.to_string(),
-                &concurrency.to_string(),
-                args,
-            ])
-            .args(extra)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the client finished: no call hung")
-    .unwrap();
-    let v = printed(&out);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(script)
+        .args([
+            &format!("http://{front}/mcp"),
+            tool,
+            &calls.to_string(),
+            &concurrency.to_string(),
+            args,
+        ])
+        .args(extra)
+        .current_dir(dir);
+    let (out, v) = client_run(cmd).await;
     assert!(out.status.success(), "{v}");
     let era = if extra.contains(&"legacy") {
         "2025-11-25"
@@ -302,18 +293,29 @@ async fn run_client_with(
     v["outcomes"].as_array().unwrap().clone()
 }
 
-/// The one JSON object a client script printed (its stderr in the panic
-/// when it printed none).
-fn printed(out: &std::process::Output) -> Value {
+/// A client script run to its end (120 s at most: no call may hang): its
+/// output and the one JSON object it printed (its stderr in the panic when
+/// it printed none).
+async fn client_run(mut cmd: tokio::process::Command) -> (std::process::Output, Value) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        cmd.stdin(Stdio::null()).kill_on_drop(true).output(),
+    )
+    .await
+    .expect("the client finished: no call hung")
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
+    let v = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out, v)
 }
 
 fn all_ok(outcomes: &[Value]) -> bool {
     outcomes.iter().all(|o| o["ok"] == true)
 }
 
+// SCALE-1 (round-robin without affinity, legacy sessions stuck), SCALE-4
+// (the drain) and SCALE-3 (a replica killed with a call in flight).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_behind_haproxy_take_turns_drain_on_sigterm_and_survive_a_kill() {
     let Some(dir) = mcpvisor_chaos::era_client_dir() else {
@@ -515,7 +517,7 @@ async fn prom_query(addr: &str, q: &str) -> Vec<(Value, String)> {
         .unwrap_or_default()
 }
 
-// Issue 35: a real Prometheus (the Debian package) scrapes a replica's
+// Issue 35 (SCALE-6): a real Prometheus (the Debian package) scrapes a replica's
 // `/metrics`: the calls a client nobody here wrote made are counted by
 // server, tool and outcome, with their latency, and the server's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,7 +629,7 @@ fn stateless_echo(arguments: Value, params: Value) -> Value {
     body
 }
 
-// Issue 35: a W3C trace crosses client → gateway → backend. A
+// Issue 35 (SCALE-6): a W3C trace crosses client → gateway → backend. A
 // `traceparent` in a call's `_meta` (the TypeScript SDK 2.x sends it; SEP-414)
 // or in its HTTP headers is continued: the backend gets the same trace id
 // under a new parent span (the gateway's) and the `tracestate` unchanged;
@@ -724,7 +726,7 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
     assert_eq!(code.code(), Some(0));
 }
 
-// Issue 35: a stateless client's answer to an `input_required` round
+// Issue 35 (SCALE-2): a stateless client's answer to an `input_required` round
 // reaches the replica running its call. Two replicas named r0 and r1
 // behind HAProxy, trust `ask`: the Python SDK 2.x (`auto`) is asked, and
 // its retry carries a request state ending in `@rN`, which the balancer
@@ -748,25 +750,15 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
     until_states(&stats, &["UP", "UP"]).await;
     let script = mcpvisor_chaos::workspace_dir().join("chaos-tests/peers/gateway_client.py");
     for run in 0..2 {
-        let out = tokio::time::timeout(
-            Duration::from_secs(90),
-            tokio::process::Command::new(&python)
-                .arg(&script)
-                .args([
-                    "http",
-                    &format!("http://{front}/mcp"),
-                    "mcp__s__echo",
-                    "--elicit",
-                    "allow_once_for_this_session",
-                ])
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the client finished")
-        .unwrap();
-        let v = printed(&out);
+        let mut cmd = tokio::process::Command::new(&python);
+        cmd.arg(&script).args([
+            "http",
+            &format!("http://{front}/mcp"),
+            "mcp__s__echo",
+            "--elicit",
+            "allow_once_for_this_session",
+        ]);
+        let (out, v) = client_run(cmd).await;
         assert!(out.status.success(), "run {run}: {v}");
         assert_eq!(v["protocol_version"], "2026-07-28", "{v}");
         assert_eq!(v["call"]["text"], "Echo: from python", "run {run}: {v}");
@@ -801,20 +793,10 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
 /// `body`, a stateless `tools/call` of `mcp__s__echo`, POSTed by hand to
 /// `addr` with these extra header lines: the whole response.
 async fn raw_post_stateless(addr: &str, body: &Value, headers: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = body.to_string();
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let headers = format!(
+        "Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: mcp__s__echo\r\n{headers}"
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    out
+    crate::gateway::raw_post_with(addr, body, &headers).await
 }
 
 /// The fenced blocks of `lang` in `doc`.

@@ -1078,7 +1078,40 @@ async fn thousand_tools() -> Runtime {
     rt
 }
 
-// Issue 36: the providers' own deferred loading, searched here. Every
+/// A turn with the provider's own tool search (`native`) scripted by
+/// `replies`: a search, then a call of the echo it found. Checks that both
+/// calls were made and ok and that every request carried the same tool
+/// list; the requests and the events.
+async fn native_search_turn(
+    rt: &Runtime,
+    provider: Provider,
+    replies: Vec<Reply>,
+) -> (Vec<mcpvisor_chaos::model::Recorded>, Vec<TurnEvent>) {
+    let model = ScriptedModel::start(replies).await.unwrap();
+    let mut r = route(provider, &model);
+    r.tool_search = mcpvisor::ToolSearch::Native;
+    let (out, events) = turn(rt, TurnRequest::new(G, r, "echo something")).await;
+    assert_eq!(out.error, None, "{out:?}");
+    let used: Vec<(&str, &str)> = out
+        .tool_uses
+        .iter()
+        .map(|u| (u.tool.as_str(), u.status.as_str()))
+        .collect();
+    assert_eq!(
+        used,
+        [("mcpvisor_tool_search", "ok"), ("mcp__d__echo", "ok")]
+    );
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    let tools = &reqs[0].body["tools"];
+    assert!(
+        reqs.iter().all(|r| &r.body["tools"] == tools),
+        "one tool list for the whole turn"
+    );
+    (reqs, events)
+}
+
+// Issue 36 (LOOP-10): the providers' own deferred loading, searched here. Every
 // request of the turn carries the same tool list (the prompt cache keeps
 // it); a search's answer loads what it found where the answer stands
 // (Anthropic `tool_reference` blocks, a Responses `tool_search_output`);
@@ -1092,23 +1125,16 @@ async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_li
     let query = r#"{"query":"echo the message back"}"#;
 
     // Anthropic: every tool deferred behind the search tool.
-    let model = ScriptedModel::start(vec![
-        anthropic_tool_use(&[("toolu_s", search, query)]),
-        anthropic_tool_use(&[("toolu_e", "mcp__d__echo", echo)]),
-        anthropic_text("done"),
-    ])
-    .await
-    .unwrap();
-    let mut r = route(Provider::Anthropic, &model);
-    r.tool_search = mcpvisor::ToolSearch::Native;
-    let (out, events) = turn(&rt, TurnRequest::new(G, r, "echo something")).await;
-    assert_eq!(out.error, None, "{out:?}");
-    let used: Vec<(&str, &str)> = out
-        .tool_uses
-        .iter()
-        .map(|u| (u.tool.as_str(), u.status.as_str()))
-        .collect();
-    assert_eq!(used, [(search, "ok"), ("mcp__d__echo", "ok")]);
+    let (reqs, events) = native_search_turn(
+        &rt,
+        Provider::Anthropic,
+        vec![
+            anthropic_tool_use(&[("toolu_s", search, query)]),
+            anthropic_tool_use(&[("toolu_e", "mcp__d__echo", echo)]),
+            anthropic_text("done"),
+        ],
+    )
+    .await;
     assert!(
         events.iter().any(|e| matches!(
             e,
@@ -1121,8 +1147,6 @@ async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_li
         )),
         "{events:?}"
     );
-    let reqs = model.requests();
-    assert_eq!(reqs.len(), 3);
     assert_eq!(
         reqs[0]
             .headers
@@ -1130,12 +1154,7 @@ async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_li
             .map(|v| v.to_str().unwrap()),
         Some("advanced-tool-use-2025-11-20")
     );
-    let tools = &reqs[0].body["tools"];
-    assert!(
-        reqs.iter().all(|r| &r.body["tools"] == tools),
-        "one tool list for the whole turn"
-    );
-    let tools = tools.as_array().unwrap();
+    let tools = reqs[0].body["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 1005);
     assert_eq!(
         (
@@ -1160,33 +1179,20 @@ async fn the_providers_own_tool_search_loads_what_it_found_and_keeps_one_tool_li
     );
 
     // Responses API: the search alone, answered with the definitions.
-    let model = ScriptedModel::start(vec![
-        responses_tool_search(
-            "call_s",
-            json!({"query": "echo the message back", "limit": 2}),
-        ),
-        responses_tool_calls(&[("call_e", "mcp__d__echo", echo)]),
-        responses_text("done"),
-    ])
-    .await
-    .unwrap();
-    let mut r = route(Provider::OpenAiResponses, &model);
-    r.tool_search = mcpvisor::ToolSearch::Native;
-    let (out, _) = turn(&rt, TurnRequest::new(G, r, "echo something")).await;
-    assert_eq!(out.error, None, "{out:?}");
-    let used: Vec<(&str, &str)> = out
-        .tool_uses
-        .iter()
-        .map(|u| (u.tool.as_str(), u.status.as_str()))
-        .collect();
-    assert_eq!(used, [(search, "ok"), ("mcp__d__echo", "ok")]);
-    let reqs = model.requests();
-    assert_eq!(reqs.len(), 3);
+    let (reqs, _) = native_search_turn(
+        &rt,
+        Provider::OpenAiResponses,
+        vec![
+            responses_tool_search(
+                "call_s",
+                json!({"query": "echo the message back", "limit": 2}),
+            ),
+            responses_tool_calls(&[("call_e", "mcp__d__echo", echo)]),
+            responses_text("done"),
+        ],
+    )
+    .await;
     let tools = &reqs[0].body["tools"];
-    assert!(
-        reqs.iter().all(|r| &r.body["tools"] == tools),
-        "one tool list for the whole turn"
-    );
     assert_eq!(
         (
             &tools[0]["type"],
