@@ -278,6 +278,16 @@ pub(crate) enum Command {
         /// balancer can route a client's retry to it (docs/deploy.md).
         #[arg(long, value_name = "NAME")]
         replica_id: Option<String>,
+        /// Another replica's address, `NAME=http://HOST:PORT` (repeatable;
+        /// needs `--replica-id`): a request whose state that replica holds
+        /// (its requestState or handle ends in `@NAME`) is forwarded there.
+        #[arg(long = "peer", value_name = "NAME=URL")]
+        peers: Vec<String>,
+        /// A server whose state lives in its process (repeatable): its
+        /// results carry a handle, and a call sending it back runs only
+        /// where that state is. The providers' seats always are.
+        #[arg(long = "stateful", value_name = "SERVER")]
+        stateful: Vec<String>,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

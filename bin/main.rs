@@ -263,6 +263,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             raw_names,
             drain_timeout_s,
             replica_id,
+            peers,
+            stateful,
         } => {
             let flags = cmd::gateway::GatewayFlags {
                 stdio: *stdio,
@@ -275,6 +277,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 raw_names: *raw_names,
                 drain_timeout: std::time::Duration::from_secs(*drain_timeout_s),
                 replica: replica_id.clone(),
+                peers: peers.clone(),
+                stateful: stateful.clone(),
             };
             cmd::gateway::run(&cli, flags).await
         }

@@ -23,6 +23,7 @@ mod drain;
 mod guard;
 mod metrics;
 mod notify;
+mod owner;
 mod relay;
 mod results;
 mod session;
@@ -55,6 +56,11 @@ pub use sessions::{CappedSessions, SessionError};
 
 /// The `_meta` key naming the server a resource comes from.
 pub const SERVER_META_KEY: &str = "io.mcpvisor/server";
+
+/// The `_meta` key of a handle to state that lives in one gateway process
+/// (SCALE-2): a pinned server's results carry it, and a call that sends it
+/// back runs only where that state is (see [`GatewayOptions::pinned`]).
+pub const HANDLE_META_KEY: &str = "io.mcpvisor/handle";
 
 /// The `_meta` key of a tool list naming the servers whose tools it lacks
 /// (not ready: still starting, reconnecting, failed), with their state and
@@ -104,6 +110,19 @@ pub struct GatewayOptions {
     /// replica running its call, and another replica that gets one answers
     /// that the call is on that replica instead of not knowing it.
     pub replica: Option<String>,
+    /// The servers whose state lives in this process (SCALE-2): the seats'
+    /// providers (a browser, a desktop) and stateful backends. Their
+    /// results carry a handle ([`HANDLE_META_KEY`]) naming this process,
+    /// the server's connection and the replica; a call that sends it back
+    /// is refused as `lost` when that process or connection ended, and as
+    /// `moved` when another replica holds it (or forwarded there, see
+    /// [`GatewayOptions::peers`]).
+    pub pinned: Vec<String>,
+    /// The other replicas' base URLs (`http://host:port`) by name: over
+    /// HTTP, a request whose state another replica holds (its
+    /// `requestState`'s or its handle's `@<replica>`) is forwarded there
+    /// and its reply passed back.
+    pub peers: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for GatewayOptions {
@@ -121,6 +140,8 @@ impl Default for GatewayOptions {
             session_idle: Duration::from_secs(300),
             raw_names: false,
             replica: None,
+            pinned: Vec::new(),
+            peers: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -174,6 +195,10 @@ struct Shared {
     drain: Arc<drain::Drain>,
     /// What `/metrics` serves.
     metrics: Arc<metrics::Metrics>,
+    /// This process's random name, in the handles it hands out.
+    process: String,
+    /// The other replicas, when any are known.
+    peers: Option<Arc<owner::Peers>>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
@@ -264,20 +289,93 @@ impl Shared {
     /// tool be called again without it); else that it is unknown or
     /// expired.
     fn unknown_state(&self, state: &str) -> rmcp::ErrorData {
+        let here = self.options.replica.as_deref();
         match relay::state_owner(state) {
-            Some(owner) if Some(owner) != self.options.replica.as_deref() => rmcp::ErrorData::new(
-                rmcp::model::ErrorCode(-32000),
-                format!(
-                    "the requestState belongs to a call on gateway replica {owner:?}, not this one ({}): send the retry to {owner:?} (a balancer routes it by the requestState's @{owner}), or call the tool again without it",
-                    self.options.replica.as_deref().unwrap_or("unnamed")
-                ),
-                Some(json!({"moved": true, "owner": owner})),
-            ),
+            Some(owner) if Some(owner) != here => {
+                owner::moved(owner, here, "the call this requestState answers")
+            }
             _ => rmcp::ErrorData::invalid_params(
                 "the requestState is not one this gateway gave (or its question expired): call the tool again without it",
                 None,
             ),
         }
+    }
+
+    /// The pinned server ([`GatewayOptions::pinned`]) whose tool `public`
+    /// is, with its connection generation now.
+    fn pinned_server(&self, public: &str) -> Option<(String, u64)> {
+        if self.options.pinned.is_empty() {
+            return None;
+        }
+        self.runtime
+            .catalogs(&self.options.scope)
+            .into_iter()
+            .find(|(s, tools)| {
+                self.options.pinned.contains(&s.server) && tools.iter().any(|t| t.name == public)
+            })
+            .map(|(s, _)| (s.server, s.connection_generation))
+    }
+
+    /// Whether a call of `server`'s tool that sent `handle` back may run
+    /// here (SCALE-2): its state must be this process's and the server's
+    /// connection the same; else `moved` (another replica's) or `lost`.
+    fn check_handle(&self, handle: &Value, server: &str, connection: u64) -> Result<(), McpError> {
+        let text = handle.as_str().unwrap_or_default();
+        let Some(h) = owner::Handle::parse(text) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "the _meta {HANDLE_META_KEY:?} {handle} is not a handle this gateway hands out (<server>~<process>.<connection>[@<replica>])"
+                ),
+                None,
+            ));
+        };
+        if h.server != server {
+            return Err(McpError::invalid_params(
+                format!(
+                    "the handle {text:?} names the state of server {:?}, and this tool is {server:?}'s",
+                    h.server
+                ),
+                None,
+            ));
+        }
+        let here = self.options.replica.as_deref();
+        if let Some(owner) = h.owner
+            && Some(owner) != here
+        {
+            return Err(owner::moved(owner, here, "the state this handle names"));
+        }
+        if h.process != self.process {
+            return Err(owner::lost(
+                here,
+                &format!(
+                    "the handle names server {server:?}'s state in an earlier process of this gateway, which ended"
+                ),
+            ));
+        }
+        if h.connection != connection {
+            return Err(owner::lost(
+                here,
+                &format!(
+                    "server {server:?} was restarted since the handle was handed out (its connection {} then, {connection} now)",
+                    h.connection
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Put the handle of `server`'s state here, as of `connection`, in a
+    /// result's `_meta`.
+    fn hand_out(&self, meta: &mut Option<rmcp::model::MetaObject>, server: &str, connection: u64) {
+        let handle = owner::Handle::mint(
+            server,
+            &self.process,
+            connection,
+            self.options.replica.as_deref(),
+        );
+        meta.get_or_insert_with(|| rmcp::model::MetaObject(Map::new()))
+            .0
+            .insert(HANDLE_META_KEY.into(), Value::String(handle));
     }
 
     /// What the scope's catalog is now, as a number: a hash of every tool
@@ -430,6 +528,9 @@ impl Gateway {
         let stop = CancellationToken::new();
         let events = runtime.subscribe();
         let replica = options.replica.clone();
+        let peers = replica
+            .clone()
+            .and_then(|here| owner::Peers::new(here, options.peers.clone()));
         let shared = Arc::new(Shared {
             runtime,
             options,
@@ -445,6 +546,8 @@ impl Gateway {
             settled: tokio::sync::OnceCell::new(),
             drain: Arc::default(),
             metrics: Arc::new(metrics::Metrics::new()),
+            process: owner::process_name(),
+            peers,
             settled_catalog: std::sync::OnceLock::new(),
             pending_asks: relay::Pending::new(
                 "ask-",
@@ -617,12 +720,17 @@ impl Gateway {
         let shared = self.shared.clone();
         let holds: Arc<dyn Fn(&str) -> bool + Send + Sync> =
             Arc::new(move |state| shared.rounds.holds(state) || shared.pending_asks.holds(state));
-        let mcp =
-            axum::Router::new()
-                .nest_service("/mcp", service)
-                .layer(axum::middleware::from_fn(move |req, next| {
-                    drain::counted(drain.clone(), holds.clone(), req, next)
-                }));
+        let mut mcp = axum::Router::new().nest_service("/mcp", service);
+        // A request whose state another replica holds goes there (after
+        // the drain's count: a forwarded call is in flight here too).
+        if let Some(peers) = self.shared.peers.clone() {
+            mcp = mcp.layer(axum::middleware::from_fn(move |req, next| {
+                owner::route(peers.clone(), req, next)
+            }));
+        }
+        let mcp = mcp.layer(axum::middleware::from_fn(move |req, next| {
+            drain::counted(drain.clone(), holds.clone(), req, next)
+        }));
         let ready = self.clone();
         // Liveness and readiness for a balancer or an orchestrator: no Host
         // check (they say nothing about the servers), no token.

@@ -179,7 +179,11 @@ impl GatewaySession {
                 if let Some(e) = results::passed_on_error(&outcome) {
                     return Err(e);
                 }
-                Ok(results::to_call_result(outcome).into())
+                let mut result = results::to_call_result(outcome);
+                if let Some((server, connection)) = self.shared.pinned_server(public) {
+                    self.shared.hand_out(&mut result.meta, &server, connection);
+                }
+                Ok(result.into())
             }
         }
     }
@@ -543,6 +547,14 @@ impl ServerHandler for GatewaySession {
         {
             return self.resume(state, &public, &request, &ctx).await;
         }
+        // State that lives here (a seat, a stateful backend): a handle sent
+        // back must name it (SCALE-2).
+        let pinned = self.shared.pinned_server(&public);
+        if let Some((server, connection)) = &pinned
+            && let Some(handle) = ctx.meta.get(HANDLE_META_KEY)
+        {
+            self.shared.check_handle(handle, server, *connection)?;
+        }
         let mut arguments = request.arguments.take().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
         // `input_required` round (approver.rs): a chat of the call's own.
@@ -669,6 +681,9 @@ impl ServerHandler for GatewaySession {
             return Err(e);
         }
         let mut result = results::to_call_result(outcome);
+        if let Some((server, connection)) = &pinned {
+            self.shared.hand_out(&mut result.meta, server, *connection);
+        }
         if !is_stateless(&ctx) {
             for_a_session_client(&mut result.meta);
         }

@@ -41,6 +41,10 @@ pub(crate) struct GatewayFlags {
     pub(crate) drain_timeout: Duration,
     /// This replica's name behind a balancer.
     pub(crate) replica: Option<String>,
+    /// The other replicas, `NAME=URL` each.
+    pub(crate) peers: Vec<String>,
+    /// Servers whose state lives in their process, beside the seats.
+    pub(crate) stateful: Vec<String>,
 }
 
 /// Run the gateway until the client leaves (stdio) or a signal; exit 0 when
@@ -60,10 +64,25 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             "--replica-id {name:?}: use 1 to 64 letters, digits, '-', '_' or '.' (it ends every request state this replica hands out, after '@')"
         );
     }
+    let peers = peer_urls(&flags)?;
     if flags.max_sessions == 0 {
         bail!("--max-sessions 0 would refuse every session-era client: give at least 1");
     }
     let cfg = load_config(cli, true)?;
+    let mut pinned = crate::config::provider_names(&cfg);
+    for server in &flags.stateful {
+        if !cfg.servers.iter().any(|s| &s.server_name == server) {
+            bail!(
+                "--stateful {server:?}: the config has no server of that name (its servers: {})",
+                cfg.servers
+                    .iter()
+                    .map(|s| s.server_name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        pinned.push(server.clone());
+    }
     // Checked before anything starts: a remote bind needs --allow-remote,
     // and --allow-remote (on any address) needs a token.
     if let Some(addr) = flags.http
@@ -130,6 +149,8 @@ pub(crate) async fn run(cli: &Cli, flags: GatewayFlags) -> anyhow::Result<u8> {
             session_idle: flags.session_idle,
             raw_names: flags.raw_names,
             replica: flags.replica.clone(),
+            pinned,
+            peers,
             ..GatewayOptions::default()
         },
     );
@@ -488,6 +509,38 @@ async fn serve_http(
             }
         }
     }
+}
+
+/// `--peer NAME=URL` flags as a map, each checked: a replica name and an
+/// `http(s)://` base URL, not this replica's own name.
+fn peer_urls(flags: &GatewayFlags) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut peers = std::collections::BTreeMap::new();
+    if flags.peers.is_empty() {
+        return Ok(peers);
+    }
+    let Some(here) = &flags.replica else {
+        bail!("--peer needs --replica-id: the replicas know each other by name");
+    };
+    if flags.http.is_none() {
+        bail!("--peer is for --http: requests are forwarded over HTTP");
+    }
+    for peer in &flags.peers {
+        let Some((name, url)) = peer.split_once('=') else {
+            bail!("--peer {peer:?}: give NAME=URL, e.g. r1=http://10.0.0.12:8931");
+        };
+        let parsed = url::Url::parse(url)
+            .with_context(|| format!("--peer {peer:?}: {url:?} is not a URL"))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+            bail!("--peer {peer:?}: the URL must be http:// or https:// with a host");
+        }
+        if name == here {
+            bail!("--peer {peer:?}: {name:?} is this replica's own name (--replica-id)");
+        }
+        if peers.insert(name.to_owned(), url.to_owned()).is_some() {
+            bail!("--peer {name:?} is given twice");
+        }
+    }
+    Ok(peers)
 }
 
 /// Whether `req` carries `Authorization: Bearer <token>`.

@@ -5,13 +5,15 @@
 //
 //   node replica-client.mjs <url> <tool> <calls> <concurrency> <arguments JSON> [--mode auto|legacy] [--meta JSON]
 //
-// `--meta` is sent as each call's `_meta` (a W3C `traceparent`, say).
+// `--meta` is sent as each call's `_meta` (a W3C `traceparent`, say, or a
+// gateway's `io.mcpvisor/handle`); a result's handle is reported.
 //
 // It connects once (version negotiation `auto` by default: 2026-07-28,
 // stateless, so every call is a request of its own for the balancer to
 // place), then makes <calls> calls of <tool>, at most <concurrency> at
 // once, each bounded by 60 s. Prints one JSON object: {"protocol_version",
-// "outcomes": [{"ok": true, "text"} | {"ok": false, "error"}, ...]} in
+// "outcomes": [{"ok": true, "text", "handle"} | {"ok": false, "error",
+// "code", "data"}, ...]} in
 // call order; exit status 0 whatever the outcomes (the test judges them),
 // 1 with {"error"} when the client could not connect.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -45,11 +47,12 @@ async function main() {
           { name: tool, arguments: JSON.parse(args), ...(meta ? { _meta: meta } : {}) },
           { timeout: 60_000 },
         );
+        const handle = r._meta?.['io.mcpvisor/handle'];
         outcomes[i] = r.isError
-          ? { ok: false, error: `isError: ${textOf(r.content)}` }
-          : { ok: true, text: textOf(r.content) };
+          ? { ok: false, error: `isError: ${textOf(r.content)}`, handle }
+          : { ok: true, text: textOf(r.content), handle };
       } catch (e) {
-        outcomes[i] = { ok: false, error: String(e?.message ?? e) };
+        outcomes[i] = { ok: false, error: String(e?.message ?? e), code: e?.code, data: e?.data };
       }
     }
   };

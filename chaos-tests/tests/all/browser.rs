@@ -35,8 +35,8 @@ const FORM: &str = r#"<!doctype html><html><head><title>Form page</title></head>
 
 /// A local site: `/` the form, `/other` a second page, `/hang` a request
 /// that is never answered (its arrival is announced on the channel).
-struct Site {
-    addr: SocketAddr,
+pub(crate) struct Site {
+    pub(crate) addr: SocketAddr,
     hung: mpsc::UnboundedReceiver<()>,
     /// Requests of `/other` so far.
     others: Arc<std::sync::atomic::AtomicUsize>,
@@ -45,7 +45,7 @@ struct Site {
     _task: tokio::task::JoinHandle<()>,
 }
 
-async fn site() -> Site {
+pub(crate) async fn site() -> Site {
     let (tx, hung) = mpsc::unbounded_channel();
     let others = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = others.clone();

@@ -35,18 +35,24 @@ async fn replica(i: usize) -> Replica {
 
 /// A replica whose backend has `trust`, with `extra` gateway arguments.
 async fn replica_as(i: usize, trust: &str, extra: &[&str]) -> Replica {
+    replica_with(i, trust, ("", "127.0.0.1:0"), extra).await
+}
+
+/// [`replica_as`] with `more` config after the backend's section, serving
+/// on `http`.
+async fn replica_with(
+    i: usize,
+    trust: &str,
+    (more, http): (&str, &str),
+    extra: &[&str],
+) -> Replica {
     let log = RequestLog::new(&format!("replica-{i}"));
-    let work = ConfigDir::new("replicas", &fault_server_section("s", &log.args(), trust)).unwrap();
+    let config = fault_server_section("s", &log.args(), trust) + more;
+    let work = ConfigDir::new("replicas", &config).unwrap();
     let mut child = tokio::process::Command::new(ensure_mcpvisor_built().unwrap())
         .arg("--config")
         .arg(work.config())
-        .args([
-            "gateway",
-            "--http",
-            "127.0.0.1:0",
-            "--drain-timeout-s",
-            "20",
-        ])
+        .args(["gateway", "--http", http, "--drain-timeout-s", "20"])
         .args(extra)
         .env_remove("MCPVISOR_CONFIG")
         .env_remove("MCPVISOR_LOG")
@@ -143,7 +149,9 @@ async fn haproxy_routing(
     let mut servers: String = (0..replicas.len())
         .filter(|_| by_owner)
         .flat_map(|i| {
-            let owner = format!(r#"req.body -m reg '"requestState"\s*:\s*"[^"]*@r{i}"'"#);
+            let owner = format!(
+                r#"req.body -m reg '"(requestState|io\.mcpvisor/handle)"\s*:\s*"[^"]*@r{i}"'"#
+            );
             [
                 format!("    force-persist if {{ {owner} }}\n"),
                 format!("    use-server r{i} if {{ {owner} }}\n"),
@@ -788,6 +796,234 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
         assert_eq!(code.code(), Some(0));
     }
     let _ = std::fs::remove_dir_all(&cfg_dir);
+}
+
+/// The first call outcome of one SDK client run of `tool` at `at`, with
+/// `meta` as the call's `_meta` when given.
+async fn one_call(
+    dir: &Path,
+    script: &Path,
+    at: &str,
+    (tool, args): (&str, &str),
+    meta: Option<&Value>,
+) -> Value {
+    let meta = meta.map(Value::to_string);
+    let extra: Vec<&str> = meta.iter().flat_map(|m| ["--meta", m.as_str()]).collect();
+    run_client_with(dir, script, at, (tool, 1, 1, args), &extra).await[0].clone()
+}
+
+fn handle_meta(handle: &str) -> Value {
+    serde_json::json!({"io.mcpvisor/handle": handle})
+}
+
+/// A replica `rI` (of two) with a browser seat, serving on `ports[i]` and
+/// knowing the other replica's address.
+async fn seat_replica(i: usize, ports: [u16; 2]) -> Replica {
+    let browser = "[providers.browser]\nkind = \"browser-native\"\ntrust = \"always\"\n";
+    let (me, peer) = (
+        format!("r{i}"),
+        format!("r{}=http://127.0.0.1:{}", 1 - i, ports[1 - i]),
+    );
+    let http = format!("127.0.0.1:{}", ports[i]);
+    replica_with(
+        i,
+        "always",
+        (browser, &http),
+        &["--replica-id", &me, "--peer", &peer],
+    )
+    .await
+}
+
+// SCALE-2: state that stays on one replica — here a browser seat — is
+// reached through the handle its results carry (`_meta` io.mcpvisor/handle,
+// naming the replica). A call that sends it back to another replica is
+// forwarded to its owner (`--peer`) and acts on the owner's browser; an
+// owner nobody knows is `moved`; an owner that died, or came back as a new
+// process, is `lost` (ran: false). Never the wrong browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seats_handle_reaches_its_replica_and_a_lost_one_says_so() {
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: a_seats_handle… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    if mcpvisor_chaos::chromium().is_none() {
+        println!("note: a_seats_handle… SKIPPED (no Chromium)");
+        return;
+    }
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "replica-client.mjs");
+    let site = crate::browser::site().await;
+    let page = serde_json::json!({"url": format!("http://{}/", site.addr)}).to_string();
+    let ports = [free_port(), free_port()];
+    let mut rs = vec![seat_replica(0, ports).await, seat_replica(1, ports).await];
+    let (at0, at1) = (rs[0].addr.clone(), rs[1].addr.clone());
+    let (nav, snap) = ("mcp__browser__navigate", "mcp__browser__snapshot");
+
+    let went = one_call(&dir, &script, &at0, (nav, &page), None).await;
+    assert_eq!(went["ok"], true, "{went}");
+    let handle = went["handle"]
+        .as_str()
+        .expect("a seat's result carries a handle")
+        .to_owned();
+    assert!(
+        handle.starts_with("browser~") && handle.ends_with("@r0"),
+        "{handle}"
+    );
+
+    // Sent to r1 with r0's handle: forwarded, r0's browser answers.
+    let there = one_call(
+        &dir,
+        &script,
+        &at1,
+        (snap, "{}"),
+        Some(&handle_meta(&handle)),
+    )
+    .await;
+    assert_eq!(there["ok"], true, "{there}");
+    assert!(
+        there["text"].as_str().unwrap().contains("Form page"),
+        "{there}"
+    );
+    assert_eq!(there["handle"], handle.as_str(), "{there}");
+    // Without it, r1's own browser, which went nowhere.
+    let own = one_call(&dir, &script, &at1, (snap, "{}"), None).await;
+    assert_eq!(own["ok"], true, "{own}");
+    assert!(
+        !own["text"].as_str().unwrap().contains("Form page"),
+        "{own}"
+    );
+    assert!(own["handle"].as_str().unwrap().ends_with("@r1"), "{own}");
+
+    // An owner no replica knows: moved, not run.
+    let elsewhere = handle.replace("@r0", "@r9");
+    let moved = one_call(
+        &dir,
+        &script,
+        &at1,
+        (snap, "{}"),
+        Some(&handle_meta(&elsewhere)),
+    )
+    .await;
+    assert_eq!(moved["code"], -32000, "{moved}");
+    assert_eq!(moved["data"]["moved"], true, "{moved}");
+    assert_eq!(moved["data"]["owner"], "r9", "{moved}");
+    assert_eq!(moved["data"]["ran"], false, "{moved}");
+
+    // The owner killed: its browser is gone, and so is the state.
+    rs[0].signal(libc::SIGKILL);
+    let _ = tokio::time::timeout(LIMIT, rs[0].child.wait())
+        .await
+        .unwrap();
+    let gone = one_call(
+        &dir,
+        &script,
+        &at1,
+        (snap, "{}"),
+        Some(&handle_meta(&handle)),
+    )
+    .await;
+    assert_eq!(gone["data"]["lost"], true, "{gone}");
+    assert_eq!(gone["data"]["owner"], "r0", "{gone}");
+    assert_eq!(gone["data"]["ran"], false, "{gone}");
+
+    // r0 back as a new process on its address: the old handle is lost
+    // there too, asked straight or through r1; a new one works.
+    rs[0] = seat_replica(0, ports).await;
+    for at in [&at0, &at1] {
+        let stale = one_call(&dir, &script, at, (snap, "{}"), Some(&handle_meta(&handle))).await;
+        assert_eq!(stale["data"]["lost"], true, "{stale}");
+        assert_eq!(stale["data"]["ran"], false, "{stale}");
+        assert!(
+            stale["error"].as_str().unwrap().contains("earlier process"),
+            "{stale}"
+        );
+    }
+    let again = one_call(
+        &dir,
+        &script,
+        &at1,
+        (nav, &page),
+        Some(&handle_meta(&handle.replace("@r0", "@r1"))),
+    )
+    .await;
+    assert_eq!(
+        again["data"]["lost"], true,
+        "r1's own handle is checked the same way: {again}"
+    );
+
+    for r in &rs {
+        r.signal(libc::SIGTERM);
+    }
+    for r in &mut rs {
+        let code = tokio::time::timeout(LIMIT, r.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(code.code(), Some(0));
+    }
+}
+
+// SCALE-2: a stateful backend (`--stateful s`): its results carry a
+// handle naming its connection; once the server was restarted, a call
+// that sends the old handle is refused as `lost` and never reaches the
+// fresh process, and the new handle works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_servers_handle_is_lost_once_it_restarted() {
+    let Some(dir) = mcpvisor_chaos::era_client_dir() else {
+        println!("note: a_stateful_servers_handle… SKIPPED (MCPVISOR_SKIP_PEERS=1)");
+        return;
+    };
+    let script = mcpvisor_chaos::peers::peer_script(&dir, "replica-client.mjs");
+    let mut r = replica_as(0, "always", &["--replica-id", "r0", "--stateful", "s"]).await;
+    let echo = ("mcp__s__echo", r#"{"message":"one"}"#);
+    let first = one_call(&dir, &script, &r.addr, echo, None).await;
+    assert_eq!(first["ok"], true, "{first}");
+    let handle = first["handle"].as_str().unwrap().to_owned();
+    assert!(
+        handle.starts_with("s~") && handle.ends_with("@r0"),
+        "{handle}"
+    );
+    let same = one_call(&dir, &script, &r.addr, echo, Some(&handle_meta(&handle))).await;
+    assert_eq!(same["ok"], true, "{same}");
+    assert_eq!(same["handle"], handle.as_str());
+
+    // The backend dies and its supervisor restarts it.
+    let old = r.backend_pid().await;
+    // SAFETY: a signal to the backend this test's replica spawned.
+    unsafe {
+        libc::kill(old as i32, libc::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (_, body) = get(&r.addr, "/health").await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let s = &v["servers"][0];
+        if s["state"] == "ready" && s["pid"].as_u64().is_some_and(|p| p as u32 != old) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not restarted: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = r.calls_of("echo");
+    let lost = one_call(&dir, &script, &r.addr, echo, Some(&handle_meta(&handle))).await;
+    assert_eq!(lost["data"]["lost"], true, "{lost}");
+    assert_eq!(lost["data"]["ran"], false, "{lost}");
+    assert!(
+        lost["error"].as_str().unwrap().contains("restarted"),
+        "{lost}"
+    );
+    assert_eq!(r.calls_of("echo"), before, "the fresh process never saw it");
+    let fresh = one_call(&dir, &script, &r.addr, echo, None).await;
+    let new = fresh["handle"].as_str().unwrap();
+    assert_ne!(new, handle, "{fresh}");
+    let again = one_call(&dir, &script, &r.addr, echo, Some(&handle_meta(new))).await;
+    assert_eq!(again["ok"], true, "{again}");
+
+    r.signal(libc::SIGTERM);
+    let code = tokio::time::timeout(LIMIT, r.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code.code(), Some(0));
 }
 
 /// `body`, a stateless `tools/call` of `mcp__s__echo`, POSTed by hand to
