@@ -1,8 +1,8 @@
 //! The gateway's Prometheus metrics (issue 35), served at `/metrics` in the
 //! text exposition format: calls by server, tool and outcome with their
 //! latency, each server's state, restarts and reconnect budget left, the
-//! session-era clients connected, the HTTP requests in flight and whether
-//! the replica drains.
+//! session-era clients connected, the HTTP requests in flight, whether
+//! the replica drains, and each seat's holder, activations and processes.
 //!
 //! Calls are counted from the runtime's `CallFinished` events, read by the
 //! gateway's one event task; the servers' figures are read from their
@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::{RuntimeEvent, ServerStatus};
+use crate::{RuntimeEvent, SeatStatus, ServerStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -29,6 +29,11 @@ struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabels {
     server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SeatLabels {
+    seat: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,6 +53,9 @@ pub(super) struct Metrics {
     clients: Gauge,
     in_flight: Gauge,
     draining: Gauge,
+    seat_held: Family<SeatLabels, Gauge>,
+    seat_activations: Family<SeatLabels, Gauge>,
+    seat_processes: Family<SeatLabels, Gauge>,
     events_missed: Counter,
     scrape: std::sync::Mutex<()>,
 }
@@ -61,6 +69,7 @@ impl std::fmt::Debug for Metrics {
 /// What a scrape reads besides the counted calls.
 pub(super) struct Now<'a> {
     pub(super) servers: &'a [ServerStatus],
+    pub(super) seats: &'a [SeatStatus],
     pub(super) clients: usize,
     pub(super) in_flight: usize,
     pub(super) draining: bool,
@@ -120,6 +129,24 @@ impl Metrics {
             "1 while the replica drains (SIGTERM), else 0",
             draining.clone(),
         );
+        let seat_held = Family::<SeatLabels, Gauge>::default();
+        registry.register(
+            "seat_held",
+            "1 while a provider holds the seat (browser_use, computer_use), else 0",
+            seat_held.clone(),
+        );
+        let seat_activations = Family::<SeatLabels, Gauge>::default();
+        registry.register(
+            "seat_activations",
+            "Live activations each seat serves",
+            seat_activations.clone(),
+        );
+        let seat_processes = Family::<SeatLabels, Gauge>::default();
+        registry.register(
+            "seat_processes",
+            "Processes the seat's session resources own (a browser's, a desktop's)",
+            seat_processes.clone(),
+        );
         let events_missed = Counter::default();
         registry.register(
             "metrics_events_missed",
@@ -136,6 +163,9 @@ impl Metrics {
             clients,
             in_flight,
             draining,
+            seat_held,
+            seat_activations,
+            seat_processes,
             events_missed,
             scrape: std::sync::Mutex::new(()),
         }
@@ -193,6 +223,21 @@ impl Metrics {
                 .get_or_create(&ServerLabels { server })
                 .set(i64::from(s.budget_left));
         }
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for s in now.seats {
+            let seat = SeatLabels {
+                seat: s.seat.clone(),
+            };
+            self.seat_held
+                .get_or_create(&seat)
+                .set(i64::from(s.holder.is_some()));
+            self.seat_activations
+                .get_or_create(&seat)
+                .set(count(s.activations.len()));
+            self.seat_processes
+                .get_or_create(&seat)
+                .set(count(s.pids.len()));
+        }
         self.clients
             .set(i64::try_from(now.clients).unwrap_or(i64::MAX));
         self.in_flight
@@ -247,8 +292,18 @@ mod tests {
         m.observe(&finished("mcp__zz__made_up_2", "unknown_tool", 0));
         m.observe(&finished("mcp__s__made_up_3", "server_not_ready", 0));
         m.missed(2);
+        let seat = SeatStatus {
+            seat: "browser_use".into(),
+            holder: Some("browser".into()),
+            kind: Some("browser-native".into()),
+            activations: vec!["a1".into()],
+            pids: vec![10, 11],
+            releasing: false,
+            still_open: Vec::new(),
+        };
         let text = m.render(Now {
             servers: &[],
+            seats: &[seat],
             clients: 2,
             in_flight: 1,
             draining: true,
@@ -262,6 +317,9 @@ mod tests {
             "mcpvisor_gateway_requests_in_flight 1",
             "mcpvisor_gateway_draining 1",
             "mcpvisor_metrics_events_missed_total 2",
+            "mcpvisor_seat_held{seat=\"browser_use\"} 1",
+            "mcpvisor_seat_activations{seat=\"browser_use\"} 1",
+            "mcpvisor_seat_processes{seat=\"browser_use\"} 2",
             "mcpvisor_calls_total{server=\"s\",tool=\"\",outcome=\"server_not_ready\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");

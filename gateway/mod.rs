@@ -765,7 +765,7 @@ impl Gateway {
                                 axum::http::header::CONTENT_TYPE,
                                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                             )],
-                            g.metrics(),
+                            g.metrics().await,
                         )
                     }
                 }),
@@ -817,8 +817,9 @@ impl Gateway {
     /// The Prometheus text exposition of this gateway's metrics (what
     /// `/metrics` serves): calls by server, tool and outcome, their
     /// latency, each server's state, restarts and reconnect budget left,
-    /// the session-era clients, the requests in flight, the drain.
-    pub fn metrics(&self) -> String {
+    /// the session-era clients, the requests in flight, the drain, the seats.
+    pub async fn metrics(&self) -> String {
+        let seats = self.shared.runtime.seats().await;
         let scope = &self.shared.options.scope;
         let servers: Vec<_> = self
             .shared
@@ -829,6 +830,7 @@ impl Gateway {
             .collect();
         self.shared.metrics.render(metrics::Now {
             servers: &servers,
+            seats: &seats,
             clients: self.clients(),
             in_flight: self.in_flight(),
             draining: self.shared.drain.is_draining(),

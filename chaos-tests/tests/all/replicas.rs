@@ -611,6 +611,21 @@ async fn prometheus_scrapes_a_replicas_calls_and_server_states() {
         (1, Some(Value::from("ready"))),
         "{state:?}"
     );
+    // The seats: none held here (no provider configured).
+    let seats = prom_query(&web, "mcpvisor_seat_held").await;
+    let mut held: Vec<(String, String)> = seats
+        .iter()
+        .map(|(m, v)| (m["seat"].as_str().unwrap_or("").to_owned(), v.clone()))
+        .collect();
+    held.sort();
+    assert_eq!(
+        held,
+        [
+            ("browser_use".into(), "0".into()),
+            ("computer_use".into(), "0".into())
+        ],
+        "{seats:?}"
+    );
     let _ = prom.kill().await;
     r.signal(libc::SIGTERM);
     let code = tokio::time::timeout(LIMIT, r.child.wait())
@@ -869,6 +884,21 @@ async fn a_seats_handle_reaches_its_replica_and_a_lost_one_says_so() {
         "{handle}"
     );
 
+    // r0's seat is held, with its browser's processes (issue 35: seats in
+    // the metrics).
+    let (_, metrics) = get(&at0, "/metrics").await;
+    assert!(
+        metrics.contains("mcpvisor_seat_held{seat=\"browser_use\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcpvisor_seat_activations{seat=\"browser_use\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("mcpvisor_seat_processes{seat=\"browser_use\"} 0"),
+        "{metrics}"
+    );
     // Sent to r1 with r0's handle: forwarded, r0's browser answers.
     let there = one_call(
         &dir,
