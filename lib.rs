@@ -160,6 +160,8 @@ mod transport;
 
 // The runtime and its lifecycle.
 pub use messages::tree::{AskError, TreeError};
+#[cfg(feature = "otlp")]
+pub use runtime::otel::OtlpExport;
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 
 // Configuration: validated types, and the TOML layer the binary reads.

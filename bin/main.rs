@@ -41,6 +41,16 @@ fn main() -> std::process::ExitCode {
         Err(e) => e.exit(),
     };
     let json_errors = cli.json;
+    // Spans exported over OTLP when the environment names an endpoint:
+    // set up before tokio (its HTTP client blocks, on its own thread).
+    #[cfg(feature = "otlp")]
+    let otlp = match mcpvisor::OtlpExport::from_env("mcpvisor") {
+        Ok(export) => export,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,13 +65,18 @@ fn main() -> std::process::ExitCode {
         cli.command,
         Command::ServeDemo { .. } | Command::ServeRelay { .. }
     ) {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
+        use tracing_subscriber::prelude::*;
+        let log = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
                 tracing_subscriber::EnvFilter::try_from_env("MCPVISOR_LOG")
                     .unwrap_or_else(|_| "off".into()),
-            )
-            .with_writer(std::io::stderr)
-            .try_init();
+            );
+        let subscriber = tracing_subscriber::registry().with(log);
+        // The call spans, exported.
+        #[cfg(feature = "otlp")]
+        let subscriber = subscriber.with(otlp.as_ref().map(|export| export.layer()));
+        let _ = subscriber.try_init();
     }
     // SIGINT or SIGTERM during a command (`status --watch` handles its own):
     // the command is dropped with its runtime, the tokio runtime is shut
@@ -86,6 +101,12 @@ fn main() -> std::process::ExitCode {
     });
     // Also ends a terminal approver still blocked reading stdin.
     rt.shutdown_timeout(Duration::from_secs(2));
+    #[cfg(feature = "otlp")]
+    if let Some(export) = otlp
+        && let Err(e) = export.shutdown()
+    {
+        eprintln!("mcpvisor: {e}");
+    }
     match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) if json_errors => {

@@ -70,7 +70,7 @@ impl Runtime {
         scope: &Scope,
         name: &str,
         arguments: Option<Value>,
-        options: CallOptions,
+        #[cfg_attr(not(feature = "otlp"), allow(unused_mut))] mut options: CallOptions,
     ) -> ToolOutcome {
         let started = Instant::now();
         let call_id = self
@@ -102,6 +102,12 @@ impl Runtime {
             ),
             None => tracing::Span::none(),
         };
+        // Exported over OTLP, the span is the caller's span's child, and
+        // its id is the backend's parent.
+        #[cfg(feature = "otlp")]
+        if let Some(trace) = options.trace.as_mut() {
+            super::otel::continue_in(&span, trace);
+        }
         let mut outcome = tracing::Instrument::instrument(
             self.call_inner(scope, name, arguments, options, call_id),
             span,

@@ -20,6 +20,8 @@ mod call;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod hooks;
+#[cfg(feature = "otlp")]
+pub(crate) mod otel;
 pub mod policies;
 mod resources;
 pub mod results;
