@@ -234,6 +234,9 @@ pub(super) struct RunningCall {
     pub(super) tool: String,
     /// The call's chat (trust rounds: forgotten when the call ends).
     pub(super) chat: String,
+    /// The runtime's id of the call, once it started: a retry's progress
+    /// token is given the call's progress from then on.
+    pub(super) call_id: Arc<std::sync::OnceLock<u64>>,
 }
 
 impl Drop for RunningCall {
@@ -269,6 +272,7 @@ impl RunningCall {
             cancel,
             tool,
             chat,
+            call_id: Arc::default(),
         }
     }
 }

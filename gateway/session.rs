@@ -165,9 +165,27 @@ impl GatewaySession {
                     })
             })
             .collect();
+        // The call's progress from here on goes to the retry's token
+        // (followed before the answers let the call go on).
+        let progress = match (ctx.meta.get_progress_token(), waiting.call.call_id.get()) {
+            (Some(token), Some(&id)) => {
+                let (to, rx) = tokio::sync::mpsc::unbounded_channel();
+                let _ = to.send(id);
+                let events = self.shared.runtime.subscribe();
+                Some(tokio::spawn(notify::progress(
+                    events,
+                    rx,
+                    token,
+                    ctx.peer.clone(),
+                )))
+            }
+            _ => None,
+        };
         let _ = waiting.reply.send(answers);
         let chat = waiting.call.chat.clone();
-        match self.step(waiting.call, &ctx.ct).await {
+        let step = self.step(waiting.call, &ctx.ct).await;
+        progress_done(progress, matches!(step, Step::Round(_))).await;
+        match step {
             Step::Round(round) => Ok(round),
             Step::Done(outcome) => {
                 let approver = self
@@ -608,7 +626,7 @@ impl ServerHandler for GatewaySession {
         } else {
             arguments.take()
         };
-        let options = CallOptions {
+        let mut options = CallOptions {
             cancel: Some(ctx.ct.clone()),
             chat: Some(chat.clone()),
             id_to,
@@ -625,7 +643,21 @@ impl ServerHandler for GatewaySession {
                     public.clone(),
                 );
                 let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
-                let call = relay::RunningCall::start(
+                // The call's id, kept for a retry's progress token (and
+                // passed on to this request's progress forwarder).
+                let call_id = Arc::new(std::sync::OnceLock::new());
+                let (tee, mut ids) = tokio::sync::mpsc::unbounded_channel();
+                let first = options.id_to.replace(tee);
+                let cell = call_id.clone();
+                tokio::spawn(async move {
+                    if let Some(id) = ids.recv().await {
+                        let _ = cell.set(id);
+                        if let Some(first) = first {
+                            let _ = first.send(id);
+                        }
+                    }
+                });
+                let mut call = relay::RunningCall::start(
                     client,
                     offers,
                     public.clone(),
@@ -639,12 +671,11 @@ impl ServerHandler for GatewaySession {
                         runtime.call(&scope, &tool, call_arguments, options).await
                     },
                 );
+                call.call_id = call_id;
                 match self.step(call, &ctx.ct).await {
                     Step::Done(outcome) => outcome,
                     Step::Round(round) => {
-                        if let Some(forward) = progress {
-                            forward.abort();
-                        }
+                        progress_done(progress, true).await;
                         return Ok(round);
                     }
                 }
@@ -662,16 +693,8 @@ impl ServerHandler for GatewaySession {
                     .await
             }
         };
-        // Its progress goes out before its result (the forwarder ends at
-        // the call's `CallFinished`, which follows its last progress; the
-        // bound only covers a client too slow to take them).
-        if let Some(forward) = progress
-            && tokio::time::timeout(Duration::from_secs(5), forward)
-                .await
-                .is_err()
-        {
-            tracing::debug!("gateway: a call's progress forwarder outlived it");
-        }
+        // Its progress goes out before its result.
+        progress_done(progress, false).await;
         if let Some(q) = self.end_rounds(rounds.as_deref(), &chat)
             && outcome.kind == OutcomeKind::RefusedByTrust
         {
@@ -1045,6 +1068,25 @@ enum Step {
 }
 
 /// Whether the request is of the stateless era.
+/// A call's progress forwarder, once its request's answer is ready: a
+/// round ends it (the call goes on with the retry); else it ends with the
+/// call's `CallFinished`, which follows its last progress, so the progress
+/// goes out before the result (the bound only covers a client too slow to
+/// take them).
+async fn progress_done(forward: Option<tokio::task::JoinHandle<()>>, round: bool) {
+    let Some(forward) = forward else {
+        return;
+    };
+    if round {
+        forward.abort();
+    } else if tokio::time::timeout(Duration::from_secs(5), forward)
+        .await
+        .is_err()
+    {
+        tracing::debug!("gateway: a call's progress forwarder outlived it");
+    }
+}
+
 fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.meta
         .protocol_version()

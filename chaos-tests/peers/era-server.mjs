@@ -10,7 +10,8 @@
 // `log` sends two log messages, "quiet" at info and "loud" at warning;
 // `confirm` {what} asks the client to confirm (an `input_required` result
 // with an elicitation and a request state), and answers "confirmed WHAT
-// (state STATE)" once an accepted answer comes back; `ask_sampling` asks for
+// (state STATE)" once an accepted answer comes back (with two progress
+// notifications first when the call has a progress token); `ask_sampling` asks for
 // a sampling answer; `ask_forever` asks again on every round. The prompt
 // `confirm_prompt` asks for the same confirmation before its messages. The
 // resource `note://counter` can be subscribed to; `bump` raises it and sends
@@ -93,6 +94,16 @@ serveStdio(() => {
         });
       }
       const state = ctx.mcpReq.requestState ? ctx.mcpReq.requestState() : undefined;
+      // Progress after the answer, when the call asked for it.
+      const progressToken = ctx.mcpReq._meta?.progressToken;
+      if (progressToken !== undefined) {
+        for (const progress of [1, 2]) {
+          await ctx.mcpReq.notify({
+            method: 'notifications/progress',
+            params: { progressToken, progress, total: 2, message: `confirming ${progress} of 2` },
+          });
+        }
+      }
       return { content: [{ type: 'text', text: `confirmed ${what} (state ${state})` }] };
     });
   server.registerTool('ask_sampling', { description: 'Asks for a sampling answer.', inputSchema: none },

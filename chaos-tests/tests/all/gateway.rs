@@ -1622,6 +1622,51 @@ async fn python_client_of_era_server(test: &str, stateless: bool, args: &[&str])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_after_a_relay_round_reaches_the_stateless_clients_retry() {
+    // GW-2: a call paused for its stateless client's answer (the TS SDK
+    // 2.x server's `confirm`, a session-era backend, elicits) goes on with
+    // the client's retry; the progress it sends after the answer reaches
+    // the client (the Python SDK 2.x in `auto`, whose retry carries its
+    // progress token), and the session-era client gets it too.
+    for mode in ["auto", "legacy"] {
+        let Some(v) = python_client_of_era_server(
+            "progress_after_a_relay_round",
+            false,
+            &[
+                "mcp__era__confirm",
+                "--mode",
+                mode,
+                "--progress",
+                "--args",
+                r#"{"what": "the relay"}"#,
+                "--answer",
+                r#"{"confirm": true}"#,
+            ],
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(v["asked"], json!(["Confirm the relay?"]), "{mode}: {v}");
+        assert!(
+            v["call"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("confirmed the relay"),
+            "{mode}: {v}"
+        );
+        assert_eq!(
+            v["progress"],
+            json!([
+                [1.0, 2.0, "confirming 1 of 2"],
+                [2.0, 2.0, "confirming 2 of 2"]
+            ]),
+            "{mode}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
     // GW-2 / ERA-4: a backend's notifications/prompts/list_changed (the TS
     // SDK 2.x server, in either era: a session-era backend says it unasked,
