@@ -1067,7 +1067,6 @@ enum Step {
     Round(CallToolResponse),
 }
 
-/// Whether the request is of the stateless era.
 /// A call's progress forwarder, once its request's answer is ready: a
 /// round ends it (the call goes on with the retry); else it ends with the
 /// call's `CallFinished`, which follows its last progress, so the progress
@@ -1087,6 +1086,7 @@ async fn progress_done(forward: Option<tokio::task::JoinHandle<()>>, round: bool
     }
 }
 
+/// Whether the request is of the stateless era.
 fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.meta
         .protocol_version()
