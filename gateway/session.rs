@@ -130,19 +130,20 @@ impl GatewaySession {
         }
     }
 
-    /// A stateless client's retry with its answer to a backend's request:
-    /// the call it names goes on.
-    async fn resume(
+    /// The paused request a stateless client's retry names by `state`,
+    /// which must be a request for `key` (a call's public tool name, a
+    /// read's or a prompt's key); with its answers, from the retry's
+    /// `responses`.
+    fn take_round(
         &self,
         state: &str,
-        public: &str,
-        request: &CallToolRequestParams,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+        key: &str,
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<(relay::Waiting, Answers), McpError> {
         let Some(waiting) = self.shared.rounds.take(state) else {
             return Err(self.shared.unknown_state(state));
         };
-        if waiting.call.tool != public {
+        if waiting.call.tool != key {
             return Err(McpError::invalid_params(
                 format!(
                     "the requestState answers a request of another call (of {}), which is cancelled now",
@@ -151,8 +152,7 @@ impl GatewaySession {
                 None,
             ));
         }
-        let responses = request.input_responses.as_ref();
-        let answers: Result<Map<String, Value>, crate::RelayError> = waiting
+        let answers = waiting
             .keys
             .iter()
             .map(|key| {
@@ -165,6 +165,62 @@ impl GatewaySession {
                     })
             })
             .collect();
+        Ok((waiting, answers))
+    }
+
+    /// A request other than `tools/call` that a backend may answer with
+    /// its own questions (a stateless backend's `input_required` on
+    /// `prompts/get` or `resources/read`, GW-2), run for this client: a
+    /// session client is asked them as requests, a stateless one in
+    /// `input_required` rounds, and a stateless client's retry (its
+    /// `state`) goes on with the request it paused. `key` names the
+    /// request: a retry must be for the same one.
+    async fn relayed<F>(
+        &self,
+        key: String,
+        retry: (Option<&str>, Option<&rmcp::model::InputResponses>),
+        ctx: &RequestContext<RoleServer>,
+        run: impl FnOnce(Option<Arc<dyn crate::CallerRelay>>, CancellationToken) -> F,
+    ) -> Result<Step, McpError>
+    where
+        F: std::future::Future<Output = ToolOutcome> + Send + 'static,
+    {
+        if let Some(state) = retry.0.filter(|s| self.shared.rounds.names(s)) {
+            let (waiting, answers) = self.take_round(state, &key, retry.1)?;
+            let _ = waiting.reply.send(answers);
+            return Ok(self.step(waiting.call, &ctx.ct).await);
+        }
+        match stateless_offers(ctx) {
+            Some(offers) => {
+                let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
+                let call =
+                    relay::RunningCall::start(client, offers, key, self.chat(), |relay, cancel| {
+                        run(Some(relay), cancel)
+                    });
+                Ok(self.step(call, &ctx.ct).await)
+            }
+            None => {
+                let relay = if is_stateless(ctx) {
+                    None
+                } else {
+                    relay::PeerRelay::of(self.id, &ctx.peer)
+                };
+                Ok(Step::Done(run(relay, ctx.ct.clone()).await))
+            }
+        }
+    }
+
+    /// A stateless client's retry with its answer to a backend's request:
+    /// the call it names goes on.
+    async fn resume(
+        &self,
+        state: &str,
+        public: &str,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let (waiting, answers) =
+            self.take_round(state, public, request.input_responses.as_ref())?;
         // The call's progress from here on goes to the retry's token
         // (followed before the answers let the call go on).
         let progress = match (ctx.meta.get_progress_token(), waiting.call.call_id.get()) {
@@ -238,14 +294,7 @@ impl GatewaySession {
                 },
             )
             .await;
-        match (outcome.kind, outcome.canonical) {
-            (OutcomeKind::Ok, Some(Value::Object(per_server))) => Ok(per_server),
-            // No server of the scope provides resources.
-            (OutcomeKind::UnknownTool, _) => Ok(Map::new()),
-            _ => Err(ResourceCallFailed {
-                text: outcome.projection,
-            }),
-        }
+        per_server(outcome)
     }
 
     /// The server that lists the prompt the gateway serves as `name`, and
@@ -863,13 +912,46 @@ impl ServerHandler for GatewaySession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
         let stateless = is_stateless(&ctx);
-        let (server, raw) = self.prompt_owner(&request.name, ctx).await?;
-        let value = self
-            .shared
-            .runtime
-            .get_prompt(self.scope(), &server, &raw, request.arguments)
-            .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let (server, raw) = self.prompt_owner(&request.name, ctx.clone()).await?;
+        // What the backend asks first goes to this client (GW-2).
+        let (runtime, scope) = (self.shared.runtime.clone(), self.scope().clone());
+        let arguments = request.arguments.clone();
+        let asked_of = server.clone();
+        let step = self
+            .relayed(
+                format!("prompts/get {}", request.name),
+                (
+                    request.request_state.as_deref(),
+                    request.input_responses.as_ref(),
+                ),
+                &ctx,
+                move |relay, cancel| async move {
+                    value_outcome(tokio::select! {
+                        got = runtime.get_prompt_relayed(&scope, &asked_of, &raw, arguments, relay) => {
+                            got.map_err(|e| e.to_string())
+                        }
+                        () = cancel.cancelled() => Err("the request was cancelled".to_owned()),
+                    })
+                },
+            )
+            .await?;
+        let outcome = match step {
+            Step::Round(round) => {
+                return Ok(rmcp::model::GetPromptResponse::InputRequired(round_of(
+                    round,
+                )?));
+            }
+            Step::Done(outcome) => outcome,
+        };
+        let Some(value) = outcome
+            .canonical
+            .filter(|_| outcome.kind == OutcomeKind::Ok)
+        else {
+            return Err(McpError::internal_error(
+                outcome.error.unwrap_or(outcome.projection),
+                None,
+            ));
+        };
         let mut result: rmcp::model::GetPromptResult =
             serde_json::from_value(value).map_err(|e| {
                 McpError::internal_error(
@@ -1033,10 +1115,41 @@ impl ServerHandler for GatewaySession {
             return Err(not_listed(&uri));
         };
         let args = json!({"server": server, "uri": uri});
-        let mut per_server = self
-            .resource_call(ResourceOp::Read, args, &ctx.ct)
-            .await
-            .map_err(|e| McpError::internal_error(e.text, None))?;
+        // What the backend asks first goes to this client (GW-2).
+        let (runtime, scope, chat) = (
+            self.shared.runtime.clone(),
+            self.scope().clone(),
+            self.chat(),
+        );
+        let step = self
+            .relayed(
+                format!("resources/read {uri}"),
+                (
+                    request.request_state.as_deref(),
+                    request.input_responses.as_ref(),
+                ),
+                &ctx,
+                move |relay, cancel| async move {
+                    let options = CallOptions {
+                        cancel: Some(cancel),
+                        chat: Some(chat),
+                        relay,
+                        ..CallOptions::default()
+                    };
+                    runtime
+                        .call(&scope, ResourceOp::Read.tool_name(), Some(args), options)
+                        .await
+                },
+            )
+            .await?;
+        let outcome = match step {
+            Step::Round(round) => {
+                return Ok(ReadResourceResponse::InputRequired(round_of(round)?));
+            }
+            Step::Done(outcome) => outcome,
+        };
+        let mut per_server =
+            per_server(outcome).map_err(|e| McpError::internal_error(e.text, None))?;
         let value = per_server.remove(&server).unwrap_or(Value::Null);
         let mut result: ReadResourceResult = serde_json::from_value(value).map_err(|e| {
             McpError::internal_error(
@@ -1056,6 +1169,48 @@ impl ServerHandler for GatewaySession {
             for_a_session_client(&mut result.meta);
         }
         Ok(result.into())
+    }
+}
+
+/// A client's answers to a paused request's questions, by key (or why
+/// they are not all there).
+type Answers = Result<Map<String, Value>, crate::RelayError>;
+
+/// A shared resource tool's outcome: its canonical value per server.
+fn per_server(outcome: ToolOutcome) -> Result<Map<String, Value>, ResourceCallFailed> {
+    match (outcome.kind, outcome.canonical) {
+        (OutcomeKind::Ok, Some(Value::Object(per_server))) => Ok(per_server),
+        // No server of the scope provides resources.
+        (OutcomeKind::UnknownTool, _) => Ok(Map::new()),
+        _ => Err(ResourceCallFailed {
+            text: outcome.projection,
+        }),
+    }
+}
+
+/// A request's raw result (a prompt) as the outcome a [`Step`] ends with.
+fn value_outcome(got: Result<Value, String>) -> ToolOutcome {
+    match got {
+        Ok(value) => {
+            let mut outcome = ToolOutcome::failure(OutcomeKind::Ok, String::new());
+            outcome.error = None;
+            outcome.projection.clear();
+            outcome.parts.clear();
+            outcome.canonical = Some(value);
+            outcome
+        }
+        Err(e) => ToolOutcome::failure(OutcomeKind::ServerError, e),
+    }
+}
+
+/// A paused request's `input_required` result, out of a round's response.
+fn round_of(response: CallToolResponse) -> Result<rmcp::model::InputRequiredResult, McpError> {
+    match response {
+        CallToolResponse::InputRequired(r) => Ok(r),
+        _ => Err(McpError::internal_error(
+            "a round ended with something other than input_required",
+            None,
+        )),
     }
 }
 

@@ -301,7 +301,14 @@ impl Runtime {
         };
         if let Some(op) = resource_op {
             let outcome = self
-                .resource_call(scope, &snap, op, &call.arguments, entry_timeout(&snap))
+                .resource_call(
+                    scope,
+                    &snap,
+                    op,
+                    &call.arguments,
+                    entry_timeout(&snap),
+                    options.relay.as_deref(),
+                )
                 .await
                 .for_tool(&def);
             return self.after_policies(call, outcome).await;

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::messages::budget::apply_budget;
 use crate::messages::call::{OutcomeKind, ToolOutcome};
+use crate::messages::capabilities::CallerRelay;
 use crate::messages::config::Scope;
 use crate::messages::registry::{ActivityGuard, LiveConn, ScopeSnapshot};
 use crate::messages::resources::{ResourceOp, render_resource_result};
@@ -26,6 +27,7 @@ impl Runtime {
         op: ResourceOp,
         args: &Map<String, Value>,
         timeout: Duration,
+        relay: Option<&dyn CallerRelay>,
     ) -> ToolOutcome {
         let server = args.get("server").and_then(Value::as_str);
         let cursor = args
@@ -90,7 +92,7 @@ impl Runtime {
                         .await
                 }
                 ResourceOp::Read => {
-                    let answerer = answerer_for(snap, target, &live);
+                    let answerer = answerer_for(snap, target, &live, relay);
                     live.client
                         .read_resource(uri.unwrap_or_default().to_owned(), timeout, &answerer)
                         .await
@@ -262,8 +264,31 @@ impl Runtime {
         name: &str,
         arguments: Option<Map<String, Value>>,
     ) -> Result<Value, RuntimeError> {
-        self.server_request(scope, server, Ask::Prompt { name, arguments })
+        self.get_prompt_relayed(scope, server, name, arguments, None)
             .await
+    }
+
+    /// [`Runtime::get_prompt`] for a gateway's client: what a stateless
+    /// server asks before it answers (`input_required`) goes to `relay`
+    /// first, for what that client declared (GW-2).
+    pub async fn get_prompt_relayed(
+        &self,
+        scope: &Scope,
+        server: &str,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+        relay: Option<Arc<dyn CallerRelay>>,
+    ) -> Result<Value, RuntimeError> {
+        self.server_request(
+            scope,
+            server,
+            Ask::Prompt {
+                name,
+                arguments,
+                relay,
+            },
+        )
+        .await
     }
 }
 
@@ -332,8 +357,12 @@ impl Runtime {
             .map_err(|u| err(u.describe(server)))?;
         let timeout = entry_timeout(&snap);
         let asked = match ask {
-            Ask::Prompt { name, arguments } => {
-                let answerer = answerer_for(&snap, server, &live);
+            Ask::Prompt {
+                name,
+                arguments,
+                relay,
+            } => {
+                let answerer = answerer_for(&snap, server, &live, relay.as_deref());
                 live.client
                     .get_prompt(name, arguments, timeout, &answerer)
                     .await
@@ -372,8 +401,10 @@ fn answerer_for<'a>(
     snap: &ScopeSnapshot,
     server: &'a str,
     live: &'a crate::messages::registry::LiveConn,
+    relay: Option<&'a dyn CallerRelay>,
 ) -> crate::transport::client::Answerer<'a> {
     crate::transport::client::Answerer {
+        relay,
         handlers: &live.handlers,
         server,
         redactions: &live.redactions,
@@ -400,6 +431,7 @@ enum Ask<'a> {
     Prompt {
         name: &'a str,
         arguments: Option<Map<String, Value>>,
+        relay: Option<Arc<dyn CallerRelay>>,
     },
     /// `resources/subscribe` (`on`) or `resources/unsubscribe`.
     Subscribe { uri: &'a str, on: bool },

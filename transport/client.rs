@@ -580,6 +580,9 @@ pub struct Answerer<'a> {
     pub redactions: &'a [String],
     /// `max_input_rounds`.
     pub max_rounds: u32,
+    /// The request's client, when a gateway relays what the server asks
+    /// to it (GW-2): asked first, for what it declared.
+    pub relay: Option<&'a dyn CallerRelay>,
 }
 
 /// The answers to a stateless server's `input_required` result (ERA-5),
@@ -1326,7 +1329,7 @@ impl McpClient {
                         answers = Some(
                             answer_input_required(
                                 answerer.handlers,
-                                None,
+                                answerer.relay,
                                 answerer.server,
                                 answerer.redactions,
                                 asked,

@@ -13,7 +13,8 @@
 // (state STATE)" once an accepted answer comes back (with two progress
 // notifications first when the call has a progress token); `ask_sampling` asks for
 // a sampling answer; `ask_forever` asks again on every round. The prompt
-// `confirm_prompt` asks for the same confirmation before its messages. The
+// `confirm_prompt` asks for the same confirmation before its messages, and
+// the resource `note://guarded` before its text. The
 // resource `note://counter` can be subscribed to; `bump` raises it and sends
 // `notifications/resources/updated` for it. `crash` exits the process.
 // With --stateless-only an `initialize` is refused with -32022 naming
@@ -137,6 +138,26 @@ serveStdio(() => {
       return {
         messages: [{ role: 'user', content: { type: 'text', text: `prompt confirmed (state ${state})` } }],
       };
+    });
+  server.registerResource('guarded', 'note://guarded', { description: 'Asks for a confirmation before its text.' },
+    async (uri, ctx) => {
+      const answer = acceptedContent(ctx.mcpReq.inputResponses, 'confirm');
+      if (answer?.confirm !== true) {
+        return inputRequired({
+          inputRequests: {
+            confirm: inputRequired.elicit({
+              message: 'Confirm the read?',
+              requestedSchema: {
+                type: 'object',
+                properties: { confirm: { type: 'boolean', default: true } },
+                required: ['confirm'],
+              },
+            }),
+          },
+          requestState: 'read-state',
+        });
+      }
+      return { contents: [{ uri: uri.href, text: 'guarded text' }] };
     });
   let round = 0;
   server.registerTool('ask_forever', { description: 'Asks again on every round.', inputSchema: none },

@@ -1667,6 +1667,51 @@ async fn progress_after_a_relay_round_reaches_the_stateless_clients_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_questions_on_a_read_or_a_prompt_reach_the_client_in_either_era() {
+    // GW-2: a stateless backend (the TS SDK 2.x server, 2026-07-28 only)
+    // answers `resources/read` of note://guarded and `prompts/get` of
+    // confirm_prompt with `input_required` (an elicitation). The gateway
+    // passes the question to the client that asked: the Python SDK 2.x in
+    // `auto` gets an `input_required` round and retries with its answer, in
+    // `legacy` an elicitation request; either way the read and the prompt
+    // come back confirmed, and its answer is what the backend saw.
+    for mode in ["auto", "legacy"] {
+        let Some(v) = python_client_of_era_server(
+            "a_backends_questions_on_a_read_or_a_prompt",
+            true,
+            &[
+                "mcp__era__echo",
+                "--mode",
+                mode,
+                "--args",
+                r#"{"text": "first"}"#,
+                "--answer",
+                r#"{"confirm": true}"#,
+                "--read",
+                "note://guarded",
+                "--prompt",
+                "mcp__era__confirm_prompt",
+                "unused=1",
+            ],
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(
+            v["asked"],
+            json!(["Confirm the read?", "Confirm the prompt?"]),
+            "{mode}: {v}"
+        );
+        assert_eq!(v["read"], "guarded text", "{mode}: {v}");
+        assert_eq!(
+            v["prompt"], "prompt confirmed (state prompt-state)",
+            "{mode}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backends_prompt_list_change_reaches_a_stateless_clients_listen_stream() {
     // GW-2 / ERA-4: a backend's notifications/prompts/list_changed (the TS
     // SDK 2.x server, in either era: a session-era backend says it unasked,
