@@ -149,17 +149,24 @@ pub(super) async fn counted(
 }
 
 /// The id of a JSON-RPC request in `message` that would start work: any
-/// request but `ping` and a 2026-07-28 retry whose `requestState` is one
+/// request but `ping`, a 2026-07-28 retry whose `requestState` is one
 /// this replica `holds` (the next round of a call it runs; any other state
-/// would start a call afresh). Notifications and responses start nothing.
+/// would start a call afresh), and a call with a handle to state this
+/// process `holds` (a browser here: no other replica has it).
+/// Notifications and responses start nothing.
 fn starts_work(message: &Value, holds: &dyn Fn(&str) -> bool) -> Option<Value> {
     let one = |m: &Value| -> Option<Value> {
         let method = m.get("method")?.as_str()?;
         let id = m.get("id")?.clone();
-        let continues = m
-            .pointer("/params/requestState")
-            .and_then(Value::as_str)
-            .is_some_and(holds);
+        let params = m.get("params");
+        let state = params
+            .and_then(|p| p.get("requestState"))
+            .and_then(Value::as_str);
+        let handle = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|meta| meta.get(super::HANDLE_META_KEY))
+            .and_then(Value::as_str);
+        let continues = state.is_some_and(holds) || handle.is_some_and(holds);
         (method != "ping" && !continues).then_some(id)
     };
     match message {
@@ -197,11 +204,13 @@ mod tests {
 
     #[test]
     fn only_requests_that_start_work_are_refused_while_draining() {
-        let holds = |s: &str| s == "relay-held";
+        let holds = |s: &str| s == "relay-held" || s == "browser~0123456789abcdef.1@r0";
         let starts_work = |m: &Value| starts_work(m, &holds);
         // A state this replica does not hold would start the call afresh.
         let stranger = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x", "requestState": "relay-other", "inputResponses": {}}});
         assert_eq!(starts_work(&stranger), Some(json!(5)));
+        let elsewhere = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "x", "_meta": {"io.mcpvisor/handle": "browser~0123456789abcdef.1@r1"}}});
+        assert_eq!(starts_work(&elsewhere), Some(json!(8)));
         let call =
             json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
         assert_eq!(starts_work(&call), Some(json!(7)));
@@ -212,6 +221,8 @@ mod tests {
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}),
             json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
             json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "x", "requestState": "relay-held", "inputResponses": {}}}),
+            // A seat's handle to state held here (SCALE-2).
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "x", "_meta": {"io.mcpvisor/handle": "browser~0123456789abcdef.1@r0"}}}),
             json!("not json-rpc"),
         ] {
             assert_eq!(starts_work(&not_new), None, "{not_new}");

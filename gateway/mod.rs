@@ -197,6 +197,10 @@ struct Shared {
     metrics: Arc<metrics::Metrics>,
     /// This process's random name, in the handles it hands out.
     process: String,
+    /// Each pinned server's state identity as last seen, and its epoch.
+    epochs: Mutex<HashMap<String, (u64, u64)>>,
+    /// The next epoch.
+    next_epoch: AtomicU64,
     /// The other replicas, when any are known.
     peers: Option<Arc<owner::Peers>>,
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
@@ -302,8 +306,8 @@ impl Shared {
     }
 
     /// The pinned server ([`GatewayOptions::pinned`]) whose tool `public`
-    /// is, with its connection generation now.
-    fn pinned_server(&self, public: &str) -> Option<(String, u64)> {
+    /// is.
+    fn pinned_server(&self, public: &str) -> Option<String> {
         if self.options.pinned.is_empty() {
             return None;
         }
@@ -313,13 +317,54 @@ impl Shared {
             .find(|(s, tools)| {
                 self.options.pinned.contains(&s.server) && tools.iter().any(|t| t.name == public)
             })
-            .map(|(s, _)| (s.server, s.connection_generation))
+            .map(|(s, _)| s.server)
+    }
+
+    /// The epoch of `server`'s state now: a number this process gives
+    /// each identity of that state the first time it sees it — the
+    /// server's connection and process, and the processes of the seat
+    /// resources it holds (a browser). A restart, a reconnect, a server
+    /// removed and added again, a browser closed or crashed and opened
+    /// anew: each is a new epoch.
+    async fn epoch(&self, server: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let status = self
+            .runtime
+            .status()
+            .into_iter()
+            .find(|s| s.scope == self.options.scope && s.server == server);
+        let mut seat_pids: Vec<u32> = self
+            .runtime
+            .seats()
+            .await
+            .into_iter()
+            .filter(|s| s.holder.as_deref() == Some(server))
+            .flat_map(|s| s.pids)
+            .collect();
+        seat_pids.sort_unstable();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        status
+            .map(|s| (s.connection_generation, s.pid, s.state.name()))
+            .hash(&mut hasher);
+        seat_pids.hash(&mut hasher);
+        let identity = hasher.finish();
+        let Ok(mut epochs) = self.epochs.lock() else {
+            return self.next_epoch.fetch_add(1, Ordering::Relaxed);
+        };
+        match epochs.get(server) {
+            Some((seen, epoch)) if *seen == identity => *epoch,
+            _ => {
+                let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
+                epochs.insert(server.to_owned(), (identity, epoch));
+                epoch
+            }
+        }
     }
 
     /// Whether a call of `server`'s tool that sent `handle` back may run
-    /// here (SCALE-2): its state must be this process's and the server's
-    /// connection the same; else `moved` (another replica's) or `lost`.
-    fn check_handle(&self, handle: &Value, server: &str, connection: u64) -> Result<(), McpError> {
+    /// here (SCALE-2): its state must be this process's, in the same epoch
+    /// ([`Shared::epoch`]); else `moved` (another replica's) or `lost`.
+    fn check_handle(&self, handle: &Value, server: &str, epoch: u64) -> Result<(), McpError> {
         let text = handle.as_str().unwrap_or_default();
         let Some(h) = owner::Handle::parse(text) else {
             return Err(McpError::invalid_params(
@@ -352,25 +397,31 @@ impl Shared {
                 ),
             ));
         }
-        if h.connection != connection {
+        if h.epoch != epoch {
             return Err(owner::lost(
                 here,
                 &format!(
-                    "server {server:?} was restarted since the handle was handed out (its connection {} then, {connection} now)",
-                    h.connection
+                    "server {server:?}'s state was replaced since the handle was handed out (the server restarted, reconnected or was added again, or its browser or desktop was closed or replaced)"
                 ),
             ));
         }
         Ok(())
     }
 
-    /// Put the handle of `server`'s state here, as of `connection`, in a
+    /// Whether `handle` names state in this process (of this replica).
+    fn holds_handle(&self, handle: &str) -> bool {
+        owner::Handle::parse(handle).is_some_and(|h| {
+            h.process == self.process && h.owner == self.options.replica.as_deref()
+        })
+    }
+
+    /// Put the handle of `server`'s state here, as of `epoch`, in a
     /// result's `_meta`.
-    fn hand_out(&self, meta: &mut Option<rmcp::model::MetaObject>, server: &str, connection: u64) {
+    fn hand_out(&self, meta: &mut Option<rmcp::model::MetaObject>, server: &str, epoch: u64) {
         let handle = owner::Handle::mint(
             server,
             &self.process,
-            connection,
+            epoch,
             self.options.replica.as_deref(),
         );
         meta.get_or_insert_with(|| rmcp::model::MetaObject(Map::new()))
@@ -528,6 +579,11 @@ impl Gateway {
         let stop = CancellationToken::new();
         let events = runtime.subscribe();
         let replica = options.replica.clone();
+        if replica.is_none() && !options.peers.is_empty() {
+            tracing::warn!(
+                "gateway: peers are given without this replica's name (GatewayOptions::replica): nothing is forwarded"
+            );
+        }
         let peers = replica
             .clone()
             .and_then(|here| owner::Peers::new(here, options.peers.clone()));
@@ -547,6 +603,8 @@ impl Gateway {
             drain: Arc::default(),
             metrics: Arc::new(metrics::Metrics::new()),
             process: owner::process_name(),
+            epochs: Mutex::default(),
+            next_epoch: AtomicU64::new(1),
             peers,
             settled_catalog: std::sync::OnceLock::new(),
             pending_asks: relay::Pending::new(
@@ -718,8 +776,11 @@ impl Gateway {
         let drain = self.shared.drain.clone();
         // While draining, a retry goes on only for a call paused here.
         let shared = self.shared.clone();
-        let holds: Arc<dyn Fn(&str) -> bool + Send + Sync> =
-            Arc::new(move |state| shared.rounds.holds(state) || shared.pending_asks.holds(state));
+        let holds: Arc<dyn Fn(&str) -> bool + Send + Sync> = Arc::new(move |state| {
+            shared.rounds.holds(state)
+                || shared.pending_asks.holds(state)
+                || shared.holds_handle(state)
+        });
         let mut mcp = axum::Router::new().nest_service("/mcp", service);
         // A request whose state another replica holds goes there (after
         // the drain's count: a forwarded call is in flight here too).
@@ -819,7 +880,14 @@ impl Gateway {
     /// latency, each server's state, restarts and reconnect budget left,
     /// the session-era clients, the requests in flight, the drain, the seats.
     pub async fn metrics(&self) -> String {
-        let seats = self.shared.runtime.seats().await;
+        // A seat busy (releasing) does not hold the scrape up: its series
+        // are left out of this one.
+        let seats = tokio::time::timeout(Duration::from_secs(2), self.shared.runtime.seats())
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !s.still_open.iter().any(|o| o.starts_with("the seat ")))
+            .collect::<Vec<_>>();
         let scope = &self.shared.options.scope;
         let servers: Vec<_> = self
             .shared

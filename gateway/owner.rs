@@ -1,15 +1,19 @@
 //! State that lives in one replica's process (SCALE-2, issue 35): a seat's
 //! browser or desktop, a stateful backend. Its tools' results carry a
 //! handle naming where that state is — the server, the process that holds
-//! it and the server's connection, and the replica — which a client sends
-//! back in the next call's `_meta` ([`HANDLE_META_KEY`](super::HANDLE_META_KEY)).
+//! it, the state's epoch and the replica — which a client sends back in
+//! the next call's `_meta` ([`HANDLE_META_KEY`](super::HANDLE_META_KEY)).
+//! The epoch is a number the process gives each identity it sees of the
+//! server's connection, its process and its seat resources' processes.
 //!
 //! A call with a handle is run only where its state is: a replica that
 //! gets another's handle forwards the request to that replica when it
 //! knows its address (`--peer`), and otherwise answers that the state has
-//! moved; a handle of a process or a server connection that ended (the
-//! replica restarted, the server was restarted) is answered as lost. Never
-//! a call run against another browser or another server's fresh state.
+//! moved; a handle of a process or an epoch that ended (the replica
+//! restarted; the server restarted, or its browser was replaced) is
+//! answered as lost. Never a call run against another browser or another
+//! server's fresh state (but for one replaced between the check and the
+//! call: the next call is told).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +34,14 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// this request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest silence in a forwarded request's reply (a streamed reply
+/// of a long call sends nothing between its events): a peer quiet for
+/// longer is taken as lost (the request may have run).
+const READ_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The requests whose state a peer may hold: only these are forwarded.
+const FORWARDED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
 /// The request headers a forwarded request keeps.
 const KEPT_HEADERS: [&str; 8] = [
     "content-type",
@@ -42,14 +54,14 @@ const KEPT_HEADERS: [&str; 8] = [
     "tracestate",
 ];
 
-/// A handle's parts: `<server>~<process>.<connection>[@<replica>]`.
+/// A handle's parts: `<server>~<process>.<epoch>[@<replica>]`.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Handle<'a> {
     pub server: &'a str,
     /// The gateway process that handed it out (random per process).
     pub process: &'a str,
-    /// The server's connection generation then.
-    pub connection: u64,
+    /// The state's epoch then (`Shared::epoch`).
+    pub epoch: u64,
     /// The replica (`--replica-id`), when it has a name.
     pub owner: Option<&'a str>,
 }
@@ -62,27 +74,22 @@ impl<'a> Handle<'a> {
             None => (handle, None),
         };
         let (server, rest) = minted.rsplit_once('~')?;
-        let (process, connection) = rest.split_once('.')?;
+        let (process, epoch) = rest.split_once('.')?;
         let well_formed = !server.is_empty()
             && process.len() == 16
             && process.bytes().all(|b| b.is_ascii_hexdigit());
         well_formed.then_some(Handle {
             server,
             process,
-            connection: connection.parse().ok()?,
+            epoch: epoch.parse().ok()?,
             owner,
         })
     }
 
-    pub(super) fn mint(
-        server: &str,
-        process: &str,
-        connection: u64,
-        owner: Option<&str>,
-    ) -> String {
+    pub(super) fn mint(server: &str, process: &str, epoch: u64, owner: Option<&str>) -> String {
         match owner {
-            Some(owner) => format!("{server}~{process}.{connection}@{owner}"),
-            None => format!("{server}~{process}.{connection}"),
+            Some(owner) => format!("{server}~{process}.{epoch}@{owner}"),
+            None => format!("{server}~{process}.{epoch}"),
         }
     }
 }
@@ -133,12 +140,24 @@ impl Peers {
         if urls.is_empty() {
             return None;
         }
-        let client = reqwest::Client::builder()
+        let client = match reqwest::Client::builder()
             .no_proxy()
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT)
+            // A peer that stops answering mid-reply, or whose machine is
+            // gone, is noticed; a redirect is not followed (a POST would
+            // be sent somewhere else).
+            .tcp_keepalive(Duration::from_secs(15))
+            .read_timeout(READ_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
-            .ok()?;
+        {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway: no HTTP client for the peers (--peer): requests whose state is on another replica are answered `moved`");
+                return None;
+            }
+        };
         Some(Arc::new(Self { here, urls, client }))
     }
 }
@@ -192,6 +211,11 @@ pub(super) async fn route(
     let owner = (mentions(b"\"requestState\"") || mentions(super::HANDLE_META_KEY.as_bytes()))
         .then(|| serde_json::from_slice::<Value>(&bytes).ok())
         .flatten()
+        .filter(|m| {
+            m.get("method")
+                .and_then(Value::as_str)
+                .is_some_and(|method| FORWARDED_METHODS.contains(&method))
+        })
         .and_then(|m| owner_named(&m).map(|o| (o, m.get("id").cloned())));
     match owner {
         Some((owner, id)) if owner != peers.here => match peers.urls.get(&owner) {
@@ -265,7 +289,7 @@ async fn forward(
     for (name, value) in response.headers() {
         if matches!(
             name.as_str(),
-            "content-type" | "cache-control" | "retry-after"
+            "content-type" | "cache-control" | "retry-after" | "www-authenticate"
         ) {
             out = out.header(name.as_str(), value.as_bytes());
         }
@@ -295,7 +319,7 @@ mod tests {
             Some(Handle {
                 server: "browser",
                 process: "0123456789abcdef",
-                connection: 3,
+                epoch: 3,
                 owner: Some("r0"),
             })
         );

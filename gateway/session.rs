@@ -254,8 +254,9 @@ impl GatewaySession {
                     return Err(e);
                 }
                 let mut result = results::to_call_result(outcome);
-                if let Some((server, connection)) = self.shared.pinned_server(public) {
-                    self.shared.hand_out(&mut result.meta, &server, connection);
+                if let Some(server) = self.shared.pinned_server(public) {
+                    let epoch = self.shared.epoch(&server).await;
+                    self.shared.hand_out(&mut result.meta, &server, epoch);
                 }
                 Ok(result.into())
             }
@@ -617,10 +618,11 @@ impl ServerHandler for GatewaySession {
         // State that lives here (a seat, a stateful backend): a handle sent
         // back must name it (SCALE-2).
         let pinned = self.shared.pinned_server(&public);
-        if let Some((server, connection)) = &pinned
+        if let Some(server) = &pinned
             && let Some(handle) = ctx.meta.get(HANDLE_META_KEY)
         {
-            self.shared.check_handle(handle, server, *connection)?;
+            let epoch = self.shared.epoch(server).await;
+            self.shared.check_handle(handle, server, epoch)?;
         }
         let mut arguments = request.arguments.take().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
@@ -753,8 +755,10 @@ impl ServerHandler for GatewaySession {
             return Err(e);
         }
         let mut result = results::to_call_result(outcome);
-        if let Some((server, connection)) = &pinned {
-            self.shared.hand_out(&mut result.meta, server, *connection);
+        // The state as the call left it (a first call opens the browser).
+        if let Some(server) = &pinned {
+            let epoch = self.shared.epoch(server).await;
+            self.shared.hand_out(&mut result.meta, server, epoch);
         }
         if !is_stateless(&ctx) {
             for_a_session_client(&mut result.meta);

@@ -938,6 +938,29 @@ async fn a_seats_handle_reaches_its_replica_and_a_lost_one_says_so() {
     assert_eq!(moved["data"]["owner"], "r9", "{moved}");
     assert_eq!(moved["data"]["ran"], false, "{moved}");
 
+    // The browser closed (its `close` tool) and so replaced at the next
+    // call: the handle is lost, forwarded or not; the close's own result
+    // carries the new one.
+    let closed = one_call(
+        &dir,
+        &script,
+        &at1,
+        ("mcp__browser__close", "{}"),
+        Some(&handle_meta(&handle)),
+    )
+    .await;
+    assert_eq!(closed["ok"], true, "{closed}");
+    assert_ne!(closed["handle"], handle.as_str(), "{closed}");
+    for at in [&at0, &at1] {
+        let replaced = one_call(&dir, &script, at, (snap, "{}"), Some(&handle_meta(&handle))).await;
+        assert_eq!(replaced["data"]["lost"], true, "{replaced}");
+        assert_eq!(replaced["data"]["ran"], false, "{replaced}");
+        assert!(
+            replaced["error"].as_str().unwrap().contains("replaced"),
+            "{replaced}"
+        );
+    }
+
     // The owner killed: its browser is gone, and so is the state.
     rs[0].signal(libc::SIGKILL);
     let _ = tokio::time::timeout(LIMIT, rs[0].child.wait())
