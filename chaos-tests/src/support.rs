@@ -145,6 +145,15 @@ impl RequestLog {
         std::fs::read_to_string(&self.path).unwrap_or_default()
     }
 
+    /// The `traceparent` the server was sent with the first request whose
+    /// log line holds `marker` (None: no such line, or no traceparent).
+    pub fn traceparent_of(&self, marker: &str) -> Option<String> {
+        let text = self.text();
+        let line = text.lines().find(|l| l.contains(marker))?;
+        let sent = line.split(" traceparent=").nth(1)?.split(' ').next()?;
+        Some(sent.to_owned())
+    }
+
     /// How many `tools/call` requests arrived.
     pub fn tool_calls(&self) -> usize {
         self.text()

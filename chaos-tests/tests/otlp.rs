@@ -139,19 +139,12 @@ fn a_traced_call_is_exported_as_the_callers_child_and_the_backends_parent() {
         );
     }
     // The backend's parent is the exported call span.
-    let line = log
-        .text()
-        .lines()
-        .find(|l| l.contains("traced"))
-        .unwrap()
-        .to_owned();
-    let sent = line
-        .split(" traceparent=")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap();
-    assert_eq!(sent, format!("00-{trace}-{}-01", call.2), "{line}");
+    let sent = log.traceparent_of("traced");
+    assert_eq!(
+        sent,
+        Some(format!("00-{trace}-{}-01", call.2)),
+        "{}",
+        log.text()
+    );
     rt.shutdown_timeout(Duration::from_secs(2));
 }

@@ -99,6 +99,16 @@ impl Replica {
         }
     }
 
+    /// Wait (20 s at most) for the replica to exit after a SIGTERM sent
+    /// to it: it drained and stopped cleanly (status 0).
+    async fn exits_cleanly(&mut self) {
+        let code = tokio::time::timeout(LIMIT, self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(code.code(), Some(0));
+    }
+
     /// The backend's pid, from `/health`.
     async fn backend_pid(&self) -> u32 {
         let (_, body) = get(&self.addr, "/health").await;
@@ -472,11 +482,7 @@ async fn three_replicas_behind_haproxy_take_turns_drain_on_sigterm_and_survive_a
 
     let backend2 = rs[2].backend_pid().await;
     rs[2].signal(libc::SIGTERM);
-    let code = tokio::time::timeout(LIMIT, rs[2].child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(code.code(), Some(0));
+    rs[2].exits_cleanly().await;
     assert!(wait_gone(backend2, Duration::from_secs(5)).await);
     let _ = lb.kill().await;
     let _ = std::fs::remove_dir_all(&cfg_dir);
@@ -628,11 +634,7 @@ async fn prometheus_scrapes_a_replicas_calls_and_server_states() {
     );
     let _ = prom.kill().await;
     r.signal(libc::SIGTERM);
-    let code = tokio::time::timeout(LIMIT, r.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(code.code(), Some(0));
+    r.exits_cleanly().await;
     let _ = std::fs::remove_dir_all(&work);
 }
 
@@ -678,20 +680,9 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
     )
     .await;
     assert!(all_ok(&outcomes), "{outcomes:?}");
-    let line = r
-        .log
-        .text()
-        .lines()
-        .find(|l| l.contains("traced"))
-        .unwrap()
-        .to_owned();
-    let sent = line
-        .split(" traceparent=")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap();
+    let text = r.log.text();
+    let line = text.lines().find(|l| l.contains("traced")).unwrap();
+    let sent = r.log.traceparent_of("traced").unwrap();
     let fields: Vec<&str> = sent.split('-').collect();
     assert_eq!(
         (fields[0], fields[1], fields[3]),
@@ -742,11 +733,7 @@ async fn a_trace_crosses_the_gateway_to_the_backend() {
         .to_owned();
     assert!(!last.contains("traceparent"), "{last}");
     r.signal(libc::SIGTERM);
-    let code = tokio::time::timeout(LIMIT, r.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(code.code(), Some(0));
+    r.exits_cleanly().await;
 }
 
 // Issue 35 (SCALE-2): a stateless client's answer to an `input_required` round
@@ -804,11 +791,7 @@ async fn a_stateless_clients_answer_reaches_the_replica_that_asked() {
         r.signal(libc::SIGTERM);
     }
     for r in &mut rs {
-        let code = tokio::time::timeout(LIMIT, r.child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(code.code(), Some(0));
+        r.exits_cleanly().await;
     }
     let _ = std::fs::remove_dir_all(&cfg_dir);
 }
@@ -1007,11 +990,7 @@ async fn a_seats_handle_reaches_its_replica_and_a_lost_one_says_so() {
         r.signal(libc::SIGTERM);
     }
     for r in &mut rs {
-        let code = tokio::time::timeout(LIMIT, r.child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(code.code(), Some(0));
+        r.exits_cleanly().await;
     }
 }
 
@@ -1072,11 +1051,7 @@ async fn a_stateful_servers_handle_is_lost_once_it_restarted() {
     assert_eq!(again["ok"], true, "{again}");
 
     r.signal(libc::SIGTERM);
-    let code = tokio::time::timeout(LIMIT, r.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(code.code(), Some(0));
+    r.exits_cleanly().await;
 }
 
 /// `body`, a stateless `tools/call` of `mcp__s__echo`, POSTed by hand to
