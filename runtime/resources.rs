@@ -405,6 +405,7 @@ fn answerer_for<'a>(
 ) -> crate::transport::client::Answerer<'a> {
     crate::transport::client::Answerer {
         relay,
+        stateless: live.era == crate::messages::server::Era::Stateless,
         handlers: &live.handlers,
         server,
         redactions: &live.redactions,

@@ -583,6 +583,9 @@ pub struct Answerer<'a> {
     /// The request's client, when a gateway relays what the server asks
     /// to it (GW-2): asked first, for what it declared.
     pub relay: Option<&'a dyn CallerRelay>,
+    /// The server speaks the stateless era (its requests carry what the
+    /// relaying client declared).
+    pub stateless: bool,
 }
 
 /// The answers to a stateless server's `input_required` result (ERA-5),
@@ -1309,12 +1312,15 @@ impl McpClient {
             let mut answers = None;
             let mut round = 0u32;
             loop {
+                let mut options = PeerRequestOptions::with_timeout(timeout);
+                // Made for a relaying client: a stateless server is told
+                // what that client can answer (GW-2), as with a call.
+                if let (Some(relay), true) = (answerer.relay, answerer.stateless) {
+                    options.meta = Some(relay_meta(relay.offers(), false));
+                }
                 let handle = self
                     .peer()
-                    .send_request_with_option(
-                        build(answers.take()),
-                        PeerRequestOptions::with_timeout(timeout),
-                    )
+                    .send_request_with_option(build(answers.take()), options)
                     .await
                     .map_err(WireError::from)?;
                 match handle.await_response().await.map_err(WireError::from)? {

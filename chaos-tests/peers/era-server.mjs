@@ -14,7 +14,8 @@
 // notifications first when the call has a progress token); `ask_sampling` asks for
 // a sampling answer; `ask_forever` asks again on every round. The prompt
 // `confirm_prompt` asks for the same confirmation before its messages, and
-// the resource `note://guarded` before its text. The
+// the resource `note://guarded` before its text (a stateless request that
+// declared no elicitation is not asked). The
 // resource `note://counter` can be subscribed to; `bump` raises it and sends
 // `notifications/resources/updated` for it. `crash` exits the process.
 // With --stateless-only an `initialize` is refused with -32022 naming
@@ -141,6 +142,12 @@ serveStdio(() => {
     });
   server.registerResource('guarded', 'note://guarded', { description: 'Asks for a confirmation before its text.' },
     async (uri, ctx) => {
+      // A stateless request says what its client can answer: a client
+      // that declared no elicitation is not asked.
+      const declared = ctx.mcpReq.envelope?.['io.modelcontextprotocol/clientCapabilities'];
+      if (ctx.mcpReq.envelope && !declared?.elicitation) {
+        return { contents: [{ uri: uri.href, text: 'not asked: the request declared no elicitation' }] };
+      }
       const answer = acceptedContent(ctx.mcpReq.inputResponses, 'confirm');
       if (answer?.confirm !== true) {
         return inputRequired({

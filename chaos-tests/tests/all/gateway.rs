@@ -1674,7 +1674,8 @@ async fn a_backends_questions_on_a_read_or_a_prompt_reach_the_client_in_either_e
     // passes the question to the client that asked: the Python SDK 2.x in
     // `auto` gets an `input_required` round and retries with its answer, in
     // `legacy` an elicitation request; either way the read and the prompt
-    // come back confirmed, and its answer is what the backend saw.
+    // come back confirmed, and its answer is what the backend saw. The
+    // backend is told what the client can answer.
     for mode in ["auto", "legacy"] {
         let Some(v) = python_client_of_era_server(
             "a_backends_questions_on_a_read_or_a_prompt",
@@ -1709,6 +1710,27 @@ async fn a_backends_questions_on_a_read_or_a_prompt_reach_the_client_in_either_e
             "{mode}: {v}"
         );
     }
+    // A stateless client that declared no elicitation: the backend is told
+    // so with the read (as with a call), and does not ask.
+    let Some(v) = python_client_of_era_server(
+        "a_backends_questions_on_a_read_or_a_prompt",
+        true,
+        &[
+            "mcp__era__echo",
+            "--args",
+            r#"{"text": "first"}"#,
+            "--read",
+            "note://guarded",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        v["read"], "not asked: the request declared no elicitation",
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
