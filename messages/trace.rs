@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 pub struct TraceContext {
     /// The trace id, 32 lowercase hex digits (never all zeros).
     pub trace_id: String,
-    /// The caller's span, 16 lowercase hex digits (never all zeros).
+    /// The caller's span, 16 lowercase hex digits (never all zeros);
+    /// empty for a trace that starts here (an exported call that came
+    /// with none, feature `otlp`).
     pub parent_id: String,
     /// This hop's span, 16 lowercase hex digits: the backend's parent.
     pub span_id: String,

@@ -100,13 +100,26 @@ impl Runtime {
                 span_id = %t.span_id,
                 parent_id = %t.parent_id,
             ),
+            // Exported over OTLP, every call is a span: one that came
+            // without a trace starts one.
+            #[cfg(feature = "otlp")]
+            None => tracing::info_span!(
+                "mcpvisor.call",
+                tool = name,
+                call_id,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+                parent_id = tracing::field::Empty,
+            ),
+            #[cfg(not(feature = "otlp"))]
             None => tracing::Span::none(),
         };
-        // Exported over OTLP, the span is the caller's span's child, and
-        // its id is the backend's parent.
+        // Exported over OTLP, the span is the caller's span's child (or a
+        // root), and its id is the backend's parent.
         #[cfg(feature = "otlp")]
-        if let Some(trace) = options.trace.as_mut() {
-            super::otel::continue_in(&span, trace);
+        match options.trace.as_mut() {
+            Some(trace) => super::otel::continue_in(&span, trace),
+            None => options.trace = super::otel::start_in(&span),
         }
         let mut outcome = tracing::Instrument::instrument(
             self.call_inner(scope, name, arguments, options, call_id),

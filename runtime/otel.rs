@@ -6,7 +6,8 @@
 //! span; with the layer installed, that span is exported as a child of the
 //! caller's span in the same trace, and the span id the backend is sent as
 //! its parent is the exported span's, so the three hops join up in the
-//! tracing backend.
+//! tracing backend. A call that came with no trace starts one: its span is
+//! a root, and the backend is sent it as its parent all the same.
 
 use std::time::Duration;
 
@@ -54,6 +55,30 @@ pub(crate) fn continue_in(span: &tracing::Span, trace: &mut TraceContext) {
         trace.span_id = own.span_id().to_string();
         span.record("span_id", trace.span_id.as_str());
     }
+}
+
+/// A trace that starts at `span` (a call that came with none): the
+/// exported span's trace and id, so the backend is sent it as its parent;
+/// None when the span is not exported (no layer installed).
+pub(crate) fn start_in(span: &tracing::Span) -> Option<TraceContext> {
+    if span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let own = cx.span().span_context().clone();
+    if !own.is_valid() {
+        return None;
+    }
+    let trace = TraceContext {
+        trace_id: own.trace_id().to_string(),
+        parent_id: String::new(),
+        span_id: own.span_id().to_string(),
+        flags: own.trace_flags().to_u8() & 0x01,
+        state: None,
+    };
+    span.record("trace_id", trace.trace_id.as_str());
+    span.record("span_id", trace.span_id.as_str());
+    Some(trace)
 }
 
 /// An OTLP/HTTP span exporter and its batching provider, set up from the

@@ -2,7 +2,8 @@
 //! the `tracing` ecosystem's layer). A call continuing a W3C trace is
 //! exported as the caller's span's child in the same trace, its policy and
 //! backend spans as its children, and the backend is sent that exported
-//! span as its parent: the hops join up in a tracing backend. The
+//! span as its parent: the hops join up in a tracing backend. A call that
+//! came with no trace starts one. The
 //! collector is a loopback OTLP/HTTP endpoint taking `http/json`. Its own
 //! test binary: it sets the process's environment and global subscriber.
 
@@ -106,6 +107,16 @@ fn a_traced_call_is_exported_as_the_callers_child_and_the_backends_parent() {
                 options,
             )
             .await;
+        // A call that came with no trace starts one.
+        let untraced = runtime
+            .call(
+                &Scope::Global,
+                "mcp__s__echo",
+                Some(json!({"message": "untraced"})),
+                CallOptions::default(),
+            )
+            .await;
+        assert!(untraced.is_ok(), "{}", untraced.projection);
         assert!(runtime.shutdown(Duration::from_secs(20)).await.is_clean());
         outcome
     });
@@ -120,7 +131,7 @@ fn a_traced_call_is_exported_as_the_callers_child_and_the_backends_parent() {
     );
     let call = spans
         .iter()
-        .find(|s| s.0 == "mcpvisor.call")
+        .find(|s| s.0 == "mcpvisor.call" && s.1 == trace)
         .unwrap_or_else(|| panic!("no call span in {spans:?}"));
     assert_eq!(
         (call.1.as_str(), call.3.as_str()),
@@ -143,6 +154,19 @@ fn a_traced_call_is_exported_as_the_callers_child_and_the_backends_parent() {
     assert_eq!(
         sent,
         Some(format!("00-{trace}-{}-01", call.2)),
+        "{}",
+        log.text()
+    );
+    // The untraced call: a root span of a trace of its own, the backend's
+    // parent all the same.
+    let root = spans
+        .iter()
+        .find(|s| s.0 == "mcpvisor.call" && s.1 != trace)
+        .unwrap_or_else(|| panic!("no root call span in {spans:?}"));
+    assert_eq!(root.3, "", "{spans:?}");
+    assert_eq!(
+        log.traceparent_of("untraced"),
+        Some(format!("00-{}-{}-01", root.1, root.2)),
         "{}",
         log.text()
     );
