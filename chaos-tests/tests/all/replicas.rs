@@ -995,7 +995,7 @@ async fn a_seats_handle_reaches_its_replica_and_a_lost_one_says_so() {
 }
 
 // SCALE-2: a stateful backend (`--stateful s`): its results carry a
-// handle naming its connection; once the server was restarted, a call
+// handle naming its state's epoch; once the server was restarted, a call
 // that sends the old handle is refused as `lost` and never reaches the
 // fresh process, and the new handle works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
