@@ -571,25 +571,7 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
             anyhow::Ok(())
         }
     };
-    for i in 0..peers.len() {
-        for _ in 0..20 {
-            one(i).await?;
-        }
-    }
-    let mut samples: [Vec<Duration>; 5] = Default::default();
-    for n in 0..calls {
-        for k in 0..peers.len() {
-            let i = (n + k) % peers.len();
-            let t = Instant::now();
-            one(i).await?;
-            samples[i].push(t.elapsed());
-        }
-    }
-    let median = |xs: &mut Vec<Duration>| {
-        xs.sort();
-        xs.get(xs.len() / 2)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
-    };
+    let mut samples = interleaved(peers.len(), calls, one).await?;
     // 64 callers each, the three targets in turn, ROUNDS times.
     let mut rate = [(0usize, Duration::ZERO); 4];
     let n64 = (calls * 4).max(CONCURRENCY * 4);
@@ -612,11 +594,11 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
     }
     let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
     let hop = SecondHop {
-        direct: median(&mut samples[0]),
-        relay: median(&mut samples[1]),
-        stdio: median(&mut samples[2]),
-        http: median(&mut samples[3]),
-        http_stateless: median(&mut samples[4]),
+        direct: median_ms(&mut samples[0]),
+        relay: median_ms(&mut samples[1]),
+        stdio: median_ms(&mut samples[2]),
+        http: median_ms(&mut samples[3]),
+        http_stateless: median_ms(&mut samples[4]),
         direct_64: per_s(rate[0]),
         stdio_64: per_s(rate[1]),
         http_64: per_s(rate[2]),
@@ -945,6 +927,42 @@ async fn era_pair(
 }
 
 /// 64 callers sharing `calls` calls: how many succeeded, in how long.
+/// `calls` sequential calls of each of `targets` targets through `one(i)`,
+/// interleaved call by call (the order rotating), after 20 warm-up calls
+/// of each: every target's latencies.
+async fn interleaved<F, Fut>(
+    targets: usize,
+    calls: usize,
+    one: F,
+) -> anyhow::Result<Vec<Vec<Duration>>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    for i in 0..targets {
+        for _ in 0..20 {
+            one(i).await?;
+        }
+    }
+    let mut samples = vec![Vec::with_capacity(calls); targets];
+    for n in 0..calls {
+        for k in 0..targets {
+            let i = (n + k) % targets;
+            let t = Instant::now();
+            one(i).await?;
+            samples[i].push(t.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+/// The median of `xs` in ms (NaN for none).
+fn median_ms(xs: &mut [Duration]) -> f64 {
+    xs.sort();
+    xs.get(xs.len() / 2)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+}
+
 async fn concurrent_rate<F, Fut>(calls: usize, one: F) -> (usize, Duration)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
@@ -1444,26 +1462,8 @@ async fn replicas_row(calls: usize) -> anyhow::Result<serde_json::Value> {
                 anyhow::Ok(())
             }
         };
-        for i in 0..clients.len() {
-            for _ in 0..20 {
-                one(i).await?;
-            }
-        }
         // Direct to r0 and through the one-replica frontend, interleaved.
-        let mut samples: [Vec<Duration>; 2] = Default::default();
-        for n in 0..calls {
-            for k in 0..2 {
-                let i = (n + k) % 2;
-                let t = Instant::now();
-                one(i).await?;
-                samples[i].push(t.elapsed());
-            }
-        }
-        let median = |xs: &mut Vec<Duration>| {
-            xs.sort();
-            xs.get(xs.len() / 2)
-                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
-        };
+        let mut samples = interleaved(2, calls, one).await?;
         let mut rate = [(0usize, Duration::ZERO); 4];
         let n64 = (calls * 4).max(CONCURRENCY * 4);
         for _ in 0..ROUNDS {
@@ -1486,7 +1486,7 @@ async fn replicas_row(calls: usize) -> anyhow::Result<serde_json::Value> {
             }
         }
         let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
-        let (direct_ms, through_ms) = (median(&mut samples[0]), median(&mut samples[1]));
+        let (direct_ms, through_ms) = (median_ms(&mut samples[0]), median_ms(&mut samples[1]));
         let row = json!({
             "p50_ms": {"direct": direct_ms, "through_haproxy": through_ms, "ratio": through_ms / direct_ms.max(1e-9)},
             "calls_per_s_64": {
