@@ -1,5 +1,5 @@
 //! The gateway's Prometheus metrics (issue 35), served at `/metrics` in the
-//! text exposition format: calls by server, tool and outcome with their
+//! OpenMetrics text format: calls by server, tool and outcome with their
 //! latency, each server's state, restarts and reconnect budget left, the
 //! session-era clients connected, the HTTP requests in flight, whether
 //! the replica drains, and each seat's holder, activations and processes.

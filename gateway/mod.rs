@@ -306,8 +306,8 @@ impl Shared {
     }
 
     /// The pinned server ([`GatewayOptions::pinned`]) whose tool `public`
-    /// is.
-    fn pinned_server(&self, public: &str) -> Option<String> {
+    /// is, with its status now.
+    fn pinned_server(&self, public: &str) -> Option<crate::ServerStatus> {
         if self.options.pinned.is_empty() {
             return None;
         }
@@ -317,7 +317,7 @@ impl Shared {
             .find(|(s, tools)| {
                 self.options.pinned.contains(&s.server) && tools.iter().any(|t| t.name == public)
             })
-            .map(|(s, _)| s.server)
+            .map(|(s, _)| s)
     }
 
     /// The epoch of `server`'s state now: a number this process gives
@@ -325,37 +325,38 @@ impl Shared {
     /// server's connection and process, and the processes of the seat
     /// resources it holds (a browser). A restart, a reconnect, a server
     /// removed and added again, a browser closed or crashed and opened
-    /// anew: each is a new epoch.
-    async fn epoch(&self, server: &str) -> u64 {
+    /// anew: each is a new epoch. A seat that cannot say what it holds
+    /// (busy releasing) changes nothing: the last epoch stands.
+    async fn epoch(&self, server: &crate::ServerStatus) -> u64 {
         use std::hash::{Hash, Hasher};
-        let status = self
-            .runtime
-            .status()
-            .into_iter()
-            .find(|s| s.scope == self.options.scope && s.server == server);
-        let mut seat_pids: Vec<u32> = self
-            .runtime
-            .seats()
-            .await
-            .into_iter()
-            .filter(|s| s.holder.as_deref() == Some(server))
-            .flat_map(|s| s.pids)
-            .collect();
-        seat_pids.sort_unstable();
+        let name = server.server.as_str();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        status
-            .map(|s| (s.connection_generation, s.pid, s.state.name()))
+        (
+            server.connection_generation,
+            server.pid,
+            server.state.name(),
+        )
             .hash(&mut hasher);
+        let mut seat_pids = Vec::new();
+        let mut unread = false;
+        for seat in self.runtime.seats().await {
+            if seat.holder.as_deref() == Some(name) {
+                seat_pids.extend(seat.pids);
+            } else if seat.holder.is_none() && !seat.still_open.is_empty() {
+                unread = true;
+            }
+        }
+        seat_pids.sort_unstable();
         seat_pids.hash(&mut hasher);
         let identity = hasher.finish();
         let Ok(mut epochs) = self.epochs.lock() else {
             return self.next_epoch.fetch_add(1, Ordering::Relaxed);
         };
-        match epochs.get(server) {
-            Some((seen, epoch)) if *seen == identity => *epoch,
+        match epochs.get(name) {
+            Some((seen, epoch)) if *seen == identity || unread => *epoch,
             _ => {
                 let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
-                epochs.insert(server.to_owned(), (identity, epoch));
+                epochs.insert(name.to_owned(), (identity, epoch));
                 epoch
             }
         }
@@ -875,7 +876,7 @@ impl Gateway {
             .merge(probes)
     }
 
-    /// The Prometheus text exposition of this gateway's metrics (what
+    /// The OpenMetrics text of this gateway's metrics (what
     /// `/metrics` serves): calls by server, tool and outcome, their
     /// latency, each server's state, restarts and reconnect budget left,
     /// the session-era clients, the requests in flight, the drain, the seats.

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 /// The header a forwarded request carries (the forwarding replica's
 /// name): such a request is never forwarded again.
-pub(super) const FORWARDED_BY: &str = "mcpvisor-forwarded-by";
+const FORWARDED_BY: &str = "mcpvisor-forwarded-by";
 
 /// The largest request body read to find its owner (rmcp's own limit).
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -163,16 +163,21 @@ impl Peers {
 }
 
 /// The replica a request's body names as its state's owner: the `@owner`
-/// of a `requestState` this gateway's kind hands out, or of a handle in
-/// `params._meta`.
+/// of a `requestState` this gateway's kind hands out (a paused call, read
+/// or prompt), or of a handle in a `tools/call`'s `params._meta` (handles
+/// are a pinned tool's).
 fn owner_named(message: &Value) -> Option<String> {
     let params = message.get("params")?;
+    let call = message.get("method").and_then(Value::as_str) == Some("tools/call");
     if let Some(owner) = params
         .get("requestState")
         .and_then(Value::as_str)
         .and_then(super::relay::state_owner)
     {
         return Some(owner.to_owned());
+    }
+    if !call {
+        return None;
     }
     params
         .pointer("/_meta")
@@ -207,7 +212,7 @@ pub(super) async fn route(
             .into_response();
     };
     // Most requests name no owner: only a body that mentions one is parsed.
-    let mentions = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    let mentions = |needle: &[u8]| memchr::memmem::find(&bytes, needle).is_some();
     let owner = (mentions(b"\"requestState\"") || mentions(super::HANDLE_META_KEY.as_bytes()))
         .then(|| serde_json::from_slice::<Value>(&bytes).ok())
         .flatten()
@@ -217,20 +222,14 @@ pub(super) async fn route(
                 .is_some_and(|method| FORWARDED_METHODS.contains(&method))
         })
         .and_then(|m| owner_named(&m).map(|o| (o, m.get("id").cloned())));
-    match owner {
-        Some((owner, id)) if owner != peers.here => match peers.urls.get(&owner) {
-            Some(url) => forward(&peers, &owner, url, &parts, bytes, id).await,
-            // Not known here: served here, which answers `moved`.
-            None => {
-                next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
-                    .await
-            }
-        },
-        _ => {
-            next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
+    // An owner not known here: served here, which answers `moved`.
+    if let Some((owner, id)) = owner.filter(|(o, _)| *o != peers.here)
+        && let Some(url) = peers.urls.get(&owner)
+    {
+        return forward(&peers, &owner, url, &parts, bytes, id).await;
     }
+    next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// Send the request to `owner` at `url` and pass its reply back, streamed.
@@ -342,9 +341,12 @@ mod tests {
         let state =
             json!({"params": {"requestState": "relay-00112233445566778899aabbccddeeff@r2"}});
         assert_eq!(owner_named(&state).as_deref(), Some("r2"));
-        let handle =
-            json!({"params": {"_meta": {"io.mcpvisor/handle": "b~0123456789abcdef.1@r1"}}});
+        let meta = json!({"_meta": {"io.mcpvisor/handle": "b~0123456789abcdef.1@r1"}});
+        let handle = json!({"method": "tools/call", "params": meta});
         assert_eq!(owner_named(&handle).as_deref(), Some("r1"));
+        // Only a call's handle routes: handles are a pinned tool's.
+        let prompt = json!({"method": "prompts/get", "params": meta});
+        assert_eq!(owner_named(&prompt), None);
         assert_eq!(owner_named(&json!({"params": {"name": "x"}})), None);
     }
 }

@@ -256,7 +256,8 @@ impl GatewaySession {
                 let mut result = results::to_call_result(outcome);
                 if let Some(server) = self.shared.pinned_server(public) {
                     let epoch = self.shared.epoch(&server).await;
-                    self.shared.hand_out(&mut result.meta, &server, epoch);
+                    self.shared
+                        .hand_out(&mut result.meta, &server.server, epoch);
                 }
                 Ok(result.into())
             }
@@ -622,7 +623,7 @@ impl ServerHandler for GatewaySession {
             && let Some(handle) = ctx.meta.get(HANDLE_META_KEY)
         {
             let epoch = self.shared.epoch(server).await;
-            self.shared.check_handle(handle, server, epoch)?;
+            self.shared.check_handle(handle, &server.server, epoch)?;
         }
         let mut arguments = request.arguments.take().map(Value::Object);
         // A stateless client that can answer an elicitation is asked by an
@@ -756,9 +757,11 @@ impl ServerHandler for GatewaySession {
         }
         let mut result = results::to_call_result(outcome);
         // The state as the call left it (a first call opens the browser).
-        if let Some(server) = &pinned {
-            let epoch = self.shared.epoch(server).await;
-            self.shared.hand_out(&mut result.meta, server, epoch);
+        // Its status read again: the call may have restarted it.
+        if let Some(server) = pinned.and_then(|_| self.shared.pinned_server(&public)) {
+            let epoch = self.shared.epoch(&server).await;
+            self.shared
+                .hand_out(&mut result.meta, &server.server, epoch);
         }
         if !is_stateless(&ctx) {
             for_a_session_client(&mut result.meta);

@@ -926,7 +926,6 @@ async fn era_pair(
     measured
 }
 
-/// 64 callers sharing `calls` calls: how many succeeded, in how long.
 /// `calls` sequential calls of each of `targets` targets through `one(i)`,
 /// interleaved call by call (the order rotating), after 20 warm-up calls
 /// of each: every target's latencies.
@@ -963,6 +962,7 @@ fn median_ms(xs: &mut [Duration]) -> f64 {
         .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
 }
 
+/// 64 callers sharing `calls` calls: how many succeeded, in how long.
 async fn concurrent_rate<F, Fut>(calls: usize, one: F) -> (usize, Duration)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
