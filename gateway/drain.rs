@@ -13,10 +13,26 @@ use std::time::Duration;
 use axum::body::Body;
 use serde_json::{Value, json};
 
-/// The largest request body read to tell, while draining, whether it
-/// starts work: rmcp's own limit on a request body (a larger one is
-/// answered 413, as rmcp would).
+/// The largest request body a middleware reads (to tell, while
+/// draining, whether it starts work; to find its state's owner): rmcp's
+/// own limit on a request body (a larger one is answered 413, as rmcp
+/// would).
 const MAX_CHECKED_BODY: usize = 4 * 1024 * 1024;
+
+/// A request body read whole for a middleware to look at, or the 413 a
+/// body too large (or cut) is answered.
+pub(super) async fn buffered(body: Body) -> Result<axum::body::Bytes, axum::response::Response> {
+    use axum::response::IntoResponse;
+    axum::body::to_bytes(body, MAX_CHECKED_BODY)
+        .await
+        .map_err(|_| {
+            (
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than 4 MiB, or was cut",
+            )
+                .into_response()
+        })
+}
 
 /// A replica's drain state and the requests it is serving.
 #[derive(Debug, Default)]
@@ -122,13 +138,9 @@ pub(super) async fn counted(
     let in_flight = drain.enter();
     let req = if drain.is_draining() {
         let (parts, body) = req.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, MAX_CHECKED_BODY).await else {
-            use axum::response::IntoResponse;
-            return (
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is larger than 4 MiB, or was cut",
-            )
-                .into_response();
+        let bytes = match buffered(body).await {
+            Ok(bytes) => bytes,
+            Err(too_large) => return too_large,
         };
         let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if let Some(id) = starts_work(&message, &*holds) {

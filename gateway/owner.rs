@@ -27,9 +27,6 @@ use serde_json::{Value, json};
 /// name): such a request is never forwarded again.
 const FORWARDED_BY: &str = "mcpvisor-forwarded-by";
 
-/// The largest request body read to find its owner (rmcp's own limit).
-const MAX_BODY: usize = 4 * 1024 * 1024;
-
 /// How long connecting to a peer may take before its state is lost to
 /// this request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -204,12 +201,9 @@ pub(super) async fn route(
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return (
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "the request body is larger than 4 MiB, or was cut",
-        )
-            .into_response();
+    let bytes = match super::drain::buffered(body).await {
+        Ok(bytes) => bytes,
+        Err(too_large) => return too_large,
     };
     // Most requests name no owner: only a body that mentions one is parsed.
     let mentions = |needle: &[u8]| memchr::memmem::find(&bytes, needle).is_some();
