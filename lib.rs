@@ -181,9 +181,11 @@ pub use runtime::config::{parse_config, parse_config_file};
 // Calls, outcomes and the policy chain.
 pub use messages::call::{
     Annotations, CallOptions, CallPolicy, ModelEdit, OUTCOME_META, OutcomeKind, PolicyCall,
-    PolicyVerdict, RpcErrorReply, SIDE_EFFECTS_META, SideEffects, ToolDefinition, ToolOutcome,
+    PolicyVerdict, ProgressSink, RpcErrorReply, SIDE_EFFECTS_META, SideEffects, ToolDefinition,
+    ToolOutcome,
 };
 pub use messages::projection::ProjectionPart;
+pub use messages::registry::ProgressNote;
 
 pub use import::{
     FoundSecret, HooksFrom, ImportError, Imported, import_file, import_file_beside, import_servers,

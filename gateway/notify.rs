@@ -284,41 +284,52 @@ fn updated(shared: &Shared, uri: String) {
     }
 }
 
-/// Passes the progress of one call to the client that made it (GW-2):
-/// each `CallProgress` of the call whose id comes on `id`, as
-/// `notifications/progress` under the client's own `token`, until the
-/// call's `CallFinished`.
-pub(super) async fn progress(
-    mut events: tokio::sync::broadcast::Receiver<RuntimeEvent>,
-    mut id: tokio::sync::mpsc::UnboundedReceiver<u64>,
-    token: rmcp::model::ProgressToken,
-    peer: Peer<RoleServer>,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    let Some(call) = id.recv().await else {
-        return;
+/// Run `work` (a request that follows a call) while the call's progress
+/// goes to the client that made the request (GW-2): `sink` is pointed at
+/// this request, and each note is sent as `notifications/progress` under
+/// the client's own `token`, in the handler's own task. Once `work` is
+/// done (a result, or a round that pauses the call for the client's
+/// answer: its retry takes the call's progress over) the sink points
+/// nowhere, and what came before goes out first. Without a token, `work`
+/// alone.
+pub(super) async fn with_progress<T>(
+    sink: &crate::ProgressSink,
+    token: Option<rmcp::model::ProgressToken>,
+    peer: &Peer<RoleServer>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let Some(token) = token else {
+        return work.await;
     };
-    loop {
-        match events.recv().await {
-            Ok(RuntimeEvent::CallProgress {
-                call_id,
-                progress,
-                total,
-                message,
-                ..
-            }) if call_id == call => {
-                let mut note = rmcp::model::ProgressNotificationParam::new(token.clone(), progress);
-                note.total = total;
-                note.message = message;
-                // A client that stopped reading holds up nobody else.
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), peer.notify_progress(note)).await;
-            }
-            Ok(RuntimeEvent::CallFinished { call_id, .. }) if call_id == call => return,
-            Err(RecvError::Closed) => return,
-            _ => {}
+    let (to, mut notes) = tokio::sync::mpsc::unbounded_channel::<crate::ProgressNote>();
+    sink.to(Some(to));
+    // A client that stopped reading holds its own request up 5 s at
+    // most: once a note could not be sent in that time, the rest are
+    // dropped.
+    let mut stalled = false;
+    let mut send = async |note: crate::ProgressNote| {
+        if stalled {
+            return;
         }
+        let mut param = rmcp::model::ProgressNotificationParam::new(token.clone(), note.progress);
+        param.total = note.total;
+        param.message = note.message;
+        let sent = tokio::time::timeout(Duration::from_secs(5), peer.notify_progress(param));
+        stalled = sent.await.is_err();
+    };
+    let mut work = std::pin::pin!(work);
+    let out = loop {
+        tokio::select! {
+            biased;
+            Some(note) = notes.recv() => send(note).await,
+            out = &mut work => break out,
+        }
+    };
+    sink.to(None);
+    while let Ok(note) = notes.try_recv() {
+        send(note).await;
     }
+    out
 }
 
 /// Passes the backends' prompt and resource list changes on to every

@@ -1,7 +1,8 @@
-//! A backend's requests to the client a call is made for (GW-2):
-//! `elicitation/create`, `sampling/createMessage` and `roots/list` that a
-//! server sends while a call runs reach the gateway's client that made the
-//! call, when that client declared the capability.
+//! A backend's requests to the client a call, a read or a prompt is made
+//! for (GW-2): `elicitation/create`, `sampling/createMessage` and
+//! `roots/list` that a server sends while the request runs reach the
+//! gateway's client that made it, when that client declared the
+//! capability.
 //!
 //! - A session-era client is sent the request as the gateway's own
 //!   ([`PeerRelay`]).
@@ -11,7 +12,7 @@
 //!   ([`RoundRelay`], [`RunningCall`]).
 //!
 //! A backend of either era is served: a session-era backend's request is
-//! attributed to the client whose calls are under way on that connection
+//! attributed to the client whose requests are under way on that connection
 //! ([`ProgressRoutes::relay`](crate::messages::registry::ProgressRoutes::relay)),
 //! a stateless backend's `input_required` to its own call.
 
@@ -176,6 +177,37 @@ pub(super) struct RoundRelay {
     asks: tokio::sync::mpsc::UnboundedSender<Asked>,
 }
 
+/// The relay of a stateless client (its number) that declared it
+/// answers nothing: its backend is told so, and nothing is asked of it.
+#[derive(Debug)]
+pub(super) struct NoOffers(pub(super) u64);
+
+impl CallerRelay for NoOffers {
+    fn client(&self) -> u64 {
+        self.0
+    }
+
+    fn offers(&self) -> Offers {
+        Offers::default()
+    }
+
+    fn ask(
+        &self,
+        asks: Vec<RelayAsk>,
+    ) -> BoxFuture<'static, Result<Map<String, Value>, RelayError>> {
+        let methods: Vec<String> = asks.into_iter().map(|a| a.method).collect();
+        Box::pin(async move {
+            Err(RelayError {
+                code: rmcp::model::ErrorCode::METHOD_NOT_FOUND.0,
+                message: format!(
+                    "{}: the calling client declared no capabilities",
+                    methods.join(", ")
+                ),
+            })
+        })
+    }
+}
+
 impl std::fmt::Debug for Asked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Asked").field("asks", &self.asks).finish()
@@ -234,9 +266,9 @@ pub(super) struct RunningCall {
     pub(super) tool: String,
     /// The call's chat (trust rounds: forgotten when the call ends).
     pub(super) chat: String,
-    /// The runtime's id of the call, once it started: a retry's progress
-    /// token is given the call's progress from then on.
-    pub(super) call_id: Arc<std::sync::OnceLock<u64>>,
+    /// Where the call's progress goes: a retry's progress token is given
+    /// it from then on.
+    pub(super) progress: crate::ProgressSink,
 }
 
 impl Drop for RunningCall {
@@ -247,12 +279,14 @@ impl Drop for RunningCall {
 
 impl RunningCall {
     /// Start `call` for a stateless client `client` that declared
-    /// `offers`; `call` is given the relay to put in its options.
+    /// `offers`, in `chat`, its progress on `progress`; `call` is given
+    /// the relay to put in its options.
     pub(super) fn start<F>(
         client: u64,
         offers: Offers,
         tool: String,
         chat: String,
+        progress: crate::ProgressSink,
         call: impl FnOnce(Arc<dyn CallerRelay>, CancellationToken) -> F,
     ) -> Self
     where
@@ -272,7 +306,7 @@ impl RunningCall {
             cancel,
             tool,
             chat,
-            call_id: Arc::default(),
+            progress,
         }
     }
 }

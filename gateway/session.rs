@@ -169,8 +169,9 @@ impl GatewaySession {
     }
 
     /// A request other than `tools/call` that a backend may answer with
-    /// its own questions (a stateless backend's `input_required` on
-    /// `prompts/get` or `resources/read`, GW-2), run for this client: a
+    /// its own questions (on `prompts/get` or `resources/read`: a
+    /// stateless backend's `input_required`, a session-era backend's own
+    /// requests; GW-2), run for this client: a
     /// session client is asked them as requests, a stateless one in
     /// `input_required` rounds, and a stateless client's retry (its
     /// `state`) goes on with the request it paused. `key` names the
@@ -190,23 +191,36 @@ impl GatewaySession {
             let _ = waiting.reply.send(answers);
             return Ok(self.step(waiting.call, &ctx.ct).await);
         }
-        match stateless_offers(ctx) {
-            Some(offers) => {
-                let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
-                let call =
-                    relay::RunningCall::start(client, offers, key, self.chat(), |relay, cancel| {
-                        run(Some(relay), cancel)
-                    });
+        match self.relaying(ctx) {
+            Relaying::Rounds(client, offers) => {
+                let call = relay::RunningCall::start(
+                    client,
+                    offers,
+                    key,
+                    self.chat(),
+                    crate::ProgressSink::default(),
+                    |relay, cancel| run(Some(relay), cancel),
+                );
                 Ok(self.step(call, &ctx.ct).await)
             }
-            None => {
-                let relay = if is_stateless(ctx) {
-                    None
-                } else {
-                    relay::PeerRelay::of(self.id, &ctx.peer)
-                };
-                Ok(Step::Done(run(relay, ctx.ct.clone()).await))
-            }
+            Relaying::Inline(relay) => Ok(Step::Done(run(relay, ctx.ct.clone()).await)),
+        }
+    }
+
+    /// Where a backend's requests during this client's request go (GW-2).
+    fn relaying(&self, ctx: &RequestContext<RoleServer>) -> Relaying {
+        let Some(offers) = stateless_offers(ctx) else {
+            return Relaying::Inline(relay::PeerRelay::of(self.id, &ctx.peer));
+        };
+        let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
+        if offers == crate::Offers::default() {
+            // One that declared nothing is never asked: its backend is
+            // told so, and the request needs no rounds.
+            Relaying::Inline(Some(Arc::new(relay::NoOffers(client))))
+        } else {
+            // A stateless client is asked in rounds: the request runs on
+            // between them (relay.rs).
+            Relaying::Rounds(client, offers)
         }
     }
 
@@ -222,25 +236,15 @@ impl GatewaySession {
         let (waiting, answers) =
             self.take_round(state, public, request.input_responses.as_ref())?;
         // The call's progress from here on goes to the retry's token
-        // (followed before the answers let the call go on).
-        let progress = match (ctx.meta.get_progress_token(), waiting.call.call_id.get()) {
-            (Some(token), Some(&id)) => {
-                let (to, rx) = tokio::sync::mpsc::unbounded_channel();
-                let _ = to.send(id);
-                let events = self.shared.runtime.subscribe();
-                Some(tokio::spawn(notify::progress(
-                    events,
-                    rx,
-                    token,
-                    ctx.peer.clone(),
-                )))
-            }
-            _ => None,
-        };
-        let _ = waiting.reply.send(answers);
+        // (pointed there before the answers let the call go on).
         let chat = waiting.call.chat.clone();
-        let step = self.step(waiting.call, &ctx.ct).await;
-        progress_done(progress, matches!(step, Step::Round(_))).await;
+        let sink = waiting.call.progress.clone();
+        let token = ctx.meta.get_progress_token();
+        let step = notify::with_progress(&sink, token, &ctx.peer, async {
+            let _ = waiting.reply.send(answers);
+            self.step(waiting.call, &ctx.ct).await
+        })
+        .await;
         match step {
             Step::Round(round) => Ok(round),
             Step::Done(outcome) => {
@@ -663,90 +667,66 @@ impl ServerHandler for GatewaySession {
             };
             approver.expect_rounds(&chat);
         }
-        let (id_to, progress) = match ctx.meta.get_progress_token() {
-            Some(token) => {
-                let (to, id) = tokio::sync::mpsc::unbounded_channel();
-                let events = self.shared.runtime.subscribe();
-                let forward = notify::progress(events, id, token, ctx.peer.clone());
-                (Some(to), Some(tokio::spawn(forward)))
-            }
-            None => (None, None),
-        };
+        // The call's progress, as it comes, under the client's own token.
+        let sink = crate::ProgressSink::default();
         // Kept for the question only when a round may ask one.
         let call_arguments = if rounds.is_some() {
             arguments.clone()
         } else {
             arguments.take()
         };
-        let mut options = CallOptions {
+        let options = CallOptions {
             cancel: Some(ctx.ct.clone()),
             chat: Some(chat.clone()),
-            id_to,
+            progress: Some(sink.clone()),
             trace: trace_of(&ctx),
             ..CallOptions::default()
         };
-        let outcome = match stateless_offers(&ctx) {
-            // A stateless client is asked a backend's requests in rounds:
-            // the call runs on between them (relay.rs).
-            Some(offers) => {
-                let (runtime, scope, tool) = (
-                    self.shared.runtime.clone(),
-                    self.scope().clone(),
-                    public.clone(),
-                );
-                let client = self.shared.next_session.fetch_add(1, Ordering::Relaxed);
-                // The call's id, kept for a retry's progress token (and
-                // passed on to this request's progress forwarder).
-                let call_id = Arc::new(std::sync::OnceLock::new());
-                let (tee, mut ids) = tokio::sync::mpsc::unbounded_channel();
-                let first = options.id_to.replace(tee);
-                let cell = call_id.clone();
-                tokio::spawn(async move {
-                    if let Some(id) = ids.recv().await {
-                        let _ = cell.set(id);
-                        if let Some(first) = first {
-                            let _ = first.send(id);
-                        }
-                    }
-                });
-                let mut call = relay::RunningCall::start(
-                    client,
-                    offers,
-                    public.clone(),
-                    chat.clone(),
-                    move |relay, cancel| async move {
-                        let options = CallOptions {
-                            cancel: Some(cancel),
-                            relay: Some(relay),
-                            ..options
-                        };
-                        runtime.call(&scope, &tool, call_arguments, options).await
-                    },
-                );
-                call.call_id = call_id;
-                match self.step(call, &ctx.ct).await {
-                    Step::Done(outcome) => outcome,
-                    Step::Round(round) => {
-                        progress_done(progress, true).await;
-                        return Ok(round);
-                    }
+        let relaying = self.relaying(&ctx);
+        let running = async {
+            match relaying {
+                Relaying::Rounds(client, offers) => {
+                    let (runtime, scope, tool) = (
+                        self.shared.runtime.clone(),
+                        self.scope().clone(),
+                        public.clone(),
+                    );
+                    // A retry's progress token takes the call's progress over
+                    // (the sink is the call's).
+                    let call = relay::RunningCall::start(
+                        client,
+                        offers,
+                        public.clone(),
+                        chat.clone(),
+                        sink.clone(),
+                        move |relay, cancel| async move {
+                            let options = CallOptions {
+                                cancel: Some(cancel),
+                                relay: Some(relay),
+                                ..options
+                            };
+                            runtime.call(&scope, &tool, call_arguments, options).await
+                        },
+                    );
+                    self.step(call, &ctx.ct).await
+                }
+                Relaying::Inline(relay) => {
+                    let options = CallOptions { relay, ..options };
+                    Step::Done(
+                        self.shared
+                            .runtime
+                            .call(self.scope(), &public, call_arguments, options)
+                            .await,
+                    )
                 }
             }
-            None => {
-                let relay = if is_stateless(&ctx) {
-                    None
-                } else {
-                    relay::PeerRelay::of(self.id, &ctx.peer)
-                };
-                let options = CallOptions { relay, ..options };
-                self.shared
-                    .runtime
-                    .call(self.scope(), &public, call_arguments, options)
-                    .await
-            }
         };
-        // Its progress goes out before its result.
-        progress_done(progress, false).await;
+        // Its progress goes out before its result (or its round).
+        let token = ctx.meta.get_progress_token();
+        let outcome = match notify::with_progress(&sink, token, &ctx.peer, running).await {
+            Step::Done(outcome) => outcome,
+            Step::Round(round) => return Ok(round),
+        };
         if let Some(q) = self.end_rounds(rounds.as_deref(), &chat)
             && outcome.kind == OutcomeKind::RefusedByTrust
         {
@@ -1229,23 +1209,14 @@ enum Step {
     Round(CallToolResponse),
 }
 
-/// A call's progress forwarder, once its request's answer is ready: a
-/// round ends it (the call goes on with the retry); else it ends with the
-/// call's `CallFinished`, which follows its last progress, so the progress
-/// goes out before the result (the bound only covers a client too slow to
-/// take them).
-async fn progress_done(forward: Option<tokio::task::JoinHandle<()>>, round: bool) {
-    let Some(forward) = forward else {
-        return;
-    };
-    if round {
-        forward.abort();
-    } else if tokio::time::timeout(Duration::from_secs(5), forward)
-        .await
-        .is_err()
-    {
-        tracing::debug!("gateway: a call's progress forwarder outlived it");
-    }
+/// Where a backend's requests during a client's request go
+/// ([`GatewaySession::relaying`]).
+enum Relaying {
+    /// A stateless client (its number) that declared `Offers`: asked in
+    /// rounds.
+    Rounds(u64, crate::Offers),
+    /// The request runs in the handler; the relay of its client, if any.
+    Inline(Option<Arc<dyn crate::CallerRelay>>),
 }
 
 /// Whether the request is of the stateless era.

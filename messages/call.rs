@@ -330,6 +330,37 @@ impl ToolOutcome {
     }
 }
 
+/// Where a call's progress goes ([`CallOptions::progress`]): a channel the
+/// caller reads, which it can point elsewhere while the call runs (a
+/// stateless client's retry takes over the call's progress) or nowhere.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressSink(
+    Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<super::registry::ProgressNote>>>>,
+);
+
+impl ProgressSink {
+    /// A sink pointed at `to`.
+    pub fn new(to: tokio::sync::mpsc::UnboundedSender<super::registry::ProgressNote>) -> Self {
+        Self(Arc::new(Mutex::new(Some(to))))
+    }
+
+    /// From now on the notes go to `to`; None: nowhere (the receiver
+    /// before ends once it took what came to it).
+    pub fn to(
+        &self,
+        to: Option<tokio::sync::mpsc::UnboundedSender<super::registry::ProgressNote>>,
+    ) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+
+    /// Pass `note` on (dropped while the sink points nowhere).
+    pub fn send(&self, note: super::registry::ProgressNote) {
+        if let Some(to) = &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = to.send(note);
+        }
+    }
+}
+
 /// Per-call options (CALL-2).
 #[derive(Debug, Clone, Default)]
 pub struct CallOptions {
@@ -347,9 +378,14 @@ pub struct CallOptions {
     /// before it (MOD-5). The mod host sets it.
     pub mod_origin: Option<usize>,
     /// Sent the call's id as soon as it has one, so that the caller can
-    /// follow the call's events (its `CallProgress` above all) among
-    /// others'.
+    /// follow the call's events among others' (its progress alone comes
+    /// more cheaply through `progress`).
     pub id_to: Option<tokio::sync::mpsc::UnboundedSender<u64>>,
+    /// Where the server's progress on the call goes as it comes, besides
+    /// the call's `CallProgress` events: a caller that forwards progress
+    /// (the gateway, to its client's token) follows its own call without
+    /// reading every event of the runtime.
+    pub progress: Option<ProgressSink>,
     /// The client the call is made for, when a server's requests during
     /// the call should go to it (the gateway's client, GW-2); the
     /// embedder's handlers answer them otherwise.

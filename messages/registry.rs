@@ -164,6 +164,20 @@ pub struct ProgressNote {
     pub message: Option<String>,
 }
 
+/// A progress token's route while its request is under way
+/// ([`ProgressRoutes::held`]).
+#[derive(Debug)]
+pub struct RouteHeld<'a> {
+    routes: &'a ProgressRoutes,
+    token: String,
+}
+
+impl Drop for RouteHeld<'_> {
+    fn drop(&mut self) {
+        self.routes.forget(&self.token);
+    }
+}
+
 /// Where a server's request goes ([`ProgressRoutes::relay`]).
 #[derive(Debug, Clone)]
 pub enum Relay {
@@ -175,6 +189,19 @@ pub enum Relay {
     Ambiguous,
 }
 
+/// Where one request's progress and a server's requests meanwhile go
+/// ([`ProgressRoutes::route`]).
+#[derive(Debug, Clone, Default)]
+pub struct CallRoute {
+    /// The call (its events' id); None for a request that is no call (a
+    /// read, a prompt), whose notes are no call's events.
+    pub call_id: Option<u64>,
+    /// The client a server's requests go to (GW-2).
+    pub relay: Option<Arc<dyn CallerRelay>>,
+    /// The caller's own progress channel, given each note as it comes.
+    pub progress: Option<super::call::ProgressSink>,
+}
+
 /// Which call each progress token of a connection belongs to. rmcp gives
 /// every request a progress token of its own (a per-connection counter), so
 /// the call path records the token of each `tools/call` it sends, and the
@@ -184,11 +211,13 @@ pub enum Relay {
 #[derive(Debug, Default)]
 pub struct ProgressRoutes {
     inner: std::sync::Mutex<RoutesInner>,
+    /// Numbers the requests being handed over ([`ProgressRoutes::sending`]).
+    handing: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct RoutesInner {
-    calls: HashMap<String, (u64, Option<Arc<dyn CallerRelay>>)>,
+    calls: HashMap<String, CallRoute>,
     early: std::collections::VecDeque<(String, ProgressNote)>,
 }
 
@@ -202,12 +231,9 @@ impl ProgressRoutes {
 
     /// Route `token`'s notifications to `call_id`; the notes that came
     /// before, in their order.
-    pub fn route(
-        &self,
-        token: String,
-        call_id: u64,
-        relay: Option<Arc<dyn CallerRelay>>,
-    ) -> Vec<ProgressNote> {
+    /// The notes go to the route's progress sink first, under the lock:
+    /// before any that comes after.
+    pub fn route(&self, token: String, route: CallRoute) -> Vec<ProgressNote> {
         let mut r = self.lock();
         let mut early = Vec::new();
         if !r.early.is_empty() {
@@ -215,8 +241,47 @@ impl ProgressRoutes {
             r.early = rest.into();
             early = mine.into_iter().map(|(_, n)| n).collect();
         }
-        r.calls.insert(token, (call_id, relay));
+        if let Some(sink) = &route.progress {
+            for note in &early {
+                sink.send(note.clone());
+            }
+        }
+        r.calls.insert(token, route);
         early
+    }
+
+    /// A request that is not a call (a `resources/read`, a `prompts/get`)
+    /// made for `relay`'s client under `token`: the server's requests
+    /// meanwhile go to that client (GW-2), as during its calls. Its
+    /// progress notes are dropped: only calls have progress events.
+    pub fn claim(&self, token: String, relay: Arc<dyn CallerRelay>) -> RouteHeld<'_> {
+        let route = CallRoute {
+            call_id: None,
+            relay: Some(relay),
+            progress: None,
+        };
+        self.route(token.clone(), route);
+        self.held(token)
+    }
+
+    /// A request for `relay`'s client being handed to the transport,
+    /// before its progress token is known: a server that asks at once (it
+    /// may, before the caller gets its request's handle back) finds that
+    /// client. Held until the request's own route is made.
+    pub fn sending(&self, relay: Option<&Arc<dyn CallerRelay>>) -> Option<RouteHeld<'_>> {
+        let relay = relay?.clone();
+        // Not a progress token's key (a number, or `s:` and a string).
+        let key = format!("sending {}", self.handing.fetch_add(1, Ordering::Relaxed));
+        Some(self.claim(key, relay))
+    }
+
+    /// `token`'s route, forgotten when the guard is dropped (its request
+    /// is over).
+    pub fn held(&self, token: String) -> RouteHeld<'_> {
+        RouteHeld {
+            routes: self,
+            token,
+        }
     }
 
     /// The call of `token` is over.
@@ -227,14 +292,14 @@ impl ProgressRoutes {
     /// The client a server's request on this connection goes to (GW-2):
     /// the one client whose calls are under way. A server's request does
     /// not say which request it serves (over stdio nothing can), so with
-    /// calls of several clients under way it is [`Relay::Ambiguous`].
+    /// requests of several clients under way it is [`Relay::Ambiguous`].
     pub fn relay(&self) -> Relay {
         let r = self.lock();
         let mut found: Option<&Arc<dyn CallerRelay>> = None;
         for relay in r
             .calls
             .values()
-            .filter_map(|(_, relay)| relay.as_ref())
+            .filter_map(|route| route.relay.as_ref())
             .filter(|relay| !relay.gone())
         {
             match found {
@@ -249,8 +314,11 @@ impl ProgressRoutes {
     /// for when the token is routed.
     pub fn arrive(&self, token: String, note: ProgressNote) -> Option<(u64, ProgressNote)> {
         let mut r = self.lock();
-        if let Some((call_id, _)) = r.calls.get(&token) {
-            return Some((*call_id, note));
+        if let Some(route) = r.calls.get(&token) {
+            if let Some(sink) = &route.progress {
+                sink.send(note.clone());
+            }
+            return route.call_id.map(|id| (id, note));
         }
         if r.early.len() >= Self::EARLY {
             r.early.pop_front();
@@ -708,22 +776,56 @@ mod tests {
         }
     }
 
+    fn call(call_id: u64, relay: Option<Arc<dyn CallerRelay>>) -> CallRoute {
+        CallRoute {
+            call_id: Some(call_id),
+            relay,
+            progress: None,
+        }
+    }
+
     #[test]
     fn a_servers_request_goes_to_the_one_client_with_calls_under_way_and_to_none_when_two_have() {
         // GW-2: a session-era server's request names no call; it goes to
         // the client whose calls are under way, never a guess between two.
         let routes = ProgressRoutes::default();
         assert!(matches!(routes.relay(), Relay::None));
-        routes.route("1".into(), 1, None);
+        routes.route("1".into(), call(1, None));
         assert!(matches!(routes.relay(), Relay::None), "a call of no client");
-        routes.route("2".into(), 2, Some(Arc::new(Client(7))));
-        routes.route("3".into(), 3, Some(Arc::new(Client(7))));
+        routes.route("2".into(), call(2, Some(Arc::new(Client(7)))));
+        routes.route("3".into(), call(3, Some(Arc::new(Client(7)))));
         assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 7));
-        routes.route("4".into(), 4, Some(Arc::new(Client(8))));
+        routes.route("4".into(), call(4, Some(Arc::new(Client(8)))));
         assert!(matches!(routes.relay(), Relay::Ambiguous));
         routes.forget("2");
         routes.forget("3");
         assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 8));
+    }
+
+    #[test]
+    fn a_read_claims_a_servers_requests_for_its_client_until_it_is_over() {
+        // GW-2: a session-era server's request during a read (or a prompt)
+        // made for a relaying client goes to that client; its progress is
+        // no call's; the claim ends with the read.
+        let routes = ProgressRoutes::default();
+        let note = ProgressNote {
+            progress: 1.0,
+            total: None,
+            message: None,
+        };
+        {
+            let _held = routes.claim("5".into(), Arc::new(Client(9)));
+            assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 9));
+            assert_eq!(routes.arrive("5".into(), note.clone()), None);
+        }
+        assert!(matches!(routes.relay(), Relay::None));
+        // A request still being handed over, its token not known yet.
+        let relay: Arc<dyn CallerRelay> = Arc::new(Client(4));
+        let handing = routes.sending(Some(&relay));
+        assert!(matches!(routes.relay(), Relay::To(c) if c.client() == 4));
+        drop(handing);
+        assert!(matches!(routes.relay(), Relay::None));
+        assert!(routes.sending(None).is_none());
     }
 
     #[test]
@@ -737,20 +839,20 @@ mod tests {
         // Before the route: kept; the route hands it over, in order.
         assert_eq!(routes.arrive("7".into(), note(1.0)), None);
         assert_eq!(routes.arrive("8".into(), note(9.0)), None);
-        assert_eq!(routes.route("7".into(), 42, None), vec![note(1.0)]);
+        assert_eq!(routes.route("7".into(), call(42, None)), vec![note(1.0)]);
         assert_eq!(routes.arrive("7".into(), note(2.0)), Some((42, note(2.0))));
         // Another token's early note stays for its own route.
-        assert_eq!(routes.route("8".into(), 43, None), vec![note(9.0)]);
+        assert_eq!(routes.route("8".into(), call(43, None)), vec![note(9.0)]);
         routes.forget("7");
         assert_eq!(routes.arrive("7".into(), note(3.0)), None);
         // Bounded: the oldest early notes fall out.
         for i in 0..(ProgressRoutes::EARLY + 5) {
             routes.arrive(format!("x{i}"), note(0.0));
         }
-        assert!(routes.route("x0".into(), 1, None).is_empty());
+        assert!(routes.route("x0".into(), call(1, None)).is_empty());
         assert_eq!(
             routes
-                .route(format!("x{}", ProgressRoutes::EARLY + 4), 2, None)
+                .route(format!("x{}", ProgressRoutes::EARLY + 4), call(2, None))
                 .len(),
             1
         );

@@ -320,7 +320,7 @@ impl Runtime {
                     op,
                     &call.arguments,
                     entry_timeout(&snap),
-                    options.relay.as_deref(),
+                    options.relay.as_ref(),
                 )
                 .await
                 .for_tool(&def);

@@ -27,7 +27,7 @@ impl Runtime {
         op: ResourceOp,
         args: &Map<String, Value>,
         timeout: Duration,
-        relay: Option<&dyn CallerRelay>,
+        relay: Option<&Arc<dyn CallerRelay>>,
     ) -> ToolOutcome {
         let server = args.get("server").and_then(Value::as_str);
         let cursor = args
@@ -362,7 +362,7 @@ impl Runtime {
                 arguments,
                 relay,
             } => {
-                let answerer = answerer_for(&snap, server, &live, relay.as_deref());
+                let answerer = answerer_for(&snap, server, &live, relay.as_ref());
                 live.client
                     .get_prompt(name, arguments, timeout, &answerer)
                     .await
@@ -401,11 +401,12 @@ fn answerer_for<'a>(
     snap: &ScopeSnapshot,
     server: &'a str,
     live: &'a crate::messages::registry::LiveConn,
-    relay: Option<&'a dyn CallerRelay>,
+    relay: Option<&'a Arc<dyn CallerRelay>>,
 ) -> crate::transport::client::Answerer<'a> {
     crate::transport::client::Answerer {
         relay,
         stateless: live.era == crate::messages::server::Era::Stateless,
+        routes: &live.progress,
         handlers: &live.handlers,
         server,
         redactions: &live.redactions,

@@ -284,7 +284,8 @@ impl SupervisedClient {
 }
 
 impl SupervisedClient {
-    /// `method` passed to the client of the calls under way (GW-2), its
+    /// `method` passed to the client of the calls (reads, prompts) under
+    /// way (GW-2), its
     /// answer read as `R`; None when no such client declared it.
     async fn relayed<P: serde::Serialize, R: serde::de::DeserializeOwned>(
         &self,
@@ -297,7 +298,7 @@ impl SupervisedClient {
                 return Some(Err(McpError::new(
                     ErrorCode::METHOD_NOT_FOUND,
                     format!(
-                        "{method}: calls of several clients are under way on this server, so the request cannot be passed to the one it is for"
+                        "{method}: requests of several clients are under way on this server, so the request cannot be passed to the one it is for"
                     ),
                     None,
                 )));
@@ -582,10 +583,13 @@ pub struct Answerer<'a> {
     pub max_rounds: u32,
     /// The request's client, when a gateway relays what the server asks
     /// to it (GW-2): asked first, for what it declared.
-    pub relay: Option<&'a dyn CallerRelay>,
+    pub relay: Option<&'a Arc<dyn CallerRelay>>,
     /// The server speaks the stateless era (its requests carry what the
     /// relaying client declared).
     pub stateless: bool,
+    /// The connection's routes: a session-era server's requests during
+    /// the request go to `relay`.
+    pub routes: &'a crate::messages::registry::ProgressRoutes,
 }
 
 /// The answers to a stateless server's `input_required` result (ERA-5),
@@ -1318,11 +1322,22 @@ impl McpClient {
                 if let (Some(relay), true) = (answerer.relay, answerer.stateless) {
                     options.meta = Some(relay_meta(relay.offers(), false));
                 }
+                // A session-era server asks with requests of its own
+                // meanwhile (from the moment it has the request): they go
+                // to the relaying client (GW-2).
+                let session_relay = answerer.relay.filter(|_| !answerer.stateless);
+                let handing = answerer.routes.sending(session_relay);
                 let handle = self
                     .peer()
                     .send_request_with_option(build(answers.take()), options)
                     .await
                     .map_err(WireError::from)?;
+                let _claimed = session_relay.map(|relay| {
+                    answerer
+                        .routes
+                        .claim(progress_key(&handle.progress_token), relay.clone())
+                });
+                drop(handing);
                 match handle.await_response().await.map_err(WireError::from)? {
                     ServerResult::InputRequiredResult(asked) => {
                         round += 1;
@@ -1335,7 +1350,7 @@ impl McpClient {
                         answers = Some(
                             answer_input_required(
                                 answerer.handlers,
-                                answerer.relay,
+                                answerer.relay.map(|r| &**r),
                                 answerer.server,
                                 answerer.redactions,
                                 asked,

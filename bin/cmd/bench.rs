@@ -363,9 +363,7 @@ impl DemoGateway {
         let client = match &self.url {
             Some(url) => {
                 ClientConfig::default()
-                    .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
-                        url.clone(),
-                    ))
+                    .serve(pooled_http(url.clone())?)
                     .await?
             }
             None => {
@@ -410,6 +408,81 @@ impl DemoGateway {
             let _ = self.child.kill().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// rmcp's client transport to `url` over a pooled reqwest client. rmcp's
+/// own default client keeps no idle connection, so every request would
+/// open a TCP connection: a cost of that client (no browser, SDK or
+/// `mcpvisor`'s own HTTP transport pays it) that would be counted as the
+/// gateway's.
+fn pooled_http(
+    url: String,
+) -> anyhow::Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>> {
+    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
+        reqwest::Client::builder().tcp_nodelay(true).build()?,
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url),
+    ))
+}
+
+/// One 2026-07-28 `tools/call` posted by a plain HTTP client.
+#[derive(Clone)]
+struct PlainPost {
+    client: reqwest::Client,
+    url: String,
+    body: Vec<u8>,
+    tool: String,
+}
+
+impl PlainPost {
+    fn new(
+        url: String,
+        tool: &str,
+        args: &serde_json::Map<String, serde_json::Value>,
+    ) -> anyhow::Result<Self> {
+        let body = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": args,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }))?;
+        Ok(Self {
+            client: reqwest::Client::builder().tcp_nodelay(true).build()?,
+            url,
+            body,
+            tool: tool.to_owned(),
+        })
+    }
+
+    async fn call(&self) -> anyhow::Result<()> {
+        let reply = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", &self.tool)
+            .body(self.body.clone())
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        // A result, not an error (the reply is JSON: nothing comes first).
+        let reply: serde_json::Value = serde_json::from_slice(&reply)?;
+        anyhow::ensure!(
+            reply["result"]["content"].is_array() && reply["result"]["isError"] != true,
+            "a plain echo failed: {reply}"
+        );
+        Ok(())
     }
 }
 
@@ -476,10 +549,14 @@ struct SecondHop {
     http: f64,
     /// `gateway --http` to a 2026-07-28 client (no session).
     http_stateless: f64,
+    /// The same request from a plain HTTP client (no MCP client stack):
+    /// what the gateway costs without rmcp's client.
+    http_plain: f64,
     direct_64: f64,
     stdio_64: f64,
     http_64: f64,
     http_stateless_64: f64,
+    http_plain_64: f64,
 }
 
 impl SecondHop {
@@ -490,10 +567,12 @@ impl SecondHop {
             stdio: f64::NAN,
             http: f64::NAN,
             http_stateless: f64::NAN,
+            http_plain: f64::NAN,
             direct_64: f64::NAN,
             stdio_64: f64::NAN,
             http_64: f64::NAN,
             http_stateless_64: f64::NAN,
+            http_plain_64: f64::NAN,
         }
     }
 
@@ -510,6 +589,10 @@ impl SecondHop {
             "http_stateless_ratio": r(self.http_stateless, self.direct),
             "http_stateless_64_per_s": self.http_stateless_64,
             "http_stateless_64_ratio": r(self.http_stateless_64, self.direct_64),
+            "http_plain_us": self.http_plain * 1e3,
+            "http_plain_ratio": r(self.http_plain, self.direct),
+            "http_plain_64_per_s": self.http_plain_64,
+            "http_plain_64_ratio": r(self.http_plain_64, self.direct_64),
             "relay_ratio": r(self.relay, self.direct),
             "stdio_ratio": r(self.stdio, self.direct),
             "http_ratio": r(self.http, self.direct),
@@ -545,9 +628,7 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
     // A 2026-07-28 client of the same listener: no session.
     let stateless = rmcp::ClientServiceExt::serve_with_lifecycle(
         ClientConfig::default(),
-        rmcp::transport::StreamableHttpClientTransport::from_uri(
-            http_gw.url.clone().unwrap_or_default(),
-        ),
+        pooled_http(http_gw.url.clone().unwrap_or_default())?,
         rmcp::ClientLifecycleMode::Discover {
             preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
         },
@@ -560,10 +641,17 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
         (http.peer().clone(), tool.clone()),
         (stateless.peer().clone(), tool),
     ];
+    // The stateless client's request, posted by a plain HTTP client (one
+    // keep-alive pool, the body made once): the gateway's own cost, with
+    // no MCP client stack on the calling side.
+    let plain = PlainPost::new(http_gw.url.clone().unwrap_or_default(), &peers[4].1, &args)?;
     let one = |i: usize| {
-        let (peer, name) = peers[i].clone();
-        let args = args.clone();
+        let target = peers.get(i).cloned();
+        let (args, plain) = (args.clone(), plain.clone());
         async move {
+            let Some((peer, name)) = target else {
+                return plain.call().await;
+            };
             let r = peer
                 .call_tool(CallToolRequestParams::new(name.clone()).with_arguments(args))
                 .await?;
@@ -571,9 +659,11 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
             anyhow::Ok(())
         }
     };
-    let mut samples = interleaved(peers.len(), calls, one).await?;
-    // 64 callers each, the three targets in turn, ROUNDS times.
+    let mut samples = interleaved(peers.len() + 1, calls, one).await?;
+    // 64 callers each, the targets in turn (direct, the gateway's three
+    // clients, the plain HTTP client), ROUNDS times.
     let mut rate = [(0usize, Duration::ZERO); 4];
+    let mut plain_rate = (0usize, Duration::ZERO);
     let n64 = (calls * 4).max(CONCURRENCY * 4);
     for _ in 0..ROUNDS {
         for (slot, i) in [(0, 0), (1, 2), (2, 3), (3, 4)] {
@@ -591,6 +681,14 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
             rate[slot].0 += ok;
             rate[slot].1 += took;
         }
+        let plain = plain.clone();
+        let (ok, took) = concurrent_rate(n64, move || {
+            let plain = plain.clone();
+            async move { plain.call().await.is_ok() }
+        })
+        .await;
+        plain_rate.0 += ok;
+        plain_rate.1 += took;
     }
     let per_s = |(ok, took): (usize, Duration)| ok as f64 / took.as_secs_f64().max(1e-9);
     let hop = SecondHop {
@@ -603,6 +701,8 @@ async fn second_hop(backend: &Backend, calls: usize) -> anyhow::Result<SecondHop
         stdio_64: per_s(rate[1]),
         http_64: per_s(rate[2]),
         http_stateless_64: per_s(rate[3]),
+        http_plain: median_ms(&mut samples[5]),
+        http_plain_64: per_s(plain_rate),
     };
     let _ = direct.cancel().await;
     let _ = relayed.cancel().await;
@@ -1419,7 +1519,7 @@ async fn replicas_row(calls: usize) -> anyhow::Result<serde_json::Value> {
             loop {
                 let client = rmcp::ClientServiceExt::serve_with_lifecycle(
                     ClientConfig::default(),
-                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone()),
+                    pooled_http(url.clone())?,
                     rmcp::ClientLifecycleMode::Discover {
                         preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
                     },
@@ -1552,12 +1652,24 @@ const RATIO_ROWS: &[(&str, &str)] = &[
         "/second_hop/everything/http_ratio",
     ),
     (
+        "second hop, everything: http, stateless client",
+        "/second_hop/everything/http_stateless_ratio",
+    ),
+    (
+        "second hop, everything: http, plain client",
+        "/second_hop/everything/http_plain_ratio",
+    ),
+    (
         "second hop, everything: 64-way stdio",
         "/second_hop/everything/stdio_64_ratio",
     ),
     (
         "second hop, everything: 64-way http",
         "/second_hop/everything/http_64_ratio",
+    ),
+    (
+        "second hop, everything: 64-way http, plain client",
+        "/second_hop/everything/http_plain_64_ratio",
     ),
     ("start to ready, 1", "/start_to_ready_ms/1/ratio"),
     ("start to ready, 10", "/start_to_ready_ms/10/ratio"),
@@ -1901,7 +2013,12 @@ fn print_human(f: &serde_json::Value) {
             h("http_stateless_ratio"),
         );
         println!(
-            "  64 concurrent callers, calls/s: direct {:.0}, gateway --stdio {:.0} ({:.2}), gateway --http {:.0} ({:.2}), the same stateless {:.0} ({:.2})",
+            "  the same request from a plain HTTP client (reqwest, no MCP client stack): median µs {:.1} ({:.2})",
+            h("http_plain_us"),
+            h("http_plain_ratio"),
+        );
+        println!(
+            "  64 concurrent callers, calls/s: direct {:.0}, gateway --stdio {:.0} ({:.2}), gateway --http {:.0} ({:.2}), the same stateless {:.0} ({:.2}), from a plain HTTP client {:.0} ({:.2})",
             h("direct_64_per_s"),
             h("stdio_64_per_s"),
             h("stdio_64_ratio"),
@@ -1909,6 +2026,8 @@ fn print_human(f: &serde_json::Value) {
             h("http_64_ratio"),
             h("http_stateless_64_per_s"),
             h("http_stateless_64_ratio"),
+            h("http_plain_64_per_s"),
+            h("http_plain_64_ratio"),
         );
     }
     println!("start to ready (spawn → initialize → catalog registered), ms");

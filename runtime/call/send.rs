@@ -5,36 +5,22 @@
 use super::*;
 
 /// A request's progress token routed to its call while the request is
-/// under way: notes that came first are emitted at once; the route is
-/// dropped with it.
-struct Routed<'a> {
-    routes: &'a crate::messages::registry::ProgressRoutes,
-    key: String,
-}
-
-impl<'a> Routed<'a> {
-    fn new(
-        live: &'a crate::messages::registry::LiveConn,
-        server: &str,
-        token: &rmcp::model::ProgressToken,
-        call_id: u64,
-        relay: Option<Arc<dyn crate::messages::capabilities::CallerRelay>>,
-    ) -> Self {
-        let key = crate::transport::client::progress_key(token);
-        for note in live.progress.route(key.clone(), call_id, relay) {
+/// under way: notes that came first are passed on at once (to the call's
+/// sink by the route itself); the route is dropped with the guard.
+fn routed<'a>(
+    live: &'a crate::messages::registry::LiveConn,
+    server: &str,
+    token: &rmcp::model::ProgressToken,
+    route: crate::messages::registry::CallRoute,
+) -> crate::messages::registry::RouteHeld<'a> {
+    let key = crate::transport::client::progress_key(token);
+    let call_id = route.call_id;
+    for note in live.progress.route(key.clone(), route) {
+        if let Some(call_id) = call_id {
             crate::transport::client::emit_progress(&live.handlers, server, call_id, note);
         }
-        Self {
-            routes: &live.progress,
-            key,
-        }
     }
-}
-
-impl Drop for Routed<'_> {
-    fn drop(&mut self) {
-        self.routes.forget(&self.key);
-    }
+    live.progress.held(key)
 }
 
 /// Ends when the caller cancels the call; never when it gave no token of
@@ -105,6 +91,9 @@ impl Runtime {
             // is kept where that can happen, and only there.
             let again =
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
+            // A server's request that comes before the route below is
+            // made goes to the call's client too (GW-2).
+            let handing = live.progress.sending(options.relay.as_ref());
             let sending =
                 live.client
                     .send_call(&def.raw_name, arguments, answers.take(), call_meta.clone());
@@ -139,13 +128,17 @@ impl Runtime {
             // The server's `notifications/progress` for this request's
             // token become this very call's events, until it is over.
             // A server's requests meanwhile go to the call's client (GW-2).
-            let _routed = Routed::new(
+            let _routed = routed(
                 live,
                 &def.server,
                 &handle.progress_token,
-                out.call_id,
-                options.relay.clone(),
+                crate::messages::registry::CallRoute {
+                    call_id: Some(out.call_id),
+                    relay: options.relay.clone(),
+                    progress: options.progress.clone(),
+                },
             );
+            drop(handing);
             #[allow(clippy::large_enum_variant)] // a local, moved once
             enum Ended {
                 Response(

@@ -464,8 +464,8 @@ async fn a_calls_last_progress_is_published_before_the_call_finishes() {
     // A server's last progress notification is followed at once by the
     // result (fault-server --progress 2 --progress-burst). rmcp hands notifications to the
     // handler on tasks of their own, so one read before the result could
-    // be published after the call ended (and a gateway forwarding the
-    // call's progress, which stops at CallFinished, lost it): the runtime
+    // be published after the call ended (and a forwarder of the call's
+    // progress that stops at CallFinished would lose it): the runtime
     // routes progress as it reads it. Every call of 25 has both of its
     // notes among its events before its CallFinished.
     let (runtime, mut events, _) =

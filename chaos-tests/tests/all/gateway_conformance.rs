@@ -44,11 +44,6 @@ const STDIO_FIXTURE_LACKS: &[&str] = &[
     "input-required-result-capability-check",
 ];
 
-/// A backend's `input_required` answer to `prompts/get` is not relayed
-/// (a tool call's is): the client gets a JSON-RPC error ("the server asked
-/// for input (elicitation), which could not be answered").
-const MRTR_NOT_A_CALL: &[&str] = &["input-required-result-non-tool-request"];
-
 /// How the gateway reaches the fixture.
 #[derive(Debug, Clone, Copy)]
 enum Backend {
@@ -126,7 +121,7 @@ async fn the_2026_server_scenarios_pass_through_the_gateway_to_a_stateless_backe
         suite: Suite::Next,
         selection: &["--requirements", "2026-07-28"],
         backend: Backend::Http,
-        gaps: &[MRTR_NOT_A_CALL],
+        gaps: &[],
     }])
     .await;
 }
