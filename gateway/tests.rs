@@ -77,3 +77,46 @@ fn a_uri_matches_the_templates_it_is_an_instance_of() {
     assert!(!m("no/variables", "no/variables"));
     assert!(!m("broken/{var", "broken/x"));
 }
+
+// GW-2: a call's progress goes to its client as it comes, but a client
+// that stops reading (its pipe full) holds its own call 5 s at most: the
+// note that could not be sent in that time, and every one after it, is
+// dropped, and the call's result is not held back.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_progress_holds_its_call_five_seconds_at_most() {
+    struct Quiet;
+    impl rmcp::ServerHandler for Quiet {}
+    // The client's end of the pipe is never read.
+    let (ours, theirs) = tokio::io::duplex(256);
+    let running = rmcp::service::serve_directly(Quiet, tokio::io::split(ours), None);
+    let sink = crate::ProgressSink::default();
+    let work = {
+        let sink = sink.clone();
+        async move {
+            for i in 0..5_000u32 {
+                sink.send(crate::ProgressNote {
+                    progress: f64::from(i),
+                    total: None,
+                    message: None,
+                });
+                tokio::task::yield_now().await;
+            }
+            "done"
+        }
+    };
+    let token = rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(7));
+    let started = tokio::time::Instant::now();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        notify::with_progress(&sink, Some(token), running.peer(), work),
+    )
+    .await;
+    assert_eq!(out, Ok("done"), "a client that does not read held its call");
+    let held = started.elapsed();
+    assert!(
+        held >= Duration::from_secs(5) && held < Duration::from_secs(6),
+        "held {held:?}"
+    );
+    drop(theirs);
+    let _ = running.cancel().await;
+}
