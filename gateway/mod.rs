@@ -916,6 +916,10 @@ impl Gateway {
             "tools": runtime.tools(&self.shared.options.scope).len(),
             "clients": self.clients(),
             "list_changed_sent": self.shared.notified.load(Ordering::Relaxed),
+            // The threads the gateway's calls run on (`gateway --threads`).
+            "worker_threads": tokio::runtime::Handle::try_current()
+                .ok()
+                .map(|h| h.metrics().num_workers()),
             "servers": servers,
         })
     }

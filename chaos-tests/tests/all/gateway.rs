@@ -2350,3 +2350,44 @@ async fn each_client_recipe_starts_the_gateway_and_lists_its_tools() {
         );
     }
 }
+
+// The stdio gateway runs on one worker thread unless `--threads` says
+// otherwise (a call then crosses no thread: docs/performance.md, "Issue
+// 34, fourth part"); the HTTP one on one per CPU; the status tool and
+// /health say how many it runs on; 0 is refused, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdio_gateway_runs_on_one_thread_unless_told_and_its_status_says_how_many() {
+    let log = RequestLog::new("gw-threads");
+    let work = workdir(&fault_section("s", &log.args(), "always"));
+    for (extra, want) in [(&[][..], 1), (&["--threads", "3"][..], 3)] {
+        let mut args = vec!["--status-tool"];
+        args.extend_from_slice(extra);
+        let (handler, _events) = client(None);
+        let (mut child, client) = stdio_gateway(&work, handler, &args).await;
+        let status: Value =
+            serde_json::from_str(&text_of(&call(&client, "mcpvisor_status", json!({})).await))
+                .unwrap();
+        assert_eq!(status["worker_threads"], want, "{extra:?}: {status}");
+        drop(client);
+        exited_and_reaped(&mut child, None).await;
+    }
+    let cpus = match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(n) => n.parse().unwrap(),
+        Err(_) => std::thread::available_parallelism().unwrap().get(),
+    };
+    for (extra, want) in [(&[][..], cpus), (&["--threads", "1"][..], 1)] {
+        let (mut child, addr) = http_gateway(&work, extra).await;
+        let (code, body) = http_get(&addr, "/health", &addr).await;
+        assert_eq!(code, 200, "{body}");
+        let health: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(health["worker_threads"], want, "{extra:?}: {health}");
+        terminate_and_check_reaped(&mut child, None).await;
+    }
+    let refused = gateway_command(&work.config(), &["--stdio", "--threads", "0"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--threads"), "{said}");
+}
