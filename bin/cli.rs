@@ -288,12 +288,12 @@ pub(crate) enum Command {
         /// where that state is. The providers' seats always are.
         #[arg(long = "stateful", value_name = "SERVER")]
         stateful: Vec<String>,
-        /// The gateway's worker threads (at least 1). Default: 1 with
+        /// The gateway's worker threads, 1 to 1024. Default: 1 with
         /// `--stdio` (one client on one pipe: a second thread adds
         /// cross-thread wake-ups, not throughput), one per CPU with
-        /// `--http`.
-        #[arg(long, value_name = "N")]
-        threads: Option<std::num::NonZeroUsize>,
+        /// `--http`; `TOKIO_WORKER_THREADS` sets the default for both.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
     },
     /// Talk to a model with every configured tool (the tool loop), e.g.
     /// `mcpvisor chat --provider openai --endpoint https://api.openai.com/v1

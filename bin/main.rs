@@ -139,13 +139,18 @@ fn main() -> std::process::ExitCode {
 /// CPU, or `TOKIO_WORKER_THREADS`). A stdio gateway serves one client on
 /// one pipe: on one thread a call crosses no thread, and it measured a
 /// fifth less added time than on two with no loss of throughput
-/// (docs/performance.md, "Issue 34, fourth part").
+/// (docs/performance.md, "Issue 34, fourth part"). `TOKIO_WORKER_THREADS`
+/// still sets its default, as it does everywhere else.
 fn worker_threads(command: &Command) -> Option<usize> {
     match command {
         Command::Gateway {
             threads: Some(n), ..
-        } => Some(n.get()),
-        Command::Gateway { stdio: true, .. } => Some(1),
+        } => Some(usize::from(*n)),
+        Command::Gateway { stdio: true, .. }
+            if std::env::var_os("TOKIO_WORKER_THREADS").is_none() =>
+        {
+            Some(1)
+        }
         _ => None,
     }
 }

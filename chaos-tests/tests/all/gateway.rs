@@ -2359,7 +2359,11 @@ async fn each_client_recipe_starts_the_gateway_and_lists_its_tools() {
 async fn the_stdio_gateway_runs_on_one_thread_unless_told_and_its_status_says_how_many() {
     let log = RequestLog::new("gw-threads");
     let work = workdir(&fault_section("s", &log.args(), "always"));
-    for (extra, want) in [(&[][..], 1), (&["--threads", "3"][..], 3)] {
+    // TOKIO_WORKER_THREADS, where set, is the default of both.
+    let set: Option<usize> = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .map(|n| n.parse().unwrap());
+    for (extra, want) in [(&[][..], set.unwrap_or(1)), (&["--threads", "3"][..], 3)] {
         let mut args = vec!["--status-tool"];
         args.extend_from_slice(extra);
         let (handler, _events) = client(None);
@@ -2371,10 +2375,10 @@ async fn the_stdio_gateway_runs_on_one_thread_unless_told_and_its_status_says_ho
         drop(client);
         exited_and_reaped(&mut child, None).await;
     }
-    let cpus = match std::env::var("TOKIO_WORKER_THREADS") {
-        Ok(n) => n.parse().unwrap(),
-        Err(_) => std::thread::available_parallelism().unwrap().get(),
-    };
+    // Tokio's default, as the gateway's process reads it.
+    let cpus = set.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
     for (extra, want) in [(&[][..], cpus), (&["--threads", "1"][..], 1)] {
         let (mut child, addr) = http_gateway(&work, extra).await;
         let (code, body) = http_get(&addr, "/health", &addr).await;
@@ -2383,11 +2387,16 @@ async fn the_stdio_gateway_runs_on_one_thread_unless_told_and_its_status_says_ho
         assert_eq!(health["worker_threads"], want, "{extra:?}: {health}");
         terminate_and_check_reaped(&mut child, None).await;
     }
-    let refused = gateway_command(&work.config(), &["--stdio", "--threads", "0"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(said.contains("--threads"), "{said}");
+    for n in ["0", "1025"] {
+        let refused = gateway_command(&work.config(), &["--stdio", "--threads", n])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(2), "--threads {n}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            said.contains("--threads") && said.contains("1..=1024"),
+            "{said}"
+        );
+    }
 }
