@@ -57,6 +57,9 @@ pub(super) fn passed_on_error(outcome: &ToolOutcome) -> Option<rmcp::ErrorData> 
     })
 }
 
+/// The namespace of the `_meta` keys the gateway writes itself.
+const GATEWAY_META_PREFIX: &str = "io.mcpvisor/";
+
 fn backend_or_runtime_result(mut outcome: ToolOutcome) -> CallToolResult {
     // The canonical value is moved into the result, not copied (a large
     // result is materialised once).
@@ -66,6 +69,17 @@ fn backend_or_runtime_result(mut outcome: ToolOutcome) -> CallToolResult {
         }
         _ => None,
     };
+    // The backend's own `_meta` goes back to the client as it came (ERA-7),
+    // but for the gateway's own keys: what they say (a failure's kind and
+    // side effects, a handle) only this gateway says, and a backend (a
+    // server of any kind, or another gateway) cannot say it for it.
+    let backend = backend.map(|mut result| {
+        result.meta = outcome.result_meta.take().map(|mut meta| {
+            meta.retain(|k, _| !k.starts_with(GATEWAY_META_PREFIX));
+            rmcp::model::MetaObject(meta)
+        });
+        result
+    });
     let Some(mut result) = backend else {
         // An `ok` whose canonical value was spilled to the attachment store
         // (over the hard cap) is still a success: the client gets the
@@ -143,5 +157,34 @@ mod tests {
         let mut ok = ToolOutcome::failure(OutcomeKind::Ok, "");
         ok.canonical = Some(json!({"content": []}));
         assert!(to_call_result(ok).meta.is_none());
+    }
+
+    #[test]
+    fn a_backends_result_meta_passes_but_for_the_gateways_own_keys() {
+        // ERA-7: the backend's `_meta` reaches the client; a backend cannot
+        // label its success a failure, nor hand out a handle, in the
+        // gateway's name.
+        let mut ok = ToolOutcome::failure(OutcomeKind::Ok, "");
+        ok.canonical = Some(json!({"content": []}));
+        ok.result_meta = json!({
+            "example.com/trace": "t1",
+            OUTCOME_META: "refused_by_trust",
+            "io.mcpvisor/handle": "x~0123456789abcdef.1",
+        })
+        .as_object()
+        .cloned();
+        let r = to_call_result(ok);
+        assert_eq!(meta(&r, "example.com/trace").as_deref(), Some("t1"));
+        assert_eq!(meta(&r, OUTCOME_META), None);
+        assert_eq!(meta(&r, "io.mcpvisor/handle"), None);
+        // A failure's keys are the gateway's own, whatever the backend said.
+        let mut failed = ToolOutcome::failure(OutcomeKind::ServerError, "isError");
+        failed.canonical = Some(json!({"content": [], "isError": true}));
+        failed.result_meta = json!({OUTCOME_META: "ok", "example.com/trace": "t2"})
+            .as_object()
+            .cloned();
+        let r = to_call_result(failed);
+        assert_eq!(meta(&r, OUTCOME_META).as_deref(), Some("server_error"));
+        assert_eq!(meta(&r, "example.com/trace").as_deref(), Some("t2"));
     }
 }

@@ -223,6 +223,11 @@ pub struct ToolOutcome {
     /// its code, message (secrets redacted) and data, for a gateway that
     /// passes a protocol error on as one.
     pub rpc_error: Option<RpcErrorReply>,
+    /// The `_meta` of the server's result, kept out of `canonical` and of
+    /// what the model sees (CALL-3; secrets redacted): a gateway passes it
+    /// on to its client unchanged (ERA-7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_meta: Option<serde_json::Map<String, Value>>,
 }
 
 /// A JSON-RPC error a server answered a call with.
@@ -276,6 +281,7 @@ impl ToolOutcome {
             stop: None,
             model_edits: Vec::new(),
             rpc_error: None,
+            result_meta: None,
         }
     }
 

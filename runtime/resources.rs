@@ -148,6 +148,7 @@ impl Runtime {
             stop: None,
             model_edits: Vec::new(),
             rpc_error: None,
+            result_meta: None,
         }
     }
 }

@@ -44,7 +44,12 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
     // Read before the metadata is dropped: what an error result says of
     // its kind and its side effects (SEAT-11).
     let declared = declared_failure(&canonical, ctx.in_process);
+    let mut result_meta = None;
     if let Value::Object(m) = &mut canonical {
+        // The result's `_meta` is for a client of a gateway, not the model.
+        if let Some(Value::Object(meta)) = m.remove("_meta") {
+            result_meta = Some(meta);
+        }
         // CALL-3: content and structuredContent (and isError), no transport metadata.
         m.retain(|k, _| matches!(k.as_str(), "content" | "structuredContent" | "isError"));
     }
@@ -89,6 +94,7 @@ pub(crate) async fn judge_result(ctx: &ResultContext<'_>, mut canonical: Value) 
         stop: None,
         model_edits: Vec::new(),
         rpc_error: None,
+        result_meta,
     }
 }
 

@@ -52,8 +52,8 @@ serveStdio(() => {
     });
   server.registerTool('crash', { description: 'Exits the process (status 3) mid-call.', inputSchema: none },
     async () => process.exit(3));
-  server.registerTool('echo', { description: 'Answers its text.', inputSchema: text },
-    async ({ text }) => ({ content: [{ type: 'text', text }] }));
+  server.registerTool('echo', { description: 'Answers its text (and names it in its result\'s _meta).', inputSchema: text },
+    async ({ text }) => ({ content: [{ type: 'text', text }], _meta: { 'example.com/echoed': text } }));
   server.registerTool('log', { description: 'Logs "quiet" at info, then "loud" at warning.', inputSchema: none },
     async () => {
       await server.server.sendLoggingMessage({ level: 'info', logger: 'tool', data: 'quiet' });

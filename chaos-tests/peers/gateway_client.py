@@ -243,7 +243,11 @@ async def run(server, tool, mode, listen=None, elicit=None, progress=False, prom
         out = {
             "protocol_version": client.protocol_version,
             "tools": names,
-            "call": {"is_error": bool(result.is_error), "text": text},
+            "call": {
+                "is_error": bool(result.is_error),
+                "text": text,
+                "meta": dict(result.meta) if result.meta else None,
+            },
         }
         if listen is not None:
             out.update(await listen_for_change(client, *listen))

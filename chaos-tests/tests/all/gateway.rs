@@ -2400,3 +2400,33 @@ async fn the_stdio_gateway_runs_on_one_thread_unless_told_and_its_status_says_ho
         );
     }
 }
+
+// ERA-7: a backend result's `_meta` reaches the gateway's client as it
+// came, in either client era and from either backend era (the TS SDK 2.x
+// server's `echo` names its text there), though the model never sees it
+// (CALL-3: the canonical value holds no transport metadata).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_results_meta_reaches_the_client_in_either_era() {
+    for stateless_backend in [false, true] {
+        for mode in ["auto", "legacy"] {
+            let Some(v) = python_client_of_era_server(
+                "a_backend_results_meta",
+                stateless_backend,
+                &[
+                    "mcp__era__echo",
+                    "--mode",
+                    mode,
+                    "--args",
+                    r#"{"text": "kept"}"#,
+                ],
+            )
+            .await
+            else {
+                return;
+            };
+            let at = format!("{mode}, stateless backend {stateless_backend}");
+            assert_eq!(v["call"]["text"], "kept", "{at}: {v}");
+            assert_eq!(v["call"]["meta"]["example.com/echoed"], "kept", "{at}: {v}");
+        }
+    }
+}
