@@ -291,7 +291,18 @@ impl Setup {
             )
             .await
             .unwrap();
-        assert_eq!(echoed, text(&said), "{era}: the era server's echo");
+        // The era server names its text in its result's `_meta`, which
+        // comes through the gateway (ERA-7).
+        assert_eq!(
+            echoed["content"],
+            text(&said)["content"],
+            "{era}: the era server's echo"
+        );
+        assert_eq!(
+            echoed["_meta"]["example.com/echoed"],
+            said.as_str(),
+            "{era}: {echoed}"
+        );
 
         let echoed = self
             .run(
