@@ -91,9 +91,15 @@ impl Runtime {
             // is kept where that can happen, and only there.
             let again =
                 (live.era == crate::messages::server::Era::Stateless).then(|| arguments.clone());
-            // A server's request that comes before the route below is
-            // made goes to the call's client too (GW-2).
-            let handing = live.progress.sending(options.relay.as_ref());
+            // A session-era server's request that comes before the route
+            // below is made goes to the call's client too (GW-2); a
+            // stateless one asks in its result instead.
+            let handing = live.progress.sending(
+                options
+                    .relay
+                    .as_ref()
+                    .filter(|_| live.era != crate::messages::server::Era::Stateless),
+            );
             let sending =
                 live.client
                     .send_call(&def.raw_name, arguments, answers.take(), call_meta.clone());
