@@ -28,6 +28,7 @@ mod relay;
 mod results;
 mod session;
 mod sessions;
+mod stdio;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -206,31 +207,6 @@ struct Shared {
     /// Cancelled when the last handle drops: ends the notifier and the HTTP sessions.
     stop: CancellationToken,
     _stop_on_drop: DropGuard,
-}
-
-/// A reader that cancels `eof` when its input ends (or fails).
-struct EofSignal<R> {
-    inner: R,
-    eof: CancellationToken,
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let (before, room) = (buf.filled().len(), buf.remaining());
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        match &polled {
-            std::task::Poll::Ready(Ok(())) if room > 0 && buf.filled().len() == before => {
-                self.eof.cancel()
-            }
-            std::task::Poll::Ready(Err(_)) => self.eof.cancel(),
-            _ => {}
-        }
-        polled
-    }
 }
 
 /// A stateless client's call refused pending its answer to the trust
@@ -722,26 +698,19 @@ impl Gateway {
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
         W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        // The client's end of input ends its listen streams at once: rmcp
-        // would wait 5 s for handlers still running before it cancels them.
-        let mut session = self.session();
-        let read = EofSignal {
-            inner: read,
-            eof: session.input_closed.clone(),
-        };
-        session.input_closed = read.eof.clone();
-        let running = rmcp::ServiceExt::serve(session, (read, write))
+        // On the runtime's workers, not in the caller's task: a caller in
+        // `block_on` would otherwise read and write on its own thread, and
+        // every call would cross from it to a worker and back. Dropping
+        // this future ends the session, as it would in the caller's task.
+        let serving = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(stdio::serve(
+            self.session(),
+            read,
+            write,
+            self.shared.stop.clone(),
+        )));
+        serving
             .await
-            .map_err(|e| GatewayError::Handshake(e.to_string()))?;
-        let ct = running.cancellation_token();
-        let stop = self.shared.stop.clone();
-        tokio::select! {
-            r = running.waiting() => {
-                r.map_err(|e| GatewayError::Serve(e.to_string()))?;
-            }
-            _ = stop.cancelled() => ct.cancel(),
-        }
-        Ok(())
+            .map_err(|e| GatewayError::Serve(format!("the stdio session's task ended: {e}")))?
     }
 
     /// The HTTP side: streamable HTTP at `/mcp` (sessions) and the OBS-1

@@ -2430,3 +2430,224 @@ async fn a_backend_results_meta_reaches_the_client_in_either_era() {
         }
     }
 }
+
+/// A client of `gateway --stdio` that writes raw JSON-RPC lines (in
+/// pieces when told) and reads every line it is sent.
+struct LineClient {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl LineClient {
+    async fn start(work: &Workdir) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let mut child = gateway_command(&work.config(), &["--stdio"])
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = Self {
+            child,
+            stdin,
+            lines,
+        };
+        client
+            .send(&[
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "line-client", "version": "1"},
+                }}),
+            ])
+            .await;
+        assert!(client.until(&json!(0)).await.last().unwrap()["result"].is_object());
+        client
+            .send(&[json!({"jsonrpc": "2.0", "method": "notifications/initialized"})])
+            .await;
+        if let Some(stdin) = client.stdin.as_mut() {
+            stdin.flush().await.unwrap();
+        }
+        client
+    }
+
+    /// Write `messages` as lines, all at once.
+    async fn send(&mut self, messages: &[Value]) {
+        self.send_in(messages, usize::MAX).await;
+    }
+
+    /// Write `messages` as lines in writes of `piece` bytes, so that lines
+    /// are cut across the gateway's reads.
+    async fn send_in(&mut self, messages: &[Value], piece: usize) {
+        use tokio::io::AsyncWriteExt;
+        let mut bytes = Vec::new();
+        for m in messages {
+            bytes.extend_from_slice(m.to_string().as_bytes());
+            bytes.push(b'\n');
+        }
+        let stdin = self.stdin.as_mut().unwrap();
+        for chunk in bytes.chunks(piece) {
+            stdin.write_all(chunk).await.unwrap();
+            stdin.flush().await.unwrap();
+        }
+    }
+
+    /// The next line, as JSON.
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(LIMIT, self.lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("the gateway's output went on");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("a whole JSON-RPC line: {e}: {line}"))
+    }
+
+    /// Every line up to and including the reply to `id`.
+    async fn until(&mut self, id: &Value) -> Vec<Value> {
+        let mut got = Vec::new();
+        loop {
+            let message = self.next().await;
+            let done = message.get("method").is_none() && &message["id"] == id;
+            got.push(message);
+            if done {
+                return got;
+            }
+        }
+    }
+
+    /// Close the gateway's input; every line it writes after that.
+    async fn close(&mut self) -> Vec<Value> {
+        self.stdin = None;
+        let mut got = Vec::new();
+        while let Some(line) = tokio::time::timeout(LIMIT, self.lines.next_line())
+            .await
+            .expect("the gateway's output ended in time")
+            .unwrap()
+        {
+            got.push(serde_json::from_str(&line).unwrap());
+        }
+        got
+    }
+}
+
+fn call_line(id: u64, tool: &str, arguments: Value, meta: Option<Value>) -> Value {
+    let mut params = json!({"name": tool, "arguments": arguments});
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+// GW-2, CALL-2: the stdio gateway serves a session-era client's calls on
+// its own framing (gateway/stdio.rs), beside rmcp's loop. From a client
+// that writes raw lines: a call's progress comes before its result even
+// when the backend sends the result at once after its last note; 64 calls
+// written in one go, their lines cut across reads, are each answered once,
+// in whole lines; a cancelled call is never answered; and a call still
+// running when the client closes its input is answered before the gateway
+// exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdio_gateway_answers_each_raw_call_once_in_whole_lines_progress_first() {
+    let log = RequestLog::new("gw-lines");
+    let mut args = log.args();
+    args.extend(["--progress".into(), "3".into(), "--progress-burst".into()]);
+    let work = workdir(&fault_section("s", &args, "always"));
+    let mut client = LineClient::start(&work).await;
+    client
+        .send(&[json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})])
+        .await;
+    let listed = client.until(&json!(1)).await;
+    assert!(
+        listed.last().unwrap()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "mcp__s__echo"),
+        "{listed:?}"
+    );
+
+    // Progress first, under the client's token.
+    for id in 2..5 {
+        client
+            .send(&[call_line(
+                id,
+                "mcp__s__echo",
+                json!({"message": "p"}),
+                Some(json!({"progressToken": format!("t{id}")})),
+            )])
+            .await;
+        let got = client.until(&json!(id)).await;
+        let notes: Vec<_> = got
+            .iter()
+            .filter(|m| {
+                m["method"] == "notifications/progress"
+                    && m["params"]["progressToken"] == format!("t{id}")
+            })
+            .collect();
+        assert_eq!(notes.len(), 3, "every note before the result: {got:?}");
+        let result = got.last().unwrap();
+        assert_eq!(
+            result["result"]["content"][0]["text"], "Echo: p",
+            "{result}"
+        );
+        assert!(
+            result["result"].get("resultType").is_none(),
+            "a session-era result has no resultType: {result}"
+        );
+    }
+
+    // 64 at once, cut in 37-byte writes.
+    let calls: Vec<Value> = (100..164)
+        .map(|id| {
+            call_line(
+                id,
+                "mcp__s__echo",
+                json!({"message": format!("m{id}")}),
+                None,
+            )
+        })
+        .collect();
+    client.send_in(&calls, 37).await;
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < 64 {
+        let m = client.next().await;
+        let id = m["id"].as_u64().unwrap();
+        assert_eq!(
+            m["result"]["content"][0]["text"],
+            format!("Echo: m{id}"),
+            "{m}"
+        );
+        assert!(answered.insert(id), "{id} answered twice");
+    }
+
+    // Cancelled: no answer, and the backend is told.
+    client
+        .send(&[call_line(500, "mcp__s__hang", json!({}), None)])
+        .await;
+    assert!(
+        wait_file_contains(log.path(), "hang", LIMIT).await,
+        "the call reached the backend"
+    );
+    client
+        .send(&[
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 500, "reason": "the user gave up"}}),
+        ])
+        .await;
+    assert!(
+        wait_file_contains(log.path(), "cancelled", LIMIT).await,
+        "the backend saw the cancel: {}",
+        log.text()
+    );
+
+    // Still running at the end of input: answered, then the gateway exits.
+    client
+        .send(&[call_line(600, "mcp__s__slow", json!({"ms": 300}), None)])
+        .await;
+    let rest = client.close().await;
+    let replies: Vec<&Value> = rest.iter().filter(|m| m.get("method").is_none()).collect();
+    assert_eq!(replies.len(), 1, "only the slow call's reply: {rest:?}");
+    assert_eq!(replies[0]["id"], 600);
+    assert_eq!(replies[0]["result"]["content"][0]["text"], "slept 300 ms");
+    exited_and_reaped(&mut client.child, None).await;
+}
