@@ -35,18 +35,21 @@ use rmcp::{Peer, RoleServer};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, PollSender};
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use super::{GatewayError, GatewaySession};
 
-/// Frames queued for the client's output before a writer waits: a client
-/// that stops reading holds its calls' replies, not the gateway's memory.
+/// Frames queued for the client's output before a writer waits (a call's
+/// reply, rmcp's loop): a client that stops reading stdout holds them there.
 const FRAMES_QUEUED: usize = 256;
 /// The most bytes written to the client in one write.
 const BATCH_BYTES: usize = 256 * 1024;
 /// How long calls still running when the client's input ends have to
 /// finish (rmcp gives its own handlers as long).
 const CALLS_AFTER_EOF: Duration = Duration::from_secs(5);
+/// The longest line held whole for the fast path; a longer one streams to
+/// rmcp as it comes, which applies its own cap (16 MiB) to it.
+pub(super) const LINE_CAP: usize = 4 * 1024 * 1024;
 
 /// A `tools/call` request line, decoded for the fast path. `jsonrpc` and
 /// `method` are decoded only to check them: a line with another value is
@@ -80,13 +83,15 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let (frames, queued) = mpsc::channel::<Vec<u8>>(FRAMES_QUEUED);
-    let writer = tokio::spawn(write_frames(write, queued));
+    let writer = AbortOnDropHandle::new(tokio::spawn(write_frames(write, queued)));
     let (to_rmcp, rmcp_in) = tokio::io::duplex(64 * 1024);
     let rmcp_out = FrameSink {
         pending: Vec::new(),
         frames: PollSender::new(frames.clone()),
     };
     let fast = Arc::new(FastCalls::default());
+    // However this ends (dropped too), no call served here outlives it.
+    let _calls_end = fast.all.clone().drop_guard();
     let mut reading = Box::pin(read_lines(
         read,
         to_rmcp,
@@ -98,15 +103,6 @@ where
         let running = rmcp::ServiceExt::serve(session.clone(), (rmcp_in, rmcp_out))
             .await
             .map_err(|e| GatewayError::Handshake(e.to_string()))?;
-        // Only a session that began with `initialize` in the session era
-        // takes the fast path; a 2026-07-28 client's requests each carry
-        // their own era, which rmcp reads.
-        let session_era = running.peer().peer_info().is_some_and(|info| {
-            info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-        });
-        if session_era {
-            let _ = fast.peer.set(running.peer().clone());
-        }
         let ct = running.cancellation_token();
         tokio::select! {
             r = running.waiting() => r.map(|_| ()).map_err(|e| GatewayError::Serve(e.to_string())),
@@ -148,6 +144,8 @@ struct FastCalls {
     running: Mutex<HashMap<RequestId, CancellationToken>>,
     /// Cancels them all.
     all: CancellationToken,
+    /// When the client's input ended.
+    eof: OnceLock<tokio::time::Instant>,
     tasks: TaskTracker,
 }
 
@@ -160,6 +158,7 @@ impl FastCalls {
         peer: &Peer<RoleServer>,
         frames: &mpsc::Sender<Vec<u8>>,
     ) {
+        tracing::debug!(id = %call.id, "tools/call on the gateway's own framing");
         let ct = self.all.child_token();
         if let Ok(mut running) = self.running.lock() {
             running.insert(call.id.clone(), ct.clone());
@@ -170,7 +169,7 @@ impl FastCalls {
             let (id, mut params) = (call.id, call.params);
             // rmcp keeps a request's `_meta` beside its params, not in them.
             let meta = params.meta.take().unwrap_or_default();
-            let request = ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+            let request: ClientRequest = rmcp::model::CallToolRequest::new(params).into();
             let mut ctx = RequestContext::new(id.clone(), peer);
             ctx.ct = ct;
             ctx.meta = meta;
@@ -191,7 +190,13 @@ impl FastCalls {
             match serde_json::to_vec(&message) {
                 Ok(mut frame) => {
                     frame.push(b'\n');
-                    let _ = frames.send(frame).await;
+                    // A client that stopped reading does not hold a call
+                    // past the end of the session.
+                    tokio::select! {
+                        biased;
+                        _ = frames.send(frame) => {}
+                        _ = this.all.cancelled() => {}
+                    }
                 }
                 Err(e) => tracing::warn!("gateway: a call's reply could not be written: {e}"),
             }
@@ -215,11 +220,17 @@ impl FastCalls {
     }
 
     /// The client's input ended (or the gateway stops): the calls left
-    /// have [`CALLS_AFTER_EOF`] to answer, then are cancelled.
+    /// have [`CALLS_AFTER_EOF`] from the end of input to answer, then are
+    /// cancelled.
     async fn finish(&self, stop: &CancellationToken) {
         self.tasks.close();
+        let ended = self
+            .eof
+            .get()
+            .copied()
+            .unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
-            _ = tokio::time::sleep(CALLS_AFTER_EOF) => {}
+            _ = tokio::time::sleep_until(ended + CALLS_AFTER_EOF) => {}
             _ = self.tasks.wait() => {}
             _ = stop.cancelled() => {}
         }
@@ -239,18 +250,18 @@ async fn read_lines<R: AsyncRead + Unpin>(
 ) {
     let mut read = tokio::io::BufReader::with_capacity(64 * 1024, read);
     let mut line = Vec::new();
-    loop {
-        line.clear();
-        match read.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+    while let Some(whole) = next_line(&mut read, &mut line, &mut to_rmcp).await {
+        if fast.peer.get().is_none()
+            && let Some(peer) = session_era_peer(&session)
+        {
+            let _ = fast.peer.set(peer);
         }
-        if let Some(peer) = fast.peer.get() {
+        if whole && let Some(peer) = fast.peer.get() {
             if let Some(call) = call_line(&line) {
                 fast.start(call, &session, peer, &frames);
                 continue;
             }
-            if memchr::memmem::find(&line, b"\"notifications/cancelled\"").is_some() {
+            if memchr::memmem::find(&line, b"cancelled").is_some() {
                 fast.cancel(&line);
             }
         }
@@ -258,9 +269,62 @@ async fn read_lines<R: AsyncRead + Unpin>(
             break;
         }
     }
+    let _ = fast.eof.set(tokio::time::Instant::now());
     // The client's end of input ends its listen streams at once (rmcp
     // would wait for handlers still running before it cancels them).
     session.input_closed.cancel();
+}
+
+/// The session's client, once its `initialize` in the session era is done
+/// (the handler registered it): only such a client's calls take the fast
+/// path; a 2026-07-28 client's requests each carry their own era, which
+/// rmcp reads.
+fn session_era_peer(session: &GatewaySession) -> Option<Peer<RoleServer>> {
+    let peer = session
+        .shared
+        .clients
+        .lock()
+        .ok()?
+        .get(&session.id)
+        .cloned()?;
+    let era = peer.peer_info()?.protocol_version.clone();
+    (era.as_str() < ProtocolVersion::V_2026_07_28.as_str()).then_some(peer)
+}
+
+/// The client's next line into `line`: `Some(true)` a whole line (with its
+/// newline) held there; `Some(false)` one to pass to rmcp as it is (the
+/// last, unterminated, in `line`; or one over [`LINE_CAP`], already
+/// streamed to `to_rmcp`, `line` empty); `None` at the end of input (or a
+/// read or rmcp failing).
+pub(super) async fn next_line<R: AsyncRead + Unpin>(
+    read: &mut tokio::io::BufReader<R>,
+    line: &mut Vec<u8>,
+    to_rmcp: &mut tokio::io::DuplexStream,
+) -> Option<bool> {
+    line.clear();
+    let mut streamed = false;
+    loop {
+        let available = read.fill_buf().await.ok()?;
+        if available.is_empty() {
+            return (!line.is_empty() || streamed).then_some(false);
+        }
+        let newline = memchr::memchr(b'\n', available);
+        let take = newline.map_or(available.len(), |at| at + 1);
+        if !streamed && line.len() + take > LINE_CAP {
+            to_rmcp.write_all(line).await.ok()?;
+            line.clear();
+            streamed = true;
+        }
+        if streamed {
+            to_rmcp.write_all(&available[..take]).await.ok()?;
+        } else {
+            line.extend_from_slice(&available[..take]);
+        }
+        read.consume(take);
+        if newline.is_some() {
+            return Some(!streamed);
+        }
+    }
 }
 
 /// `line` as a session-era `tools/call` request, when it is one that

@@ -120,3 +120,43 @@ async fn a_client_that_stops_reading_progress_holds_its_call_five_seconds_at_mos
     drop(theirs);
     let _ = running.cancel().await;
 }
+
+// The stdio framing holds a line whole only up to its cap: a longer one
+// (here a call) goes to rmcp as it comes, never held or taken as a call;
+// the last line, unterminated, is rmcp's too (its codec decides on it).
+#[tokio::test]
+async fn a_line_over_the_cap_streams_to_rmcp_and_an_unterminated_last_one_is_rmcps() {
+    use tokio::io::AsyncReadExt;
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"x\",\"arguments\":{{\"s\":\"{}\"}}}}}}\n",
+        "a".repeat(stdio::LINE_CAP)
+    );
+    let input = format!("{big}{{\"short\":1}}\n{{\"last\":2}}");
+    let mut read = tokio::io::BufReader::new(input.as_bytes());
+    let (mut to_rmcp, mut rmcp) = tokio::io::duplex(64 * 1024);
+    let drained = tokio::spawn(async move {
+        let mut got = Vec::new();
+        rmcp.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut line = Vec::new();
+    let next = stdio::next_line(&mut read, &mut line, &mut to_rmcp).await;
+    assert_eq!(next, Some(false), "the long line is not held");
+    assert!(line.is_empty());
+    let next = stdio::next_line(&mut read, &mut line, &mut to_rmcp).await;
+    assert_eq!(
+        (next, line.as_slice()),
+        (Some(true), &b"{\"short\":1}\n"[..])
+    );
+    let next = stdio::next_line(&mut read, &mut line, &mut to_rmcp).await;
+    assert_eq!((next, line.as_slice()), (Some(false), &b"{\"last\":2}"[..]));
+    assert_eq!(
+        stdio::next_line(&mut read, &mut line, &mut to_rmcp).await,
+        None
+    );
+    drop(to_rmcp);
+    assert!(
+        drained.await.unwrap() == big.as_bytes(),
+        "rmcp got the long line whole"
+    );
+}

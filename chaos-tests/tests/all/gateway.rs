@@ -2437,20 +2437,31 @@ struct LineClient {
     child: tokio::process::Child,
     stdin: Option<tokio::process::ChildStdin>,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    /// The gateway's stderr, read to its end.
+    stderr: tokio::task::JoinHandle<String>,
 }
 
 impl LineClient {
     async fn start(work: &Workdir) -> Self {
+        use tokio::io::AsyncReadExt;
         use tokio::io::AsyncWriteExt;
         let mut child = gateway_command(&work.config(), &["--stdio"])
+            .env("MCPVISOR_LOG", "mcpvisor::gateway::stdio=debug")
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut err = child.stderr.take().unwrap();
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text).await;
+            text
+        });
         let mut client = Self {
             child,
             stdin,
             lines,
+            stderr,
         };
         client
             .send(&[
@@ -2515,8 +2526,9 @@ impl LineClient {
         }
     }
 
-    /// Close the gateway's input; every line it writes after that.
-    async fn close(&mut self) -> Vec<Value> {
+    /// Close the gateway's input; every line it writes after that, and
+    /// its stderr.
+    async fn close(&mut self) -> (Vec<Value>, String) {
         self.stdin = None;
         let mut got = Vec::new();
         while let Some(line) = tokio::time::timeout(LIMIT, self.lines.next_line())
@@ -2526,7 +2538,11 @@ impl LineClient {
         {
             got.push(serde_json::from_str(&line).unwrap());
         }
-        got
+        let stderr = tokio::time::timeout(LIMIT, &mut self.stderr)
+            .await
+            .expect("the gateway's stderr ended in time")
+            .unwrap();
+        (got, stderr)
     }
 }
 
@@ -2539,7 +2555,8 @@ fn call_line(id: u64, tool: &str, arguments: Value, meta: Option<Value>) -> Valu
 }
 
 // GW-2, CALL-2: the stdio gateway serves a session-era client's calls on
-// its own framing (gateway/stdio.rs), beside rmcp's loop. From a client
+// its own framing (gateway/stdio.rs), beside rmcp's loop (its debug log
+// says so for each). From a client
 // that writes raw lines: a call's progress comes before its result even
 // when the backend sends the result at once after its last note; 64 calls
 // written in one go, their lines cut across reads, are each answered once,
@@ -2611,6 +2628,9 @@ async fn the_stdio_gateway_answers_each_raw_call_once_in_whole_lines_progress_fi
     let mut answered = std::collections::BTreeSet::new();
     while answered.len() < 64 {
         let m = client.next().await;
+        if m.get("method").is_some() {
+            continue;
+        }
         let id = m["id"].as_u64().unwrap();
         assert_eq!(
             m["result"]["content"][0]["text"],
@@ -2644,10 +2664,15 @@ async fn the_stdio_gateway_answers_each_raw_call_once_in_whole_lines_progress_fi
     client
         .send(&[call_line(600, "mcp__s__slow", json!({"ms": 300}), None)])
         .await;
-    let rest = client.close().await;
+    let (rest, stderr) = client.close().await;
     let replies: Vec<&Value> = rest.iter().filter(|m| m.get("method").is_none()).collect();
     assert_eq!(replies.len(), 1, "only the slow call's reply: {rest:?}");
     assert_eq!(replies[0]["id"], 600);
     assert_eq!(replies[0]["result"]["content"][0]["text"], "slept 300 ms");
+    // Each of those calls took the gateway's own framing, not rmcp's loop.
+    let own = stderr
+        .matches("tools/call on the gateway's own framing")
+        .count();
+    assert_eq!(own, 3 + 64 + 2, "{stderr}");
     exited_and_reaped(&mut client.child, None).await;
 }
