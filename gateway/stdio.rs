@@ -42,8 +42,9 @@ use super::{GatewayError, GatewaySession};
 /// Frames queued for the client's output before a writer waits (a call's
 /// reply, rmcp's loop): a client that stops reading stdout holds them there.
 const FRAMES_QUEUED: usize = 256;
-/// The most bytes written to the client in one write.
-const BATCH_BYTES: usize = 256 * 1024;
+/// The client's output buffer: frames queued together go out in one write
+/// when they fit; a larger frame goes out as it is, not copied.
+const WRITE_BUFFER: usize = 64 * 1024;
 /// How long calls still running when the client's input ends have to
 /// finish (rmcp gives its own handlers as long).
 const CALLS_AFTER_EOF: Duration = Duration::from_secs(5);
@@ -341,20 +342,19 @@ fn call_line(line: &[u8]) -> Option<CallLine> {
     (!own_era).then_some(call)
 }
 
-/// Write frames to the client as they come, those queued together in one
-/// write, until every sender is gone or the client's output fails.
-async fn write_frames<W: AsyncWrite + Unpin>(mut write: W, mut queued: mpsc::Receiver<Vec<u8>>) {
-    while let Some(mut batch) = queued.recv().await {
-        while batch.len() < BATCH_BYTES {
-            match queued.try_recv() {
-                Ok(frame) => batch.extend_from_slice(&frame),
-                Err(_) => break,
-            }
+/// Write frames to the client as they come, flushed once no more are
+/// queued, until every sender is gone or the client's output fails.
+async fn write_frames<W: AsyncWrite + Unpin>(write: W, mut queued: mpsc::Receiver<Vec<u8>>) {
+    let mut write = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, write);
+    while let Some(frame) = queued.recv().await {
+        if write.write_all(&frame).await.is_err() {
+            return;
         }
-        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
+        if queued.is_empty() && write.flush().await.is_err() {
             return;
         }
     }
+    let _ = write.flush().await;
 }
 
 /// rmcp's output: the bytes it writes, cut into whole lines, each a frame
